@@ -1,0 +1,87 @@
+/**
+ * The `empo2` command line: train, eval, play. Options come from a YAML/JSON config plus
+ * `--set key.path=value` overrides; `empo2 train --help` lists every option with its default.
+ */
+import { Command, Option } from 'commander';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { loadConfig, describeOptions, ConfigError } from '../config/load.ts';
+
+const program = new Command();
+program.name('empo2').description('Train LLM agents to explore with EMPO² (memory-augmented hybrid on/off-policy RL)').showHelpAfterError();
+
+const collect = (value: string, previous: string[]) => [...previous, value];
+const optionsHelp = () => '\nConfig options (file keys, or --set key=value):\n' + describeOptions().join('\n') + '\n';
+
+function configFrom(opts: { config?: string; set: string[]; runDir?: string; seed?: string; iterations?: string }, base?: string): ReturnType<typeof loadConfig> {
+  const overrides = [...opts.set];
+  if (opts.runDir) overrides.push(`run_dir=${opts.runDir}`);
+  if (opts.seed !== undefined) overrides.push(`seed=${opts.seed}`);
+  if (opts.iterations !== undefined) overrides.push(`train.iterations=${opts.iterations}`);
+  return loadConfig(opts.config ?? base ?? null, overrides);
+}
+
+program
+  .command('train')
+  .description('train a policy (default: the tiny built-in model on the built-in environment)')
+  .option('-c, --config <file>', 'YAML or JSON config file')
+  .option('-s, --set <key=value>', 'override one config option (repeatable)', collect, [])
+  .option('--run-dir <dir>', 'shortcut for --set run_dir=<dir>')
+  .option('--seed <n>', 'shortcut for --set seed=<n>')
+  .option('--iterations <n>', 'shortcut for --set train.iterations=<n>')
+  .option('--resume', 'continue the run in run_dir from its latest checkpoint (uses the saved config.yaml unless --config is given)')
+  .addHelpText('after', optionsHelp)
+  .action(async (opts) => {
+    let cfg = configFrom(opts);
+    if (opts.resume && !opts.config) {
+      const saved = join(cfg.run_dir, 'config.yaml');
+      if (existsSync(saved)) cfg = configFrom(opts, saved);
+    }
+    const { train } = await import('../trainer/trainer.ts');
+    const result = await train(cfg, { resume: !!opts.resume, handleSignals: true });
+    if (result.interrupted) {
+      console.log(`stopped at iteration ${result.iterations}; continue with: empo2 train --run-dir ${cfg.run_dir} --resume`);
+      process.exitCode = 130;
+    }
+  });
+
+program
+  .command('eval')
+  .description('evaluate a checkpoint or model directory on held-out variations')
+  .argument('<path>', 'a run directory (its latest checkpoint) or a model directory')
+  .option('-c, --config <file>', 'YAML or JSON config (default: the run\'s config.yaml when present)')
+  .option('-s, --set <key=value>', 'override one config option (repeatable)', collect, [])
+  .addHelpText('after', optionsHelp)
+  .action(async (path: string, opts) => {
+    const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
+    const runConfig = join(path, 'config.yaml');
+    const cfg = configFrom(opts, existsSync(runConfig) ? runConfig : undefined);
+    const modelDir = existsSync(join(path, 'checkpoints')) ? latestCheckpoint(path) : path;
+    if (!modelDir) throw new Error(`${path} has no checkpoint`);
+    const { evaluateModelDir } = await import('../trainer/eval-command.ts');
+    await evaluateModelDir(modelDir, cfg);
+  });
+
+program
+  .command('play')
+  .description('play an environment yourself in the terminal')
+  .addOption(new Option('--env <name>', 'environment family').default('builtin'))
+  .option('--task <name>', 'task name (default: the first task)')
+  .option('--variation <n>', 'variation index (default: the first test variation)')
+  .action(async (opts) => {
+    const { createEnv } = await import('../envs/index.ts');
+    const { play } = await import('./play.ts');
+    const env = await createEnv({ name: opts.env, tasks: null, max_steps: null, options: {} });
+    const task = opts.task ?? env.tasks()[0];
+    if (!env.tasks().includes(task)) throw new ConfigError(`unknown task "${task}" (tasks: ${env.tasks().join(', ')})`);
+    const variation = opts.variation !== undefined ? Number(opts.variation) : env.variations(task, 'test')[0];
+    await play({ env, task, variation });
+    await env.close();
+  });
+
+program.parseAsync(process.argv).catch((e: unknown) => {
+  const err = e as Error;
+  console.error(`empo2: ${err instanceof ConfigError ? '' : 'error: '}${err.message}`);
+  if (process.env.EMPO2_DEBUG) console.error(err.stack);
+  process.exit(1);
+});

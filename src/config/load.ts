@@ -1,0 +1,120 @@
+/**
+ * Reading a config: YAML or JSON file, then `key.path=value` overrides from the command line,
+ * then schema validation with errors that name the file, the key and what is wrong.
+ */
+import { readFileSync, existsSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { ConfigSchema, type Config } from './schema.ts';
+
+export class ConfigError extends Error {}
+
+export function loadConfig(file: string | null, overrides: string[] = []): Config {
+  let raw: Record<string, unknown> = {};
+  const source = file ?? 'defaults';
+  if (file) {
+    if (!existsSync(file)) throw new ConfigError(`config file not found: ${file}`);
+    try {
+      raw = (parseYaml(readFileSync(file, 'utf8')) as Record<string, unknown>) ?? {};
+    } catch (e) {
+      throw new ConfigError(`config file ${file} is not valid YAML/JSON: ${(e as Error).message}`);
+    }
+    if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError(`config file ${file} must hold a mapping of options at the top level`);
+  }
+  for (const o of overrides) applyOverride(raw, o);
+  return validateConfig(raw, overrides.length > 0 ? `${source} + command-line overrides` : source);
+}
+
+export function validateConfig(raw: unknown, source: string): Config {
+  const result = ConfigSchema.safeParse(raw);
+  if (result.success) return result.data;
+  throw new ConfigError(`invalid config (${source}):\n` + result.error.issues.map((i) => '  - ' + describeIssue(i)).join('\n'));
+}
+
+function describeIssue(issue: z.core.$ZodIssue): string {
+  const at = issue.path.join('.');
+  if (issue.code === 'unrecognized_keys') {
+    return issue.keys
+      .map((k) => {
+        const key = at ? `${at}.${k}` : k;
+        const near = closestKey(at, k);
+        return `${key}: unknown option${near ? ` (did you mean "${near}"?)` : ''}`;
+      })
+      .join('\n  - ');
+  }
+  return `${at || '(top level)'}: ${issue.message}`;
+}
+
+/** Sets `a.b.c=value` in a nested object; the value is read as YAML so numbers, booleans and null keep their type. */
+export function applyOverride(target: Record<string, unknown>, assignment: string): void {
+  const eq = assignment.indexOf('=');
+  if (eq <= 0) throw new ConfigError(`override "${assignment}" must look like key.path=value`);
+  const path = assignment.slice(0, eq).trim().split('.');
+  const value = parseYaml(assignment.slice(eq + 1));
+  let node = target;
+  for (const key of path.slice(0, -1)) {
+    const next = node[key];
+    if (next === undefined || next === null) node[key] = {};
+    else if (typeof next !== 'object' || Array.isArray(next)) throw new ConfigError(`override "${assignment}": ${key} is not a section`);
+    node = node[key] as Record<string, unknown>;
+  }
+  node[path[path.length - 1]] = value;
+}
+
+/** Every option with its default and description, for `--help`. */
+export function describeOptions(): string[] {
+  const lines: string[] = [];
+  const defaults = ConfigSchema.parse({}) as Record<string, unknown>;
+  const walk = (schema: z.ZodType, prefix: string, defaultsHere: unknown) => {
+    const shape = objectShape(schema);
+    if (!shape) return;
+    for (const [key, child] of Object.entries(shape)) {
+      const path = prefix ? `${prefix}.${key}` : key;
+      const value = (defaultsHere as Record<string, unknown>)?.[key];
+      if (objectShape(child as z.ZodType) && value && typeof value === 'object' && !Array.isArray(value) && key !== 'options') {
+        walk(child as z.ZodType, path, value);
+      } else {
+        lines.push(`  ${path.padEnd(28)} ${JSON.stringify(value)?.padEnd(16)} ${(child as z.ZodType).description ?? ''}`);
+      }
+    }
+  };
+  walk(ConfigSchema, '', defaults);
+  return lines;
+}
+
+function objectShape(schema: z.ZodType): Record<string, z.ZodType> | null {
+  let s: z.ZodType = schema;
+  // Unwrap defaults/prefaults to reach the object underneath.
+  for (let i = 0; i < 5; i++) {
+    const def = (s as unknown as { _zod: { def: { type: string; innerType?: z.ZodType; shape?: Record<string, z.ZodType> } } })._zod.def;
+    if (def.type === 'object') return def.shape ?? null;
+    if (def.innerType) s = def.innerType;
+    else return null;
+  }
+  return null;
+}
+
+function closestKey(sectionPath: string, key: string): string | null {
+  let node: z.ZodType | undefined = ConfigSchema;
+  for (const part of sectionPath ? sectionPath.split('.') : []) node = node ? objectShape(node)?.[part] : undefined;
+  const shape = node ? objectShape(node) : null;
+  if (!shape) return null;
+  let best: string | null = null;
+  let bestDistance = Infinity;
+  for (const candidate of Object.keys(shape)) {
+    const d = editDistance(key, candidate);
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = candidate;
+    }
+  }
+  return bestDistance <= Math.max(2, key.length / 3) ? best : null;
+}
+
+function editDistance(a: string, b: string): number {
+  const dp = Array.from({ length: a.length + 1 }, (_, i) => [i, ...new Array<number>(b.length).fill(0)]);
+  for (let j = 1; j <= b.length; j++) dp[0][j] = j;
+  for (let i = 1; i <= a.length; i++)
+    for (let j = 1; j <= b.length; j++) dp[i][j] = Math.min(dp[i - 1][j] + 1, dp[i][j - 1] + 1, dp[i - 1][j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+  return dp[a.length][b.length];
+}

@@ -1,0 +1,32 @@
+/**
+ * Environment factory by family name. Families other than the built-in one load lazily, so their
+ * dependencies (a Java simulator, a product catalogue) cost nothing unless used.
+ */
+import type { Env } from './types.ts';
+
+export interface EnvSettings {
+  name: string;
+  tasks: string[] | null;
+  max_steps: number | null;
+  options: Record<string, unknown>;
+}
+
+export async function createEnv(s: EnvSettings): Promise<Env> {
+  switch (s.name) {
+    case 'builtin': {
+      const { createBuiltinEnv } = await import('./builtin/index.ts');
+      return createBuiltinEnv({ ...(s.options as object), ...(s.tasks ? { tasks: s.tasks } : {}), ...(s.max_steps ? { maxSteps: s.max_steps } : {}) });
+    }
+    default:
+      throw new Error(`environment "${s.name}" is not available in this build (known: builtin)`);
+  }
+}
+
+/** Text the default tokenizer is trained on: what the environment shows and accepts. */
+export async function environmentCorpus(s: EnvSettings): Promise<string[]> {
+  if (s.name === 'builtin') {
+    const { sampleCorpus } = await import('./builtin/index.ts');
+    return sampleCorpus(600, s.tasks ?? undefined);
+  }
+  throw new Error(`no text corpus for environment "${s.name}": give model.path with a tokenizer.json`);
+}

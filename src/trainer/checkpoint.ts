@@ -1,0 +1,93 @@
+/**
+ * Run checkpoints. Each is a directory `checkpoints/iter-NNNNNN/` with the policy in the Hugging
+ * Face layout, the optimiser moments and the trainer state. It is written under a temporary name
+ * and renamed only when complete, and `checkpoints/latest` is switched after that, so an
+ * interruption at any moment leaves the previous checkpoint usable.
+ */
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { saveModelDir, loadModelDir, writeJsonAtomic, type LoadedPolicy } from '../policy/tfjs/checkpoint.ts';
+import { readSafetensors, writeSafetensors, toFloat32 } from '../policy/safetensors.ts';
+import type { TfjsEngine } from '../policy/tfjs/engine.ts';
+
+export interface TrainerState {
+  iteration: number;
+  envSteps: number;
+  rngState: number;
+  elapsedSeconds: number;
+}
+
+export function checkpointsDir(runDir: string): string {
+  return join(runDir, 'checkpoints');
+}
+
+export async function saveCheckpoint(runDir: string, engine: TfjsEngine, state: TrainerState, keep: number): Promise<string> {
+  const root = checkpointsDir(runDir);
+  mkdirSync(root, { recursive: true });
+  const name = `iter-${String(state.iteration).padStart(6, '0')}`;
+  const tmp = join(root, `${name}.tmp-${process.pid}`);
+  rmSync(tmp, { recursive: true, force: true });
+  await saveModelDir(tmp, engine.model, engine.tokenizer);
+  const opt = engine.optimizer.exportState();
+  writeSafetensors(
+    join(tmp, 'optimizer.safetensors'),
+    new Map([...opt.tensors].map(([k, t]) => [k, { dtype: 'F32' as const, shape: t.shape, data: t.data }])),
+    { step: String(opt.step) },
+  );
+  writeJsonAtomic(join(tmp, 'trainer_state.json'), state);
+  const final = join(root, name);
+  rmSync(final, { recursive: true, force: true });
+  renameSync(tmp, final);
+  writeJsonAtomic(join(root, 'latest.json'), { checkpoint: name });
+  pruneCheckpoints(root, keep, name);
+  return final;
+}
+
+function pruneCheckpoints(root: string, keep: number, latest: string): void {
+  const all = readdirSync(root)
+    .filter((n) => /^iter-\d+$/.test(n))
+    .sort();
+  for (const n of all.slice(0, Math.max(0, all.length - keep))) if (n !== latest) rmSync(join(root, n), { recursive: true, force: true });
+}
+
+export function latestCheckpoint(runDir: string): string | null {
+  const pointer = join(checkpointsDir(runDir), 'latest.json');
+  if (!existsSync(pointer)) return null;
+  let name: string;
+  try {
+    name = (JSON.parse(readFileSync(pointer, 'utf8')) as { checkpoint: string }).checkpoint;
+  } catch (e) {
+    throw new Error(`${pointer} is corrupt (${(e as Error).message}); point it at a checkpoint directory by hand or start a new run`);
+  }
+  const dir = join(checkpointsDir(runDir), name);
+  if (!existsSync(dir)) throw new Error(`${pointer} names ${name}, which does not exist`);
+  return dir;
+}
+
+export interface LoadedCheckpoint extends LoadedPolicy {
+  state: TrainerState;
+  optimizer: { step: number; tensors: Map<string, { shape: number[]; data: Float32Array }> };
+}
+
+export function loadCheckpoint(dir: string): LoadedCheckpoint {
+  const statePath = join(dir, 'trainer_state.json');
+  const optPath = join(dir, 'optimizer.safetensors');
+  for (const p of [statePath, optPath]) if (!existsSync(p)) throw new Error(`checkpoint ${dir} is incomplete: ${p} is missing`);
+  let state: TrainerState;
+  try {
+    state = JSON.parse(readFileSync(statePath, 'utf8')) as TrainerState;
+  } catch (e) {
+    throw new Error(`checkpoint ${dir}: trainer_state.json is corrupt (${(e as Error).message})`);
+  }
+  if (typeof state.iteration !== 'number') throw new Error(`checkpoint ${dir}: trainer_state.json has no iteration`);
+  let policy: LoadedPolicy;
+  try {
+    policy = loadModelDir(dir);
+  } catch (e) {
+    throw new Error(`checkpoint ${dir} cannot be loaded: ${(e as Error).message}`);
+  }
+  const opt = readSafetensors(optPath);
+  const tensors = new Map<string, { shape: number[]; data: Float32Array }>();
+  for (const [k, t] of opt.tensors) tensors.set(k, { shape: t.shape, data: toFloat32(t) });
+  return { ...policy, state, optimizer: { step: Number(opt.metadata.step ?? 0), tensors } };
+}

@@ -1,0 +1,117 @@
+/**
+ * Rollouts: many episodes stepped in lockstep, so that every policy call samples one action for
+ * every live episode at once (one batched forward pass instead of one per episode).
+ */
+import type { Config } from '../config/schema.ts';
+import type { Env } from '../envs/types.ts';
+import { SUCCESS_SCORE } from '../envs/types.ts';
+import type { PolicyEngine } from '../policy/types.ts';
+import { renderPrompt, type PromptSettings, type Turn } from './prompt.ts';
+
+export interface RolloutJob {
+  task: string;
+  variation: number;
+  /** Episodes of the same group share (task, variation) and are normalised together. */
+  group: number;
+}
+
+export interface StepRecord {
+  prompt: number[];
+  response: number[];
+  /** log πold of each response token, from the sampler. */
+  logprobs: number[];
+  action: string;
+  reward: number;
+  score: number;
+}
+
+export interface Episode extends RolloutJob {
+  steps: StepRecord[];
+  score: number;
+  success: boolean;
+}
+
+export interface RolloutSettings {
+  prompt: PromptSettings;
+  temperature: number;
+  topP: number;
+  maxTokens: number;
+  constrained: boolean;
+  maxSteps: number | null;
+  seed: number;
+}
+
+export interface RolloutStats {
+  envSteps: number;
+  generatedTokens: number;
+  promptTokens: number;
+  policySeconds: number;
+  envSeconds: number;
+}
+
+export async function runEpisodes(envs: Env[], engine: PolicyEngine, jobs: RolloutJob[], s: RolloutSettings): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
+  if (envs.length < jobs.length) throw new Error(`runEpisodes: ${jobs.length} jobs but only ${envs.length} environments`);
+  const stats: RolloutStats = { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0 };
+  const live = await Promise.all(
+    jobs.map(async (job, i) => {
+      const env = envs[i];
+      const first = await env.reset(job.task, job.variation, s.seed);
+      return {
+        job,
+        env,
+        task: first.task,
+        turns: [{ observation: first.observation }] as Turn[],
+        valid: first.validActions,
+        steps: [] as StepRecord[],
+        score: 0,
+        done: false,
+        limit: s.maxSteps ?? env.maxSteps(job.task),
+      };
+    }),
+  );
+  const tokenizer = engine.tokenizer;
+  for (let t = 0; live.some((e) => !e.done); t++) {
+    const active = live.filter((e) => !e.done);
+    const prompts = active.map((e) => tokenizer.encode(renderPrompt(e.task, e.turns, e.valid, s.prompt)));
+    const t0 = performance.now();
+    const gens = await engine.generate(prompts, {
+      temperature: s.temperature,
+      topP: s.topP,
+      maxTokens: s.maxTokens,
+      seed: s.seed * 100_003 + t,
+      allowedTexts: s.constrained ? active.map((e) => e.valid) : undefined,
+    });
+    const t1 = performance.now();
+    const results = await Promise.all(active.map((e, i) => e.env.step(gens[i].text.trim())));
+    stats.policySeconds += (t1 - t0) / 1000;
+    stats.envSeconds += (performance.now() - t1) / 1000;
+    active.forEach((e, i) => {
+      const g = gens[i];
+      const r = results[i];
+      const action = g.text.trim();
+      e.steps.push({ prompt: prompts[i], response: g.tokens, logprobs: g.logprobs, action, reward: r.reward, score: r.score });
+      e.turns[e.turns.length - 1].action = action;
+      e.turns.push({ observation: r.observation });
+      e.valid = r.validActions;
+      e.score = r.score;
+      stats.envSteps++;
+      stats.generatedTokens += g.tokens.length;
+      stats.promptTokens += prompts[i].length;
+      if (r.done || e.steps.length >= e.limit) e.done = true;
+    });
+  }
+  const episodes = live.map((e) => ({ ...e.job, steps: e.steps, score: e.score, success: e.score >= SUCCESS_SCORE }));
+  return { episodes, stats };
+}
+
+export function rolloutSettings(cfg: Config, evaluation: boolean, seed: number): RolloutSettings {
+  return {
+    prompt: { history: cfg.prompt.history, showValidActions: cfg.prompt.show_valid_actions, system: cfg.prompt.system },
+    temperature: evaluation ? cfg.rollout.eval_temperature : cfg.rollout.temperature,
+    topP: evaluation ? 1 : cfg.rollout.top_p,
+    maxTokens: cfg.rollout.max_tokens,
+    constrained: cfg.rollout.constrained,
+    maxSteps: cfg.env.max_steps,
+    seed,
+  };
+}

@@ -1,0 +1,193 @@
+/**
+ * The training loop: sample (task, variation) groups, roll out N episodes each, take a GRPO
+ * update, log a JSON line, evaluate on held-out variations now and then, checkpoint. Ctrl-C stops
+ * at the next iteration boundary after saving; a second Ctrl-C exits at once (the last complete
+ * checkpoint stays intact either way, since checkpoints are written atomically).
+ */
+import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify as toYaml } from 'yaml';
+import type { Config } from '../config/schema.ts';
+import { createEnv, environmentCorpus } from '../envs/index.ts';
+import type { Env } from '../envs/types.ts';
+import { initBackend } from '../policy/tfjs/backend.ts';
+import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
+import { TfjsEngine } from '../policy/tfjs/engine.ts';
+import { countParameters } from '../policy/tfjs/qwen2.ts';
+import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
+import { Rng } from '../util/rng.ts';
+import { latestCheckpoint, loadCheckpoint, saveCheckpoint, type TrainerState } from './checkpoint.ts';
+import { grpoUpdate } from './grpo.ts';
+import { IM_END, END_OF_TEXT } from './prompt.ts';
+import { rolloutSettings, runEpisodes, type RolloutJob } from './rollout.ts';
+import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
+
+export interface TrainOptions {
+  resume: boolean;
+  log?: (line: string) => void;
+  /** Install SIGINT handling (the CLI does; tests do not). */
+  handleSignals?: boolean;
+}
+
+export interface TrainResult {
+  runDir: string;
+  iterations: number;
+  initialEval: EvalResult | null;
+  finalEval: EvalResult;
+  interrupted: boolean;
+}
+
+export async function createEngine(cfg: Config, from: 'fresh' | string): Promise<{ engine: TfjsEngine; loaded?: ReturnType<typeof loadCheckpoint> }> {
+  const engineOptions = (endTokens: number[], pad: number) => ({
+    optimizer: { lr: cfg.optim.lr, beta1: cfg.optim.beta1, beta2: cfg.optim.beta2, eps: cfg.optim.eps, weightDecay: cfg.optim.weight_decay },
+    maxGradNorm: cfg.optim.max_grad_norm,
+    microBatchTokens: cfg.optim.micro_batch_tokens,
+    endTokens,
+    padToken: pad,
+  });
+  const ends = (tok: { tokenToId(t: string): number | undefined }) => [IM_END, END_OF_TEXT].map((t) => tok.tokenToId(t)).filter((x): x is number => x !== undefined);
+  if (from !== 'fresh') {
+    const loaded = loadCheckpoint(from);
+    const e = ends(loaded.tokenizer);
+    const engine = new TfjsEngine(loaded.model, loaded.tokenizer, engineOptions(e, e[e.length - 1]));
+    engine.optimizer.importState(loaded.optimizer.step, loaded.optimizer.tensors);
+    return { engine, loaded };
+  }
+  const { model, tokenizer } = cfg.model.path ? loadModelDir(cfg.model.path) : buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
+  const e = ends(tokenizer);
+  if (e.length === 0) throw new Error(`the tokenizer has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
+  return { engine: new TfjsEngine(model, tokenizer, engineOptions(e, e[e.length - 1])) };
+}
+
+export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResult> {
+  const log = opts.log ?? ((l: string) => console.log(l));
+  const backend = await initBackend();
+  const runDir = cfg.run_dir;
+  mkdirSync(runDir, { recursive: true });
+
+  const resumeFrom = opts.resume ? latestCheckpoint(runDir) : null;
+  if (opts.resume && !resumeFrom) throw new Error(`--resume: no checkpoint in ${join(runDir, 'checkpoints')}`);
+  if (!opts.resume && latestCheckpoint(runDir)) throw new Error(`${runDir} already holds a run; use --resume to continue it or choose another run_dir`);
+  const { engine, loaded } = await createEngine(cfg, resumeFrom ?? 'fresh');
+  const state: TrainerState = loaded?.state ?? { iteration: 0, envSteps: 0, rngState: new Rng(cfg.seed).getState(), elapsedSeconds: 0 };
+  const rng = new Rng(0);
+  rng.setState(state.rngState);
+  if (!resumeFrom) writeFileSync(join(runDir, 'config.yaml'), toYaml(cfg));
+
+  const probe = await createEnv(cfg.env);
+  const tasks = cfg.env.tasks ?? probe.tasks();
+  const trainVariations = new Map(tasks.map((t) => [t, probe.variations(t, 'train').slice(0, cfg.env.train_variations ?? undefined)]));
+  const batchSize = cfg.rollout.tasks_per_batch * cfg.rollout.group_size;
+  const envs: Env[] = [probe];
+  while (envs.length < Math.max(batchSize, tasks.length * cfg.env.eval_variations)) envs.push(await createEnv(cfg.env));
+
+  log(`empo2 train | run ${runDir} | backend ${backend} | model ${countParameters(engine.model.config).toLocaleString()} parameters, vocab ${engine.tokenizer.vocabSize}`);
+  log(`env ${cfg.env.name}: ${tasks.length} tasks (${tasks.join(', ')}) | ${cfg.rollout.tasks_per_batch} groups x ${cfg.rollout.group_size} rollouts per iteration | ${cfg.train.iterations} iterations` + (resumeFrom ? ` | resuming from ${resumeFrom}` : ''));
+
+  let stopRequested = false;
+  const onSigint = () => {
+    if (stopRequested) {
+      log('second interrupt: exiting now (the last complete checkpoint is intact)');
+      process.exit(130);
+    }
+    stopRequested = true;
+    log('interrupt: finishing this iteration, saving a checkpoint, then stopping (Ctrl-C again to exit at once)');
+  };
+  if (opts.handleSignals) process.on('SIGINT', onSigint);
+
+  const metricsPath = join(runDir, 'metrics.jsonl');
+  const runEval = async (iteration: number) => {
+    const r = await evaluate(engine, envs, tasks, cfg, iteration);
+    appendFileSync(metricsPath, JSON.stringify({ type: 'eval', iteration, train_env_steps: state.envSteps, ...r.summary, per_task: r.perTask }) + '\n');
+    log(`eval @ iter ${iteration}: mean score ${r.summary.mean_score.toFixed(1)} | success ${(r.summary.success_rate * 100).toFixed(1)}% | ${r.summary.episodes} episodes on ${cfg.env.eval_split}`);
+    return r;
+  };
+
+  let initialEval: EvalResult | null = null;
+  if (state.iteration === 0) initialEval = await runEval(0);
+
+  const started = performance.now() - state.elapsedSeconds * 1000;
+  const firstIteration = state.iteration + 1;
+  let lastEval: EvalResult | null = initialEval;
+  let interrupted = false;
+  try {
+    for (let it = firstIteration; it <= cfg.train.iterations; it++) {
+      const t0 = performance.now();
+      const jobs: RolloutJob[] = [];
+      for (let g = 0; g < cfg.rollout.tasks_per_batch; g++) {
+        const task = rng.pick(tasks);
+        const variation = rng.pick(trainVariations.get(task)!);
+        for (let k = 0; k < cfg.rollout.group_size; k++) jobs.push({ task, variation, group: g });
+      }
+      const { episodes, stats } = await runEpisodes(envs, engine, jobs, rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it));
+      const t1 = performance.now();
+      const update = await grpoUpdate(
+        engine,
+        episodes,
+        {
+          objective: { clipLow: cfg.algo.clip_low, clipHigh: cfg.algo.clip_high, dualClip: cfg.algo.dual_clip, klCoef: cfg.algo.kl_coef, lowProbDelta: cfg.algo.low_prob_delta },
+          seqMinLogprob: cfg.algo.seq_min_logprob,
+          minibatches: cfg.algo.minibatches,
+          epochs: cfg.algo.epochs,
+          rewardScale: cfg.algo.reward_scale,
+          skipZeroAdvantage: cfg.algo.skip_zero_advantage,
+          temperature: cfg.rollout.temperature > 0 ? cfg.rollout.temperature : 1,
+        },
+        rng,
+      );
+      const t2 = performance.now();
+      state.iteration = it;
+      state.envSteps += stats.envSteps;
+      state.rngState = rng.getState();
+      state.elapsedSeconds = (t2 - started) / 1000;
+      const meanScore = episodes.reduce((a, e) => a + e.score, 0) / episodes.length;
+      const success = episodes.filter((e) => e.success).length / episodes.length;
+      const rolloutTokPerS = (stats.promptTokens + stats.generatedTokens) / Math.max(1e-9, stats.policySeconds);
+      const trainTokPerS = update.tokens / Math.max(1e-9, (t2 - t1) / 1000);
+      const eta = (cfg.train.iterations - it) * ((t2 - t0) / 1000);
+      appendFileSync(
+        metricsPath,
+        JSON.stringify({
+          type: 'train', iteration: it, env_steps: state.envSteps, mean_score: meanScore, success_rate: success,
+          loss: update.loss, clip_fraction: update.clipFraction, mean_ratio: update.meanRatio, grad_norm: update.gradNorm, kl: update.kl,
+          sequences: update.sequences, trained_tokens: update.tokens, rollout_seconds: (t1 - t0) / 1000, update_seconds: (t2 - t1) / 1000,
+          rollout_tokens_per_s: rolloutTokPerS, elapsed_seconds: state.elapsedSeconds,
+        }) + '\n',
+      );
+      log(
+        `iter ${it}/${cfg.train.iterations} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
+          `rollout ${((t1 - t0) / 1000).toFixed(1)}s (${rolloutTokPerS.toFixed(0)} tok/s) | update ${((t2 - t1) / 1000).toFixed(1)}s (${trainTokPerS.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`,
+      );
+      const last = it === cfg.train.iterations;
+      if (cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last) lastEval = await runEval(it);
+      if (it % cfg.train.checkpoint_every === 0 || last || stopRequested) {
+        const where = await saveCheckpoint(runDir, engine, state, cfg.train.keep_checkpoints);
+        log(`checkpoint ${where}`);
+      }
+      if (stopRequested && !last) {
+        interrupted = true;
+        break;
+      }
+    }
+  } finally {
+    if (opts.handleSignals) process.off('SIGINT', onSigint);
+  }
+  let finalEval = lastEval;
+  if (!interrupted) {
+    finalEval = await runEval(state.iteration);
+    const table = formatEvalTable(finalEval, initialEval);
+    writeFileSync(join(runDir, 'eval.md'), table + '\n');
+    log('\n' + table);
+  }
+  await Promise.all(envs.map((e) => e.close()));
+  engine.dispose();
+  return { runDir, iterations: state.iteration, initialEval, finalEval: finalEval!, interrupted };
+}
+
+export function formatDuration(seconds: number): string {
+  if (!Number.isFinite(seconds) || seconds < 0) return '?';
+  const m = Math.floor(seconds / 60);
+  const s = Math.round(seconds % 60);
+  return m > 0 ? `${m}m${String(s).padStart(2, '0')}s` : `${s}s`;
+}
+
