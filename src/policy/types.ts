@@ -60,7 +60,7 @@ export interface PolicyEngine {
   generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]>;
   logprobs(batch: ScoredSequence[], temperature?: number): Promise<number[][]>;
   /** One optimiser step on the whole batch (gradients accumulated over micro-batches). */
-  trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature?: number): Promise<TrainStats>;
+  trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature?: number, lr?: number): Promise<TrainStats>;
   save(dir: string): Promise<void>;
   dispose(): void;
 }
