@@ -96,13 +96,21 @@ export function registerNativeMatMul(): boolean {
   };
   tf.unregisterKernel('BatchMatMul', 'wasm');
   tf.registerKernel(nativeKernel);
-  const { sgemm: _sgemm, setThreads: _setThreads, ...details } = blas;
-  status = {
+  status = activeStatus(blas);
+  return true;
+}
+
+function activeStatus(loaded: LoadedBlas): NativeMatMulStatus {
+  const { sgemm: _sgemm, setThreads: _setThreads, ...details } = loaded;
+  const openblas = loaded.coreType
+    ? ` (OpenBLAS ${loaded.coreType} kernels${loaded.coreTypeForced ? ', CPU detection overridden' : ''}, ` +
+      `${loaded.threads} thread${loaded.threads === 1 ? '' : 's'})`
+    : '';
+  return {
     active: true,
-    reason: `BatchMatMul on wasm runs through cblas_sgemm from ${blas.library}`,
+    reason: `BatchMatMul on wasm runs through cblas_sgemm from ${loaded.library}${openblas}`,
     ...details,
   };
-  return true;
 }
 
 /**
@@ -116,7 +124,7 @@ export function setBlasThreads(threads: number): boolean {
   if (!blas?.setThreads) return false;
   blas.setThreads(threads);
   blas.threads = threads;
-  if (status.active) status = { ...status, threads };
+  if (status.active) status = activeStatus(blas);
   return true;
 }
 
