@@ -9,6 +9,7 @@
 import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-wasm';
 import type { BackendWasm } from '@tensorflow/tfjs-backend-wasm';
+import { registerNativeMatMul } from './native-matmul.ts';
 
 let ready: Promise<string> | null = null;
 
@@ -32,7 +33,10 @@ async function pickBackend(preferred: string | undefined): Promise<string> {
     try {
       if (await tf.setBackend(name)) {
         await tf.ready();
-        if (name === 'wasm') registerWasmGapKernels();
+        if (name === 'wasm') {
+          registerWasmGapKernels();
+          registerNativeMatMul();
+        }
         return name;
       }
     } catch {
