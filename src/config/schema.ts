@@ -69,7 +69,7 @@ export const OptimSchema = strict({
 });
 
 export const TrainSchema = strict({
-  iterations: z.number().int().positive().default(40).describe('training iterations (rollout + update)'),
+  iterations: z.number().int().positive().default(25).describe('training iterations (rollout + update)'),
   eval_every: z.number().int().min(0).default(5).describe('evaluate every K iterations (0: only at the end)'),
   checkpoint_every: z.number().int().positive().default(5).describe('save a checkpoint every K iterations'),
   keep_checkpoints: z.number().int().positive().default(3).describe('how many recent checkpoints to keep'),
