@@ -11,6 +11,7 @@ import type { Config } from '../config/schema.ts';
 import { createEnv, environmentCorpus } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
+import { nativeMatMulStatus } from '../policy/tfjs/native-matmul.ts';
 import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { countParameters } from '../policy/tfjs/qwen2.ts';
@@ -81,7 +82,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const envs: Env[] = [probe];
   while (envs.length < Math.max(batchSize, tasks.length * cfg.env.eval_variations)) envs.push(await createEnv(cfg.env));
 
-  log(`empo2 train | run ${runDir} | backend ${backend} | model ${countParameters(engine.model.config).toLocaleString()} parameters, vocab ${engine.tokenizer.vocabSize}`);
+  log(`empo2 train | run ${runDir} | backend ${backend} (${nativeMatMulStatus().reason}) | model ${countParameters(engine.model.config).toLocaleString()} parameters, vocab ${engine.tokenizer.vocabSize}`);
   log(`env ${cfg.env.name}: ${tasks.length} tasks (${tasks.join(', ')}) | ${cfg.rollout.tasks_per_batch} groups x ${cfg.rollout.group_size} rollouts per iteration | ${cfg.train.iterations} iterations` + (resumeFrom ? ` | resuming from ${resumeFrom}` : ''));
 
   let stopRequested = false;
