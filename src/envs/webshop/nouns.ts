@@ -4,16 +4,21 @@
  * wink-nlp with its English lite model tags them. Tokenisation and tags can differ from spaCy's
  * en_core_web_lg (see README.md in this folder for how often, measured on the real catalogue).
  */
-import winkNLP from 'wink-nlp';
-import model from 'wink-eng-lite-web-model';
+import { createRequire } from 'node:module';
+import type winkNLP from 'wink-nlp';
 
 type Nlp = ReturnType<typeof winkNLP>;
+// Loaded on first use: the language model takes ~100 ms to load and is only needed at purchase time.
+const requireLazily = createRequire(import.meta.url);
 let nlp: Nlp | undefined;
 const cache = new Map<string, string[]>();
 const NOUN_TAGS = new Set(['NOUN', 'PROPN']);
 
 function tagger(): Nlp {
-  nlp ??= winkNLP(model, ['pos']);
+  if (!nlp) {
+    const load = requireLazily('wink-nlp') as typeof winkNLP;
+    nlp = load(requireLazily('wink-eng-lite-web-model'), ['pos']);
+  }
   return nlp;
 }
 

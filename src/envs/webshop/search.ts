@@ -22,21 +22,47 @@ const STOP_WORDS = new Set([
 ]);
 
 /**
- * Word tokens after Unicode word-break rules as Lucene's StandardTokenizer applies them: letters,
- * digits and "_" run together; "." "'" "’" ":" join letters to letters, "." "," ";" "'" "’" join
- * digits to digits ("3.5", "1,000", "o'clock"); every other character separates.
+ * Tokens after Unicode word-break rules (UAX #29) as Lucene's StandardTokenizer applies them:
+ * letters, decimal digits and connectors ("_") run together; MidLetter / MidNumLet characters
+ * (":" "." "’" "'" ...) join a letter to a letter, MidNum / MidNumLet characters ("," ";" "." "⁄"
+ * ...) join a digit to a digit ("3.5", "1,000", "o'clock"); each emoji or pictographic symbol
+ * (★, ✔, ™; ZWJ sequences kept whole) and each Han or Hiragana character is a token of its own;
+ * everything else separates.
  */
-const WORD = /[\p{L}\p{M}\p{N}_]+(?:(?:(?<=\p{L})[.'’:](?=\p{L})|(?<=\p{N})[.,;'’](?=\p{N}))[\p{L}\p{M}\p{N}_]+)*/gu;
+const LETTER = String.raw`[\p{L}\p{Nl}]`;
+const IDEOGRAPH = String.raw`[\p{sc=Han}\p{sc=Hiragana}]`;
+const WORD_CHAR = String.raw`(?:(?!${IDEOGRAPH})[\p{L}\p{Nl}\p{Nd}\p{Pc}])`;
+const WORD_PART = String.raw`${WORD_CHAR}(?:${WORD_CHAR}|\p{M})*`;
+const MID_LETTER = String.raw`:\u00B7\u0387\u055F\u05F4\u2027\uFE13\uFE55\uFF1A`;
+const MID_NUM = String.raw`,;\u037E\u0589\u060C\u060D\u066C\u07F8\u2044\uFE10\uFE14\uFE50\uFE54\uFF0C\uFF1B`;
+const MID_NUM_LET = String.raw`.'\u2018\u2019\u2024\uFE52\uFF07\uFF0E`;
+const JOINER = String.raw`(?:(?<=${LETTER}\p{M}*)[${MID_LETTER}${MID_NUM_LET}](?=${LETTER})|(?<=\p{Nd}\p{M}*)[${MID_NUM}${MID_NUM_LET}](?=\p{Nd}))`;
+// Lucene 8's emoji data also counts these Miscellaneous Symbols and Dingbats (★, ☞, ♡) as pictographs.
+const OLD_PICTOGRAPHS = String.raw`\u2600-\u2605\u2607-\u2612\u2614-\u2685\u2690-\u2705\u2708-\u2712\u2714\u2716\u271D\u2721\u2728\u2733\u2734\u2744\u2747\u274C\u274E\u2753-\u2755\u2757\u2763-\u2767\u2795-\u2797\u27A1\u27B0\u27BF`;
+const PICTO = String.raw`(?:\p{Extended_Pictographic}|\p{Regional_Indicator}|[${OLD_PICTOGRAPHS}])[\uFE0F\u{1F3FB}-\u{1F3FF}]*`;
+const EMOJI = String.raw`${PICTO}(?:\u200D${PICTO})*`;
+const TOKEN = new RegExp(`${EMOJI}|${IDEOGRAPH}|${WORD_PART}(?:${JOINER}${WORD_PART})*`, 'gu');
+const HAS_ALNUM = /[\p{L}\p{Nl}\p{Nd}]/u; // ideographs are letters too
+const IS_EMOJI = new RegExp(`^${EMOJI}$`, 'u');
+
+/** Stems by word: the catalogue repeats a small vocabulary, and stemming dominates indexing time. */
+const stems = new Map<string, string>();
 
 export function analyze(text: string): string[] {
   const out: string[] = [];
-  for (const match of text.matchAll(WORD)) {
+  for (const match of text.matchAll(TOKEN)) {
     let token = match[0];
+    if (!HAS_ALNUM.test(token) && !IS_EMOJI.test(token)) continue;
     // EnglishPossessiveFilter: drop a trailing 's
     if (/['’]s$/i.test(token)) token = token.slice(0, -2);
     token = token.toLowerCase();
     if (token === '' || STOP_WORDS.has(token)) continue;
-    out.push(stemmer(token));
+    let stem = stems.get(token);
+    if (stem === undefined) {
+      stem = stemmer(token);
+      stems.set(token, stem);
+    }
+    out.push(stem);
   }
   return out;
 }
