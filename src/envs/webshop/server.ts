@@ -126,7 +126,9 @@ function renderSession(id: string, s: ShopperSession): string {
       parts.push(buttonRow(['Back to Search', '< Prev']));
       const title = segs.find((x) => x.kind === 'text' && x.role === 'title');
       const price = segs.find((x) => x.kind === 'text' && x.role === 'price');
-      parts.push(`<h2 id="product-title">${escapeHtml(title?.text ?? '')}</h2><p class="price">${escapeHtml(price?.text ?? '')}</p>`);
+      const rating = segs.find((x) => x.kind === 'text' && x.text.startsWith('Rating:'));
+      parts.push(`<h2 id="product-title">${escapeHtml(title?.text ?? '')}</h2><p class="price">${escapeHtml(price?.text ?? '')}</p>` +
+        `<p>${escapeHtml(rating?.text ?? '')}</p>`);
       let open = false;
       for (const x of segs) {
         if (x.kind === 'text' && x.role === 'option-name') {
