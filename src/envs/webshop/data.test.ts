@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DATA_ENV_VAR, loadCatalogue, pythonFloatText, resolveDataDir } from './data.ts';
+import { DATA_ENV_VAR, loadCatalogue, loadHumanInstructions, pythonFloatText, resolveDataDir } from './data.ts';
 import { WebShopEnv } from './env.ts';
 
 const saved = process.env[DATA_ENV_VAR];
@@ -69,6 +69,24 @@ describe('WebShop data loading', () => {
       'i want a face cream with color: green, and price lower than 20.00 dollars',
       'i want a face cream with color: red | blue, and price lower than 20.00 dollars',
     ].sort().map((t) => expect.stringMatching(new RegExp(`^${t.replace(/[|.]/g, '\\$&').replace('20\\.00', '(20|30|40|50)\\.00')}$`))));
+  });
+
+  it("reads items_human_ins.json (ASIN -> instructions) and plays human goals from it", () => {
+    const dir = rawShop();
+    writeFileSync(join(dir, 'items_human_ins.json'), JSON.stringify({
+      B000000001: [
+        { asin: 'B000000001', instruction: 'i need a paraben free face cream in green.', instruction_attributes: ['paraben free'], instruction_options: ['green'] },
+        { asin: 'B000000001', instruction: 'skipped: no attributes', instruction_attributes: [], instruction_options: [] },
+      ],
+      B999999999: [{ instruction: 'not in the catalogue', instruction_attributes: ['x'], instruction_options: [] }],
+    }));
+    expect(loadHumanInstructions(join(dir, 'items_human_ins.json')).get('B000000001')).toHaveLength(2);
+    const env = new WebShopEnv({ dataDir: dir, goals: 'human' });
+    expect(env.world.goals).toHaveLength(1);
+    const g = env.world.goals[0];
+    expect(g.goal_options).toEqual(['green']);
+    expect(g.instruction_text).toMatch(/^i need a paraben free face cream in green, and price lower than \d+\.00 dollars$/);
+    expect(() => new WebShopEnv({ dataDir: rawShop(), goals: 'human' })).toThrow(/human-goal file not found/);
   });
 
   it('names the file and line of a broken catalogue line', () => {
