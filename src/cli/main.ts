@@ -79,6 +79,20 @@ program
     await env.close();
   });
 
+const webshop = program.command('webshop').description('the WebShop environment');
+webshop
+  .command('serve')
+  .description('start a local shop page to pick a goal, search, click and buy, showing the reward and its parts')
+  .option('--host <host>', 'interface to listen on', '127.0.0.1')
+  .option('--port <port>', 'port (0 picks a free one)', '3000')
+  .option('--data <dir>', 'directory with the WebShop data files (default: ../shared/data/webshop or $EMPO2_WEBSHOP_DATA)')
+  .action(async (opts) => {
+    const { startWebShopServer } = await import('../envs/webshop/index.ts');
+    const server = await startWebShopServer({ host: opts.host, port: Number(opts.port), ...(opts.data ? { dataDir: opts.data } : {}) });
+    console.log(`WebShop is open at ${server.url} (Ctrl-C to stop)`);
+    process.on('SIGINT', () => void server.close().then(() => process.exit(0)));
+  });
+
 program.parseAsync(process.argv).catch((e: unknown) => {
   const err = e as Error;
   console.error(`empo2: ${err instanceof ConfigError ? '' : 'error: '}${err.message}`);

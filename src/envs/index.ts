@@ -17,8 +17,12 @@ export async function createEnv(s: EnvSettings): Promise<Env> {
       const { createBuiltinEnv } = await import('./builtin/index.ts');
       return createBuiltinEnv({ ...(s.options as object), ...(s.tasks ? { tasks: s.tasks } : {}), ...(s.max_steps ? { maxSteps: s.max_steps } : {}) });
     }
+    case 'webshop': {
+      const { createWebShopEnv } = await import('./webshop/index.ts');
+      return createWebShopEnv({ ...(s.options as object), ...(s.max_steps ? { maxSteps: s.max_steps } : {}) });
+    }
     default:
-      throw new Error(`environment "${s.name}" is not available in this build (known: builtin)`);
+      throw new Error(`environment "${s.name}" is not available (known: builtin, webshop)`);
   }
 }
 
