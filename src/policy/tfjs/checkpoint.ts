@@ -56,7 +56,7 @@ export function loadModelDir(dir: string): LoadedPolicy {
       const t = contents.tensors.get(name);
       if (!t) throw new Error(`${dir}: weights have no tensor "${name}" (needed by config.json)`);
       if (t.shape.join(',') !== shape.join(',')) throw new Error(`${dir}: tensor "${name}" has shape [${t.shape}] but config.json implies [${shape}]`);
-      params.set(name, tf.variable(tf.tensor(toFloat32(t), shape), true, name));
+      params.set(name, tf.variable(tf.tensor(toFloat32(t), shape), true)); // unnamed: see Qwen2Model.random
     }
   } catch (e) {
     for (const v of params.values()) v.dispose();

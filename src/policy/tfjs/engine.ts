@@ -187,7 +187,6 @@ export class TfjsEngine implements PolicyEngine {
 
   async trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature = 1, lr?: number): Promise<TrainStats> {
     const params = [...this.model.params.values()];
-    const names = [...this.model.params.keys()];
     const gradSums = new Map<string, tf.Tensor>();
     let lossSum = 0;
     let tokens = 0;
@@ -198,7 +197,7 @@ export class TfjsEngine implements PolicyEngine {
       const seqs = group.map((i) => batch[i]);
       if (seqs.every((s) => s.response.length === 0)) continue;
       let stats: tf.Tensor[] = [];
-      const { grads } = tf.variableGrads(() => {
+      const { value, grads } = tf.variableGrads(() => {
         const logp = responseLogprobs(this.model, seqs, temperature, this.options.padToken);
         const flat = (pick: (s: TrainSequence) => number[]) => tf.tensor1d(seqs.flatMap(pick));
         const terms = objectiveTerms(
@@ -215,14 +214,15 @@ export class TfjsEngine implements PolicyEngine {
         return terms.lossSum;
       }, params);
       const [l, n, c, r, k] = stats.map((t) => t.dataSync()[0]);
-      tf.dispose(stats);
+      tf.dispose([...stats, value]);
       lossSum += l;
       tokens += n;
       clipped += c;
       ratioSum += r;
       klSum += k;
-      for (const name of names) {
-        const g = grads[name];
+      // variableGrads keys gradients by tfjs variable name, which is not the parameter's name.
+      for (const [name, variable] of this.model.params) {
+        const g = grads[variable.name];
         if (!g) continue;
         const prev = gradSums.get(name);
         if (prev) {

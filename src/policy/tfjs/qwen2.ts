@@ -115,7 +115,9 @@ export class Qwen2Model {
         return tf.randomNormal(shape, 0, std, 'float32', seed * 1000 + k);
       });
       k++;
-      params.set(name, tf.variable(init, true, name));
+      // tfjs keeps one global registry of variable names; leaving the name to tfjs keeps it unique,
+      // so several models (policy, reference, a loaded checkpoint) can live in one process.
+      params.set(name, tf.variable(init, true));
       init.dispose();
     }
     return new Qwen2Model(config, params);
