@@ -1,0 +1,151 @@
+import { afterAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { applyOverride, ConfigError, describeOptions, loadConfig } from './load.ts';
+import { ConfigSchema } from './schema.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'empo2-config-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+function errorOf(fn: () => unknown): Error {
+  try {
+    fn();
+  } catch (e) {
+    return e as Error;
+  }
+  throw new Error('expected an error, got none');
+}
+
+describe('loadConfig', () => {
+  it('defaults alone validate and match the schema defaults', () => {
+    const cfg = loadConfig(null);
+    expect(cfg).toEqual(ConfigSchema.parse({}));
+    expect(cfg.rollout.group_size).toBe(8);
+    expect(cfg.algo.clip_low).toBe(0.2);
+    expect(cfg.algo.clip_high).toBe(0.3);
+  });
+
+  it('an unknown key is refused, naming the full key path and suggesting the closest option', () => {
+    const e = errorOf(() => loadConfig(null, ['rollout.group_sise=3']));
+    expect(e).toBeInstanceOf(ConfigError);
+    expect(e.message).toContain('rollout.group_sise');
+    expect(e.message).toContain('unknown option');
+    expect(e.message).toContain('did you mean "group_size"');
+  });
+
+  it('an unknown top-level key is refused too, with a suggestion', () => {
+    const e = errorOf(() => loadConfig(null, ['sead=3']));
+    expect(e.message).toContain('sead: unknown option');
+    expect(e.message).toContain('did you mean "seed"');
+  });
+
+  it('an unknown key far from every option gets no suggestion', () => {
+    const e = errorOf(() => loadConfig(null, ['optim.zzzzzzzzzzzz=1']));
+    expect(e.message).toContain('optim.zzzzzzzzzzzz: unknown option');
+    expect(e.message).not.toContain('did you mean');
+  });
+
+  it('a wrong type is refused, naming the key', () => {
+    const e = errorOf(() => loadConfig(null, ['rollout.group_size=abc']));
+    expect(e).toBeInstanceOf(ConfigError);
+    expect(e.message).toMatch(/rollout\.group_size: .*number/i);
+    const e2 = errorOf(() => loadConfig(null, ['rollout.constrained=3']));
+    expect(e2.message).toMatch(/rollout\.constrained: .*boolean/i);
+  });
+
+  it('an out-of-range value is refused, naming the key', () => {
+    const e = errorOf(() => loadConfig(null, ['rollout.top_p=1.5']));
+    expect(e.message).toContain('rollout.top_p');
+    const e2 = errorOf(() => loadConfig(null, ['rollout.group_size=2.5']));
+    expect(e2.message).toContain('rollout.group_size');
+  });
+
+  it('overrides parse numbers (incl. exponent form), booleans, null, strings and lists', () => {
+    const cfg = loadConfig(null, ['optim.lr=1e-4', 'rollout.group_size=3', 'rollout.constrained=false', 'algo.dual_clip=null', 'run_dir=runs/x', 'env.tasks=[fetch, boil]']);
+    expect(cfg.optim.lr).toBe(1e-4);
+    expect(cfg.rollout.group_size).toBe(3);
+    expect(cfg.rollout.constrained).toBe(false);
+    expect(cfg.algo.dual_clip).toBeNull();
+    expect(cfg.run_dir).toBe('runs/x');
+    expect(cfg.env.tasks).toEqual(['fetch', 'boil']);
+  });
+
+  it('an override without "=" or into a non-section is refused', () => {
+    expect(() => loadConfig(null, ['rollout.group_size'])).toThrow(/must look like key\.path=value/);
+    // A scalar set earlier cannot become a section...
+    expect(() => loadConfig(null, ['seed=1', 'seed.x=1'])).toThrow(/override "seed\.x=1": seed is not a section/);
+    // ...and a section made where the schema wants a scalar is refused by validation, naming the key.
+    expect(() => loadConfig(null, ['seed.x=1'])).toThrow(/seed: .*expected number/);
+  });
+
+  it('loads a YAML file, and overrides win over the file', () => {
+    const file = join(dir, 'run.yaml');
+    writeFileSync(file, 'seed: 7\nrollout:\n  group_size: 4\n  temperature: 0.7\nenv:\n  tasks: [fetch]\n');
+    const cfg = loadConfig(file, ['rollout.group_size=5']);
+    expect(cfg.seed).toBe(7);
+    expect(cfg.rollout.temperature).toBe(0.7);
+    expect(cfg.rollout.group_size).toBe(5);
+    expect(cfg.env.tasks).toEqual(['fetch']);
+    // Untouched sections keep their defaults.
+    expect(cfg.optim.lr).toBe(ConfigSchema.parse({}).optim.lr);
+  });
+
+  it('loads a JSON file (YAML is a superset)', () => {
+    const file = join(dir, 'run.json');
+    writeFileSync(file, JSON.stringify({ algo: { kl_coef: 0.05 } }));
+    expect(loadConfig(file).algo.kl_coef).toBe(0.05);
+  });
+
+  it('errors from a file name the file and the key', () => {
+    const file = join(dir, 'bad.yaml');
+    writeFileSync(file, 'algo:\n  clip_hgh: 0.3\n');
+    const e = errorOf(() => loadConfig(file));
+    expect(e.message).toContain(file);
+    expect(e.message).toContain('algo.clip_hgh');
+    expect(e.message).toContain('did you mean "clip_high"');
+  });
+
+  it('an empty file means all defaults', () => {
+    const file = join(dir, 'empty.yaml');
+    writeFileSync(file, '');
+    expect(loadConfig(file)).toEqual(ConfigSchema.parse({}));
+  });
+
+  it('a missing file gives "config file not found" with the path', () => {
+    const missing = join(dir, 'nope.yaml');
+    const e = errorOf(() => loadConfig(missing));
+    expect(e).toBeInstanceOf(ConfigError);
+    expect(e.message).toBe(`config file not found: ${missing}`);
+  });
+
+  it('invalid YAML and a non-mapping top level are refused, naming the file', () => {
+    const bad = join(dir, 'broken.yaml');
+    writeFileSync(bad, 'seed: [1, 2\n');
+    expect(() => loadConfig(bad)).toThrow(new RegExp(`config file ${bad.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} is not valid YAML`));
+    const list = join(dir, 'list.yaml');
+    writeFileSync(list, '- 1\n- 2\n');
+    expect(() => loadConfig(list)).toThrow(/must hold a mapping of options at the top level/);
+  });
+});
+
+describe('applyOverride', () => {
+  it('creates missing sections and keeps siblings', () => {
+    const raw: Record<string, unknown> = { rollout: { temperature: 0.5 } };
+    applyOverride(raw, 'rollout.group_size=2');
+    applyOverride(raw, 'optim.lr=0.01');
+    expect(raw).toEqual({ rollout: { temperature: 0.5, group_size: 2 }, optim: { lr: 0.01 } });
+  });
+});
+
+describe('describeOptions', () => {
+  it('lists every leaf option with its default, e.g. rollout.group_size 8', () => {
+    const lines = describeOptions();
+    const groupSize = lines.find((l) => l.trim().startsWith('rollout.group_size'));
+    expect(groupSize).toBeDefined();
+    expect(groupSize).toMatch(/rollout\.group_size\s+8\s/);
+    for (const key of ['seed', 'run_dir', 'env.options', 'model.path', 'algo.dual_clip', 'optim.micro_batch_tokens', 'train.iterations']) {
+      expect(lines.some((l) => l.trim().startsWith(key + ' '))).toBe(true);
+    }
+  });
+});

@@ -1,0 +1,342 @@
+/**
+ * The training loop end to end on the built-in environment with a tiny model (hidden 32, one
+ * layer, vocabulary 300, one task, groups of 3, episodes cut at 6 steps), plus grpoUpdate on
+ * hand-made episodes against a recording engine.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadConfig } from '../config/load.ts';
+import type { Config } from '../config/schema.ts';
+import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
+import { initBackend } from '../policy/tfjs/backend.ts';
+import type { GenerateOptions, Generation, PolicyEngine, ScoredSequence, TrainSequence, TrainStats } from '../policy/types.ts';
+import type { ObjectiveConfig } from '../algo/objective.ts';
+import { Rng } from '../util/rng.ts';
+import { latestCheckpoint, loadCheckpoint } from './checkpoint.ts';
+import { grpoUpdate, type GrpoSettings } from './grpo.ts';
+import type { Episode, StepRecord } from './rollout.ts';
+import { createEngine, train } from './trainer.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'empo2-trainer-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+/**
+ * Seed 2 with groups of 3 and 6-step episodes gives rollouts whose scores differ within the group
+ * at iterations 2 and 3, so those iterations really update the weights (and the resume test
+ * checks restored optimiser moments, not only weights). If the environment or sampler changes
+ * and the "iteration 3 trains" check below fails, pick another seed where it does.
+ */
+function tinyConfig(runDir: string, iterations: number): Config {
+  return loadConfig(null, [
+    `run_dir=${runDir}`,
+    'seed=2',
+    'model.hidden_size=32',
+    'model.intermediate_size=64',
+    'model.num_hidden_layers=1',
+    'model.vocab_size=300',
+    'env.tasks=[fetch]',
+    'env.eval_variations=1',
+    'env.max_steps=6',
+    'rollout.tasks_per_batch=1',
+    'rollout.group_size=3',
+    `train.iterations=${iterations}`,
+    'train.checkpoint_every=1',
+    'train.eval_every=1',
+  ]);
+}
+
+interface MetricLine {
+  type: 'train' | 'eval';
+  iteration: number;
+  [key: string]: unknown;
+}
+const metrics = (runDir: string): MetricLine[] =>
+  readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as MetricLine);
+
+/** A train line without the fields that measure wall-clock time. */
+const withoutTimings = (m: MetricLine) => Object.fromEntries(Object.entries(m).filter(([k]) => !/seconds|per_s/.test(k)));
+
+function weightsOf(checkpointDir: string): Map<string, Float32Array> {
+  const contents = readSafetensors(join(checkpointDir, 'model.safetensors'));
+  return new Map([...contents.tensors].map(([k, t]) => [k, toFloat32(t)]));
+}
+
+function expectSameWeights(a: Map<string, Float32Array>, b: Map<string, Float32Array>): void {
+  expect([...a.keys()].sort()).toEqual([...b.keys()].sort());
+  for (const [k, x] of a) expect(Array.from(b.get(k)!), k).toEqual(Array.from(x));
+}
+
+describe('train() end to end', () => {
+  const runDir = join(root, 'run');
+  const straightDir = join(root, 'straight');
+  const logs: string[] = [];
+  const resumeLogs: string[] = [];
+
+  beforeAll(async () => {
+    await initBackend();
+    const result = await train(tinyConfig(runDir, 2), { resume: false, log: (l) => logs.push(l) });
+    expect(result.iterations).toBe(2);
+    expect(result.interrupted).toBe(false);
+  });
+
+  it('writes two train lines and eval lines at iterations 0, 1 and 2 to metrics.jsonl', () => {
+    const m = metrics(runDir);
+    expect(m.filter((x) => x.type === 'train').map((x) => x.iteration)).toEqual([1, 2]);
+    expect(m.filter((x) => x.type === 'eval').map((x) => x.iteration)).toEqual([0, 1, 2]);
+    const first = m.find((x) => x.type === 'train')!;
+    for (const key of ['env_steps', 'mean_score', 'success_rate', 'loss', 'clip_fraction', 'grad_norm', 'sequences', 'trained_tokens']) {
+      expect(typeof first[key], key).toBe('number');
+    }
+    // 3 episodes of at most 6 steps.
+    expect(first.env_steps as number).toBeGreaterThan(0);
+    expect(first.env_steps as number).toBeLessThanOrEqual(18);
+    expect(m.find((x) => x.type === 'eval')!.episodes).toBe(1);
+  });
+
+  it('writes checkpoints with the policy, optimiser and trainer state, and latest.json points at the last', () => {
+    for (const it of ['iter-000001', 'iter-000002']) {
+      for (const f of ['config.json', 'model.safetensors', 'tokenizer.json', 'optimizer.safetensors', 'trainer_state.json']) {
+        expect(existsSync(join(runDir, 'checkpoints', it, f)), `${it}/${f}`).toBe(true);
+      }
+    }
+    expect(latestCheckpoint(runDir)).toBe(join(runDir, 'checkpoints', 'iter-000002'));
+    const state = JSON.parse(readFileSync(join(runDir, 'checkpoints', 'iter-000002', 'trainer_state.json'), 'utf8'));
+    expect(state.iteration).toBe(2);
+    expect(state.envSteps).toBe(metrics(runDir).filter((x) => x.type === 'train')[1].env_steps);
+  });
+
+  it('writes eval.md (a table from iteration 0 to 2) and config.yaml, and logs progress', () => {
+    const table = readFileSync(join(runDir, 'eval.md'), 'utf8');
+    expect(table).toContain('score (iter 0)');
+    expect(table).toContain('score (iter 2)');
+    expect(table).toMatch(/\| fetch \| 1 \|/);
+    expect(table).toContain('| **all** |');
+    expect(readFileSync(join(runDir, 'config.yaml'), 'utf8')).toContain('group_size: 3');
+    expect(logs.some((l) => l.startsWith('iter 1/2 |'))).toBe(true);
+    expect(logs.some((l) => l.startsWith('iter 2/2 |'))).toBe(true);
+  });
+
+  it('the engine loaded from a checkpoint holds exactly the saved weights and optimiser state', async () => {
+    const dir = latestCheckpoint(runDir)!;
+    const { engine, loaded } = await createEngine(tinyConfig(runDir, 2), dir);
+    expect(loaded!.state.iteration).toBe(2);
+    const saved = weightsOf(dir);
+    expectSameWeights(saved, new Map([...engine.model.params].map(([k, v]) => [k, Float32Array.from(v.dataSync())])));
+    const opt = readSafetensors(join(dir, 'optimizer.safetensors'));
+    expect(engine.optimizer.step).toBe(Number(opt.metadata.step));
+    for (const [key, t] of opt.tensors) {
+      const store = key.startsWith('m.') ? engine.optimizer.m : engine.optimizer.v;
+      expect(Array.from(store.get(key.slice(2))!.dataSync()), key).toEqual(Array.from(toFloat32(t)));
+    }
+    engine.dispose();
+  });
+
+  it('resume to 3 iterations continues at iteration 3 and ends exactly where an uninterrupted 3-iteration run ends', async () => {
+    await train(tinyConfig(runDir, 3), { resume: true, log: (l) => resumeLogs.push(l) });
+    expect(resumeLogs.some((l) => l.includes(`resuming from ${join(runDir, 'checkpoints', 'iter-000002')}`))).toBe(true);
+    expect(resumeLogs.some((l) => l.startsWith('iter 1/') || l.startsWith('iter 2/'))).toBe(false);
+    expect(resumeLogs.some((l) => l.startsWith('iter 3/3 |'))).toBe(true);
+    const m = metrics(runDir);
+    expect(m.filter((x) => x.type === 'train').map((x) => x.iteration)).toEqual([1, 2, 3]);
+    // No second "iteration 0" evaluation on resume.
+    expect(m.filter((x) => x.type === 'eval').map((x) => x.iteration)).toEqual([0, 1, 2, 3]);
+    expect(latestCheckpoint(runDir)).toBe(join(runDir, 'checkpoints', 'iter-000003'));
+
+    await train(tinyConfig(straightDir, 3), { resume: false, log: () => {} });
+    const straight = metrics(straightDir).filter((x) => x.type === 'train');
+    const resumed = m.filter((x) => x.type === 'train');
+    expect(straight[2].sequences as number, 'iteration 3 must train for this comparison to cover the optimiser state (see tinyConfig)').toBeGreaterThan(0);
+    // Same rollouts, same update statistics, bit-identical weights: model, optimiser moments and
+    // the task-sampling RNG were all restored.
+    expect(resumed.map(withoutTimings)).toEqual(straight.map(withoutTimings));
+    expectSameWeights(weightsOf(join(straightDir, 'checkpoints', 'iter-000003')), weightsOf(join(runDir, 'checkpoints', 'iter-000003')));
+    // And iteration 3 did change the weights.
+    const w2 = weightsOf(join(runDir, 'checkpoints', 'iter-000002'));
+    const w3 = weightsOf(join(runDir, 'checkpoints', 'iter-000003'));
+    expect([...w2].some(([k, x]) => x.some((v, i) => v !== w3.get(k)![i]))).toBe(true);
+  });
+
+  it('refuses to start a fresh run in a run_dir that already holds one', async () => {
+    await expect(train(tinyConfig(runDir, 5), { resume: false, log: () => {} })).rejects.toThrow(`${runDir} already holds a run; use --resume`);
+  });
+
+  it('refuses --resume when there is no checkpoint', async () => {
+    const empty = join(root, 'empty');
+    await expect(train(tinyConfig(empty, 2), { resume: true, log: () => {} })).rejects.toThrow(`--resume: no checkpoint in ${join(empty, 'checkpoints')}`);
+  });
+
+  it('a corrupt latest.json gives a clear error naming it', async () => {
+    const dir = join(root, 'corrupt-pointer');
+    await train(tinyConfig(dir, 1), { resume: false, log: () => {} });
+    const pointer = join(dir, 'checkpoints', 'latest.json');
+    writeFileSync(pointer, '{"checkpoint": "iter-0000');
+    await expect(train(tinyConfig(dir, 2), { resume: true, log: () => {} })).rejects.toThrow(`${pointer} is corrupt`);
+    // Pointing at a checkpoint that is not there is named too.
+    writeFileSync(pointer, JSON.stringify({ checkpoint: 'iter-000009' }));
+    await expect(train(tinyConfig(dir, 2), { resume: true, log: () => {} })).rejects.toThrow(`${pointer} names iter-000009, which does not exist`);
+    // A truncated weight file in the checkpoint names the checkpoint and the file.
+    writeFileSync(pointer, JSON.stringify({ checkpoint: 'iter-000001' }));
+    const weights = join(dir, 'checkpoints', 'iter-000001', 'model.safetensors');
+    truncateSync(weights, Math.floor(statSync(weights).size / 2));
+    await expect(train(tinyConfig(dir, 2), { resume: true, log: () => {} })).rejects.toThrow(new RegExp(`checkpoint .*iter-000001 cannot be loaded: .*model\\.safetensors`));
+  });
+
+  it('a checkpoint missing its trainer state is reported as incomplete', () => {
+    const dir = join(root, 'corrupt-pointer', 'checkpoints', 'iter-000001');
+    rmSync(join(dir, 'trainer_state.json'));
+    expect(() => loadCheckpoint(dir)).toThrow(`checkpoint ${dir} is incomplete: ${join(dir, 'trainer_state.json')} is missing`);
+  });
+});
+
+describe('grpoUpdate on hand-made episodes', () => {
+  /** Records every trainStep batch; scores nothing. */
+  class RecordingEngine implements PolicyEngine {
+    readonly tokenizer = { encode: () => [], decode: () => '', vocabSize: 0, tokenToId: () => undefined };
+    readonly batches: TrainSequence[][] = [];
+    async generate(_p: number[][], _o: GenerateOptions): Promise<Generation[]> {
+      throw new Error('not used');
+    }
+    async logprobs(_b: ScoredSequence[]): Promise<number[][]> {
+      throw new Error('not used');
+    }
+    async trainStep(batch: TrainSequence[], _o: ObjectiveConfig): Promise<TrainStats> {
+      this.batches.push(batch);
+      const tokens = batch.reduce((a, s) => a + s.mask.reduce((x, y) => x + y, 0), 0);
+      return { loss: 0.25, tokens, clipFraction: 0.1, meanRatio: 1, kl: 0, gradNorm: 2 };
+    }
+    async save(): Promise<void> {}
+    dispose(): void {}
+  }
+
+  let nextPrompt = 0;
+  const step = (reward: number, responseLength = 2, logprob = -0.5): StepRecord => ({
+    // Each step gets a distinct one-token prompt so samples can be traced back to their step.
+    prompt: [nextPrompt++],
+    response: Array.from({ length: responseLength }, (_, i) => 100 + i),
+    logprobs: new Array(responseLength).fill(logprob),
+    action: 'a',
+    reward,
+    score: 0,
+  });
+  const episode = (group: number, steps: StepRecord[]): Episode => ({ task: 'fetch', variation: group, group, steps, score: 0, success: false });
+
+  const settings = (o: Partial<GrpoSettings> = {}): GrpoSettings => ({
+    objective: { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: null },
+    seqMinLogprob: null,
+    minibatches: 1,
+    epochs: 1,
+    rewardScale: 0.01,
+    skipZeroAdvantage: true,
+    temperature: 1,
+    ...o,
+  });
+
+  /**
+   * Group 0: returns 50·0.01 and 50·0.01 (equal) -> A = 0 for both.
+   * Group 1: returns (20 + 30)·0.01 = 0.5 and 0 -> mean 0.25, unbiased std √(2·0.25²) = 0.353553,
+   *          A = ±0.25 / (0.353553 + 1e-6) = ±0.707105.
+   * Group 2: one rollout, return 1 -> mean 0, std 1 -> A = 1 / (1 + 1e-6).
+   */
+  function handEpisodes() {
+    const e = {
+      g0a: episode(0, [step(20), step(30)]),
+      g0b: episode(0, [step(50)]),
+      g1win: episode(1, [step(20), step(30, 3), step(0, 0)]),
+      g1lose: episode(1, [step(0), step(0)]),
+      g2: episode(2, [step(100, 4)]),
+    };
+    return e;
+  }
+  const A1 = 0.25 / (Math.sqrt(2 * 0.25 ** 2) + 1e-6);
+  const A2 = 1 / (1 + 1e-6);
+
+  it('gives every token of every step its rollout\'s group-normalised return and skips zero-advantage groups', async () => {
+    const e = handEpisodes();
+    const engine = new RecordingEngine();
+    const stats = await grpoUpdate(engine, Object.values(e), settings(), new Rng(1));
+    expect(engine.batches).toHaveLength(1);
+    const samples = engine.batches[0];
+    const byPrompt = new Map(samples.map((s) => [s.prompt[0], s]));
+    // Group 0 (equal returns) contributes nothing; the empty response of g1win is left out.
+    for (const st of [...e.g0a.steps, ...e.g0b.steps]) expect(byPrompt.has(st.prompt[0])).toBe(false);
+    expect(byPrompt.has(e.g1win.steps[2].prompt[0])).toBe(false);
+    expect(samples).toHaveLength(2 + 2 + 1);
+    const expectAdvantage = (st: StepRecord, A: number) => {
+      const s = byPrompt.get(st.prompt[0])!;
+      expect(s.response).toEqual(st.response);
+      expect(s.oldLogprobs).toEqual(st.logprobs);
+      expect(s.mask).toEqual(st.response.map(() => 1));
+      expect(s.advantages).toHaveLength(st.response.length);
+      for (const a of s.advantages) expect(a).toBeCloseTo(A, 9);
+    };
+    expectAdvantage(e.g1win.steps[0], A1);
+    expectAdvantage(e.g1win.steps[1], A1);
+    expectAdvantage(e.g1lose.steps[0], -A1);
+    expectAdvantage(e.g1lose.steps[1], -A1);
+    expectAdvantage(e.g2.steps[0], A2);
+    expect(A1).toBeCloseTo(0.707105, 5);
+    expect(stats.sequences).toBe(5);
+    expect(stats.optimizerSteps).toBe(1);
+    expect(stats.tokens).toBe(2 + 3 + 2 + 2 + 4);
+    // Mean of the raw scaled returns [0.5, 0.5, 0.5, 0, 1].
+    expect(stats.meanReturn).toBeCloseTo(2.5 / 5, 12);
+    expect(stats.droppedLowProb).toBe(0);
+  });
+
+  it('with skip_zero_advantage off, zero-advantage steps are trained with A = 0', async () => {
+    const e = handEpisodes();
+    const engine = new RecordingEngine();
+    const stats = await grpoUpdate(engine, Object.values(e), settings({ skipZeroAdvantage: false }), new Rng(1));
+    expect(stats.sequences).toBe(8);
+    const g0 = engine.batches[0].filter((s) => [...e.g0a.steps, ...e.g0b.steps].some((st) => st.prompt[0] === s.prompt[0]));
+    expect(g0).toHaveLength(3);
+    for (const s of g0) expect(s.advantages.every((a) => a === 0)).toBe(true);
+  });
+
+  it('a KL penalty keeps zero-advantage steps (they still carry the KL gradient)', async () => {
+    const engine = new RecordingEngine();
+    const s = settings();
+    const stats = await grpoUpdate(engine, Object.values(handEpisodes()), { ...s, objective: { ...s.objective, klCoef: 0.1 } }, new Rng(1));
+    expect(stats.sequences).toBe(8);
+  });
+
+  it('sequence-level low-probability masking zeroes the mask of a response whose min old log-prob is below the threshold', async () => {
+    const lowStep = step(100, 3, -6);
+    const eps = [episode(5, [lowStep, step(0)]), episode(5, [step(0)])];
+    const engine = new RecordingEngine();
+    const stats = await grpoUpdate(engine, eps, settings({ seqMinLogprob: -5 }), new Rng(1));
+    expect(stats.droppedLowProb).toBe(1);
+    const dropped = engine.batches[0].find((x) => x.prompt[0] === lowStep.prompt[0])!;
+    expect(dropped.mask).toEqual([0, 0, 0]);
+    expect(engine.batches[0].filter((x) => x.mask.every((m) => m === 1))).toHaveLength(2);
+  });
+
+  it('minibatches × epochs optimiser steps, each epoch covering every sample exactly once', async () => {
+    const e = handEpisodes();
+    const engine = new RecordingEngine();
+    const stats = await grpoUpdate(engine, Object.values(e), settings({ minibatches: 2, epochs: 2 }), new Rng(3));
+    expect(stats.optimizerSteps).toBe(4);
+    expect(engine.batches.map((b) => b.length)).toEqual([3, 2, 3, 2]);
+    for (const epoch of [0, 1]) {
+      const prompts = engine.batches.slice(epoch * 2, epoch * 2 + 2).flat().map((s) => s.prompt[0]).sort((a, b) => a - b);
+      expect(prompts).toEqual([e.g1win.steps[0], e.g1win.steps[1], e.g1lose.steps[0], e.g1lose.steps[1], e.g2.steps[0]].map((s) => s.prompt[0]).sort((a, b) => a - b));
+    }
+    // Averages over optimiser steps of what the engine reported.
+    expect(stats.loss).toBeCloseTo(0.25, 12);
+    expect(stats.gradNorm).toBeCloseTo(2, 12);
+  });
+
+  it('a batch where every group is uniform takes no optimiser step', async () => {
+    const engine = new RecordingEngine();
+    const stats = await grpoUpdate(engine, [episode(0, [step(10)]), episode(0, [step(10)])], settings(), new Rng(1));
+    expect(engine.batches).toHaveLength(0);
+    expect(stats.optimizerSteps).toBe(0);
+    expect(stats.sequences).toBe(0);
+    expect(stats.meanRatio).toBe(1);
+  });
+});

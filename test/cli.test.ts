@@ -1,0 +1,155 @@
+/**
+ * The `empo2` command as a user runs it: `node bin/empo2.js ...` in a child process from the
+ * repository root. The training runs use a tiny model (hidden 32, one layer, vocabulary 300) on one
+ * built-in task with short episodes, so each takes a few seconds.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { initBackend } from '../src/policy/tfjs/backend.ts';
+import { latestCheckpoint, loadCheckpoint } from '../src/trainer/checkpoint.ts';
+
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const bin = join(repoRoot, 'bin', 'empo2.js');
+const root = mkdtempSync(join(tmpdir(), 'empo2-cli-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+interface Finished {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+function start(args: string[]): { child: ChildProcess; done: Promise<Finished>; stdout: () => string } {
+  const child = spawn(process.execPath, [bin, ...args], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1' } });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const done = new Promise<Finished>((resolvePromise, reject) => {
+    child.on('error', reject);
+    child.on('close', (code, signal) => resolvePromise({ code, signal, stdout, stderr }));
+  });
+  return { child, done, stdout: () => stdout };
+}
+
+const run = (args: string[]) => start(args).done;
+
+/** Tiny training settings as --set overrides. */
+const TINY = [
+  'model.hidden_size=32',
+  'model.intermediate_size=64',
+  'model.num_hidden_layers=1',
+  'model.vocab_size=300',
+  'env.tasks=[fetch]',
+  'env.eval_variations=1',
+  'env.max_steps=4',
+  'rollout.tasks_per_batch=1',
+  'rollout.group_size=2',
+  'train.eval_every=0',
+  // Only the interrupt (or the end) writes a checkpoint, so the test sees the interrupt path save.
+  'train.checkpoint_every=1000',
+].flatMap((s) => ['--set', s]);
+
+describe('empo2 CLI', () => {
+  beforeAll(async () => {
+    await initBackend();
+  });
+
+  it('train --help lists every option with its default', async () => {
+    const r = await run(['train', '--help']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('--resume');
+    expect(r.stdout).toMatch(/rollout\.group_size\s+8\s/);
+    expect(r.stdout).toMatch(/algo\.clip_high\s+0\.3\s/);
+    expect(r.stdout).toMatch(/run_dir\s+"runs\/default"/);
+  });
+
+  it('an unknown config key exits non-zero naming the key and the likely option', async () => {
+    const r = await run(['train', '--set', 'rollout.group_sise=3', '--run-dir', join(root, 'never')]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toContain('rollout.group_sise');
+    expect(r.stderr).toContain('did you mean "group_size"');
+    // A short message, not a stack trace.
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it('a value of the wrong type exits non-zero naming the key', async () => {
+    const r = await run(['train', '--set', 'rollout.group_size=many', '--run-dir', join(root, 'never')]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/rollout\.group_size: .*expected number/);
+  });
+
+  it('eval on a missing path exits non-zero with a clear message', async () => {
+    const missing = join(root, 'no-such-run');
+    const r = await run(['eval', missing]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toContain(`model directory not found: ${missing}`);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it('--resume without a checkpoint exits non-zero saying so', async () => {
+    const dir = join(root, 'nothing-here');
+    const r = await run(['train', '--run-dir', dir, '--resume', ...TINY]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toContain(`--resume: no checkpoint in ${join(dir, 'checkpoints')}`);
+  });
+
+  it('Ctrl-C during training saves a loadable checkpoint and exits; --resume continues with the next iteration', async () => {
+    const runDir = join(root, 'interrupted');
+    // 50 iterations take ~10 s here: if the interrupt were ignored the run would end on its own and fail below.
+    const proc = start(['train', '--run-dir', runDir, '--iterations', '50', ...TINY]);
+    // Wait for the first iteration's progress line, then interrupt.
+    await new Promise<void>((resolveWait, reject) => {
+      const timer = setInterval(() => {
+        if (/^iter 1\/50 \|/m.test(proc.stdout())) {
+          clearInterval(timer);
+          proc.child.kill('SIGINT');
+          resolveWait();
+        } else if (proc.child.exitCode !== null) {
+          clearInterval(timer);
+          reject(new Error(`train exited before its first iteration:\n${proc.stdout()}`));
+        }
+      }, 20);
+    });
+    const r = await proc.done;
+    expect(r.stdout).toContain('interrupt: finishing this iteration, saving a checkpoint, then stopping');
+    const stopped = /stopped at iteration (\d+); continue with: empo2 train --run-dir (.+) --resume/.exec(r.stdout);
+    expect(stopped, r.stdout + r.stderr).not.toBeNull();
+    expect(r.code).toBe(130);
+    const stoppedAt = Number(stopped![1]);
+    expect(stoppedAt).toBeGreaterThanOrEqual(1);
+    expect(stoppedAt).toBeLessThan(50);
+
+    // The checkpoint written on the way out is complete and loads.
+    const dir = latestCheckpoint(runDir)!;
+    expect(dir).toBe(join(runDir, 'checkpoints', `iter-${String(stoppedAt).padStart(6, '0')}`));
+    const loaded = loadCheckpoint(dir);
+    expect(loaded.state.iteration).toBe(stoppedAt);
+    expect(loaded.model.config.hidden_size).toBe(32);
+    loaded.model.dispose();
+    const trainLines = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((m) => m.type === 'train');
+    expect(trainLines.map((m) => m.iteration)).toEqual(Array.from({ length: stoppedAt }, (_, i) => i + 1));
+
+    // Resume for one more iteration: the saved config.yaml supplies the tiny settings.
+    const next = stoppedAt + 1;
+    const resumed = await run(['train', '--run-dir', runDir, '--resume', '--iterations', String(next)]);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    const lines = resumed.stdout.split('\n');
+    expect(lines.find((l) => l.includes('resuming from'))).toContain(dir);
+    const firstIter = lines.find((l) => l.startsWith('iter '));
+    expect(firstIter).toMatch(new RegExp(`^iter ${next}/${next} \\|`));
+    expect(resumed.stdout).toContain('Held-out evaluation');
+    expect(latestCheckpoint(runDir)).toBe(join(runDir, 'checkpoints', `iter-${String(next).padStart(6, '0')}`));
+
+    // `eval` on the run directory evaluates its latest checkpoint with the run's config.
+    const evaluated = await run(['eval', runDir]);
+    expect(evaluated.code, evaluated.stderr).toBe(0);
+    expect(evaluated.stdout).toContain('score (checkpoint)');
+    expect(evaluated.stdout).toMatch(/\| fetch \| 1 \|/);
+  });
+});
