@@ -51,9 +51,10 @@ done
   || die "pip install failed for: ${requirement_files[*]}"
 
 # Fail now, not at the first episode, if the simulator package is unusable.
-"$venv_python" - <<'PY' || die "the scienceworld package is installed but its simulator jar was not found."
-import os, scienceworld, scienceworld.constants as c
-jar = c.JAR_PATH if hasattr(c, "JAR_PATH") else None
-print(f"[setup-python] scienceworld {getattr(scienceworld, '__version__', '?')} at {os.path.dirname(scienceworld.__file__)}")
+"$venv_python" - <<'PY' || die "the scienceworld package is installed but unusable (see the message above); delete .venv and rerun."
+import os, sys, scienceworld, scienceworld.constants as c
+if not os.path.isfile(c.JAR_PATH):
+    sys.exit(f"[setup-python] simulator jar missing: {c.JAR_PATH}")
+print(f"[setup-python] scienceworld {scienceworld.__version__} with simulator jar {c.JAR_PATH}")
 PY
 say "done: use $venv_python"

@@ -8,6 +8,8 @@
  *   the reference) and returns the observation of the first 'look around'. The simulator seeds
  *   its world with the variation index, so an episode is fully determined by (task, variation,
  *   simplification); ScienceWorld has no other seed, and `seed` is only recorded in info.
+ *   The first observation is always the same; later ones can drift by a tick in a few tasks
+ *   unless `deterministic` is set (see that option).
  * - step(): score and reward are exactly the Python API's: score is the simulator's 0-100
  *   progress, reward the change in score. A failed task (e.g. focusing on the wrong object)
  *   gives score -100, a reward of (-100 - previous score), done = true and
@@ -52,6 +54,14 @@ export interface ScienceWorldEnvOptions {
   stepTimeoutMs?: number;
   /** How many fresh simulators a reset may try when the simulator dies under it. */
   resetAttempts?: number;
+  /**
+   * Make replays exactly repeatable. With the official runtime, the same actions from the same
+   * (task, variation) can end a tick apart in a different run or after other episodes (the JVM's
+   * identity hashes order some of the simulator's sets). true runs the JVM with constant identity
+   * hashes: same actions, same observations, always; steps are about a third slower. Default
+   * false, the runtime the official API and the reference use.
+   */
+  deterministic?: boolean;
 }
 
 export type EpisodeOutcome = 'running' | 'success' | 'failure' | 'move_limit' | 'step_limit' | 'simulator_error';
@@ -115,6 +125,7 @@ export class ScienceWorldEnv implements Env {
   private readonly resetTimeoutMs: number;
   private readonly stepTimeoutMs: number;
   private readonly resetAttempts: number;
+  private readonly deterministic: boolean;
   private simulator: Simulator | undefined;
   private starting: Promise<Simulator> | undefined;
   private episode: Episode | undefined;
@@ -143,6 +154,7 @@ export class ScienceWorldEnv implements Env {
     this.startTimeoutMs = positiveMs(options.startTimeoutMs ?? 120_000, 'startTimeoutMs');
     this.resetTimeoutMs = positiveMs(options.resetTimeoutMs ?? 120_000, 'resetTimeoutMs');
     this.stepTimeoutMs = positiveMs(options.stepTimeoutMs ?? 30_000, 'stepTimeoutMs');
+    this.deterministic = options.deterministic ?? false;
     this.resetAttempts = options.resetAttempts ?? 2;
     if (!Number.isInteger(this.resetAttempts) || this.resetAttempts < 1) {
       throw new Error(`resetAttempts must be a positive integer, got ${String(options.resetAttempts)}`);
@@ -341,7 +353,7 @@ export class ScienceWorldEnv implements Env {
     if (this.simulator?.alive) return this.simulator;
     if (this.simulator) this.discardSimulator();
     if (!this.starting) {
-      this.starting = Simulator.start({ python: this.python, startTimeoutMs: this.startTimeoutMs }).finally(() => {
+      this.starting = Simulator.start({ python: this.python, startTimeoutMs: this.startTimeoutMs, deterministic: this.deterministic }).finally(() => {
         this.starting = undefined;
       });
     }

@@ -18,7 +18,7 @@ export function goldReplayOptions(extra: ScienceWorldEnvOptions = {}): ScienceWo
   const unlimited = 100_000;
   return {
     ...extra,
-    goldPath: true,
+    goldPath: extra.goldPath ?? true,
     stepLimits: Object.fromEntries(taskNames().map((task) => [task, unlimited])),
     defaultStepLimit: unlimited,
     moveLimit: unlimited,

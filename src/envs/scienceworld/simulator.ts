@@ -15,7 +15,17 @@ export interface SimulatorOptions {
   python?: string;
   /** How long the JVM may take to start and answer (ms). */
   startTimeoutMs?: number;
+  /** Make the JVM's identity hash codes constant; see ScienceWorldEnvOptions.deterministic. */
+  deterministic?: boolean;
 }
+
+/**
+ * HotSpot's default identity hash codes depend on thread start-up timing, and the simulator
+ * iterates hash sets of world objects, so e.g. when a circuit becomes powered can differ by a
+ * tick between runs of the same actions. A constant identity hash makes those sets iterate in
+ * insertion order, which is the same in every run, at the price of slower hash lookups.
+ */
+const DETERMINISTIC_JVM_OPTIONS = '-XX:+UnlockExperimentalVMOptions -XX:hashCode=2';
 
 /** The simulator died, hung past its deadline, or could not start. */
 export class SimulatorError extends Error {
@@ -75,11 +85,16 @@ export class Simulator {
   private readonly exitPromise: Promise<void>;
   private readyWaiter: { resolve: () => void; reject: (error: Error) => void } | undefined;
 
-  private constructor(python: string) {
+  private constructor(python: string, deterministic: boolean) {
+    const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: '1' };
+    if (deterministic) {
+      // py4j starts the JVM with this process's environment, and every JVM reads JAVA_TOOL_OPTIONS.
+      env.JAVA_TOOL_OPTIONS = [process.env.JAVA_TOOL_OPTIONS, DETERMINISTIC_JVM_OPTIONS].filter(Boolean).join(' ');
+    }
     this.child = spawn(python, ['-u', BRIDGE_SCRIPT], {
       detached: true,
       stdio: ['pipe', 'pipe', 'pipe'],
-      env: { ...process.env, PYTHONUNBUFFERED: '1' },
+      env,
     });
     if (this.child.pid === undefined) {
       // spawn reports a missing interpreter asynchronously through 'error'; pid is then unset.
@@ -135,7 +150,7 @@ export class Simulator {
   static async start(options: SimulatorOptions = {}): Promise<Simulator> {
     const python = options.python ?? defaultPython();
     const timeoutMs = options.startTimeoutMs ?? 120_000;
-    const simulator = new Simulator(python);
+    const simulator = new Simulator(python, options.deterministic ?? false);
     try {
       await new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => {
