@@ -74,6 +74,8 @@ class Bridge:
     def op_catalog(self, request):
         """Every task with its official variation splits, as the simulator computes them."""
         metadata = {entry["task_name"]: entry for entry in TASKS}
+        # Loading each task below replaces any episode in progress.
+        self.loaded = None
         tasks = []
         for name in self.env.get_task_names():
             # The split functions read the currently loaded task, so load each one first.

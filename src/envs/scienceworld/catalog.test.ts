@@ -103,3 +103,22 @@ describe('missing Python set-up', () => {
     expect((failure as Error).message).toMatch(/'scienceworld' is not importable.*setup-python\.sh/);
   });
 });
+
+describe('createScienceWorldEnv (configuration from YAML/JSON)', () => {
+  it('builds an env from plain options, with maxSteps replacing every per-task limit', async () => {
+    const { createScienceWorldEnv } = await import('./factory.ts');
+    const env = createScienceWorldEnv({ tasks: ['boil', 'melt'], maxSteps: 40, stepLimits: { melt: 12 }, actionCorrection: { enabled: true } });
+    expect(env.tasks()).toEqual(['boil', 'melt']);
+    expect(env.maxSteps('boil')).toBe(40);
+    expect(env.maxSteps('melt')).toBe(12);
+    await expect(env.reset('freeze', 0)).rejects.toThrow(/'freeze' is not among this env's tasks: boil, melt/);
+  });
+
+  it('names the offending field', async () => {
+    const { createScienceWorldEnv } = await import('./factory.ts');
+    expect(() => createScienceWorldEnv({ maxSteps: 'ten' })).toThrow(/invalid scienceworld env options[\s\S]*maxSteps/);
+    expect(() => createScienceWorldEnv({ simplifications: 'easy' })).toThrow(/simplifications/);
+    expect(() => createScienceWorldEnv({ actionCorrection: { history: 'both' } })).toThrow(/actionCorrection\.history/);
+    expect(() => createScienceWorldEnv({ tasks: ['boil', 'fly'] })).toThrow(/unknown ScienceWorld task 'fly'/);
+  });
+});

@@ -33,6 +33,8 @@ export const SIMPLIFICATIONS = ['teleportAction', 'selfWateringFlowerPots', 'ope
 const ELECTRICAL_TASKS = /power-component|conductivity/;
 
 export interface ScienceWorldEnvOptions {
+  /** Restrict tasks() to these task names (default: all 30). */
+  tasks?: string[];
   /** "easy" (the reference's preset), "" for none, or a comma-separated list of SIMPLIFICATIONS. */
   simplification?: string;
   /** Generate the simulator's gold action sequence at each reset (costs 0.1-6 s per reset). */
@@ -114,6 +116,7 @@ export class ScienceWorldEnv implements Env {
   /** Simulators replaced after they died or hung while this env owned them. */
   restarts = 0;
   private readonly catalog: ScienceWorldCatalog;
+  private readonly taskList: string[];
   private readonly simplification: string;
   private readonly goldPath: boolean;
   private readonly stepLimits: Record<string, number>;
@@ -134,6 +137,11 @@ export class ScienceWorldEnv implements Env {
 
   constructor(options: ScienceWorldEnvOptions = {}) {
     this.catalog = loadCatalog();
+    if (options.tasks !== undefined && (!Array.isArray(options.tasks) || options.tasks.length === 0)) {
+      throw new Error('ScienceWorld tasks must be a non-empty list of task names');
+    }
+    for (const task of options.tasks ?? []) getTask(task, this.catalog);
+    this.taskList = options.tasks ? [...new Set(options.tasks)] : taskNames(this.catalog);
     this.simplification = options.simplification ?? 'easy';
     validateSimplification(this.simplification);
     this.goldPath = options.goldPath ?? false;
@@ -162,7 +170,7 @@ export class ScienceWorldEnv implements Env {
   }
 
   tasks(): string[] {
-    return taskNames(this.catalog);
+    return [...this.taskList];
   }
 
   variations(task: string, split: Split): number[] {
@@ -189,6 +197,9 @@ export class ScienceWorldEnv implements Env {
   async reset(task: string, variation: number, seed = 0): Promise<ResetResult> {
     this.assertOpen();
     const entry = getTask(task, this.catalog);
+    if (!this.taskList.includes(task)) {
+      throw new Error(`ScienceWorld task '${task}' is not among this env's tasks: ${this.taskList.join(', ')}`);
+    }
     if (!Number.isInteger(variation) || variation < 0 || variation >= entry.maxVariations) {
       throw new Error(`ScienceWorld task '${task}' has variations 0..${entry.maxVariations - 1}, got ${String(variation)}`);
     }

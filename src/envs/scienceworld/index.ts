@@ -13,3 +13,4 @@ export { loadCatalog, getTask, splitVariations, taskNames, type ScienceWorldCata
 export { REFERENCE_STEP_LIMITS, REFERENCE_DEFAULT_STEP_LIMIT, REFERENCE_MOVE_LIMIT, resolveStepLimit } from './stepLimits.ts';
 export { checkScienceWorldSetup, defaultPython, type SetupStatus } from './setup.ts';
 export { Simulator, SimulatorError, SimulatorRequestError } from './simulator.ts';
+export { createScienceWorldEnv, scienceWorldOptionsFromConfig, scienceWorldConfigSchema, type ScienceWorldConfig } from './factory.ts';
