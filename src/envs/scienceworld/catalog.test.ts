@@ -65,6 +65,7 @@ describe('ScienceWorldEnv configuration (no simulator needed)', () => {
     expect(() => new ScienceWorldEnv({ moveLimit: 1.5 })).toThrow(/moveLimit must be a positive integer/);
     expect(() => new ScienceWorldEnv({ actionCorrection: { history: 'both' as 'original' } })).toThrow(/actionCorrection.history/);
     expect(() => new ScienceWorldEnv({ stepTimeoutMs: -1 })).toThrow(/stepTimeoutMs/);
+    expect(() => new ScienceWorldEnv({ jvmOptions: ['-Xmx2g -Xss1m'] })).toThrow(/jvmOptions entries must be single JVM flags/);
     expect(new ScienceWorldEnv({ simplification: 'teleportAction,openDoors' }).tasks()).toHaveLength(30);
   });
 

@@ -64,6 +64,8 @@ export interface ScienceWorldEnvOptions {
    * false, the runtime the official API and the reference use.
    */
   deterministic?: boolean;
+  /** Extra JVM options, e.g. ['-Xmx2g']: a simulator's JVM takes 1-2 GB RSS with default settings. */
+  jvmOptions?: string[];
 }
 
 export type EpisodeOutcome = 'running' | 'success' | 'failure' | 'move_limit' | 'step_limit' | 'simulator_error';
@@ -129,6 +131,7 @@ export class ScienceWorldEnv implements Env {
   private readonly stepTimeoutMs: number;
   private readonly resetAttempts: number;
   private readonly deterministic: boolean;
+  private readonly jvmOptions: string[];
   private simulator: Simulator | undefined;
   private starting: Promise<Simulator> | undefined;
   private episode: Episode | undefined;
@@ -163,6 +166,12 @@ export class ScienceWorldEnv implements Env {
     this.resetTimeoutMs = positiveMs(options.resetTimeoutMs ?? 120_000, 'resetTimeoutMs');
     this.stepTimeoutMs = positiveMs(options.stepTimeoutMs ?? 30_000, 'stepTimeoutMs');
     this.deterministic = options.deterministic ?? false;
+    this.jvmOptions = [...(options.jvmOptions ?? [])];
+    for (const option of this.jvmOptions) {
+      if (typeof option !== 'string' || !option.startsWith('-') || /\s/.test(option)) {
+        throw new Error(`jvmOptions entries must be single JVM flags such as '-Xmx2g', got ${JSON.stringify(option)}`);
+      }
+    }
     this.resetAttempts = options.resetAttempts ?? 2;
     if (!Number.isInteger(this.resetAttempts) || this.resetAttempts < 1) {
       throw new Error(`resetAttempts must be a positive integer, got ${String(options.resetAttempts)}`);
@@ -364,7 +373,7 @@ export class ScienceWorldEnv implements Env {
     if (this.simulator?.alive) return this.simulator;
     if (this.simulator) this.discardSimulator();
     if (!this.starting) {
-      this.starting = Simulator.start({ python: this.python, startTimeoutMs: this.startTimeoutMs, deterministic: this.deterministic }).finally(() => {
+      this.starting = Simulator.start({ python: this.python, startTimeoutMs: this.startTimeoutMs, deterministic: this.deterministic, jvmOptions: this.jvmOptions }).finally(() => {
         this.starting = undefined;
       });
     }

@@ -25,6 +25,7 @@ export const scienceWorldConfigSchema = z
     stepTimeoutMs: positiveMs.optional(),
     resetAttempts: positiveInt.optional(),
     deterministic: z.boolean().optional(),
+    jvmOptions: z.array(z.string()).optional(),
   })
   .strict();
 

@@ -170,6 +170,7 @@ describe.skipIf(!gate.available)(`ScienceWorld pool (${gate.label})`, () => {
     const baseline = (await pidtree(process.pid)).length;
     const pool = new ScienceWorldPool(2, {
       stepTimeoutMs: 4_000,
+      jvmOptions: ['-Xmx1g'],
       stepLimits: { 'find-animal': 3, 'lifespan-longest-lived': 3, 'use-thermometer': 3, 'chemistry-mix': 3 },
       actionCorrection: { enabled: true, history: 'corrected' },
     });
@@ -191,12 +192,14 @@ describe.skipIf(!gate.available)(`ScienceWorld pool (${gate.label})`, () => {
               if (fault === 'kill-idle') {
                 // An env replaces a failed simulator lazily; make sure there is one to kill.
                 await env.start();
+                seenPids.add(env.simulatorPids!.bridge).add(env.simulatorPids!.java!);
                 process.kill(env.simulatorPids!.java!, 'SIGKILL');
               }
               const reset = await env.reset(task, variation, index);
               expect(reset.observation.length).toBeGreaterThan(0);
               const pids = env.simulatorPids!;
               seenPids.add(pids.bridge).add(pids.java!);
+              expect(readFileSync(`/proc/${pids.java}/environ`, 'utf8')).toContain('JAVA_TOOL_OPTIONS=-Xmx1g');
               if (fault === 'kill-java') process.kill(pids.java!, 'SIGKILL');
               if (fault === 'kill-bridge') process.kill(pids.bridge, 'SIGKILL');
               if (fault === 'hang') process.kill(pids.bridge, 'SIGSTOP');
@@ -224,7 +227,8 @@ describe.skipIf(!gate.available)(`ScienceWorld pool (${gate.label})`, () => {
     }
     expect(outcomes).toHaveLength(24);
     expect(pool.restarts).toBe(4);
-    expect(seenPids.size).toBeGreaterThanOrEqual(2 * (2 + 4));
+    // The 2 first simulators, the killed idle one and the replacements that ran later episodes.
+    expect(seenPids.size).toBeGreaterThanOrEqual(2 * 5);
     expect(await eventually(() => [...seenPids].every(processGone))).toBe(true);
     expect(await eventually(async () => (await pidtree(process.pid)).length <= baseline)).toBe(true);
   });

@@ -17,6 +17,8 @@ export interface SimulatorOptions {
   startTimeoutMs?: number;
   /** Make the JVM's identity hash codes constant; see ScienceWorldEnvOptions.deterministic. */
   deterministic?: boolean;
+  /** Extra JVM options, e.g. ['-Xmx2g'] to cap the heap. */
+  jvmOptions?: string[];
 }
 
 /**
@@ -85,12 +87,12 @@ export class Simulator {
   private readonly exitPromise: Promise<void>;
   private readyWaiter: { resolve: () => void; reject: (error: Error) => void } | undefined;
 
-  private constructor(python: string, deterministic: boolean) {
+  private constructor(python: string, deterministic: boolean, jvmOptions: string[]) {
     const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: '1' };
-    if (deterministic) {
-      // py4j starts the JVM with this process's environment, and every JVM reads JAVA_TOOL_OPTIONS.
-      env.JAVA_TOOL_OPTIONS = [process.env.JAVA_TOOL_OPTIONS, DETERMINISTIC_JVM_OPTIONS].filter(Boolean).join(' ');
-    }
+    // The official API offers no JVM options, but py4j starts the JVM with the bridge's
+    // environment, and every JVM reads JAVA_TOOL_OPTIONS.
+    const extra = [...(deterministic ? [DETERMINISTIC_JVM_OPTIONS] : []), ...jvmOptions];
+    if (extra.length > 0) env.JAVA_TOOL_OPTIONS = [process.env.JAVA_TOOL_OPTIONS, ...extra].filter(Boolean).join(' ');
     this.child = spawn(python, ['-u', BRIDGE_SCRIPT], {
       detached: true,
       stdio: ['pipe', 'pipe', 'pipe'],
@@ -150,7 +152,7 @@ export class Simulator {
   static async start(options: SimulatorOptions = {}): Promise<Simulator> {
     const python = options.python ?? defaultPython();
     const timeoutMs = options.startTimeoutMs ?? 120_000;
-    const simulator = new Simulator(python, options.deterministic ?? false);
+    const simulator = new Simulator(python, options.deterministic ?? false, options.jvmOptions ?? []);
     try {
       await new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => {
