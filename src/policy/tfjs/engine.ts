@@ -5,7 +5,7 @@
  * token is in the same column), right padding for scoring (a causal mask then keeps padding
  * invisible to real tokens).
  */
-import { tf, initBackend } from './backend.ts';
+import { tf } from './backend.ts';
 import { Qwen2Model, type LayerCache } from './qwen2.ts';
 import { AdamW, type AdamWConfig } from './adamw.ts';
 import { TokenTrie } from '../constrained.ts';
@@ -37,10 +37,6 @@ export class TfjsEngine implements PolicyEngine {
   ) {
     if (options.endTokens.length === 0) throw new Error('engine: at least one end token id is needed');
     this.optimizer = new AdamW(options.optimizer);
-  }
-
-  static async ready(): Promise<string> {
-    return initBackend();
   }
 
   // ---------------------------------------------------------------- generation
