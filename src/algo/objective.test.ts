@@ -14,6 +14,7 @@ interface Case {
   oldLogp?: number[];
   mask?: number[];
   refLogp?: number[];
+  lowProbScope?: number[];
 }
 
 function evaluate(c: Case, cfg: Partial<ObjectiveConfig> = {}) {
@@ -27,6 +28,7 @@ function evaluate(c: Case, cfg: Partial<ObjectiveConfig> = {}) {
         advantages: tf.tensor1d(c.advantages),
         mask: tf.tensor1d(c.mask ?? new Array(n).fill(1)),
         refLogp: c.refLogp ? tf.tensor1d(c.refLogp) : undefined,
+        lowProbScope: c.lowProbScope ? tf.tensor1d(c.lowProbScope) : undefined,
       },
       { ...base, ...cfg },
     );
@@ -129,6 +131,14 @@ describe('objectiveTerms: masks', () => {
     const r = evaluate({ ratio: [3], advantages: [1], oldLogp: [Math.log(0.05)] }, { lowProbDelta: 0.1 });
     expect(r.tokens).toBe(1);
     expect(r.lossSum).toBeCloseTo(-1.3, DIGITS); // ρ=3 capped at 1.3
+  });
+
+  it('δ applies only inside its scope (EMPO² masks off-policy tokens only)', () => {
+    // Tokens 1 and 2 have p = 0.05 < δ = 0.1; only token 1 is in scope, so token 2 still counts.
+    const lp = [Math.log(0.05), Math.log(0.05), Math.log(0.5)];
+    const r = evaluate({ ratio: [1, 1, 1], advantages: [1, 2, 4], oldLogp: lp, lowProbScope: [1, 0, 1] }, { lowProbDelta: 0.1 });
+    expect(r.tokens).toBe(2);
+    expect(r.lossSum).toBeCloseTo(-6, DIGITS); // −(2 + 4)
   });
 
   it('the caller mask removes tokens from every sum', () => {

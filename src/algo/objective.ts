@@ -35,6 +35,8 @@ export interface ObjectiveInputs {
   mask: tf.Tensor1D;
   /** log πref(a_t | ...), [n]; needed only when klCoef > 0. */
   refLogp?: tf.Tensor1D;
+  /** 1 where the δ mask applies, [n] (EMPO² masks only off-policy tokens); absent: everywhere. */
+  lowProbScope?: tf.Tensor1D;
 }
 
 export interface ObjectiveTerms {
@@ -55,7 +57,8 @@ export function objectiveTerms(x: ObjectiveInputs, cfg: ObjectiveConfig): Object
   let mask: tf.Tensor = x.mask;
   if (cfg.lowProbDelta !== null) {
     // A comparison has zero gradient, so the mask itself is not trained.
-    const keep = logp.greaterEqual(Math.log(cfg.lowProbDelta)).toFloat();
+    let keep: tf.Tensor = logp.greaterEqual(Math.log(cfg.lowProbDelta)).toFloat();
+    if (x.lowProbScope) keep = tf.maximum(keep, x.lowProbScope.equal(0).toFloat());
     mask = mask.mul(keep);
   }
   const ratio = logp.sub(x.oldLogp).exp(); // ρ

@@ -44,6 +44,8 @@ export interface TrainSequence extends ScoredSequence {
   mask: number[];
   /** log πref per response token, when a KL penalty is used. */
   refLogprobs?: number[];
+  /** Whether the token-level low-probability (δ) mask applies to this sequence (default: yes). */
+  lowProbMask?: boolean;
 }
 
 export interface TrainStats {

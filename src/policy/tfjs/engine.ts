@@ -203,6 +203,7 @@ export class TfjsEngine implements PolicyEngine {
             advantages: flat((s) => s.advantages),
             mask: flat((s) => s.mask),
             refLogp: objective.klCoef > 0 ? flat((s) => s.refLogprobs ?? s.oldLogprobs) : undefined,
+            lowProbScope: objective.lowProbDelta !== null ? flat((s) => s.response.map(() => (s.lowProbMask === false ? 0 : 1))) : undefined,
           },
           objective,
         );
