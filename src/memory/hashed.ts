@@ -1,0 +1,202 @@
+/**
+ * A dependency-free sentence embedder: word unigrams, word bigrams and character 3-grams of each
+ * word (with `<` and `>` marking the word's ends), hashed into `dim` signed buckets ("feature
+ * hashing"), weighted by sublinear term frequency (1 + ln tf) and scaled to unit length.
+ *
+ * Why this shape: the memory and the novelty reward only need "these two states read alike",
+ * measured thousands of times per iteration on a CPU that is also running the policy. Word
+ * n-grams capture shared objects and phrases; character 3-grams make inflections and compounds
+ * ("apple"/"apples", "clip-in"/"clip in") overlap; hashing keeps the vector fixed-size with no
+ * vocabulary to fit or save; the sign hash makes collisions cancel on average instead of
+ * inflating similarity. There is no IDF: it would need corpus statistics that change as training
+ * sees new states, which would silently move every stored key.
+ *
+ * Deterministic across runs and platforms: the hash is FNV-1a over UTF-16 code units followed by
+ * MurmurHash3's 32-bit finaliser, all in 32-bit integer arithmetic.
+ */
+import type { Embedder } from './types.ts';
+
+export interface HashedNgramOptions {
+  /** Number of buckets, the vector length. Default 1024. */
+  dim?: number;
+  /** Weight of each word unigram feature. Default 1. */
+  unigramWeight?: number;
+  /** Weight of each word bigram feature. Default 1. */
+  bigramWeight?: number;
+  /** Weight of each character 3-gram feature. Default 1. */
+  charTrigramWeight?: number;
+}
+
+const FNV_OFFSET = 0x811c9dc5;
+const FNV_PRIME = 0x01000193;
+
+// One extra code unit hashed first keeps the three feature kinds apart: the word "abc" and the
+// trigram "abc" must not be the same feature.
+const KIND_UNIGRAM = 1;
+const KIND_BIGRAM = 2;
+const KIND_TRIGRAM = 3;
+const BIGRAM_SEPARATOR = 0x20;
+const WORD_START = 0x3c; // '<'
+const WORD_END = 0x3e; // '>'
+
+const fnvStep = (hash: number, codeUnit: number): number => Math.imul(hash ^ codeUnit, FNV_PRIME);
+
+function fnvWord(hash: number, word: string): number {
+  for (let i = 0; i < word.length; i++) hash = Math.imul(hash ^ word.charCodeAt(i), FNV_PRIME);
+  return hash;
+}
+
+/** MurmurHash3 fmix32: FNV's low bits are weak, and both the bucket and the sign come from them. */
+function finalise(hash: number): number {
+  hash ^= hash >>> 16;
+  hash = Math.imul(hash, 0x85ebca6b);
+  hash ^= hash >>> 13;
+  hash = Math.imul(hash, 0xc2b2ae35);
+  hash ^= hash >>> 16;
+  return hash >>> 0;
+}
+
+/** Letters, digits and combining marks (so "naïve" in decomposed form stays one word). */
+const NON_WORD = /[^\p{L}\p{N}\p{M}]+/u;
+const NON_ASCII = /[^\x00-\x7f]/;
+
+/**
+ * Lower-cased words of `text`, split on everything that is not a letter, digit or mark. Non-ASCII
+ * text is NFKC-normalised first so that ligatures, full-width forms and composed/decomposed
+ * accents give the same words.
+ */
+export function words(text: string): string[] {
+  const normalised = NON_ASCII.test(text) ? text.normalize('NFKC') : text;
+  const parts = normalised.toLowerCase().split(NON_WORD);
+  // split leaves an empty string at either end when the text starts or ends with a separator.
+  let start = 0;
+  let end = parts.length;
+  if (end > 0 && parts[0] === '') start = 1;
+  if (end > start && parts[end - 1] === '') end--;
+  return start === 0 && end === parts.length ? parts : parts.slice(start, end);
+}
+
+function checkWeight(value: number | undefined, fallback: number, name: string): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+    throw new Error(`HashedNgramEmbedder: ${name} must be a finite number >= 0 (got ${String(value)})`);
+  }
+  return value;
+}
+
+export class HashedNgramEmbedder implements Embedder {
+  readonly name: string;
+  readonly dim: number;
+  private readonly unigramWeight: number;
+  private readonly bigramWeight: number;
+  private readonly charTrigramWeight: number;
+  /**
+   * Feature hash -> count for the text being embedded, one map per feature kind so each kind gets
+   * its weight; reused across texts so embedding allocates little.
+   */
+  private readonly unigramCounts = new Map<number, number>();
+  private readonly bigramCounts = new Map<number, number>();
+  private readonly trigramCounts = new Map<number, number>();
+
+  constructor(options: HashedNgramOptions = {}) {
+    const dim = options.dim ?? 1024;
+    if (!Number.isInteger(dim) || dim < 1 || dim > 1 << 24) {
+      throw new Error(`HashedNgramEmbedder: dim must be an integer from 1 to ${1 << 24} (got ${String(options.dim)})`);
+    }
+    this.dim = dim;
+    this.unigramWeight = checkWeight(options.unigramWeight, 1, 'unigramWeight');
+    this.bigramWeight = checkWeight(options.bigramWeight, 1, 'bigramWeight');
+    this.charTrigramWeight = checkWeight(options.charTrigramWeight, 1, 'charTrigramWeight');
+    if (this.unigramWeight + this.bigramWeight + this.charTrigramWeight === 0) {
+      throw new Error('HashedNgramEmbedder: at least one of unigramWeight, bigramWeight, charTrigramWeight must be > 0');
+    }
+    const defaults = this.unigramWeight === 1 && this.bigramWeight === 1 && this.charTrigramWeight === 1;
+    this.name = defaults
+      ? `hashed-ngram-${dim}`
+      : `hashed-ngram-${dim}-w${this.unigramWeight}-${this.bigramWeight}-${this.charTrigramWeight}`;
+  }
+
+  async embed(texts: readonly string[]): Promise<Float32Array[]> {
+    return this.embedSync(texts);
+  }
+
+  /** Same as `embed`, without the promise: the work is synchronous and cheap. */
+  embedSync(texts: readonly string[]): Float32Array[] {
+    if (!Array.isArray(texts)) throw new Error(`HashedNgramEmbedder.embed: expected an array of strings, got ${typeof texts}`);
+    const out = new Array<Float32Array>(texts.length);
+    for (let i = 0; i < texts.length; i++) {
+      const text = texts[i];
+      if (typeof text !== 'string') {
+        throw new Error(`HashedNgramEmbedder.embed: texts[${i}] is ${text === null ? 'null' : typeof text}, not a string`);
+      }
+      out[i] = this.embedOne(text);
+    }
+    return out;
+  }
+
+  embedOne(text: string): Float32Array {
+    const vector = new Float32Array(this.dim);
+    const tokens = words(text);
+    if (tokens.length === 0) return vector;
+    this.countFeatures(tokens);
+    this.accumulate(vector, this.unigramCounts, this.unigramWeight);
+    this.accumulate(vector, this.bigramCounts, this.bigramWeight);
+    this.accumulate(vector, this.trigramCounts, this.charTrigramWeight);
+    normalise(vector);
+    return vector;
+  }
+
+  private countFeatures(tokens: string[]): void {
+    const useUnigrams = this.unigramWeight > 0;
+    const useBigrams = this.bigramWeight > 0;
+    const useTrigrams = this.charTrigramWeight > 0;
+    const unigramBase = fnvStep(FNV_OFFSET, KIND_UNIGRAM);
+    const bigramBase = fnvStep(FNV_OFFSET, KIND_BIGRAM);
+    const trigramBase = fnvStep(FNV_OFFSET, KIND_TRIGRAM);
+    for (let w = 0; w < tokens.length; w++) {
+      const word = tokens[w];
+      if (useUnigrams) increment(this.unigramCounts, fnvWord(unigramBase, word));
+      if (useBigrams && w > 0) {
+        const first = fnvStep(fnvWord(bigramBase, tokens[w - 1]), BIGRAM_SEPARATOR);
+        increment(this.bigramCounts, fnvWord(first, word));
+      }
+      if (useTrigrams) {
+        // Trigrams of "<word>", hashed from the code units without building the padded string.
+        const len = word.length;
+        let a = WORD_START;
+        let b = word.charCodeAt(0);
+        for (let i = 1; i <= len; i++) {
+          const c = i < len ? word.charCodeAt(i) : WORD_END;
+          increment(this.trigramCounts, fnvStep(fnvStep(fnvStep(trigramBase, a), b), c));
+          a = b;
+          b = c;
+        }
+      }
+    }
+  }
+
+  /** Adds each counted feature's signed, sublinear weight to its bucket, and empties `counts`. */
+  private accumulate(vector: Float32Array, counts: Map<number, number>, weight: number): void {
+    const dim = this.dim;
+    for (const [hash, tf] of counts) {
+      const key = finalise(hash);
+      const value = weight * (1 + Math.log(tf));
+      const bucket = (key >>> 1) % dim;
+      vector[bucket] += key & 1 ? value : -value;
+    }
+    counts.clear();
+  }
+}
+
+function increment(counts: Map<number, number>, hash: number): void {
+  counts.set(hash, (counts.get(hash) ?? 0) + 1);
+}
+
+/** Scales to unit length in place; leaves an all-zero vector (a text with no features) as it is. */
+function normalise(vector: Float32Array): void {
+  let sumSquares = 0;
+  for (let i = 0; i < vector.length; i++) sumSquares += vector[i] * vector[i];
+  if (sumSquares === 0) return;
+  const scale = 1 / Math.sqrt(sumSquares);
+  for (let i = 0; i < vector.length; i++) vector[i] *= scale;
+}
