@@ -42,6 +42,23 @@ describe('play', () => {
     expect(out.text()).toContain('Stopped: score 0/100 after 2 steps.');
   });
 
+  it('shows only the count of a long action list, and lists matching actions on request with their full-list numbers', async () => {
+    const env = createBuiltinEnv();
+    const shown = (await env.reset('power', 3)).validActions;
+    const pick = shown.length - 1;
+    const word = shown[pick].split(' ').pop()!;
+    const input = new PassThrough();
+    input.end(`actions ${word}\nactions zzzqqq\n${pick + 1}\nquit\n`);
+    const out = collect();
+    const r = await play({ env, task: 'power', variation: 3, input, output: out.stream, listLimit: 1 });
+    const text = out.text();
+    expect(text).toContain(`${shown.length} valid actions: type one or its number`);
+    expect(text).not.toMatch(/^ {2} 1\. /m);
+    expect(text).toContain(`${String(pick + 1).padStart(2)}. ${shown[pick]}`);
+    expect(text).toContain('No valid action contains "zzzqqq".');
+    expect(r).toMatchObject({ quit: true, steps: 1, actions: [shown[pick]] });
+  });
+
   it('ends cleanly when the input ends', async () => {
     const env = createBuiltinEnv();
     const input = new PassThrough();

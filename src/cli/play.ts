@@ -1,7 +1,8 @@
 /**
  * `empo2 play`: a person plays an environment in the terminal. Shows the task, the
  * observation, the score and the numbered valid actions; the person types an action (free
- * text) or its number; `quit` ends.
+ * text) or its number; `quit` ends. Environments with long action lists (ScienceWorld offers
+ * thousands of object combinations) show only the count; `actions WORD` lists the matching ones.
  */
 import * as readline from 'node:readline';
 import type { Env } from '../envs/types.ts';
@@ -13,6 +14,8 @@ export interface PlayOptions {
   seed?: number;
   input?: NodeJS.ReadableStream;
   output?: NodeJS.WritableStream;
+  /** Lists longer than this are not printed after every step (default 60). */
+  listLimit?: number;
 }
 
 export interface PlayResult {
@@ -26,6 +29,7 @@ export interface PlayResult {
 }
 
 const QUIT = new Set(['quit', 'exit', 'q']);
+const LIST_COMMAND = /^actions(?:\s+(.*))?$/i;
 
 export async function play(opts: PlayOptions): Promise<PlayResult> {
   const { env, task, variation, seed } = opts;
@@ -41,9 +45,24 @@ export async function play(opts: PlayOptions): Promise<PlayResult> {
   let quit = false;
   const sent: string[] = [];
 
+  const listLimit = opts.listLimit ?? 60;
+  const listActions = (filter: string) => {
+    const words = filter.toLowerCase().split(/\s+/).filter(Boolean);
+    const matching = actions.map((a, i) => [a, i] as const).filter(([a]) => words.every((w) => a.toLowerCase().includes(w)));
+    if (matching.length === 0) say(words.length === 0 ? 'No valid actions.' : `No valid action contains ${words.map((w) => `"${w}"`).join(' and ')}.`);
+    // Numbers stay those of the full list, so a filtered listing can be answered with a number.
+    matching.forEach(([a, i]) => say(`  ${String(i + 1).padStart(2)}. ${a}`));
+  };
   const showActions = () => {
-    say(`Score ${score}/100, step ${steps}/${maxSteps}. Actions (type one, its number, or quit):`);
-    actions.forEach((a, i) => say(`  ${String(i + 1).padStart(2)}. ${a}`));
+    if (actions.length <= listLimit) {
+      say(`Score ${score}/100, step ${steps}/${maxSteps}. Actions (type one, its number, or quit):`);
+      listActions('');
+    } else {
+      say(
+        `Score ${score}/100, step ${steps}/${maxSteps}. ${actions.length} valid actions: type one or its number, ` +
+          `'actions WORD...' to list those containing the words ('actions' lists all), or quit.`,
+      );
+    }
   };
 
   say(`Task: ${first.task}`);
@@ -64,6 +83,12 @@ export async function play(opts: PlayOptions): Promise<PlayResult> {
         rl.prompt();
         continue;
       }
+      const listing = LIST_COMMAND.exec(line);
+      if (listing) {
+        listActions(listing[1] ?? '');
+        rl.prompt();
+        continue;
+      }
       let action = line;
       if (/^\d+$/.test(line)) {
         const n = Number(line);
@@ -81,7 +106,7 @@ export async function play(opts: PlayOptions): Promise<PlayResult> {
       score = r.score;
       actions = r.validActions;
       say(r.observation);
-      if (r.reward) say(`+${r.reward} points.`);
+      if (r.reward) say(`${r.reward > 0 ? '+' : ''}${r.reward} points.`);
       if (r.done) break;
       showActions();
       rl.prompt();

@@ -21,8 +21,13 @@ export async function createEnv(s: EnvSettings): Promise<Env> {
       const { createWebShopEnv } = await import('./webshop/index.ts');
       return createWebShopEnv({ ...(s.options as object), ...(s.max_steps ? { maxSteps: s.max_steps } : {}) });
     }
+    case 'scienceworld': {
+      const { createScienceWorldEnv } = await import('./scienceworld/index.ts');
+      // maxSteps replaces every per-task reference limit, so it is passed only when set.
+      return createScienceWorldEnv({ ...(s.options as object), ...(s.tasks ? { tasks: s.tasks } : {}), ...(s.max_steps ? { maxSteps: s.max_steps } : {}) });
+    }
     default:
-      throw new Error(`environment "${s.name}" is not available (known: builtin, webshop)`);
+      throw new Error(`environment "${s.name}" is not available (known: builtin, scienceworld, webshop)`);
   }
 }
 
@@ -31,6 +36,10 @@ export async function environmentCorpus(s: EnvSettings): Promise<string[]> {
   if (s.name === 'builtin') {
     const { sampleCorpus } = await import('./builtin/index.ts');
     return sampleCorpus(600, s.tasks ?? undefined);
+  }
+  if (s.name === 'scienceworld') {
+    const { scienceWorldCorpus } = await import('./scienceworld/corpus.ts');
+    return scienceWorldCorpus(s.tasks ?? undefined);
   }
   throw new Error(`no text corpus for environment "${s.name}": give model.path with a tokenizer.json`);
 }

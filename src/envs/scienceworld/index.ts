@@ -14,3 +14,4 @@ export { REFERENCE_STEP_LIMITS, REFERENCE_DEFAULT_STEP_LIMIT, REFERENCE_MOVE_LIM
 export { checkScienceWorldSetup, defaultPython, type SetupStatus } from './setup.ts';
 export { Simulator, SimulatorError, SimulatorRequestError } from './simulator.ts';
 export { createScienceWorldEnv, scienceWorldOptionsFromConfig, scienceWorldConfigSchema, type ScienceWorldConfig } from './factory.ts';
+export { scienceWorldCorpus, loadCorpus, CORPUS_PATH, type ScienceWorldCorpus } from './corpus.ts';
