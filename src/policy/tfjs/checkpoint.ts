@@ -1,30 +1,39 @@
 /**
  * A policy on disk in the Hugging Face layout: `config.json`, `model.safetensors` (or shards with
- * an index) and `tokenizer.json`. Loading checks that every parameter the config implies is
- * present with the right shape, and says which file is at fault when it is not.
+ * `model.safetensors.index.json`) and `tokenizer.json`, as `transformers` saves Qwen2/Qwen2.5 and
+ * Llama models; F32, F16 and BF16 weights are converted to fp32. Loading checks that every
+ * parameter the config implies is present with the right shape and a float dtype, and names the
+ * file and tensor at fault when it is not. LoRA adapters live in an `adapter/` subdirectory in
+ * PEFT's layout, so a saved LoRA policy reloads as it was.
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync, renameSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { tf } from './backend.ts';
-import { Qwen2Model, parameterShapes, validateConfig, type ModelConfig } from './qwen2.ts';
-import { readSafetensorsDir, toFloat32, writeSafetensors, type TensorToWrite } from '../safetensors.ts';
+import { Qwen2Model, parameterShapes, type ModelConfig } from './qwen2.ts';
+import { parseHfConfig } from '../hf/config.ts';
+import { readSafetensors, toFloat32, writeSafetensors, type TensorToWrite } from '../safetensors.ts';
 import { Tokenizer } from '../tokenizer.ts';
 import type { TextTokenizer } from '../types.ts';
+import { ADAPTER_CONFIG_FILE, loadLoraAdapter, saveLoraAdapter, type LoraConfig } from './lora.ts';
+import { writeJsonAtomic } from './json-file.ts';
 
-export function writeJsonAtomic(path: string, value: unknown): void {
-  const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, JSON.stringify(value, null, 2) + '\n');
-  renameSync(tmp, path);
-}
+export { writeJsonAtomic };
+
+/** Where saveModelDir puts a LoRA model's adapters, relative to the model directory. */
+export const ADAPTER_SUBDIR = 'adapter';
+const SINGLE_FILE = 'model.safetensors';
+const INDEX_FILE = 'model.safetensors.index.json';
+const FLOAT_DTYPES = new Set(['F32', 'F16', 'BF16']);
 
 export async function saveModelDir(dir: string, model: Qwen2Model, tokenizer: TextTokenizer): Promise<void> {
   mkdirSync(dir, { recursive: true });
   const tensors = new Map<string, TensorToWrite>();
   for (const [name, v] of model.params) tensors.set(name, { dtype: 'F32', shape: v.shape, data: (await v.data()) as Float32Array });
-  writeSafetensors(join(dir, 'model.safetensors'), tensors, { format: 'pt' });
+  writeSafetensors(join(dir, SINGLE_FILE), tensors, { format: 'pt' });
   writeJsonAtomic(join(dir, 'config.json'), { architectures: [model.config.model_type === 'qwen2' ? 'Qwen2ForCausalLM' : 'LlamaForCausalLM'], torch_dtype: 'float32', ...model.config });
   if (tokenizer instanceof Tokenizer) tokenizer.save(join(dir, 'tokenizer.json'));
   else throw new Error('saveModelDir: only tokenizer.json-backed tokenizers can be saved');
+  if (model.lora) await saveLoraAdapter(join(dir, ADAPTER_SUBDIR), model, { baseModelNameOrPath: null });
 }
 
 export interface LoadedPolicy {
@@ -32,36 +41,109 @@ export interface LoadedPolicy {
   tokenizer: Tokenizer;
 }
 
-export function loadModelDir(dir: string): LoadedPolicy {
-  if (!existsSync(dir)) throw new Error(`model directory not found: ${dir}`);
-  const configPath = join(dir, 'config.json');
-  if (!existsSync(configPath)) throw new Error(`${configPath} is missing (a model directory needs config.json, model.safetensors and tokenizer.json)`);
-  let config: ModelConfig;
-  try {
-    config = JSON.parse(readFileSync(configPath, 'utf8')) as ModelConfig;
-  } catch (e) {
-    throw new Error(`${configPath} is not valid JSON: ${(e as Error).message}`);
+export interface LoadOptions {
+  /**
+   * A PEFT adapter directory to attach, or false for none. Left out: `<dir>/adapter` when it holds
+   * an adapter (what saveModelDir writes for a LoRA model).
+   */
+  adapter?: string | false;
+  /** Fresh adapters to attach when no saved adapter is loaded. */
+  lora?: LoraConfig;
+  /** Seeds fresh adapters and LoRA dropout. */
+  loraSeed?: number;
+}
+
+/** Which file holds each tensor: the single file, or the shards the index lists. */
+function weightFiles(dir: string): Map<string, string[]> {
+  const indexPath = join(dir, INDEX_FILE);
+  if (!existsSync(indexPath)) {
+    const single = join(dir, SINGLE_FILE);
+    if (!existsSync(single)) throw new Error(`${dir}: neither ${SINGLE_FILE} nor ${INDEX_FILE} is there`);
+    return new Map([[single, []]]); // [] : every tensor in it
   }
-  // Hugging Face's defaults for keys a config.json may leave out.
-  config.tie_word_embeddings ??= false;
-  config.max_position_embeddings ??= 32768;
-  validateConfig(config, configPath);
-  const tokenizerPath = join(dir, 'tokenizer.json');
-  if (!existsSync(tokenizerPath)) throw new Error(`${tokenizerPath} is missing`);
-  const tokenizer = Tokenizer.fromFile(tokenizerPath);
-  const contents = readSafetensorsDir(dir);
-  const params = new Map<string, tf.Variable>();
+  let index: unknown;
   try {
-    for (const [name, shape] of parameterShapes(config)) {
-      const t = contents.tensors.get(name);
-      if (!t) throw new Error(`${dir}: weights have no tensor "${name}" (needed by config.json)`);
-      if (t.shape.join(',') !== shape.join(',')) throw new Error(`${dir}: tensor "${name}" has shape [${t.shape}] but config.json implies [${shape}]`);
-      params.set(name, tf.variable(tf.tensor(toFloat32(t), shape), true)); // unnamed: see Qwen2Model.random
+    index = JSON.parse(readFileSync(indexPath, 'utf8'));
+  } catch (e) {
+    throw new Error(`${indexPath}: invalid JSON: ${(e as Error).message}`);
+  }
+  const map = (index as { weight_map?: unknown } | null)?.weight_map;
+  if (typeof map !== 'object' || map === null || Array.isArray(map)) throw new Error(`${indexPath}: "weight_map" (tensor name -> shard file) is missing or not an object`);
+  const files = new Map<string, string[]>();
+  for (const [name, shard] of Object.entries(map)) {
+    // Shards are plain file names next to the index; anything else could reach outside the directory.
+    if (typeof shard !== 'string' || basename(shard) !== shard || shard === '' || shard === '.' || shard === '..') throw new Error(`${indexPath}: weight_map["${name}"] is ${JSON.stringify(shard)}, not a shard file name`);
+    const path = join(dir, shard);
+    if (!files.has(path)) {
+      if (!existsSync(path)) throw new Error(`${indexPath}: shard ${shard} is listed but ${path} does not exist`);
+      files.set(path, []);
+    }
+    files.get(path)!.push(name);
+  }
+  return files;
+}
+
+/**
+ * The parameters `config` implies, read one weight file at a time (so at most one shard's raw
+ * bytes are in memory next to the fp32 variables).
+ */
+function loadWeights(dir: string, config: ModelConfig): Map<string, tf.Variable> {
+  const wanted = parameterShapes(config);
+  const files = weightFiles(dir);
+  const params = new Map<string, tf.Variable>();
+  const foundIn = new Map<string, string>();
+  try {
+    for (const [file, listed] of files) {
+      const listedSet = new Set(listed);
+      const { tensors } = readSafetensors(file, { filter: (name) => wanted.has(name) });
+      // In the config's parameter order, so the first error reported does not depend on file layout.
+      for (const [name, shape] of wanted) {
+        const t = tensors.get(name);
+        if (!t) continue;
+        if (listed.length > 0 && !listedSet.has(name)) throw new Error(`${file}: holds tensor "${name}" but ${INDEX_FILE} puts it in another shard`);
+        if (foundIn.has(name)) throw new Error(`${dir}: tensor "${name}" is in both ${foundIn.get(name)} and ${file}`);
+        foundIn.set(name, file);
+        if (!FLOAT_DTYPES.has(t.dtype)) throw new Error(`${file}: tensor "${name}" has dtype ${t.dtype}; weights must be F32, F16 or BF16`);
+        if (t.shape.join(',') !== shape.join(',')) throw new Error(`${file}: tensor "${name}" has shape [${t.shape}] but config.json implies [${shape}]`);
+        params.set(name, tf.variable(tf.tensor(toFloat32(t), shape), true)); // unnamed: see Qwen2Model.random
+      }
+    }
+    for (const name of wanted.keys()) {
+      if (!params.has(name)) {
+        const where = files.size === 1 ? [...files.keys()][0] : join(dir, INDEX_FILE);
+        throw new Error(`${where}: no tensor "${name}" (needed by config.json)`);
+      }
     }
   } catch (e) {
     for (const v of params.values()) v.dispose();
     throw e;
   }
+  return params;
+}
+
+export function loadModelDir(dir: string, opts: LoadOptions = {}): LoadedPolicy {
+  if (!existsSync(dir)) throw new Error(`model directory not found: ${dir}`);
+  const configPath = join(dir, 'config.json');
+  if (!existsSync(configPath)) throw new Error(`${configPath} is missing (a model directory needs config.json, model.safetensors and tokenizer.json)`);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(configPath, 'utf8'));
+  } catch (e) {
+    throw new Error(`${configPath} is not valid JSON: ${(e as Error).message}`);
+  }
+  const config = parseHfConfig(raw, configPath);
+  const tokenizerPath = join(dir, 'tokenizer.json');
+  if (!existsSync(tokenizerPath)) throw new Error(`${tokenizerPath} is missing`);
+  const tokenizer = Tokenizer.fromFile(tokenizerPath);
   if (tokenizer.vocabSize > config.vocab_size) throw new Error(`${dir}: tokenizer has ${tokenizer.vocabSize} tokens but config.json says vocab_size ${config.vocab_size}`);
-  return { model: new Qwen2Model(config, params), tokenizer };
+  const model = new Qwen2Model(config, loadWeights(dir, config));
+  try {
+    const adapterDir = opts.adapter === undefined ? (existsSync(join(dir, ADAPTER_SUBDIR, ADAPTER_CONFIG_FILE)) ? join(dir, ADAPTER_SUBDIR) : null) : opts.adapter || null;
+    if (adapterDir) loadLoraAdapter(adapterDir, model, opts.loraSeed ?? 0);
+    else if (opts.lora) model.attachLora(opts.lora, opts.loraSeed ?? 0);
+  } catch (e) {
+    model.dispose();
+    throw e;
+  }
+  return { model, tokenizer };
 }

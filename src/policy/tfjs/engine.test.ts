@@ -535,7 +535,7 @@ describe('save and load', () => {
       const cfg = JSON.parse(readFileSync(join(d, 'config.json'), 'utf8'));
       cfg.intermediate_size = 48;
       writeFileSync(join(d, 'config.json'), JSON.stringify(cfg));
-      expect(() => loadModelDir(d)).toThrow(`${d}: tensor "model.layers.0.mlp.gate_proj.weight" has shape [64,32] but config.json implies [48,32]`);
+      expect(() => loadModelDir(d)).toThrow(`${join(d, 'model.safetensors')}: tensor "model.layers.0.mlp.gate_proj.weight" has shape [64,32] but config.json implies [48,32]`);
     });
 
     it('missing tokenizer.json and a missing directory', () => {

@@ -8,6 +8,7 @@
 import { tf } from './backend.ts';
 import { Qwen2Model, type LayerCache } from './qwen2.ts';
 import { AdamW, type AdamWConfig } from './adamw.ts';
+import type { LoraConfig } from './lora.ts';
 import { TokenTrie } from '../constrained.ts';
 import { sampleToken } from '../sampling.ts';
 import { objectiveTerms, type ObjectiveConfig } from '../../algo/objective.ts';
@@ -25,6 +26,13 @@ export interface EngineOptions {
   /** Token ids that end a response (end of turn, end of text). */
   endTokens: number[];
   padToken: number;
+  /**
+   * Train low-rank adapters instead of the whole model: attached to the model here unless it
+   * already has adapters (e.g. loaded from a checkpoint), which are then kept as they are.
+   */
+  lora?: LoraConfig;
+  /** Seeds fresh adapters (A) and LoRA dropout. */
+  loraSeed?: number;
 }
 
 export class TfjsEngine implements PolicyEngine {
@@ -37,6 +45,7 @@ export class TfjsEngine implements PolicyEngine {
   ) {
     if (options.endTokens.length === 0) throw new Error('engine: at least one end token id is needed');
     this.optimizer = new AdamW(options.optimizer);
+    if (options.lora && !model.lora) model.attachLora(options.lora, options.loraSeed ?? 0);
   }
 
   // ---------------------------------------------------------------- generation
@@ -182,7 +191,10 @@ export class TfjsEngine implements PolicyEngine {
   // ---------------------------------------------------------------- training
 
   async trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature = 1, lr?: number): Promise<TrainStats> {
-    const params = [...this.model.params.values()];
+    // With LoRA only the adapters are differentiated and updated, so the optimiser never holds
+    // state for a base weight.
+    const trainable = this.model.trainableParams();
+    const params = [...trainable.values()];
     const gradSums = new Map<string, tf.Tensor>();
     let lossSum = 0;
     let tokens = 0;
@@ -193,23 +205,30 @@ export class TfjsEngine implements PolicyEngine {
       const seqs = group.map((i) => batch[i]);
       if (seqs.every((s) => s.response.length === 0)) continue;
       let stats: tf.Tensor[] = [];
-      const { value, grads } = tf.variableGrads(() => {
-        const logp = responseLogprobs(this.model, seqs, temperature, this.options.padToken);
-        const flat = (pick: (s: TrainSequence) => number[]) => tf.tensor1d(seqs.flatMap(pick));
-        const terms = objectiveTerms(
-          {
-            logp,
-            oldLogp: flat((s) => s.oldLogprobs),
-            advantages: flat((s) => s.advantages),
-            mask: flat((s) => s.mask),
-            refLogp: objective.klCoef > 0 ? flat((s) => s.refLogprobs ?? s.oldLogprobs) : undefined,
-            lowProbScope: objective.lowProbDelta !== null ? flat((s) => s.response.map(() => (s.lowProbMask === false ? 0 : 1))) : undefined,
-          },
-          objective,
-        );
-        stats = [terms.lossSum, terms.tokens, terms.clipped, terms.ratioSum, terms.klSum].map((t) => tf.keep(t.clone()));
-        return terms.lossSum;
-      }, params);
+      this.model.training = true;
+      let result: { value: tf.Scalar; grads: tf.NamedTensorMap };
+      try {
+        result = tf.variableGrads(() => {
+          const logp = responseLogprobs(this.model, seqs, temperature, this.options.padToken);
+          const flat = (pick: (s: TrainSequence) => number[]) => tf.tensor1d(seqs.flatMap(pick));
+          const terms = objectiveTerms(
+            {
+              logp,
+              oldLogp: flat((s) => s.oldLogprobs),
+              advantages: flat((s) => s.advantages),
+              mask: flat((s) => s.mask),
+              refLogp: objective.klCoef > 0 ? flat((s) => s.refLogprobs ?? s.oldLogprobs) : undefined,
+              lowProbScope: objective.lowProbDelta !== null ? flat((s) => s.response.map(() => (s.lowProbMask === false ? 0 : 1))) : undefined,
+            },
+            objective,
+          );
+          stats = [terms.lossSum, terms.tokens, terms.clipped, terms.ratioSum, terms.klSum].map((t) => tf.keep(t.clone()));
+          return terms.lossSum as tf.Scalar;
+        }, params);
+      } finally {
+        this.model.training = false;
+      }
+      const { value, grads } = result;
       const [l, n, c, r, k] = stats.map((t) => t.dataSync()[0]);
       tf.dispose([...stats, value]);
       lossSum += l;
@@ -218,7 +237,7 @@ export class TfjsEngine implements PolicyEngine {
       ratioSum += r;
       klSum += k;
       // variableGrads keys gradients by tfjs variable name, which is not the parameter's name.
-      for (const [name, variable] of this.model.params) {
+      for (const [name, variable] of trainable) {
         const g = grads[variable.name];
         if (!g) continue;
         const prev = gradSums.get(name);
@@ -238,7 +257,7 @@ export class TfjsEngine implements PolicyEngine {
       scaled.set(name, tf.tidy(() => g.mul(scale)));
       g.dispose();
     }
-    if (tokens > 0) this.optimizer.apply(this.model.params, scaled, lr);
+    if (tokens > 0) this.optimizer.apply(trainable, scaled, lr);
     tf.dispose([...scaled.values()]);
     return { loss: lossSum / denom, tokens, clipFraction: clipped / denom, meanRatio: ratioSum / denom, kl: klSum / denom, gradNorm };
   }

@@ -7,6 +7,7 @@
  * `model.safetensors` written by `transformers` loads without renaming and ours loads there.
  */
 import { tf } from './backend.ts';
+import { LoraAdapters, type LoraConfig } from './lora.ts';
 
 export interface ModelConfig {
   model_type: 'qwen2' | 'llama';
@@ -87,15 +88,31 @@ export function countParameters(c: ModelConfig): number {
   return n;
 }
 
+export interface ModelOptions {
+  /** Low-rank adapters on the named projections; with them only the adapters train. */
+  lora?: LoraConfig;
+  /** Seeds the adapters' A matrices (B starts at zero) and their dropout masks. */
+  loraSeed?: number;
+}
+
 export class Qwen2Model {
   readonly config: ModelConfig;
+  /** The base weights, by Hugging Face name. Frozen while LoRA adapters are attached. */
   readonly params: Map<string, tf.Variable>;
+  /** LoRA adapters, or null for full fine-tuning. */
+  lora: LoraAdapters | null = null;
+  /**
+   * True only inside a training forward pass: the one place where LoRA dropout applies. The
+   * engine sets it around its loss computation; scoring and generation leave it false.
+   */
+  training = false;
   private readonly invFreq: tf.Tensor1D;
 
-  constructor(config: ModelConfig, params: Map<string, tf.Variable>) {
+  constructor(config: ModelConfig, params: Map<string, tf.Variable>, options: ModelOptions = {}) {
     validateConfig(config);
     this.config = config;
     this.params = params;
+    if (options.lora) this.attachLora(options.lora, options.loraSeed ?? 0);
     const hd = headDim(config);
     const freqs = new Float32Array(hd / 2);
     for (let i = 0; i < hd / 2; i++) freqs[i] = 1 / Math.pow(config.rope_theta, (2 * i) / hd);
@@ -103,7 +120,7 @@ export class Qwen2Model {
   }
 
   /** Fresh weights: normal(0, initializer_range) for matrices, ones for norms, zeros for biases. */
-  static random(config: ModelConfig, seed: number): Qwen2Model {
+  static random(config: ModelConfig, seed: number, options: ModelOptions = {}): Qwen2Model {
     validateConfig(config);
     const std = config.initializer_range ?? 0.02;
     const params = new Map<string, tf.Variable>();
@@ -120,7 +137,40 @@ export class Qwen2Model {
       params.set(name, tf.variable(init, true));
       init.dispose();
     }
-    return new Qwen2Model(config, params);
+    return new Qwen2Model(config, params, options);
+  }
+
+  /**
+   * Adds fresh adapters (A random, B zero: the model's outputs do not change) and freezes the
+   * base weights. Refuses a model that already has adapters: merge or detach them first.
+   */
+  attachLora(lora: LoraConfig, seed: number): LoraAdapters {
+    if (this.lora) throw new Error('attachLora: the model already has LoRA adapters');
+    this.lora = LoraAdapters.create(this, lora, seed);
+    return this.lora;
+  }
+
+  /** Replaces the adapters by ones read from disk (see loadLoraAdapter). */
+  setLora(adapters: LoraAdapters | null): void {
+    if (this.lora && this.lora !== adapters) this.lora.dispose();
+    this.lora = adapters;
+  }
+
+  /** What an optimiser step updates: the adapters with LoRA, every base weight without. */
+  trainableParams(): Map<string, tf.Variable> {
+    return this.lora ? this.lora.variables() : this.params;
+  }
+
+  /** Folds the adapters into the base weights (W += scaling·B·A) and removes them. */
+  mergeLora(): void {
+    const lora = this.lora;
+    if (!lora) throw new Error('mergeLora: the model has no LoRA adapters');
+    for (const [module, ad] of lora.modules) {
+      const w = this.p(module + '.weight');
+      tf.tidy(() => w.assign(w.add(tf.matMul(ad.B, ad.A).mul(lora.scaling))));
+    }
+    lora.dispose();
+    this.lora = null;
   }
 
   private p(name: string): tf.Variable {
@@ -132,9 +182,12 @@ export class Qwen2Model {
   private linear(x: tf.Tensor, prefix: string): tf.Tensor {
     const w = this.p(prefix + '.weight');
     const [b, t, d] = x.shape;
-    let y = tf.matMul(x.reshape([b * t, d]), w, false, true);
+    const x2d = x.reshape([b * t, d]);
+    let y = tf.matMul(x2d, w, false, true);
     const bias = this.params.get(prefix + '.bias');
     if (bias) y = y.add(bias);
+    const adapter = this.lora?.modules.get(prefix);
+    if (adapter) y = y.add(this.lora!.delta(x2d, adapter, this.training));
     return y.reshape([b, t, w.shape[0]]);
   }
 
@@ -219,6 +272,8 @@ export class Qwen2Model {
   }
 
   dispose(): void {
+    this.lora?.dispose();
+    this.lora = null;
     for (const v of this.params.values()) v.dispose();
     this.invFreq.dispose();
   }
