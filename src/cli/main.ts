@@ -90,6 +90,25 @@ program
     }
   });
 
+program
+  .command('serve')
+  .description('serve a policy as an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions) with log-probs and token ids; see src/serve/README.md')
+  .argument('<path>', 'a run directory (its latest checkpoint) or a model directory')
+  .option('--host <host>', 'interface to listen on (default loopback only; 0.0.0.0 exposes it to the network)', '127.0.0.1')
+  .option('--port <port>', 'port (0 picks a free one)', '8000')
+  .option('--served-model-name <name>', 'model id to list and accept (default: the directory name)')
+  .action(async (path: string, opts) => {
+    const port = Number(opts.port);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`--port must be an integer from 0 to 65535, got "${opts.port}"`);
+    const { loadServedModel, defaultModelName } = await import('../serve/load.ts');
+    const { startServer } = await import('../serve/server.ts');
+    const served = await loadServedModel(path);
+    const modelName = opts.servedModelName ?? defaultModelName(path);
+    const server = await startServer({ engine: served.engine, modelName, host: opts.host, port, vocabSize: served.vocabSize, maxModelLen: served.maxModelLen, log: (l) => console.error(l) });
+    console.log(`serving ${served.modelDir} as "${modelName}" at ${server.url}/v1 (Ctrl-C to stop)`);
+    process.on('SIGINT', () => void server.close().then(() => process.exit(0)));
+  });
+
 const webshop = program.command('webshop').description('the WebShop environment');
 webshop
   .command('serve')

@@ -1,0 +1,54 @@
+/**
+ * What `empo2 serve <path>` serves: a model directory (config.json, model.safetensors,
+ * tokenizer.json) or a run directory, whose latest checkpoint is a model directory.
+ */
+import { existsSync } from 'node:fs';
+import { basename, join, resolve } from 'node:path';
+import { initBackend } from '../policy/tfjs/backend.ts';
+import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
+import { TfjsEngine } from '../policy/tfjs/engine.ts';
+import { latestCheckpoint } from '../trainer/checkpoint.ts';
+import { END_OF_TEXT, IM_END } from '../trainer/prompt.ts';
+
+export function resolveModelDir(path: string): string {
+  if (!existsSync(path)) throw new Error(`${path} does not exist (give a run directory or a model directory)`);
+  if (existsSync(join(path, 'checkpoints'))) {
+    const latest = latestCheckpoint(path);
+    if (!latest) throw new Error(`${path} is a run directory without a checkpoint yet`);
+    return latest;
+  }
+  if (!existsSync(join(path, 'config.json'))) throw new Error(`${path} is neither a run directory (no checkpoints/) nor a model directory (no config.json)`);
+  return path;
+}
+
+/** A default served name: the run's or model's folder name, not "iter-000025". */
+export function defaultModelName(path: string): string {
+  return basename(resolve(path)) || 'empo2';
+}
+
+export interface ServedModel {
+  engine: TfjsEngine;
+  modelDir: string;
+  vocabSize: number;
+  maxModelLen: number;
+}
+
+export async function loadServedModel(path: string): Promise<ServedModel> {
+  await initBackend();
+  const modelDir = resolveModelDir(path);
+  const { model, tokenizer } = loadModelDir(modelDir);
+  // Same end tokens as the trainer's engine, so served samples end where training samples did.
+  const ends = [IM_END, END_OF_TEXT].map((t) => tokenizer.tokenToId(t)).filter((x): x is number => x !== undefined);
+  const eos = model.config.eos_token_id;
+  for (const id of eos == null ? [] : Array.isArray(eos) ? eos : [eos]) if (!ends.includes(id)) ends.push(id);
+  if (ends.length === 0) throw new Error(`${modelDir}: the tokenizer has neither ${IM_END} nor ${END_OF_TEXT} and config.json has no eos_token_id: cannot tell where a response ends`);
+  const engine = new TfjsEngine(model, tokenizer, {
+    // Serving never steps the optimiser; the engine still wants a configuration.
+    optimizer: { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0 },
+    maxGradNorm: 0,
+    microBatchTokens: 16384,
+    endTokens: ends,
+    padToken: ends[ends.length - 1],
+  });
+  return { engine, modelDir, vocabSize: model.config.vocab_size, maxModelLen: model.config.max_position_embeddings };
+}

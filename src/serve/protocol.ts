@@ -1,0 +1,122 @@
+/**
+ * The request bodies `empo2 serve` accepts, checked with zod so that a bad request is answered
+ * with an OpenAI-style error that names the offending field (`messages[1].role`, `prompt[0][3]`).
+ *
+ * Unknown fields are refused rather than ignored: a misspelt `allowed_texts` silently ignored
+ * would give unconstrained samples that look valid. Standard OpenAI fields this server does not
+ * implement are accepted only at their neutral values, so generic clients that always send them
+ * (penalties 0, best_of 1...) still work.
+ */
+import { z } from 'zod';
+
+export class RequestError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly param: string | null,
+    readonly type: string = status === 404 ? 'not_found_error' : 'invalid_request_error',
+    readonly code: string | null = null,
+  ) {
+    super(message);
+  }
+}
+
+export interface OpenAIErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+export function errorBody(e: RequestError): OpenAIErrorBody {
+  return { error: { message: e.message, type: e.type, param: e.param, code: e.code } };
+}
+
+const tokenId = z.number({ error: 'must be a token id (an integer)' }).int({ error: 'must be a token id (an integer)' }).min(0, { error: 'a token id cannot be negative' });
+const tokenIds = z.array(tokenId).min(1, { error: 'a prompt needs at least one token' });
+const stop = z.union([z.string(), z.array(z.string()).max(16)], { error: 'must be a string or an array of strings' }).nullable().optional();
+const allowedList = z.array(z.string().min(1, { error: 'an allowed text cannot be empty' })).min(1, { error: 'give at least one allowed text' });
+
+/** Fields every generation request shares. */
+const sampling = {
+  model: z.string().optional(),
+  temperature: z.number().min(0).max(2).nullable().optional(),
+  top_p: z.number().gt(0).max(1).nullable().optional(),
+  seed: z.number().int().nullable().optional(),
+  stop,
+  n: z.literal(1, { error: 'only n = 1 is supported (send the prompt again, or several prompts, for more samples)' }).nullable().optional(),
+  stream: z.literal(false, { error: 'streaming is not supported by empo2 serve' }).nullable().optional(),
+  user: z.string().optional(),
+  frequency_penalty: z.literal(0, { error: 'penalties are not supported (only 0)' }).nullable().optional(),
+  presence_penalty: z.literal(0, { error: 'penalties are not supported (only 0)' }).nullable().optional(),
+  logit_bias: z.record(z.string(), z.number()).refine((o) => Object.keys(o).length === 0, { error: 'logit_bias is not supported (only {})' }).nullable().optional(),
+  /** vLLM's option: also return `prompt_token_ids` (generated `token_ids` are always returned). */
+  return_token_ids: z.boolean().nullable().optional(),
+  /** vLLM's option: logprob tokens as "token_id:N" strings instead of text pieces. */
+  return_tokens_as_token_ids: z.boolean().nullable().optional(),
+};
+
+export const CompletionRequestSchema = z.strictObject({
+  ...sampling,
+  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)], {
+    error: 'must be a string, an array of strings, an array of token ids, or an array of token-id arrays',
+  }),
+  max_tokens: z.number().int().min(0).nullable().optional(),
+  /** Only the sampled token's log-prob is computed; alternatives (top-k) are not. */
+  logprobs: z.literal(0, { error: 'only logprobs: 0 (the sampled token\'s log-prob) is supported; top alternatives are not computed' }).nullable().optional(),
+  echo: z.boolean().nullable().optional(),
+  best_of: z.literal(1, { error: 'best_of is not supported (only 1)' }).nullable().optional(),
+  suffix: z.null({ error: 'suffix is not supported' }).optional(),
+  /** Constrained decoding: the only texts the response may be; one list for every prompt, or one per prompt (null: free). */
+  allowed_texts: z.union([allowedList, z.array(allowedList.nullable()).min(1)], {
+    error: 'must be an array of strings, or one array of strings (or null) per prompt',
+  }).nullable().optional(),
+});
+export type CompletionRequest = z.infer<typeof CompletionRequestSchema>;
+
+const textPart = z.strictObject({ type: z.literal('text'), text: z.string() });
+const message = z.strictObject({
+  role: z.enum(['system', 'developer', 'user', 'assistant'], { error: 'must be "system", "developer", "user" or "assistant"' }),
+  content: z.union([z.string(), z.array(textPart)], { error: 'must be a string or an array of {type: "text", text} parts' }),
+  name: z.string().optional(),
+});
+export type ChatMessage = z.infer<typeof message>;
+
+export const ChatRequestSchema = z.strictObject({
+  ...sampling,
+  messages: z.array(message).min(1, { error: 'give at least one message' }),
+  max_tokens: z.number().int().min(1).nullable().optional(),
+  max_completion_tokens: z.number().int().min(1).nullable().optional(),
+  logprobs: z.boolean().nullable().optional(),
+  top_logprobs: z.literal(0, { error: 'only top_logprobs: 0 is supported; top alternatives are not computed' }).nullable().optional(),
+  allowed_texts: allowedList.nullable().optional(),
+});
+export type ChatRequest = z.infer<typeof ChatRequestSchema>;
+
+/** `messages[1].role` from zod's path array. */
+export function fieldPath(path: readonly PropertyKey[]): string {
+  let out = '';
+  for (const p of path) out += typeof p === 'number' ? `[${p}]` : out ? `.${String(p)}` : String(p);
+  return out;
+}
+
+/** Parses with the schema, or throws a 400 naming the first bad field. */
+export function parseRequest<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new RequestError(400, 'the request body must be a JSON object', null);
+  const result = schema.safeParse(body);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0];
+  if (issue.code === 'unrecognized_keys') {
+    const where = fieldPath([...issue.path, issue.keys[0]]);
+    throw new RequestError(400, `unknown field "${where}" (empo2 serve refuses fields it would otherwise ignore)`, where);
+  }
+  const where = fieldPath(issue.path);
+  if (valueAt(body, issue.path) === undefined) throw new RequestError(400, `"${where}" is required`, where);
+  throw new RequestError(400, `"${where}": ${issue.message}`, where || null);
+}
+
+function valueAt(body: unknown, path: readonly PropertyKey[]): unknown {
+  let at: unknown = body;
+  for (const key of path) {
+    if (typeof at !== 'object' || at === null) return undefined;
+    at = (at as Record<PropertyKey, unknown>)[key];
+  }
+  return at;
+}

@@ -1,0 +1,63 @@
+/**
+ * For tests: the trainer's default tiny policy (built-in environment corpus, hidden 32, one
+ * layer, vocabulary 300), saved as a model directory and served by `empo2 serve`'s code on a
+ * free loopback port, next to an in-process engine loaded from the same directory.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadConfig } from '../config/load.ts';
+import type { Config } from '../config/schema.ts';
+import { initBackend } from '../policy/tfjs/backend.ts';
+import type { TfjsEngine } from '../policy/tfjs/engine.ts';
+import { createEngine } from '../trainer/trainer.ts';
+import { loadServedModel } from './load.ts';
+import { startServer, type RunningServer } from './server.ts';
+
+export interface ServedFixture {
+  cfg: Config;
+  modelDir: string;
+  /** Loaded from modelDir by the test itself, apart from the server's. */
+  local: TfjsEngine;
+  server: RunningServer;
+  close(): Promise<void>;
+}
+
+export function tinyConfig(runDir: string): Config {
+  return loadConfig(null, [
+    `run_dir=${runDir}`,
+    'seed=4',
+    'model.hidden_size=32',
+    'model.intermediate_size=64',
+    'model.num_hidden_layers=1',
+    'model.vocab_size=300',
+    'env.tasks=[fetch]',
+    'env.eval_variations=2',
+    'env.max_steps=4',
+  ]);
+}
+
+export async function startServedFixture(modelName = 'tiny'): Promise<ServedFixture> {
+  await initBackend();
+  const root = mkdtempSync(join(tmpdir(), 'empo2-serve-'));
+  const cfg = tinyConfig(join(root, 'run'));
+  const modelDir = join(root, 'model');
+  const { engine: built } = await createEngine(cfg, 'fresh');
+  await built.save(modelDir);
+  built.dispose();
+  const served = await loadServedModel(modelDir);
+  const { engine: local } = await createEngine({ ...cfg, model: { ...cfg.model, path: modelDir } }, 'fresh');
+  const server = await startServer({ engine: served.engine, modelName, port: 0, vocabSize: served.vocabSize, maxModelLen: served.maxModelLen });
+  return {
+    cfg,
+    modelDir,
+    local,
+    server,
+    close: async () => {
+      await server.close();
+      served.engine.dispose();
+      local.dispose();
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
+}
