@@ -1,0 +1,265 @@
+/**
+ * The remote engine against `empo2 serve` (in process, random port, the trainer's tiny model):
+ * the same ids and log-probs as the in-process engine, constrained decoding, scoring, held-out
+ * evaluation through the server alone. Failure handling (time-outs, retries, 4xx without retry,
+ * servers that return no ids) against small stub servers that misbehave on purpose.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createEnv } from '../../envs/index.ts';
+import type { Env } from '../../envs/types.ts';
+import { evaluate } from '../../trainer/evaluate.ts';
+import { startServedFixture, type ServedFixture } from '../../serve/test-fixture.ts';
+import type { GenerateOptions, Generation } from '../types.ts';
+import { RemoteEngine, remoteEngineFromDir } from './index.ts';
+
+let f: ServedFixture;
+let remote: RemoteEngine;
+const warnings: string[] = [];
+beforeAll(async () => {
+  f = await startServedFixture('tiny');
+  // No model name given: the engine asks /v1/models.
+  remote = remoteEngineFromDir(f.modelDir, { baseUrl: f.server.url + '/v1', warn: (m) => warnings.push(m) });
+}, 60_000);
+afterAll(async () => f?.close());
+
+const PROMPTS = [
+  '<|im_start|>user\nTask: Find the yellow hat.\nYou are in the hall.<|im_end|>\n<|im_start|>assistant\n',
+  'go to kitchen',
+  '<|im_start|>user\nYou take the yellow hat.<|im_end|>\n<|im_start|>assistant\nopen red box<|im_end|>\n<|im_start|>user\nThe red box is open.<|im_end|>\n<|im_start|>assistant\n',
+];
+
+function expectSameGenerations(actual: Generation[], expected: Generation[]): void {
+  expect(actual.map((g) => g.tokens)).toEqual(expected.map((g) => g.tokens));
+  expect(actual.map((g) => g.text)).toEqual(expected.map((g) => g.text));
+  expect(actual.map((g) => g.finish)).toEqual(expected.map((g) => g.finish));
+  actual.forEach((g, i) => g.logprobs.forEach((lp, k) => expect(Math.abs(lp - expected[i].logprobs[k])).toBeLessThan(1e-5)));
+}
+
+describe('RemoteEngine against empo2 serve', () => {
+  it.each<[string, Omit<GenerateOptions, 'seed'>]>([
+    ['temperature 1', { maxTokens: 10, temperature: 1, topP: 1 }],
+    ['temperature 0.7, top-p 0.9', { maxTokens: 10, temperature: 0.7, topP: 0.9 }],
+    ['greedy', { maxTokens: 10, temperature: 0, topP: 1 }],
+  ])('generates exactly what the in-process engine does (%s)', async (_name, opts) => {
+    const prompts = PROMPTS.map((p) => f.local.tokenizer.encode(p));
+    for (const seed of [0, 12345]) {
+      const [got, want] = [await remote.generate(prompts, { ...opts, seed }), await f.local.generate(prompts, { ...opts, seed })];
+      expectSameGenerations(got, want);
+    }
+    expect(await remote.model()).toBe('tiny');
+  });
+
+  it('honours stop strings like the in-process engine', async () => {
+    const prompts = PROMPTS.map((p) => f.local.tokenizer.encode(p));
+    const opts = { maxTokens: 20, temperature: 1, topP: 1, seed: 9, stop: ['a', 'e'] };
+    const want = await f.local.generate(prompts, opts);
+    expect(want.some((g) => g.finish === 'stop')).toBe(true);
+    expectSameGenerations(await remote.generate(prompts, opts), want);
+  });
+
+  it('decodes under allowed texts through the server, per prompt', async () => {
+    const prompts = PROMPTS.map((p) => f.local.tokenizer.encode(p));
+    const allowedTexts = [['go to kitchen', 'go to hall', 'look around'], null, ['take yellow hat', 'inventory']];
+    for (const seed of [1, 2, 3]) {
+      const opts = { maxTokens: 16, temperature: 1, topP: 1, seed, allowedTexts };
+      const got = await remote.generate(prompts, opts);
+      expectSameGenerations(got, await f.local.generate(prompts, opts));
+      expect(allowedTexts[0]).toContain(got[0].text);
+      expect(allowedTexts[2]).toContain(got[2].text);
+    }
+  });
+
+  it('with one prompt per request and two in flight, still returns samples the model scores alike', async () => {
+    const oneByOne = remoteEngineFromDir(f.modelDir, { baseUrl: f.server.url, model: 'tiny', promptsPerRequest: 1, concurrency: 2 });
+    const prompts = PROMPTS.map((p) => f.local.tokenizer.encode(p));
+    const gens = await oneByOne.generate(prompts, { maxTokens: 8, temperature: 1, topP: 1, seed: 4 });
+    // The first request keeps the caller's seed.
+    const [first] = await f.local.generate([prompts[0]], { maxTokens: 8, temperature: 1, topP: 1, seed: 4 });
+    expect(gens[0].tokens).toEqual(first.tokens);
+    // At temperature 1 the sampler's log-probs are the model's scores of the same tokens.
+    const scores = await f.local.logprobs(prompts.map((p, i) => ({ prompt: p, response: gens[i].tokens })));
+    gens.forEach((g, i) => g.logprobs.forEach((lp, k) => expect(Math.abs(lp - scores[i][k])).toBeLessThan(1e-5)));
+  });
+
+  it('scores responses like the in-process engine, and refuses temperatures it cannot score', async () => {
+    const batch = PROMPTS.map((p, i) => ({ prompt: f.local.tokenizer.encode(p), response: f.local.tokenizer.encode(['go to kitchen<|im_end|>', 'x', 'look around'][i]) }));
+    const [got, want] = [await remote.logprobs(batch), await f.local.logprobs(batch)];
+    expect(got.map((r) => r.length)).toEqual(want.map((r) => r.length));
+    got.forEach((r, i) => r.forEach((lp, k) => expect(Math.abs(lp - want[i][k])).toBeLessThan(1e-5)));
+    await expect(remote.logprobs(batch, 0.7)).rejects.toThrow(/temperature 0.7 is not possible remotely/);
+  });
+
+  it('cannot train or save', async () => {
+    await expect(remote.trainStep([], { clipLow: 0.2, clipHigh: 0.2, dualClip: null, klCoef: 0, lowProbDelta: null } as never)).rejects.toThrow(/a remote engine cannot train.*memory-only adaptation and evaluation/);
+    await expect(remote.save('/tmp/x')).rejects.toThrow(/cannot save weights/);
+  });
+
+  it('passes the server\'s 400 on, naming the field, without retrying', async () => {
+    const prompts = [f.local.tokenizer.encode('go')];
+    await expect(remote.generate(prompts, { maxTokens: 5000, temperature: 1, topP: 1, seed: 0 })).rejects.toThrow(/answered 400: .*context of 4096 tokens.*\(field "max_tokens"\)/);
+    const wrongModel = remoteEngineFromDir(f.modelDir, { baseUrl: f.server.url, model: 'llama', retries: 3, warn: (m) => warnings.push(m) });
+    const before = warnings.length;
+    await expect(wrongModel.generate(prompts, { maxTokens: 2, temperature: 1, topP: 1, seed: 0 })).rejects.toThrow(/answered 404: model "llama" is not served here/);
+    expect(warnings.length).toBe(before); // no retry was announced
+  });
+
+  it('evaluates a policy through the server alone, with the same results as in process', async () => {
+    const envs: Env[] = [];
+    for (let i = 0; i < 2; i++) envs.push(await createEnv(f.cfg.env));
+    const tasks = f.cfg.env.tasks!;
+    const viaServer = await evaluate(remote, envs, tasks, f.cfg, 0);
+    const inProcess = await evaluate(f.local, envs, tasks, f.cfg, 0);
+    expect(viaServer).toEqual(inProcess);
+    expect(viaServer.summary.episodes).toBe(2);
+    expect(viaServer.summary.env_steps).toBeGreaterThan(0);
+    await Promise.all(envs.map((e) => e.close()));
+  }, 60_000);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Misbehaving servers
+// ---------------------------------------------------------------------------------------------
+
+type Handler = (attempt: number, body: any, req: IncomingMessage, res: ServerResponse) => void;
+
+async function stub(handler: Handler): Promise<{ url: string; attempts: () => number; inFlightMax: () => number; close: () => Promise<void> }> {
+  let attempts = 0;
+  let inFlight = 0;
+  let inFlightMax = 0;
+  const server = createServer(async (req, res) => {
+    let text = '';
+    for await (const c of req) text += c;
+    attempts++;
+    inFlight++;
+    inFlightMax = Math.max(inFlightMax, inFlight);
+    res.on('close', () => inFlight--);
+    handler(attempts, text ? JSON.parse(text) : undefined, req, res);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    attempts: () => attempts,
+    inFlightMax: () => inFlightMax,
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
+
+function json(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { 'Content-Type': 'application/json' });
+  res.end(JSON.stringify(body));
+}
+
+/** A well-formed answer: every prompt gets the ids [5, 6] with log-probs -1, -2. */
+function answer(body: any): unknown {
+  const n = Array.isArray(body.prompt[0]) ? body.prompt.length : 1;
+  return { choices: Array.from({ length: n }, (_, i) => ({ index: i, text: 'xx', finish_reason: 'length', token_ids: [5, 6], logprobs: { tokens: ['token_id:5', 'token_id:6'], token_logprobs: [-1, -2] } })) };
+}
+
+describe('RemoteEngine against misbehaving servers', () => {
+  const tokenizerOf = () => f.local.tokenizer;
+  const engineFor = (url: string, extra: Partial<ConstructorParameters<typeof RemoteEngine>[0]> = {}) =>
+    new RemoteEngine({ baseUrl: url, model: 'm', tokenizer: tokenizerOf(), endTokens: [f.local.tokenizer.tokenToId('<|im_end|>')!], backoffMs: 10, warn: () => {}, ...extra });
+  const OPTS = { maxTokens: 2, temperature: 1, topP: 1, seed: 0 };
+
+  it('retries 5xx answers with backoff and succeeds', async () => {
+    const s = await stub((attempt, body, _req, res) => (attempt <= 2 ? json(res, 503, { error: { message: 'loading' } }) : json(res, 200, answer(body))));
+    const retries: string[] = [];
+    const [g] = await engineFor(s.url, { retries: 3, warn: (m) => retries.push(m) }).generate([[1, 2]], OPTS);
+    expect(g.tokens).toEqual([5, 6]);
+    expect(g.logprobs).toEqual([-1, -2]);
+    expect(s.attempts()).toBe(3);
+    expect(retries).toHaveLength(2);
+    expect(retries[0]).toMatch(/answered 503: loading.*retry 1\/3 in 10 ms/);
+    expect(retries[1]).toMatch(/retry 2\/3 in 20 ms/);
+    await s.close();
+  });
+
+  it('times out a stalled request and retries it', async () => {
+    const s = await stub((attempt, body, _req, res) => {
+      if (attempt === 1) setTimeout(() => json(res, 200, answer(body)), 2_000);
+      else json(res, 200, answer(body));
+    });
+    const retries: string[] = [];
+    const t0 = performance.now();
+    const [g] = await engineFor(s.url, { timeoutMs: 200, retries: 1, warn: (m) => retries.push(m) }).generate([[1]], OPTS);
+    expect(g.tokens).toEqual([5, 6]);
+    expect(performance.now() - t0).toBeLessThan(1_500);
+    expect(retries[0]).toMatch(/no answer within 200 ms/);
+    await s.close();
+  });
+
+  it('gives up after the last retry with the reason', async () => {
+    const s = await stub((_a, _b, _req, res) => json(res, 500, { error: { message: 'CUDA out of memory' } }));
+    await expect(engineFor(s.url, { retries: 2 }).generate([[1]], OPTS)).rejects.toThrow(/failed after 3 attempts: .*answered 500: CUDA out of memory/);
+    expect(s.attempts()).toBe(3);
+    await s.close();
+  });
+
+  it('does not retry a 4xx, and names the field', async () => {
+    const s = await stub((_a, _b, _req, res) => json(res, 400, { error: { message: 'bad top_p', type: 'invalid_request_error', param: 'top_p' } }));
+    await expect(engineFor(s.url, { retries: 3 }).generate([[1]], OPTS)).rejects.toThrow(/answered 400: bad top_p \(field "top_p"\)/);
+    expect(s.attempts()).toBe(1);
+    await s.close();
+  });
+
+  it('reports a server that is not there after retrying', async () => {
+    const s = await stub(() => {});
+    const url = s.url;
+    await s.close();
+    await expect(engineFor(url, { retries: 1 }).generate([[1]], OPTS)).rejects.toThrow(/failed after 2 attempts: .*ECONNREFUSED/);
+  });
+
+  it('falls back to re-encoding the text, with a warning, when the server returns no ids', async () => {
+    const s = await stub((_a, _b, _req, res) => json(res, 200, { choices: [{ index: 0, text: 'go to kitchen', finish_reason: 'stop' }] }));
+    const warned: string[] = [];
+    const engine = engineFor(s.url, { warn: (m) => warned.push(m) });
+    const [g] = await engine.generate([[1]], OPTS);
+    const imEnd = f.local.tokenizer.tokenToId('<|im_end|>')!;
+    expect(g.tokens).toEqual([...f.local.tokenizer.encode('go to kitchen'), imEnd]);
+    expect(g.text).toBe('go to kitchen');
+    expect(g.logprobs.every(Number.isNaN)).toBe(true);
+    expect(warned.join('\n')).toMatch(/returned no token ids.*re-encoding the response text/);
+    expect(warned.join('\n')).toMatch(/no per-token log-probs/);
+    await engine.generate([[1]], OPTS);
+    expect(warned).toHaveLength(2); // once per problem, not per call
+    await s.close();
+  });
+
+  it('keeps at most `concurrency` requests in flight and sends per-prompt constraints as vLLM fields', async () => {
+    const bodies: any[] = [];
+    const s = await stub((_a, body, _req, res) => {
+      bodies.push(body);
+      setTimeout(() => json(res, 200, answer(body)), 50);
+    });
+    const engine = engineFor(s.url, { concurrency: 2, promptsPerRequest: 2, constraint: 'structured_outputs' });
+    const prompts = [[1], [2], [3], [4], [5], [6]];
+    const gens = await engine.generate(prompts, { ...OPTS, allowedTexts: [null, ['a', 'b'], null, null, null, null] });
+    expect(gens).toHaveLength(6);
+    expect(s.inFlightMax()).toBe(2);
+    // [1] | [2] alone (constrained) | [3, 4] | [5, 6]
+    expect(bodies.map((b) => b.prompt).sort()).toEqual([[1], [2], [[3], [4]], [[5], [6]]].sort());
+    const constrained = bodies.find((b) => b.structured_outputs);
+    expect(constrained).toMatchObject({ prompt: [2], structured_outputs: { choice: ['a', 'b'] } });
+    expect(bodies.filter((b) => b.seed === 0)).toHaveLength(1); // only the first request keeps the caller's seed
+    expect(new Set(bodies.map((b) => b.seed)).size).toBe(4);
+    await s.close();
+  });
+
+  it('refuses constrained generation when the server cannot constrain', async () => {
+    const engine = engineFor('http://127.0.0.1:9', { constraint: 'none' });
+    await expect(engine.generate([[1]], { ...OPTS, allowedTexts: [['a']] })).rejects.toThrow(/constraint "none"/);
+  });
+
+  it('checks its options', () => {
+    expect(() => engineFor('localhost:8000')).toThrow(/must start with http/);
+    expect(() => engineFor('http://x', { retries: -1 })).toThrow(/retries must be a whole number/);
+    expect(() => engineFor('http://x', { timeoutMs: 0 })).toThrow(/timeoutMs must be a positive number/);
+  });
+});

@@ -1,0 +1,87 @@
+/**
+ * JSON over HTTP for the remote engine: a time limit per attempt, and retries with exponential
+ * backoff where trying again can help (connection failures, time-outs, 5xx, 429) but never on
+ * other 4xx answers, which mean the request itself is wrong and would fail the same way again.
+ */
+
+export interface HttpSettings {
+  timeoutMs: number;
+  /** Extra attempts after the first. */
+  retries: number;
+  /** First wait; each later wait doubles, capped at 30 s. */
+  backoffMs: number;
+  apiKey?: string;
+  /** Told of each failed attempt that will be retried. */
+  onRetry?: (message: string) => void;
+}
+
+/** The server answered with an error status; `param` is the field an OpenAI-style error names. */
+export class RemoteHttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly param: string | null,
+  ) {
+    super(message);
+    this.name = 'RemoteHttpError';
+  }
+}
+
+function retriable(e: unknown): boolean {
+  if (e instanceof RemoteHttpError) return e.status >= 500 || e.status === 429;
+  return true; // network errors, time-outs, truncated bodies
+}
+
+function describeFailure(e: unknown, timeoutMs: number): string {
+  const err = e as Error & { cause?: { code?: string; message?: string } };
+  if (err.name === 'TimeoutError' || err.name === 'AbortError') return `no answer within ${timeoutMs} ms`;
+  if (err.cause?.code) return `${err.message} (${err.cause.code}${err.cause.message ? `: ${err.cause.message}` : ''})`;
+  return err.message;
+}
+
+export async function requestJson(url: string, body: unknown | undefined, s: HttpSettings): Promise<unknown> {
+  const attempts = s.retries + 1;
+  let lastError: unknown;
+  for (let attempt = 1; attempt <= attempts; attempt++) {
+    try {
+      return await attemptOnce(url, body, s);
+    } catch (e) {
+      lastError = e;
+      if (!retriable(e)) throw e;
+      if (attempt === attempts) break;
+      const wait = Math.min(30_000, s.backoffMs * 2 ** (attempt - 1));
+      s.onRetry?.(`${body === undefined ? 'GET' : 'POST'} ${url} failed (${describeFailure(e, s.timeoutMs)}); retry ${attempt}/${s.retries} in ${wait} ms`);
+      await new Promise((r) => setTimeout(r, wait));
+    }
+  }
+  const what = lastError instanceof RemoteHttpError ? lastError.message : describeFailure(lastError, s.timeoutMs);
+  throw new Error(`${body === undefined ? 'GET' : 'POST'} ${url} failed after ${attempts} attempt${attempts === 1 ? '' : 's'}: ${what}`, { cause: lastError });
+}
+
+async function attemptOnce(url: string, body: unknown | undefined, s: HttpSettings): Promise<unknown> {
+  const headers: Record<string, string> = { Accept: 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (s.apiKey) headers.Authorization = `Bearer ${s.apiKey}`;
+  // One signal for the whole attempt, so a server that stalls mid-body also times out.
+  const res = await fetch(url, {
+    method: body === undefined ? 'GET' : 'POST',
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal: AbortSignal.timeout(s.timeoutMs),
+  });
+  const text = await res.text();
+  let json: unknown;
+  try {
+    json = text.length > 0 ? JSON.parse(text) : undefined;
+  } catch {
+    json = undefined;
+  }
+  if (!res.ok) {
+    const error = (json as { error?: { message?: unknown; param?: unknown } } | undefined)?.error;
+    const message = typeof error?.message === 'string' ? error.message : text.slice(0, 300) || res.statusText;
+    const param = typeof error?.param === 'string' ? error.param : null;
+    throw new RemoteHttpError(res.status, `${url} answered ${res.status}: ${message}${param ? ` (field "${param}")` : ''}`, param);
+  }
+  if (json === undefined) throw new Error(`${url} answered ${res.status} with a body that is not JSON: ${text.slice(0, 200)}`);
+  return json;
+}
