@@ -51,6 +51,9 @@ program
   .argument('<path>', 'a run directory (its latest checkpoint) or a model directory')
   .option('-c, --config <file>', 'YAML or JSON config (default: the run\'s config.yaml when present)')
   .option('-s, --set <key=value>', 'override one config option (repeatable)', collect, [])
+  .option('--remote <url>', 'generate through this OpenAI-compatible server (empo2 serve, vLLM...); <path> then only supplies tokenizer.json')
+  .option('--remote-model <name>', 'with --remote: the model name to request (default: the first one the server lists)')
+  .option('--remote-timeout <seconds>', 'with --remote: time limit per request attempt', '120')
   .addHelpText('after', optionsHelp)
   .action(async (path: string, opts) => {
     const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
@@ -58,6 +61,13 @@ program
     const cfg = configFrom(opts, existsSync(runConfig) ? runConfig : undefined);
     const modelDir = existsSync(join(path, 'checkpoints')) ? latestCheckpoint(path) : path;
     if (!modelDir) throw new Error(`${path} has no checkpoint`);
+    if (opts.remote) {
+      const timeout = Number(opts.remoteTimeout);
+      if (!(timeout > 0)) throw new ConfigError(`--remote-timeout must be a positive number of seconds, got "${opts.remoteTimeout}"`);
+      const { evaluateRemote } = await import('../policy/remote/eval-command.ts');
+      await evaluateRemote(modelDir, { baseUrl: opts.remote, model: opts.remoteModel, timeoutMs: timeout * 1000 }, cfg);
+      return;
+    }
     const { evaluateModelDir } = await import('../trainer/eval-command.ts');
     await evaluateModelDir(modelDir, cfg);
   });

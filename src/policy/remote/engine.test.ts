@@ -5,11 +5,13 @@
  * servers that return no ids) against small stub servers that misbehave on purpose.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spawn } from 'node:child_process';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { createEnv } from '../../envs/index.ts';
 import type { Env } from '../../envs/types.ts';
-import { evaluate } from '../../trainer/evaluate.ts';
+import { evaluate, formatEvalTable } from '../../trainer/evaluate.ts';
 import { startServedFixture, type ServedFixture } from '../../serve/test-fixture.ts';
 import type { GenerateOptions, Generation } from '../types.ts';
 import { RemoteEngine, remoteEngineFromDir } from './index.ts';
@@ -115,6 +117,24 @@ describe('RemoteEngine against empo2 serve', () => {
     expect(viaServer.summary.episodes).toBe(2);
     expect(viaServer.summary.env_steps).toBeGreaterThan(0);
     await Promise.all(envs.map((e) => e.close()));
+  }, 60_000);
+
+  it('empo2 eval --remote prints the same table as evaluating in process', async () => {
+    const envs: Env[] = [];
+    for (let i = 0; i < 2; i++) envs.push(await createEnv(f.cfg.env));
+    const inProcess = await evaluate(f.local, envs, f.cfg.env.tasks!, f.cfg, 0);
+    await Promise.all(envs.map((e) => e.close()));
+    const rows = formatEvalTable(inProcess, null).split('\n').filter((l) => l.startsWith('| fetch') || l.startsWith('| **all**'));
+    const repoRoot = resolve(import.meta.dirname, '..', '..', '..');
+    const sets = ['seed=4', 'env.tasks=[fetch]', 'env.eval_variations=2', 'env.max_steps=4'].flatMap((s) => ['--set', s]);
+    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'empo2.js'), 'eval', f.modelDir, '--remote', f.server.url, ...sets], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
+    expect(code, out).toBe(0);
+    expect(out).toContain(`evaluating "tiny" served at ${f.server.url}/v1`);
+    for (const row of rows) expect(out).toContain(row);
   }, 60_000);
 });
 
