@@ -141,7 +141,7 @@ describe.skipIf(!gate.available)(`Hugging Face checkpoints, chat templates and P
 
   it('an adapter trained and saved by our engine loads in PEFT with the same logits', async () => {
     const baseDir = ref.models['llama-fp32-sharded'].dir;
-    const { model, tokenizer } = loadModelDir(baseDir, { adapter: false, lora: { r: 3, lora_alpha: 6, lora_dropout: 0, target_modules: ['k_proj', 'o_proj', 'up_proj', 'down_proj'] }, loraSeed: 5 });
+    const { model, tokenizer } = loadModelDir(baseDir, { adapter: false, lora: { r: 3, alpha: 6, dropout: 0, targetModules: ['k_proj', 'o_proj', 'up_proj', 'down_proj'] }, loraSeed: 5 });
     const engine = engineFor(model, tokenizer);
     const batch = ref.sequences.slice(1).map((s) => ({ prompt: s.slice(0, 2), response: s.slice(2) }));
     const old = await engine.logprobs(batch);

@@ -16,18 +16,26 @@ import { readSafetensors, toFloat32, writeSafetensors, type TensorToWrite } from
 import { writeJsonAtomic } from './json-file.ts';
 
 /**
- * LoRA settings, named as in PEFT's LoraConfig / adapter_config.json.
- * `target_modules`: module names matched as PEFT does (a name matches when it equals the module
- * path or is its last component, e.g. "q_proj"), or one regular expression that must match the
- * whole module path, or "all-linear" (every projection; never the output layer).
+ * LoRA settings. The same shape as the PyTorch worker's LoraSettings, so one config object serves
+ * both engines; saved to adapter_config.json under PEFT's names (r, lora_alpha, lora_dropout,
+ * target_modules, use_rslora).
  */
 export interface LoraConfig {
   r: number;
-  lora_alpha: number;
-  lora_dropout: number;
-  target_modules: string[] | string;
-  /** Rank-stabilised scaling lora_alpha / √r instead of lora_alpha / r. */
-  use_rslora?: boolean;
+  /** Scaling numerator: the update is (alpha / r)·B·A. */
+  alpha: number;
+  /** Dropout on the adapter input, in training only. */
+  dropout: number;
+  /**
+   * Module names matched as PEFT does: a name matches a module when it equals its path or its last
+   * component (e.g. "q_proj"). The single entry "all-linear" targets every projection (never the
+   * output layer).
+   */
+  targetModules: string[];
+  /** Instead of targetModules: a regular expression that must match a module's whole path (PEFT's string form). */
+  targetRegex?: string;
+  /** Rank-stabilised scaling alpha / √r instead of alpha / r. */
+  useRslora?: boolean;
 }
 
 export interface LoraModule {
@@ -44,36 +52,41 @@ const PEFT_PREFIX = 'base_model.model.';
 const LINEAR_SUFFIXES = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj'];
 
 export function validateLoraConfig(c: LoraConfig, where = 'lora'): void {
-  if (typeof c !== 'object' || c === null) throw new Error(`${where}: expected an object with r, lora_alpha, lora_dropout, target_modules`);
+  if (typeof c !== 'object' || c === null) throw new Error(`${where}: expected an object with r, alpha, dropout, targetModules`);
   if (!Number.isInteger(c.r) || c.r <= 0) throw new Error(`${where}: "r" must be a positive integer (got ${JSON.stringify(c.r)})`);
-  if (typeof c.lora_alpha !== 'number' || !(c.lora_alpha > 0)) throw new Error(`${where}: "lora_alpha" must be a positive number (got ${JSON.stringify(c.lora_alpha)})`);
-  if (typeof c.lora_dropout !== 'number' || !(c.lora_dropout >= 0 && c.lora_dropout < 1)) throw new Error(`${where}: "lora_dropout" must be in [0, 1) (got ${JSON.stringify(c.lora_dropout)})`);
-  const t = c.target_modules;
-  const okList = Array.isArray(t) && t.length > 0 && t.every((x) => typeof x === 'string' && x.length > 0);
-  if (!okList && !(typeof t === 'string' && t.length > 0)) throw new Error(`${where}: "target_modules" must be a non-empty list of module names or one regular expression (got ${JSON.stringify(t)})`);
-  if (c.use_rslora !== undefined && typeof c.use_rslora !== 'boolean') throw new Error(`${where}: "use_rslora" must be true or false`);
+  if (typeof c.alpha !== 'number' || !(c.alpha > 0)) throw new Error(`${where}: "alpha" must be a positive number (got ${JSON.stringify(c.alpha)})`);
+  if (typeof c.dropout !== 'number' || !(c.dropout >= 0 && c.dropout < 1)) throw new Error(`${where}: "dropout" must be in [0, 1) (got ${JSON.stringify(c.dropout)})`);
+  const t = c.targetModules;
+  if (c.targetRegex !== undefined) {
+    if (typeof c.targetRegex !== 'string' || c.targetRegex === '') throw new Error(`${where}: "targetRegex" must be a non-empty regular expression`);
+    if (t !== undefined && !(Array.isArray(t) && t.length === 0)) throw new Error(`${where}: give "targetModules" or "targetRegex", not both`);
+  } else if (!Array.isArray(t) || t.length === 0 || !t.every((x) => typeof x === 'string' && x.length > 0)) {
+    throw new Error(`${where}: "targetModules" must be a non-empty list of module names (got ${JSON.stringify(t)})`);
+  } else if (t.includes('all-linear') && t.length > 1) throw new Error(`${where}: "all-linear" must be the only entry of "targetModules"`);
+  if (c.useRslora !== undefined && typeof c.useRslora !== 'boolean') throw new Error(`${where}: "useRslora" must be true or false`);
 }
 
 export function loraScaling(c: LoraConfig): number {
-  return c.use_rslora ? c.lora_alpha / Math.sqrt(c.r) : c.lora_alpha / c.r;
+  return c.useRslora ? c.alpha / Math.sqrt(c.r) : c.alpha / c.r;
 }
 
-/** The model's Linear modules (by path, e.g. "model.layers.0.self_attn.q_proj") that `targets` selects. */
-export function matchTargetModules(model: Qwen2Model, targets: LoraConfig['target_modules'], where = 'lora'): string[] {
+/** The model's Linear modules (by path, e.g. "model.layers.0.self_attn.q_proj") that `c` selects. */
+export function matchTargetModules(model: Qwen2Model, c: Pick<LoraConfig, 'targetModules' | 'targetRegex'>, where = 'lora'): string[] {
   const linear: string[] = [];
   for (let i = 0; i < model.config.num_hidden_layers; i++) for (const s of LINEAR_SUFFIXES) linear.push(`model.layers.${i}.${s}`);
-  if (targets === 'all-linear') return linear;
-  if (typeof targets === 'string') {
+  if (c.targetRegex !== undefined) {
     let re: RegExp;
     try {
-      re = new RegExp(`^(?:${targets})$`);
+      re = new RegExp(`^(?:${c.targetRegex})$`);
     } catch (e) {
-      throw new Error(`${where}: "target_modules" ${JSON.stringify(targets)} is not a valid regular expression: ${(e as Error).message}`);
+      throw new Error(`${where}: "targetRegex" ${JSON.stringify(c.targetRegex)} is not a valid regular expression: ${(e as Error).message}`);
     }
     const hit = linear.filter((m) => re.test(m));
-    if (hit.length === 0) throw new Error(`${where}: "target_modules" ${JSON.stringify(targets)} matches none of the model's projections (e.g. ${linear[0]})`);
+    if (hit.length === 0) throw new Error(`${where}: "targetRegex" ${JSON.stringify(c.targetRegex)} matches none of the model's projections (e.g. ${linear[0]})`);
     return hit;
   }
+  const targets = c.targetModules;
+  if (targets.length === 1 && targets[0] === 'all-linear') return linear;
   const known = new Set(LINEAR_SUFFIXES.map((s) => s.split('.').pop()!));
   for (const t of targets) {
     if (!linear.some((m) => m === t || m.endsWith('.' + t))) {
@@ -101,7 +114,7 @@ export class LoraAdapters {
   static create(model: Qwen2Model, config: LoraConfig, seed: number): LoraAdapters {
     validateLoraConfig(config);
     const modules = new Map<string, LoraModule>();
-    matchTargetModules(model, config.target_modules).forEach((module, k) => {
+    matchTargetModules(model, config).forEach((module, k) => {
       const [out, inp] = model.params.get(module + '.weight')!.shape;
       const bound = 1 / Math.sqrt(inp);
       const A = tf.variable(tf.randomUniform([config.r, inp], -bound, bound, 'float32', seed * 100_003 + k), true);
@@ -113,7 +126,7 @@ export class LoraAdapters {
 
   /** scaling·(dropout(x)·Aᵀ)·Bᵀ for x [n, in]; dropout only when training. */
   delta(x: tf.Tensor, m: LoraModule, training: boolean): tf.Tensor {
-    const rate = this.config.lora_dropout;
+    const rate = this.config.dropout;
     // A fresh seed per call: every layer and step draws its own mask, reproducibly.
     const input = training && rate > 0 ? tf.dropout(x, rate, undefined, this.dropoutSeed * 1_000_003 + this.dropoutCalls++) : x;
     return tf.matMul(tf.matMul(input, m.A, false, true), m.B, false, true).mul(this.scaling);
@@ -153,16 +166,16 @@ export async function saveLoraAdapter(dir: string, model: Qwen2Model, opts: Save
   writeSafetensors(join(dir, ADAPTER_WEIGHTS_FILE), tensors, { format: 'pt' });
   const c = lora.config;
   // Module names as PEFT records them: the last path component of every adapted Linear.
-  const targets = Array.isArray(c.target_modules) || c.target_modules === 'all-linear' ? [...new Set([...lora.modules.keys()].map((m) => m.split('.').pop()!))].sort() : c.target_modules;
+  const targets = c.targetRegex ?? [...new Set([...lora.modules.keys()].map((m) => m.split('.').pop()!))].sort();
   writeJsonAtomic(join(dir, ADAPTER_CONFIG_FILE), {
     peft_type: 'LORA',
     task_type: 'CAUSAL_LM',
     base_model_name_or_path: opts.baseModelNameOrPath ?? null,
     r: c.r,
-    lora_alpha: c.lora_alpha,
-    lora_dropout: c.lora_dropout,
+    lora_alpha: c.alpha,
+    lora_dropout: c.dropout,
     target_modules: targets,
-    use_rslora: !!c.use_rslora,
+    use_rslora: !!c.useRslora,
     use_dora: false,
     bias: 'none',
     fan_in_fan_out: false,
@@ -202,15 +215,18 @@ export function loadLoraAdapter(dir: string, model: Qwen2Model, dropoutSeed = 0)
     throw new Error(`${configPath} is not valid JSON: ${(e as Error).message}`);
   }
   refuseUnsupported(raw, configPath);
+  const targets = raw.target_modules;
   const config: LoraConfig = {
     r: raw.r as number,
-    lora_alpha: (raw.lora_alpha ?? 8) as number, // PEFT's default
-    lora_dropout: (raw.lora_dropout ?? 0) as number,
-    target_modules: raw.target_modules as string[] | string,
-    use_rslora: (raw.use_rslora ?? false) as boolean,
+    alpha: (raw.lora_alpha ?? 8) as number, // PEFT's default
+    dropout: (raw.lora_dropout ?? 0) as number,
+    // PEFT stores a list of names, or one string: "all-linear" or a regular expression.
+    targetModules: typeof targets === 'string' ? (targets === 'all-linear' ? ['all-linear'] : []) : (targets as string[]),
+    useRslora: (raw.use_rslora ?? false) as boolean,
   };
+  if (typeof targets === 'string' && targets !== 'all-linear') config.targetRegex = targets;
   validateLoraConfig(config, configPath);
-  const modulesWanted = matchTargetModules(model, config.target_modules, configPath);
+  const modulesWanted = matchTargetModules(model, config, configPath);
   const { tensors } = readSafetensors(weightsPath);
   const modules = new Map<string, LoraModule>();
   const used = new Set<string>();
