@@ -1,0 +1,415 @@
+/**
+ * The PyTorch worker against the TypeScript engine on the same tiny Qwen2 model (built and saved
+ * by our own code, loaded by `transformers` on the other side) and the same batches: log-probs,
+ * the loss and its statistics, the weights after one and after three AdamW steps, and a short
+ * greedy "run" (generate → score → train) agreeing step for step. Also the worker's error
+ * handling, sampling, stop strings, constrained decoding and LoRA through PEFT.
+ *
+ * Weights are drawn wider than a real init (std 0.3, biases and norms perturbed) so attention and
+ * the output distribution are far from uniform and every code path carries signal.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pythonGate } from '../../../test/support/python.ts';
+import { initBackend, tf } from '../tfjs/backend.ts';
+import { Qwen2Model, type ModelConfig } from '../tfjs/qwen2.ts';
+import { TfjsEngine, type EngineOptions } from '../tfjs/engine.ts';
+import { loadModelDir, saveModelDir } from '../tfjs/checkpoint.ts';
+import { readSafetensorsDir, toFloat32 } from '../safetensors.ts';
+import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
+import type { ObjectiveConfig } from '../../algo/objective.ts';
+import { CHAT_SPECIAL_TOKENS, IM_END, END_OF_TEXT } from '../../trainer/prompt.ts';
+import type { TrainSequence } from '../types.ts';
+import { TorchEngine, type TorchEngineOptions } from './engine.ts';
+
+const gate = pythonGate(['torch', 'transformers', 'peft']);
+
+const CORPUS = [
+  'You are in the hall. You see a red box, a blue drawer and a door to the kitchen.',
+  'go to kitchen', 'go to hall', 'go to pantry', 'open red box', 'open blue drawer', 'take yellow hat',
+  'take red key', 'put yellow hat in red box', 'look around', 'inventory', 'turn on lamp', 'read note',
+  'The red box is open. Inside it: a yellow hat.', 'You take the yellow hat.', 'Task: Find the yellow hat and bring it to the pantry.',
+];
+
+/** Tolerances (fp32 on both sides). Measured: log-probs 9e-6, loss 2e-6 relative, weights 4e-6. */
+const LOGPROB_TOL = 1e-4;
+const LOSS_REL_TOL = 1e-4;
+/** Max |Δw| after AdamW steps at lr 1e-3: a few ulps of the update, far below one step (1e-3). */
+const WEIGHT_TOL = 2e-5;
+
+/**
+ * ε = 1e-6 rather than the config's 1e-8: AdamW divides by |g| + ε, so an element whose gradient is
+ * ~1e-8 (pure rounding noise, e.g. a direction the loss is flat in) turns fp32 noise into up to a
+ * full lr step, in either engine. With 1e-8 the measured max |Δw| is 3e-5 (3% of a step); with
+ * 1e-6 it is 4e-6, which lets the tolerance catch real mistakes.
+ */
+const OPTIMIZER = { lr: 1e-3, beta1: 0.9, beta2: 0.99, eps: 1e-6, weightDecay: 0.01 };
+const MAX_GRAD_NORM = 0.5;
+const OBJECTIVE: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.28, dualClip: 3, klCoef: 0.05, lowProbDelta: null };
+
+let tokenizer: Tokenizer;
+let IM_END_ID: number;
+let EOT_ID: number;
+let modelDir: string;
+const tmpDirs: string[] = [];
+
+function tempDir(): string {
+  const d = mkdtempSync(join(tmpdir(), 'empo2-torch-'));
+  tmpDirs.push(d);
+  return d;
+}
+
+function makeModel(seed: number): Qwen2Model {
+  const config: ModelConfig = {
+    model_type: 'qwen2',
+    vocab_size: tokenizer.vocabSize,
+    hidden_size: 32,
+    intermediate_size: 64,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    max_position_embeddings: 512,
+    rms_norm_eps: 1e-6,
+    rope_theta: 10000,
+    tie_word_embeddings: true,
+    initializer_range: 0.3,
+    eos_token_id: IM_END_ID,
+  };
+  const model = Qwen2Model.random(config, seed);
+  let k = 0;
+  for (const [name, v] of model.params) {
+    k++;
+    if (name.endsWith('.bias')) tf.tidy(() => v.assign(tf.randomNormal(v.shape, 0, 0.3, 'float32', seed * 7919 + k)));
+    else if (v.rank === 1) tf.tidy(() => v.assign(tf.randomUniform(v.shape, 0.5, 1.5, 'float32', seed * 7919 + k)));
+  }
+  return model;
+}
+
+function tfjsOptions(o: Partial<EngineOptions> = {}): EngineOptions {
+  return { optimizer: OPTIMIZER, maxGradNorm: MAX_GRAD_NORM, microBatchTokens: 100_000, endTokens: [IM_END_ID, EOT_ID], padToken: EOT_ID, ...o };
+}
+
+/** A TS engine on exactly the weights in modelDir (the file the worker loads too). */
+function tfjsEngine(o: Partial<EngineOptions> = {}): TfjsEngine {
+  const { model } = loadModelDir(modelDir);
+  return new TfjsEngine(model, tokenizer, tfjsOptions(o));
+}
+
+function torchOptions(o: Partial<TorchEngineOptions> = {}): TorchEngineOptions {
+  const { lora: _tsLora, loraSeed: _tsSeed, ...shared } = tfjsOptions();
+  return { modelDir, ...shared, threads: 1, ...o };
+}
+
+const prompt = (text: string) => tokenizer.encode(`<|im_start|>user\n${text}<|im_end|>\n<|im_start|>assistant\n`);
+
+const maxAbsDiff = (a: number[], b: number[]) => {
+  expect(a).toHaveLength(b.length);
+  return a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
+};
+
+/**
+ * Sequences of different lengths with advantages of both signs, old log-probs shifted so that
+ * ratios fall outside [1-ε_low, 1+ε_high] on both sides, masked tokens and reference log-probs.
+ */
+async function trainBatch(reference: TfjsEngine): Promise<TrainSequence[]> {
+  const seqs = [
+    { prompt: prompt('go'), response: tokenizer.encode('open red box').concat(IM_END_ID) },
+    { prompt: prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'), response: tokenizer.encode('take yellow hat').concat(IM_END_ID) },
+    { prompt: prompt('look'), response: tokenizer.encode('go to pantry') },
+    { prompt: prompt('Task: Find the yellow hat.'), response: tokenizer.encode('inventory').concat(IM_END_ID) },
+  ];
+  const current = await reference.logprobs(seqs);
+  const advantages = [1.3, -0.9, 0.6, -1.7];
+  const shifts = [0.6, -0.5, -0.1, 0.4];
+  return seqs.map((s, i) => ({
+    ...s,
+    advantages: s.response.map(() => advantages[i]),
+    oldLogprobs: current[i].map((lp, j) => lp + shifts[i] * (j % 2 === 0 ? 1 : -0.5)),
+    mask: s.response.map((_, j) => (i === 2 && j === 0 ? 0 : 1)),
+    refLogprobs: current[i].map((lp, j) => lp - 0.1 * Math.sin(j + i)),
+  }));
+}
+
+function tfjsWeights(engine: TfjsEngine): Map<string, Float32Array> {
+  return new Map([...engine.model.params].map(([k, v]) => [k, v.dataSync() as Float32Array]));
+}
+
+function savedWeights(dir: string): Map<string, Float32Array> {
+  const contents = readSafetensorsDir(dir);
+  return new Map([...contents.tensors].map(([k, t]) => [k, toFloat32(t)]));
+}
+
+function maxWeightDiff(a: Map<string, Float32Array>, b: Map<string, Float32Array>): number {
+  let m = 0;
+  for (const [name, x] of a) {
+    const y = b.get(name);
+    if (!y) throw new Error(`weights: ${name} missing on the other side`);
+    for (let i = 0; i < x.length; i++) m = Math.max(m, Math.abs(x[i] - y[i]));
+  }
+  return m;
+}
+
+function expectStatsClose(a: { loss: number; tokens: number; clipFraction: number; meanRatio: number; kl: number; gradNorm: number }, b: typeof a): void {
+  const rel = (x: number, y: number) => Math.abs(x - y) / Math.max(1e-6, Math.abs(x), Math.abs(y));
+  expect(b.tokens).toBe(a.tokens);
+  expect(rel(a.loss, b.loss)).toBeLessThan(LOSS_REL_TOL);
+  expect(b.clipFraction).toBeCloseTo(a.clipFraction, 6);
+  expect(rel(a.meanRatio, b.meanRatio)).toBeLessThan(LOSS_REL_TOL);
+  expect(rel(a.kl, b.kl)).toBeLessThan(1e-3); // a small number: relative error is larger
+  expect(rel(a.gradNorm, b.gradNorm)).toBeLessThan(LOSS_REL_TOL);
+}
+
+beforeAll(async () => {
+  if (!gate.available) return;
+  await initBackend();
+  tokenizer = Tokenizer.fromJSON(trainByteLevelBPE(CORPUS, { vocabSize: 300, specialTokens: CHAT_SPECIAL_TOKENS }), 'torch test tokenizer');
+  IM_END_ID = tokenizer.requireTokenId(IM_END);
+  EOT_ID = tokenizer.requireTokenId(END_OF_TEXT);
+  modelDir = tempDir();
+  const model = makeModel(11);
+  await saveModelDir(modelDir, model, tokenizer);
+  model.dispose();
+});
+
+afterAll(() => {
+  for (const d of tmpDirs) rmSync(d, { recursive: true, force: true });
+});
+
+describe.skipIf(!gate.available)(`TorchEngine agrees with TfjsEngine (${gate.label})`, () => {
+  let ts: TfjsEngine;
+  let torch: TorchEngine;
+  let batch: TrainSequence[];
+
+  beforeAll(async () => {
+    ts = tfjsEngine();
+    torch = await TorchEngine.start(torchOptions());
+    batch = await trainBatch(ts);
+  }, 120_000);
+
+  afterAll(async () => {
+    ts?.dispose();
+    await torch?.close();
+  });
+
+  it('reports the model it loaded', () => {
+    expect(torch.info).toMatchObject({ model_type: 'qwen2', vocab_size: tokenizer.vocabSize, device: 'cpu', dtype: 'float32', lora: false, world_size: 1 });
+    expect(torch.info.trainable_parameters).toBe(torch.info.parameters);
+  });
+
+  it(`log-probs of a padded batch agree at temperature 1 and 0.7 (max |Δ| < ${LOGPROB_TOL})`, async () => {
+    for (const t of [1, 0.7]) {
+      const a = await ts.logprobs(batch, t);
+      const b = await torch.logprobs(batch, t);
+      a.forEach((row, i) => expect(maxAbsDiff(row, b[i])).toBeLessThan(LOGPROB_TOL));
+    }
+  });
+
+  it(`one train step: loss and statistics agree, gradients are clipped, weights agree (max |Δw| < ${WEIGHT_TOL})`, async () => {
+    const before = new Map([...tfjsWeights(ts)].map(([k, v]) => [k, Float32Array.from(v)]));
+    const a = await ts.trainStep(batch, OBJECTIVE, 1);
+    const b = await torch.trainStep(batch, OBJECTIVE, 1);
+    expectStatsClose(a, b);
+    // The batch is built so that every branch of the objective is live.
+    expect(a.clipFraction).toBeGreaterThan(0.2);
+    expect(a.clipFraction).toBeLessThan(0.9);
+    expect(a.kl).toBeGreaterThan(0);
+    expect(a.gradNorm).toBeGreaterThan(MAX_GRAD_NORM);
+    const dir = tempDir();
+    await torch.save(dir);
+    const after = tfjsWeights(ts);
+    expect(maxWeightDiff(before, after)).toBeGreaterThan(5e-4); // the step moved the weights
+    expect(maxWeightDiff(after, savedWeights(dir))).toBeLessThan(WEIGHT_TOL);
+  });
+
+  it(`two more steps (one at another lr, one with the δ mask and temperature 0.8): weights still agree (max |Δw| < ${WEIGHT_TOL})`, async () => {
+    const withDelta: ObjectiveConfig = { ...OBJECTIVE, lowProbDelta: 2e-3 };
+    expectStatsClose(await ts.trainStep(batch, OBJECTIVE, 1, 3e-4), await torch.trainStep(batch, OBJECTIVE, 1, 3e-4));
+    const a = await ts.trainStep(batch, withDelta, 0.8);
+    const b = await torch.trainStep(batch, withDelta, 0.8);
+    expectStatsClose(a, b);
+    const total = batch.reduce((n, s) => n + s.mask.reduce((x, y) => x + y, 0), 0);
+    expect(a.tokens).toBeLessThan(total); // δ dropped some tokens, the same ones on both sides
+    const dir = tempDir();
+    await torch.save(dir);
+    expect(maxWeightDiff(tfjsWeights(ts), savedWeights(dir))).toBeLessThan(WEIGHT_TOL);
+    // The directory the worker wrote is a policy the TypeScript engine loads as is.
+    const reloaded = loadModelDir(dir);
+    expect(maxWeightDiff(tfjsWeights(ts), new Map([...reloaded.model.params].map(([k, v]) => [k, v.dataSync() as Float32Array])))).toBeLessThan(WEIGHT_TOL);
+    reloaded.model.dispose();
+  });
+
+  it('sampling: seeded, reproducible, and the reported log-probs are the policy\'s own (temperature 0.9, top-p 0.9)', async () => {
+    const prompts = [prompt('go'), prompt('You are in the hall. You see a red box.'), prompt('look')];
+    const opts = { temperature: 0.9, topP: 0.9, maxTokens: 8, seed: 5 };
+    const first = await torch.generate(prompts, opts);
+    const again = await torch.generate(prompts, opts);
+    expect(again.map((g) => g.tokens)).toEqual(first.map((g) => g.tokens));
+    const other = await torch.generate(prompts, { ...opts, seed: 6 });
+    expect(other.map((g) => g.tokens)).not.toEqual(first.map((g) => g.tokens));
+    const rescored = await torch.logprobs(prompts.map((p, i) => ({ prompt: p, response: first[i].tokens })), 0.9);
+    first.forEach((g, i) => {
+      expect(g.tokens.length).toBeGreaterThan(0);
+      expect(g.tokens.every((t) => t >= 0 && t < tokenizer.vocabSize)).toBe(true);
+      expect(g.finish).toBe(g.tokens.at(-1) === IM_END_ID || g.tokens.at(-1) === EOT_ID ? 'stop' : 'length');
+      expect(maxAbsDiff(g.logprobs, rescored[i])).toBeLessThan(LOGPROB_TOL);
+    });
+  });
+
+  it('constrained decoding returns one of the allowed texts; stop strings end a response', async () => {
+    const allowed = ['go to kitchen', 'take yellow hat', 'open red box'];
+    const gens = await torch.generate([prompt('go'), prompt('look'), prompt('read note')], {
+      temperature: 1,
+      topP: 1,
+      maxTokens: 20,
+      seed: 3,
+      allowedTexts: [allowed, allowed, null],
+    });
+    for (const g of gens.slice(0, 2)) {
+      expect(allowed).toContain(g.text);
+      expect(g.finish).toBe('stop');
+      expect(g.tokens.at(-1)).toBe(IM_END_ID);
+    }
+    const [stopped] = await torch.generate([prompt('go')], { temperature: 1, topP: 1, maxTokens: 20, seed: 3, allowedTexts: [['open red box']], stop: ['red'] });
+    expect(stopped.finish).toBe('stop');
+    expect(stopped.text).toMatch(/^open red/);
+    expect(stopped.text).not.toMatch(/box/);
+  });
+
+  it('a bad request gets an error naming the field, and the worker keeps serving', async () => {
+    await expect(torch.logprobs([{ prompt: [3], response: [1] }, { prompt: [], response: [1] }])).rejects.toThrow(/logprobs\.batch\[1\]\.prompt is empty/);
+    await expect(torch.logprobs([{ prompt: [3, 99_999], response: [1] }])).rejects.toThrow(/batch\[0\]\.prompt\[1\] = 99999 is outside the vocabulary \(0\.\.\d+\)/);
+    const bad = { ...batch[0], advantages: [1] };
+    await expect(torch.trainStep([bad], OBJECTIVE)).rejects.toThrow(/train_step\.batch\[0\]\.advantages has 1 values but the response has \d+ tokens/);
+    await expect(torch.trainStep(batch, { ...OBJECTIVE, clipLow: 1.5 })).rejects.toThrow(/objective\.clip_low must be a number in \[0, 1\)/);
+    const a = await ts.logprobs(batch.slice(0, 1));
+    const b = await torch.logprobs(batch.slice(0, 1));
+    expect(maxAbsDiff(a[0], b[0])).toBeLessThan(LOGPROB_TOL);
+  });
+});
+
+describe.skipIf(!gate.available)(`a short run through each engine agrees step for step (${gate.label})`, () => {
+  it('greedy generate → score → train, 4 iterations; the worker micro-batches (8-token budget), the TS engine does not', async () => {
+    const ts = tfjsEngine();
+    const torch = await TorchEngine.start(torchOptions({ microBatchTokens: 8 }));
+    try {
+      const prompts = [prompt('go'), prompt('You are in the hall.'), prompt('look'), prompt('Task: Find the yellow hat.')];
+      const losses: [number, number][] = [];
+      for (let step = 0; step < 4; step++) {
+        const opts = { temperature: 0, topP: 1, maxTokens: 6, seed: step };
+        const [ga, gb] = [await ts.generate(prompts, opts), await torch.generate(prompts, opts)];
+        expect(gb.map((g) => g.tokens)).toEqual(ga.map((g) => g.tokens));
+        ga.forEach((g, i) => expect(maxAbsDiff(g.logprobs, gb[i].logprobs)).toBeLessThan(LOGPROB_TOL));
+        // A deterministic reward of the response, centred over the group (GRPO-style).
+        const rewards = ga.map((g) => (g.tokens.reduce((s, t) => s + t, 0) % 7) / 7);
+        const mean = rewards.reduce((s, r) => s + r, 0) / rewards.length;
+        const seqs: TrainSequence[] = ga.map((g, i) => ({
+          prompt: prompts[i],
+          response: g.tokens,
+          advantages: g.tokens.map(() => rewards[i] - mean + 0.1 * (i - 1.5)),
+          oldLogprobs: g.logprobs.map((lp, j) => lp + (j % 3 === 0 ? 0.4 : -0.3)),
+          mask: g.tokens.map(() => 1),
+          refLogprobs: g.logprobs,
+        }));
+        const [a, b] = [await ts.trainStep(seqs, OBJECTIVE), await torch.trainStep(seqs, OBJECTIVE)];
+        expectStatsClose(a, b);
+        losses.push([a.loss, b.loss]);
+      }
+      expect(new Set(losses.map(([a]) => a.toFixed(6))).size).toBe(4); // the run moved: four different losses
+      const dir = tempDir();
+      await torch.save(dir);
+      expect(maxWeightDiff(tfjsWeights(ts), savedWeights(dir))).toBeLessThan(WEIGHT_TOL);
+    } finally {
+      ts.dispose();
+      await torch.close();
+    }
+  }, 120_000);
+});
+
+describe.skipIf(!gate.available)(`LoRA through PEFT (${gate.label})`, () => {
+  it('only adapters train; the first step equals the full model\'s loss; adapter and merged saves', async () => {
+    const lora = { r: 4, alpha: 8, dropout: 0, targetModules: ['q_proj', 'v_proj', 'down_proj'] };
+    const torch = await TorchEngine.start(torchOptions({ lora, seed: 1 }));
+    const ts = tfjsEngine();
+    try {
+      expect(torch.info.lora).toBe(true);
+      // A (r x in) + B (out x r) per wrapped matrix, 2 layers.
+      const perLayer = 4 * (32 + 32) + 4 * (32 + 16) + 4 * (64 + 32);
+      expect(torch.info.trainable_parameters).toBe(2 * perLayer);
+      const batch = await trainBatch(ts);
+      // PEFT starts B at zero, so before the first step the policy is the base model.
+      const a = await ts.logprobs(batch);
+      const b = await torch.logprobs(batch);
+      a.forEach((row, i) => expect(maxAbsDiff(row, b[i])).toBeLessThan(LOGPROB_TOL));
+      // The loss is a function of the forward pass only, so it equals the full model's; the
+      // gradient norm does not (only B has a gradient while B is zero).
+      const first = await torch.trainStep(batch, OBJECTIVE);
+      const full = await ts.trainStep(batch, OBJECTIVE);
+      expect(first.tokens).toBe(full.tokens);
+      expect(Math.abs(first.loss - full.loss) / Math.abs(full.loss)).toBeLessThan(LOSS_REL_TOL);
+      expect(first.clipFraction).toBeCloseTo(full.clipFraction, 6);
+      expect(first.gradNorm).toBeGreaterThan(0);
+      await torch.trainStep(batch, OBJECTIVE);
+      const adapterDir = tempDir();
+      const saved = await torch.saveWithResult(adapterDir);
+      expect(saved.format).toBe('peft-adapter');
+      expect(saved.files).toEqual(expect.arrayContaining(['adapter_config.json', 'adapter_model.safetensors', 'tokenizer.json']));
+      const adapterConfig = JSON.parse(readFileSync(join(adapterDir, 'adapter_config.json'), 'utf8'));
+      expect(adapterConfig).toMatchObject({ r: 4, lora_alpha: 8, peft_type: 'LORA' });
+      expect([...adapterConfig.target_modules].sort()).toEqual(['down_proj', 'q_proj', 'v_proj']);
+      // The merged model is an ordinary checkpoint: the TS engine scores like the worker.
+      const mergedDir = tempDir();
+      expect((await torch.saveWithResult(mergedDir, { merged: true })).format).toBe('model');
+      expect(existsSync(join(mergedDir, 'tokenizer.json'))).toBe(true);
+      const merged = new TfjsEngine(loadModelDir(mergedDir).model, tokenizer, tfjsOptions());
+      const afterWorker = await torch.logprobs(batch);
+      const afterMerged = await merged.logprobs(batch);
+      afterWorker.forEach((row, i) => expect(maxAbsDiff(row, afterMerged[i])).toBeLessThan(LOGPROB_TOL));
+      expect(Math.max(...afterWorker.map((row, i) => maxAbsDiff(row, b[i])))).toBeGreaterThan(1e-3); // the adapters did move the policy
+      merged.dispose();
+    } finally {
+      ts.dispose();
+      await torch.close();
+    }
+  }, 120_000);
+});
+
+describe('start-up failures are explained', () => {
+  it('a missing interpreter names the path and the set-up command', async () => {
+    await expect(TorchEngine.start({ ...fallbackOptions(), python: '/nonexistent/bin/python' })).rejects.toThrow(/no Python at \/nonexistent\/bin\/python: run 'npm run setup:test'/);
+  });
+
+  it('a missing launcher (e.g. torchrun) is reported as not found', async () => {
+    await expect(TorchEngine.start({ ...fallbackOptions(), launcher: ['/nonexistent/torchrun', '--nproc_per_node=2'] })).rejects.toThrow(/cannot start \/nonexistent\/torchrun .*not found.*npm run setup:test/);
+  });
+
+  it('a Python without torch gets the set-up advice', async () => {
+    const bare = spawnSync('python3', ['-c', 'import torch'], { encoding: 'utf8' });
+    if (bare.error || bare.status === 0) return; // no torch-free Python on this machine to try it with
+    await expect(TorchEngine.start({ ...fallbackOptions(), python: 'python3', launcher: ['python3'] })).rejects.toThrow(/cannot import torch.*npm run setup:test/);
+  });
+
+  it('a worker that does not come up in time is stopped with a clear message', async () => {
+    if (!gate.available) return;
+    await expect(TorchEngine.start({ ...torchOptions(), startTimeoutMs: 50 })).rejects.toThrow(/did not start within 0\.05s/);
+  });
+
+  it('a model directory without tokenizer.json is refused before Python starts', async () => {
+    await expect(TorchEngine.start({ ...fallbackOptions(), modelDir: tempDir() })).rejects.toThrow(/tokenizer file not found: .*tokenizer\.json/);
+  });
+});
+
+/** Options for start-up tests, which fail before the model is used. */
+function fallbackOptions(): TorchEngineOptions {
+  const dir = modelDir ?? writeFallbackModelDir();
+  return { modelDir: dir, optimizer: OPTIMIZER, maxGradNorm: 0, microBatchTokens: 1000, endTokens: [2], padToken: 0 };
+}
+
+/** Without the Python gate beforeAll builds nothing; these tests only need a tokenizer.json. */
+function writeFallbackModelDir(): string {
+  const dir = tempDir();
+  Tokenizer.fromJSON(trainByteLevelBPE(CORPUS, { vocabSize: 300, specialTokens: CHAT_SPECIAL_TOKENS }), 'fallback').save(join(dir, 'tokenizer.json'));
+  return dir;
+}

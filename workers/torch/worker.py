@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""
+The PyTorch policy worker: one JSON request per line on stdin, one JSON response per line on
+stdout (see PROTOCOL.md). stdout carries nothing else: library output and logs go to stderr.
+
+    python workers/torch/worker.py                      # one process (CPU or one GPU)
+    torchrun --nproc_per_node=8 workers/torch/worker.py # FSDP over 8 GPUs; rank 0 talks, all ranks compute
+
+A bad request gets an error response naming the field at fault and the worker keeps serving.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import traceback
+from typing import Any, Callable, Optional
+
+PROTOCOL_VERSION = 1
+
+# The protocol owns the real stdout; everything else that prints (transformers' progress bars,
+# warnings, C extensions writing to fd 1) is sent to stderr so it can never corrupt a response.
+_protocol_out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+
+def emit(message: dict[str, Any]) -> None:
+    _protocol_out.write(json.dumps(message, allow_nan=False) + "\n")
+    _protocol_out.flush()
+
+
+try:
+    import torch
+    import torch.distributed as dist
+    import transformers
+except ImportError as e:  # the caller turns this into set-up advice
+    emit({"event": "fatal", "kind": "missing_dependency", "message": f"cannot import {e.name or e}: {e}. Install the Python requirements (npm run setup:test, or pip install -r scripts/requirements-torch.txt)"})
+    sys.exit(3)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from engine import Dist, Engine, InitSpec, RequestError, Seq  # noqa: E402
+from objective import ObjectiveConfig  # noqa: E402
+
+
+# ---------------------------------------------------------------------- request validation
+
+
+def field(obj: dict[str, Any], key: str, where: str, check: Callable[[Any], bool], expected: str, default: Any = ...) -> Any:
+    if key not in obj or obj[key] is None:
+        if default is not ...:
+            return default
+        raise RequestError(f"{where}.{key} is required ({expected})")
+    value = obj[key]
+    if not check(value):
+        raise RequestError(f"{where}.{key} must be {expected} (got {json.dumps(value)[:80]})")
+    return value
+
+
+def is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def is_obj(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def int_list(v: Any) -> bool:
+    return isinstance(v, list) and all(is_int(x) for x in v)
+
+
+def num_list(v: Any) -> bool:
+    return isinstance(v, list) and all(is_num(x) for x in v)
+
+
+def parse_init(req: dict[str, Any]) -> InitSpec:
+    w = "init"
+    optimizer = field(req, "optimizer", w, is_obj, "an object {lr, beta1, beta2, eps, weight_decay}")
+    for key in ("lr", "beta1", "beta2", "eps", "weight_decay"):
+        field(optimizer, key, f"{w}.optimizer", lambda v: is_num(v) and v >= 0, "a non-negative number")
+    lora = field(req, "lora", w, is_obj, "an object {r, alpha, dropout, target_modules}", None)
+    if lora is not None:
+        field(lora, "r", f"{w}.lora", lambda v: is_int(v) and v > 0, "a positive integer")
+        field(lora, "alpha", f"{w}.lora", lambda v: is_num(v) and v > 0, "a positive number")
+        field(lora, "dropout", f"{w}.lora", lambda v: is_num(v) and 0 <= v < 1, "a number in [0, 1)", 0.0)
+        field(lora, "target_modules", f"{w}.lora", lambda v: (isinstance(v, str) and v != "") or (isinstance(v, list) and len(v) > 0 and all(isinstance(x, str) for x in v)), "a non-empty list of module names (e.g. [\"q_proj\", \"v_proj\"]), 'all-linear', or a regular expression string")
+        field(lora, "use_rslora", f"{w}.lora", lambda v: isinstance(v, bool), "true or false", False)
+    threads = field(req, "threads", w, lambda v: is_int(v) and v > 0, "a positive integer", None)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return InitSpec(
+        model_dir=field(req, "model_dir", w, lambda v: isinstance(v, str) and v != "", "a directory path"),
+        device=field(req, "device", w, lambda v: isinstance(v, str), "'cpu', 'cuda' or 'auto'", "cpu"),
+        dtype=field(req, "dtype", w, lambda v: isinstance(v, str), "'float32', 'bfloat16' or 'float16'", "float32"),
+        autocast=field(req, "autocast", w, lambda v: isinstance(v, str), "null, 'bfloat16' or 'float16'", None),
+        gradient_checkpointing=field(req, "gradient_checkpointing", w, lambda v: isinstance(v, bool), "true or false", False),
+        attn_implementation=field(req, "attn_implementation", w, lambda v: v in ("sdpa", "eager", "flash_attention_2"), "'sdpa', 'eager' or 'flash_attention_2'", "sdpa"),
+        lora=lora,
+        adapter_dir=field(req, "adapter_dir", w, lambda v: isinstance(v, str) and os.path.isdir(v), "an existing PEFT adapter directory", None),
+        optimizer=optimizer,
+        optimizer_state=field(req, "optimizer_state", w, lambda v: isinstance(v, str), "a path to optimizer.pt", None),
+        max_grad_norm=field(req, "max_grad_norm", w, lambda v: is_num(v) and v >= 0, "a non-negative number (0 disables clipping)", 0.0),
+        micro_batch_tokens=field(req, "micro_batch_tokens", w, lambda v: is_int(v) and v > 0, "a positive integer"),
+        pad_token=field(req, "pad_token", w, lambda v: is_int(v) and v >= 0, "a token id"),
+        seed=field(req, "seed", w, is_int, "an integer", 0),
+    )
+
+
+def parse_batch(engine: Engine, req: dict[str, Any], op: str, training: bool, kl: bool) -> list[Seq]:
+    batch = field(req, "batch", op, lambda v: isinstance(v, list), "a list of sequences")
+    seqs: list[Seq] = []
+    for i, item in enumerate(batch):
+        w = f"{op}.batch[{i}]"
+        if not is_obj(item):
+            raise RequestError(f"{w} must be an object")
+        prompt = field(item, "prompt", w, int_list, "a list of token ids")
+        response = field(item, "response", w, int_list, "a list of token ids")
+        if len(prompt) == 0:
+            raise RequestError(f"{w}.prompt is empty (scoring needs at least one prompt token)")
+        engine.check_ids(prompt, f"{w}.prompt")
+        engine.check_ids(response, f"{w}.response")
+        seq = Seq(prompt, response)
+        if training:
+            for key in ("advantages", "old_logprobs", "mask") + (("ref_logprobs",) if kl and "ref_logprobs" in item else ()):
+                values = field(item, key, w, num_list, "a list of finite numbers")
+                if len(values) != len(response):
+                    raise RequestError(f"{w}.{key} has {len(values)} values but the response has {len(response)} tokens")
+                setattr(seq, key, [float(x) for x in values])
+        seqs.append(seq)
+    return seqs
+
+
+def parse_objective(req: dict[str, Any]) -> ObjectiveConfig:
+    o = field(req, "objective", "train_step", is_obj, "an object {clip_low, clip_high, dual_clip, kl_coef, low_prob_delta}")
+    w = "train_step.objective"
+    return ObjectiveConfig(
+        clip_low=float(field(o, "clip_low", w, lambda v: is_num(v) and 0 <= v < 1, "a number in [0, 1)")),
+        clip_high=float(field(o, "clip_high", w, lambda v: is_num(v) and v >= 0, "a non-negative number")),
+        dual_clip=field(o, "dual_clip", w, lambda v: is_num(v) and v > 1, "null or a number > 1", None),
+        kl_coef=float(field(o, "kl_coef", w, lambda v: is_num(v) and v >= 0, "a non-negative number", 0.0)),
+        low_prob_delta=field(o, "low_prob_delta", w, lambda v: is_num(v) and 0 < v < 1, "null or a probability in (0, 1)", None),
+    )
+
+
+def temperature_of(req: dict[str, Any], op: str) -> float:
+    return float(field(req, "temperature", op, lambda v: is_num(v) and v > 0, "a positive number", 1.0))
+
+
+# ---------------------------------------------------------------------- dispatch
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.dist = Dist()
+        self.engine: Optional[Engine] = None
+
+    def need_engine(self, op: str) -> Engine:
+        if self.engine is None:
+            raise RequestError(f"{op}: the worker has no model yet; send an 'init' request first")
+        return self.engine
+
+    def handle(self, req: dict[str, Any]) -> Any:
+        op = req.get("op")
+        if op == "init":
+            spec = parse_init(req)
+            if self.engine is not None:
+                # Free the old model before loading the next (a 7B model twice may not fit).
+                self.engine = None
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+            self.engine = Engine(spec, self.dist)
+            return self.engine.info()
+        if op == "info":
+            return self.need_engine(op).info()
+        if op == "logprobs":
+            e = self.need_engine(op)
+            return {"logprobs": e.logprobs(parse_batch(e, req, op, False, False), temperature_of(req, op))}
+        if op == "generate":
+            e = self.need_engine(op)
+            w = op
+            prompts = field(req, "prompts", w, lambda v: isinstance(v, list) and all(int_list(p) for p in v), "a list of token-id lists")
+            for i, p in enumerate(prompts):
+                if not p:
+                    raise RequestError(f"generate.prompts[{i}] is empty")
+                e.check_ids(p, f"generate.prompts[{i}]")
+            end_tokens = field(req, "end_tokens", w, lambda v: int_list(v) and len(v) > 0, "a non-empty list of token ids")
+            e.check_ids(end_tokens, "generate.end_tokens")
+            allowed = field(req, "allowed", w, lambda v: isinstance(v, list) and len(v) == len(prompts), "null or one entry per prompt (null or a list of token-id lists)", None)
+            if allowed is not None:
+                for i, seqs in enumerate(allowed):
+                    if seqs is not None and not (isinstance(seqs, list) and all(int_list(s) for s in seqs)):
+                        raise RequestError(f"generate.allowed[{i}] must be null or a list of token-id lists")
+            if not prompts:
+                return {"generations": []}
+            gens = e.generate(
+                prompts,
+                max_tokens=field(req, "max_tokens", w, lambda v: is_int(v) and v > 0, "a positive integer"),
+                temperature=float(field(req, "temperature", w, lambda v: is_num(v) and v >= 0, "a non-negative number (0: greedy)")),
+                top_p=float(field(req, "top_p", w, lambda v: is_num(v) and 0 < v <= 1, "a number in (0, 1]", 1.0)),
+                seed=field(req, "seed", w, is_int, "an integer"),
+                end_tokens=end_tokens,
+                stop_strings=field(req, "stop", w, lambda v: isinstance(v, list) and all(isinstance(s, str) and s for s in v), "a list of non-empty strings", []),
+                allowed=allowed,
+            )
+            return {"generations": gens}
+        if op == "train_step":
+            e = self.need_engine(op)
+            objective = parse_objective(req)
+            seqs = parse_batch(e, req, op, True, objective.kl_coef > 0)
+            lr = field(req, "lr", op, lambda v: is_num(v) and v >= 0, "null or a non-negative number", None)
+            return e.train_step(seqs, objective, temperature_of(req, op), None if lr is None else float(lr))
+        if op == "save":
+            e = self.need_engine(op)
+            out_dir = field(req, "dir", op, lambda v: isinstance(v, str) and v != "", "a directory path")
+            merged = field(req, "merged", op, lambda v: isinstance(v, bool), "true or false", False)
+            with_optimizer = field(req, "optimizer", op, lambda v: isinstance(v, bool), "true or false", False)
+            return e.save(out_dir, merged, with_optimizer)
+        if op == "shutdown":
+            return {}
+        raise RequestError(f"unknown op {json.dumps(op)} (expected init, info, logprobs, generate, train_step, save or shutdown)")
+
+
+def error_kind(e: BaseException) -> str:
+    if isinstance(e, RequestError):
+        return "bad_request"
+    if isinstance(e, torch.cuda.OutOfMemoryError):
+        return "out_of_memory"
+    return "internal"
+
+
+def main() -> None:
+    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
+        dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    worker = Worker()
+    rank0 = worker.dist.rank == 0
+    if rank0:
+        import peft
+
+        emit({
+            "event": "ready",
+            "protocol": PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "world_size": worker.dist.world,
+            "cuda": torch.cuda.is_available(),
+            "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__},
+        })
+    while True:
+        line: Optional[str] = sys.stdin.readline() if rank0 else None
+        if worker.dist.enabled:
+            box = [line]
+            dist.broadcast_object_list(box, src=0)
+            line = box[0]
+        if not line:  # caller closed stdin: leave quietly
+            break
+        if not line.strip():
+            continue
+        req_id: Any = None
+        op: Any = None
+        try:
+            try:
+                req = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise RequestError(f"the request is not valid JSON: {e}") from e
+            if not isinstance(req, dict):
+                raise RequestError("the request must be a JSON object {id, op, ...}")
+            req_id, op = req.get("id"), req.get("op")
+            result = worker.handle(req)
+            response = {"id": req_id, "ok": True, "result": result}
+        except Exception as e:  # any failure is answered; the worker keeps serving
+            kind = error_kind(e)
+            if kind != "bad_request":
+                traceback.print_exc(file=sys.stderr)
+            if kind == "out_of_memory" and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            message = str(e) if kind == "bad_request" else f"{op}: {type(e).__name__}: {e}"
+            response = {"id": req_id, "ok": False, "error": {"kind": kind, "message": message}}
+        if rank0:
+            try:
+                emit(response)
+            except ValueError as e:  # NaN or inf in a result: say so instead of writing invalid JSON
+                emit({"id": req_id, "ok": False, "error": {"kind": "internal", "message": f"{op}: the result holds a non-finite number ({e}); the model has probably diverged"}})
+        if op == "shutdown":
+            break
+    if worker.dist.enabled:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
