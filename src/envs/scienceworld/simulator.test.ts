@@ -10,29 +10,12 @@ import { loadCatalog, splitVariations } from './catalog.ts';
 import { ScienceWorldEnv } from './env.ts';
 import { readCatalogFromSimulator } from './generate-catalog.ts';
 import { goldReplayOptions, replayGold } from './gold.ts';
+import { GOLD_SAMPLE } from './goldSample.ts';
 import { scienceWorldGate } from './liveSetup.ts';
 import { ScienceWorldPool } from './pool.ts';
 import { Simulator } from './simulator.ts';
 
 const gate = scienceWorldGate();
-
-/** One task per topic and then some, each at a different position in its test split. */
-const GOLD_SAMPLE: Array<[string, number]> = [
-  ['melt', 0],
-  ['use-thermometer', 7],
-  ['measure-melting-point-known-substance', 3],
-  ['power-component', 4],
-  ['test-conductivity', 11],
-  ['find-non-living-thing', 40],
-  ['identify-life-stages-2', 2],
-  ['lifespan-longest-lived-then-shortest-lived', 20],
-  ['chemistry-mix', 5],
-  ['chemistry-mix-paint-tertiary-color', 8],
-  ['inclined-plane-determine-angle', 30],
-].map(([task, position]) => {
-  const test = splitVariations(task as string, 'test');
-  return [task as string, test[(position as number) % test.length]];
-});
 
 interface RawReset {
   observation: string;
