@@ -119,6 +119,24 @@ program
     process.on('SIGINT', () => void server.close().then(() => process.exit(0)));
   });
 
+program
+  .command('compare')
+  .description('train configs x seeds (each run a child process) into <out>/<label>/seed<k>, then write results.md/.csv and learning_curve.png/.svg')
+  .option('-c, --config <file>', 'config to compare (repeatable)', collect, [])
+  .option('--label <name>', 'name of each config in the table, in --config order (default: the file name)', collect, [])
+  .option('--seeds <list>', 'seeds, e.g. 0,1,2 or 0-4', '0,1,2')
+  .option('--out <dir>', 'folder for the runs and the report')
+  .option('--jobs <n>', 'runs trained at the same time', '1')
+  .option('-s, --set <key=value>', 'override one config option in every config (repeatable)', collect, [])
+  .option('--resume', 'continue runs that stopped midway from their latest checkpoint')
+  .option('--report-only', 'only re-aggregate the runs already in --out')
+  .option('--at-steps <list>', 'env-step counts for the equal-steps score columns (default: the largest every run reached)')
+  .option('--include-unfinished', 'count runs that stopped early, using their last evaluation')
+  .action(async (opts) => {
+    const { compareCommand } = await import('../compare/command.ts');
+    process.exitCode = await compareCommand(opts);
+  });
+
 const webshop = program.command('webshop').description('the WebShop environment');
 webshop
   .command('serve')

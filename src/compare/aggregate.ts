@@ -1,0 +1,149 @@
+/**
+ * Turning several runs per config into one comparison: final held-out score and success over
+ * seeds, score at equal environment steps, normalised area under the learning curve, wall time,
+ * per-task final scores and a mean/min/max learning curve per config.
+ *
+ * x is always `train_env_steps` (training environment steps consumed when the evaluation ran),
+ * because configs differ in how many steps one iteration takes; comparing at equal iterations
+ * would favour whichever algorithm spends more steps per iteration.
+ */
+import type { EvalLine, RunMetrics } from './metrics.ts';
+import { interpolateAt, normalizedArea, summarize, type CurvePoint, type Summary } from './stats.ts';
+
+export type RunStatus = 'finished' | 'unfinished' | 'missing';
+
+export interface RunRecord {
+  label: string;
+  seed: number;
+  dir: string;
+  status: RunStatus;
+  metrics: RunMetrics | null;
+  /** Seconds the run took; see wallSource for what was measured. */
+  wallSeconds: number | null;
+  /** 'compare': child-process wall time measured by `empo2 compare` (summed over attempts); 'trainer': the trainer's elapsed_seconds (excludes the first and last evaluation). */
+  wallSource: 'compare' | 'trainer' | null;
+  /** Why the run is not finished, or what went wrong, for the notes under the table. */
+  note?: string;
+}
+
+export interface CurveSummaryPoint {
+  x: number;
+  n: number;
+  mean: number;
+  std: number | null;
+  min: number;
+  max: number;
+}
+
+export interface ConfigResult {
+  label: string;
+  /** Runs whose numbers are in this result. */
+  included: RunRecord[];
+  /** Planned runs left out (unfinished or missing), with the reason in their note. */
+  excluded: RunRecord[];
+  finalScore: Summary | null;
+  finalSuccess: Summary | null;
+  finalEnvSteps: Summary | null;
+  scoreAtSteps: { steps: number; score: Summary | null }[];
+  /** Average held-out score over the common env-step range (area under the curve / range width). */
+  auc: Summary | null;
+  wallSeconds: Summary | null;
+  perTask: { task: string; score: Summary | null; success: Summary | null }[];
+  curve: CurveSummaryPoint[];
+}
+
+export interface Comparison {
+  configs: ConfigResult[];
+  /** Env-step counts at which every config's score is compared. */
+  equalSteps: number[];
+  /** The env-step range every included run covers; the AUC is taken over it. Null when no run is included. */
+  commonRange: { from: number; to: number } | null;
+  notes: string[];
+}
+
+export interface AggregateOptions {
+  /** Env-step points for the equal-steps columns (default: the end of the common range). */
+  atSteps?: number[];
+  /** Also use runs that stopped before their last iteration (their last evaluation counts as final). */
+  includeUnfinished?: boolean;
+}
+
+export function evalCurve(evals: EvalLine[], field: 'mean_score' | 'success_rate' = 'mean_score'): CurvePoint[] {
+  // Sorted by iteration; env steps never decrease with iteration, so the curve is sorted by x too.
+  return evals.map((e) => ({ x: e.train_env_steps, y: e[field] }));
+}
+
+export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: AggregateOptions = {}): Comparison {
+  const notes: string[] = [];
+  const usable = (r: RunRecord) => (r.metrics?.evals.length ?? 0) > 0 && (r.status === 'finished' || (opts.includeUnfinished === true && r.status === 'unfinished'));
+  const split = groups.map((g) => ({ label: g.label, included: g.runs.filter(usable), excluded: g.runs.filter((r) => !usable(r)) }));
+  const allIncluded = split.flatMap((g) => g.included);
+  for (const r of allIncluded) for (const w of r.metrics!.warnings) notes.push(w);
+
+  const curves = new Map(allIncluded.map((r) => [r, evalCurve(r.metrics!.evals)]));
+  const commonRange =
+    allIncluded.length === 0
+      ? null
+      : {
+          from: Math.max(...allIncluded.map((r) => curves.get(r)![0].x)),
+          to: Math.min(...allIncluded.map((r) => curves.get(r)!.at(-1)!.x)),
+        };
+  if (commonRange && commonRange.from > commonRange.to) {
+    notes.push(`the runs cover no common env-step range (latest start ${commonRange.from}, earliest end ${commonRange.to}): no equal-steps score or AUC`);
+  }
+  const rangeOk = commonRange !== null && commonRange.from <= commonRange.to;
+  const equalSteps = opts.atSteps ?? (rangeOk ? [commonRange.to] : []);
+  for (const steps of equalSteps) {
+    if (!Number.isFinite(steps) || steps < 0) throw new Error(`equal-steps point must be a non-negative number, got ${steps}`);
+    const outside = allIncluded.filter((r) => interpolateAt(curves.get(r)!, steps) === null);
+    if (outside.length > 0) notes.push(`score @ ${fmtSteps(steps)} steps leaves out ${outside.length} run(s) that did not reach it (${outside.map((r) => `${r.label}/seed${r.seed}`).join(', ')})`);
+  }
+
+  const configs: ConfigResult[] = split.map(({ label, included, excluded }) => {
+    const finals = included.map((r) => r.metrics!.evals.at(-1)!);
+    const values = (f: (r: RunRecord) => number | null) => summarize(included.map(f).filter((v): v is number => v !== null));
+    const tasks = [...new Set(finals.flatMap((e) => e.per_task.map((t) => t.task)))];
+    return {
+      label,
+      included,
+      excluded,
+      finalScore: summarize(finals.map((e) => e.mean_score)),
+      finalSuccess: summarize(finals.map((e) => e.success_rate)),
+      finalEnvSteps: summarize(finals.map((e) => e.train_env_steps)),
+      scoreAtSteps: equalSteps.map((steps) => ({ steps, score: values((r) => interpolateAt(curves.get(r)!, steps)) })),
+      auc: rangeOk ? values((r) => normalizedArea(curves.get(r)!, commonRange.from, commonRange.to)) : null,
+      wallSeconds: values((r) => r.wallSeconds),
+      perTask: tasks.map((task) => {
+        const rows = finals.map((e) => e.per_task.find((t) => t.task === task)).filter((t) => t !== undefined);
+        return { task, score: summarize(rows.map((t) => t.mean_score)), success: summarize(rows.map((t) => t.success_rate)) };
+      }),
+      curve: meanCurve(included.map((r) => curves.get(r)!)),
+    };
+  });
+  for (const c of configs) {
+    for (const r of c.excluded) notes.push(`${c.label}/seed${r.seed}: not counted (${r.note ?? r.status})`);
+    const wallFromTrainer = c.included.filter((r) => r.wallSource === 'trainer');
+    if (wallFromTrainer.length > 0) notes.push(`${c.label}: wall time of ${wallFromTrainer.length} run(s) is the trainer's elapsed_seconds (not launched by compare; excludes the first and last evaluation)`);
+  }
+  return { configs, equalSteps, commonRange: rangeOk ? commonRange : null, notes };
+}
+
+/**
+ * Mean, spread and range over seeds at every env-step count where some seed evaluated, within
+ * the range all seeds cover (each seed interpolated there).
+ */
+export function meanCurve(curves: CurvePoint[][]): CurveSummaryPoint[] {
+  const nonEmpty = curves.filter((c) => c.length > 0);
+  if (nonEmpty.length === 0) return [];
+  const from = Math.max(...nonEmpty.map((c) => c[0].x));
+  const to = Math.min(...nonEmpty.map((c) => c.at(-1)!.x));
+  const xs = [...new Set(nonEmpty.flatMap((c) => c.map((p) => p.x)))].filter((x) => x >= from && x <= to).sort((a, b) => a - b);
+  return xs.map((x) => {
+    const s = summarize(nonEmpty.map((c) => interpolateAt(c, x)!))!;
+    return { x, n: s.n, mean: s.mean, std: s.std, min: s.min, max: s.max };
+  });
+}
+
+export function fmtSteps(steps: number): string {
+  return Number.isInteger(steps) ? steps.toLocaleString('en-US') : steps.toFixed(1);
+}

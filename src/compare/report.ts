@@ -1,0 +1,132 @@
+/**
+ * The comparison as text: a Markdown report (summary table, per-task table, notes) and CSV files
+ * with the same numbers at full precision, for spreadsheets and scripts.
+ */
+import { evalCurve, fmtSteps, type Comparison } from './aggregate.ts';
+import { interpolateAt, normalizedArea, type Summary } from './stats.ts';
+
+const score = (s: Summary | null) => (s ? s.mean.toFixed(1) + (s.std !== null ? ` ± ${s.std.toFixed(1)}` : '') : '–');
+const percent = (s: Summary | null) => (s ? (s.mean * 100).toFixed(1) + '%' + (s.std !== null ? ` ± ${(s.std * 100).toFixed(1)}` : '') : '–');
+const steps = (s: Summary | null) => (s ? fmtSteps(Math.round(s.mean)) : '–');
+const seconds = (s: Summary | null) => (s ? `${s.mean.toFixed(1)} s` + (s.std !== null ? ` ± ${s.std.toFixed(1)}` : '') : '–');
+
+export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
+  const out: string[] = [];
+  out.push(`# Comparison: ${cmp.configs.map((c) => c.label).join(' vs ')}`, '');
+  out.push(
+    'Held-out mean score (0–100) and success rate from the evaluations in each run\'s metrics.jsonl. ' +
+      'Cells are mean ± sample standard deviation (n − 1) over the runs counted (one per seed); a value without ± comes from a single run.',
+  );
+  const range = cmp.commonRange;
+  if (range) {
+    out.push(
+      `Score @ N steps: each run's learning curve (held-out score against training environment steps) linearly interpolated at N. ` +
+        `AUC: area under that curve over ${fmtSteps(range.from)}–${fmtSteps(range.to)} steps (the range every run covers) divided by its width, i.e. the average held-out score over it.`,
+    );
+  }
+  out.push('');
+  const head = ['config', 'runs', 'final score', 'final success', ...cmp.equalSteps.map((s) => `score @ ${fmtSteps(s)} steps`)];
+  if (range) head.push(`AUC ${fmtSteps(range.from)}–${fmtSteps(range.to)}`);
+  head.push('final env steps', 'wall time / run');
+  out.push(row(head), row(head.map(() => '---')));
+  for (const c of cmp.configs) {
+    const planned = c.included.length + c.excluded.length;
+    const cells = [c.label, `${c.included.length}/${planned}`, score(c.finalScore), percent(c.finalSuccess), ...c.scoreAtSteps.map((s) => score(s.score))];
+    if (range) cells.push(score(c.auc));
+    cells.push(steps(c.finalEnvSteps), seconds(c.wallSeconds));
+    out.push(row(cells));
+  }
+  const tasks = [...new Set(cmp.configs.flatMap((c) => c.perTask.map((t) => t.task)))];
+  if (tasks.length > 0) {
+    out.push('', '## Final held-out score per task', '', 'mean ± sample std over runs (success rate in brackets).', '');
+    const taskHead = ['task', ...cmp.configs.map((c) => c.label)];
+    out.push(row(taskHead), row(taskHead.map(() => '---')));
+    for (const task of tasks) {
+      out.push(
+        row([
+          task,
+          ...cmp.configs.map((c) => {
+            const t = c.perTask.find((p) => p.task === task);
+            return t ? `${score(t.score)} (${percent(t.success)})` : '–';
+          }),
+        ]),
+      );
+    }
+  }
+  if (plotFile) out.push('', `Learning curves: ${plotFile} (line: mean over runs; band: min–max over runs).`);
+  if (cmp.notes.length > 0) out.push('', '## Notes', '', ...cmp.notes.map((n) => `- ${n}`));
+  return out.join('\n') + '\n';
+}
+
+function row(cells: string[]): string {
+  return `| ${cells.map((c) => c.replace(/\|/g, '\\|')).join(' | ')} |`;
+}
+
+/** One row per config: the Markdown table's numbers at full precision, per-task columns last. */
+export function formatResultsCsv(cmp: Comparison): string {
+  const tasks = [...new Set(cmp.configs.flatMap((c) => c.perTask.map((t) => t.task)))];
+  const head = ['config', 'runs_counted', 'runs_planned', ...stat('final_score'), ...stat('final_success_rate')];
+  for (const s of cmp.equalSteps) head.push(...stat(`score_at_${s}_steps`));
+  head.push('auc_from_steps', 'auc_to_steps', ...stat('auc'), ...stat('final_env_steps'), ...stat('wall_seconds'));
+  for (const t of tasks) head.push(...stat(`task_${t}_score`), ...stat(`task_${t}_success_rate`));
+  const rows = cmp.configs.map((c) => {
+    const cells: (string | number | null)[] = [c.label, c.included.length, c.included.length + c.excluded.length, ...values(c.finalScore), ...values(c.finalSuccess)];
+    for (const s of c.scoreAtSteps) cells.push(...values(s.score));
+    cells.push(cmp.commonRange?.from ?? null, cmp.commonRange?.to ?? null, ...values(c.auc), ...values(c.finalEnvSteps), ...values(c.wallSeconds));
+    for (const t of tasks) {
+      const p = c.perTask.find((x) => x.task === t);
+      cells.push(...values(p?.score ?? null), ...values(p?.success ?? null));
+    }
+    return cells;
+  });
+  return toCsv([head, ...rows]);
+}
+
+/** One row per planned run, counted or not, with the per-run numbers behind the summary. */
+export function formatRunsCsv(cmp: Comparison): string {
+  const head = ['config', 'seed', 'status', 'counted', 'dir', 'iterations', 'final_env_steps', 'final_score', 'final_success_rate', ...cmp.equalSteps.map((s) => `score_at_${s}_steps`), 'auc', 'wall_seconds', 'wall_source', 'note'];
+  const rows: (string | number | null)[][] = [];
+  for (const c of cmp.configs) {
+    for (const r of [...c.included, ...c.excluded]) {
+      const evals = r.metrics?.evals ?? [];
+      const last = evals.at(-1);
+      const curve = evalCurve(evals);
+      rows.push([
+        c.label,
+        r.seed,
+        r.status,
+        c.included.includes(r) ? 'yes' : 'no',
+        r.dir,
+        last?.iteration ?? null,
+        last?.train_env_steps ?? null,
+        last?.mean_score ?? null,
+        last?.success_rate ?? null,
+        ...cmp.equalSteps.map((s) => interpolateAt(curve, s)),
+        cmp.commonRange ? normalizedArea(curve, cmp.commonRange.from, cmp.commonRange.to) : null,
+        r.wallSeconds,
+        r.wallSource,
+        r.note ?? null,
+      ]);
+    }
+  }
+  return toCsv([head, ...rows]);
+}
+
+/** The plotted curves: per config and env-step count, the statistics over runs. */
+export function formatCurvesCsv(cmp: Comparison): string {
+  const rows: (string | number | null)[][] = [['config', 'train_env_steps', 'runs', 'mean_score', 'std_score', 'min_score', 'max_score']];
+  for (const c of cmp.configs) for (const p of c.curve) rows.push([c.label, p.x, p.n, p.mean, p.std, p.min, p.max]);
+  return toCsv(rows);
+}
+
+const stat = (name: string) => [`${name}_mean`, `${name}_std`, `${name}_min`, `${name}_max`];
+const values = (s: Summary | null) => (s ? [s.mean, s.std, s.min, s.max] : [null, null, null, null]);
+
+/** RFC 4180: quote a field only when it holds a comma, quote or line break; empty for null. */
+export function toCsv(rows: (string | number | null)[][]): string {
+  const field = (v: string | number | null) => {
+    const s = v === null ? '' : String(v);
+    return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+  };
+  return rows.map((r) => r.map(field).join(',')).join('\n') + '\n';
+}
