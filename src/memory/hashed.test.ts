@@ -74,6 +74,26 @@ describe('HashedNgramEmbedder', () => {
     expect(dot(many, other)).toBeGreaterThan(0.35);
   });
 
+  it('weights each feature by exactly 1 + ln(tf)', async () => {
+    const unigrams = new HashedNgramEmbedder({ bigramWeight: 0, charTrigramWeight: 0, dim: 1 << 20 });
+    const [v] = await unigrams.embed(['apple banana banana banana']);
+    const magnitudes = Array.from(v).filter((x) => x !== 0).map(Math.abs).sort((a, b) => a - b);
+    expect(magnitudes).toHaveLength(2);
+    expect(magnitudes[1] / magnitudes[0]).toBeCloseTo(1 + Math.log(3), 5);
+  });
+
+  it('handles texts with thousands of distinct features, and is unaffected by what it embedded before', async () => {
+    const huge = Array.from({ length: 5000 }, (_, i) => `w${i.toString(36)}x${(i * 7919).toString(36)}`).join(' ');
+    const used = new HashedNgramEmbedder();
+    const [before] = await used.embed([KITCHEN]);
+    const [big] = await used.embed([huge]);
+    const [after] = await used.embed([KITCHEN]);
+    const [fresh] = await new HashedNgramEmbedder().embed([huge]);
+    expect(norm(big)).toBeCloseTo(1, 5);
+    expect(Array.from(big)).toEqual(Array.from(fresh));
+    expect(Array.from(after)).toEqual(Array.from(before));
+  });
+
   it('maps text with no words to the zero vector', async () => {
     const vectors = await embedder.embed(['', '   ', '?!.,;', KITCHEN]);
     for (const v of vectors.slice(0, 3)) expect(v.every((x) => x === 0)).toBe(true);
