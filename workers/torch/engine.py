@@ -176,7 +176,10 @@ class Engine:
             )
         if spec.gradient_checkpointing:
             # Non-reentrant checkpointing works with frozen inputs (LoRA) and with FSDP.
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.to(self.device)
         if d.world > 1:
             self._shard(model)

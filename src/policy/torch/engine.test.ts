@@ -291,9 +291,10 @@ describe.skipIf(!gate.available)(`TorchEngine agrees with TfjsEngine (${gate.lab
 });
 
 describe.skipIf(!gate.available)(`a short run through each engine agrees step for step (${gate.label})`, () => {
-  it('greedy generate → score → train, 4 iterations; the worker micro-batches (8-token budget), the TS engine does not', async () => {
+  it('greedy generate → score → train, 4 iterations; the worker micro-batches (8-token budget) and checkpoints activations, the TS engine does neither', async () => {
     const ts = tfjsEngine();
-    const torch = await TorchEngine.start(torchOptions({ microBatchTokens: 8 }));
+    const torch = await TorchEngine.start(torchOptions({ microBatchTokens: 8, gradientCheckpointing: true }));
+    expect(torch.info.gradient_checkpointing).toBe(true);
     try {
       const prompts = [prompt('go'), prompt('You are in the hall.'), prompt('look'), prompt('Task: Find the yellow hat.')];
       const losses: [number, number][] = [];
