@@ -23,16 +23,21 @@ export function learningCurveSpec(cmp: Comparison, title = 'Held-out mean score 
   const color = { field: 'config', type: 'nominal' as const, title: 'config', sort: cmp.configs.map((c) => c.label) };
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: { text: title, subtitle: `line: mean over runs; band: min–max over runs (${runsText})` },
+    title: {
+      text: title,
+      subtitle: [`line: mean over runs; band: min–max over runs (${runsText})`, ...(cmp.equalSteps.length > 0 ? ['dashed: where the table compares configs at equal steps'] : [])],
+    },
     width: 640,
     height: 360,
     background: 'white',
     padding: 12,
+    // The legend takes its symbols from the faint band otherwise.
+    config: { legend: { symbolOpacity: 1, symbolType: 'stroke', symbolStrokeWidth: 3 } },
     data: { values },
     layer: [
       {
         mark: { type: 'area', opacity: 0.18 },
-        encoding: { x, y: { field: 'min', type: 'quantitative' }, y2: { field: 'max' }, color: { ...color, legend: null } },
+        encoding: { x, y: { field: 'min', type: 'quantitative' }, y2: { field: 'max' }, color },
       },
       {
         mark: { type: 'line', point: true, strokeWidth: 2 },

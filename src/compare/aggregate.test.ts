@@ -1,0 +1,262 @@
+/**
+ * Aggregation on hand-made runs whose expected numbers were worked out by hand (in the comments).
+ * Config A takes more environment steps per iteration than config B, so equal-steps comparison
+ * and the common range matter.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { aggregate, meanCurve, type RunRecord } from './aggregate.ts';
+import { parseMetrics } from './metrics.ts';
+import { reportCompare, parseSeeds, parseSteps, configDifferences } from './runner.ts';
+import { interpolateAt, normalizedArea, summarize } from './stats.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'empo2-compare-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+type Point = [iteration: number, steps: number, score: number];
+
+function evalLine([iteration, steps, score]: Point, perTask: Record<string, number> = {}, success = score / 100): string {
+  return JSON.stringify({
+    type: 'eval',
+    iteration,
+    train_env_steps: steps,
+    episodes: 4,
+    mean_score: score,
+    success_rate: success,
+    env_steps: 40,
+    per_task: Object.entries(perTask).map(([task, s]) => ({ task, episodes: 2, mean_score: s, success_rate: s / 100 })),
+  });
+}
+
+function trainLine(iteration: number, elapsed: number): string {
+  return JSON.stringify({ type: 'train', iteration, env_steps: iteration * 10, mean_score: 0, elapsed_seconds: elapsed, memory_seconds: 0.1, some_future_key: { nested: true } });
+}
+
+/** A run folder as the trainer leaves it: config.yaml (only the iteration count matters here) and metrics.jsonl. */
+function writeRun(out: string, label: string, seed: number, iterations: number, lines: string[]): void {
+  const dir = join(out, label, `seed${seed}`);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'config.yaml'), `seed: ${seed}\ntrain:\n  iterations: ${iterations}\n`);
+  writeFileSync(join(dir, 'metrics.jsonl'), lines.join('\n') + '\n');
+}
+
+const A: Point[][] = [
+  [[0, 0, 10], [1, 10, 30], [2, 20, 50]],
+  [[0, 0, 20], [1, 8, 20], [2, 16, 60]],
+  [[0, 0, 0], [1, 12, 30], [2, 24, 30]],
+];
+const A_TASKS = [{ fetch: 40, maze: 60 }, { fetch: 50, maze: 70 }, { fetch: 20, maze: 40 }];
+const B: Point[][] = [
+  [[0, 0, 10], [1, 5, 20], [2, 10, 40]],
+  [[0, 0, 10], [1, 6, 10], [2, 12, 70]],
+];
+
+function record(label: string, seed: number, points: Point[], perTask?: Record<string, number>, status: RunRecord['status'] = 'finished'): RunRecord {
+  const text = points.map((p, i) => evalLine(p, i === points.length - 1 ? perTask : {})).join('\n');
+  return { label, seed, dir: `/x/${label}/seed${seed}`, status, metrics: parseMetrics(text, 'mem'), wallSeconds: 100 + seed, wallSource: 'compare' };
+}
+
+describe('stats', () => {
+  it('summarize: mean, sample std (n − 1), min, max; no std from one value', () => {
+    const s = summarize([50, 60, 30])!;
+    expect(s.mean).toBeCloseTo(46.6667, 4);
+    expect(s.std).toBeCloseTo(Math.sqrt(233.3333), 4); // squared deviations 11.11 + 177.78 + 277.78, over 2
+    expect([s.min, s.max, s.n]).toEqual([30, 60, 3]);
+    expect(summarize([7])).toEqual({ n: 1, mean: 7, std: null, min: 7, max: 7 });
+    expect(summarize([])).toBeNull();
+    expect(() => summarize([1, NaN])).toThrow(/finite/);
+  });
+
+  it('interpolateAt: linear between points, the last of repeated x, null outside', () => {
+    const c = [{ x: 0, y: 0 }, { x: 12, y: 30 }, { x: 12, y: 36 }, { x: 20, y: 40 }];
+    expect(interpolateAt(c, 10)).toBeCloseTo(25, 10);
+    expect(interpolateAt(c, 12)).toBe(36);
+    expect(interpolateAt(c, 16)).toBeCloseTo(38, 10);
+    expect(interpolateAt(c, 0)).toBe(0);
+    expect(interpolateAt(c, 20)).toBe(40);
+    expect(interpolateAt(c, 20.5)).toBeNull();
+    expect(interpolateAt(c, -1)).toBeNull();
+    expect(interpolateAt([], 0)).toBeNull();
+  });
+
+  it('normalizedArea: trapezoids over the range with interpolated ends, divided by its width', () => {
+    const c = [{ x: 0, y: 20 }, { x: 8, y: 20 }, { x: 16, y: 60 }];
+    // 0–8 at 20 (area 160) plus 8–10 from 20 to 30 (area 50): 210 / 10.
+    expect(normalizedArea(c, 0, 10)).toBeCloseTo(21, 10);
+    // 4–8 at 20 (80) plus 8–12 from 20 to 40 (120): 200 / 8.
+    expect(normalizedArea(c, 4, 12)).toBeCloseTo(25, 10);
+    expect(normalizedArea(c, 8, 8)).toBe(20);
+    expect(normalizedArea(c, 0, 17)).toBeNull();
+    expect(() => normalizedArea(c, 5, 4)).toThrow(/before it starts/);
+  });
+});
+
+describe('metrics.jsonl parsing', () => {
+  it('keeps the last line per iteration (a resumed run re-logs), passes unknown keys through, sorts by iteration', () => {
+    const text = [evalLine([0, 0, 5]), trainLine(1, 3), evalLine([1, 10, 99]), trainLine(2, 6), trainLine(1, 4), evalLine([1, 10, 30])].join('\n');
+    const m = parseMetrics(text, 'run/metrics.jsonl');
+    expect(m.evals.map((e) => [e.iteration, e.mean_score])).toEqual([[0, 5], [1, 30]]);
+    expect(m.train.map((t) => [t.iteration, t.elapsed_seconds])).toEqual([[1, 4], [2, 6]]);
+    expect(m.train[0].some_future_key).toEqual({ nested: true });
+    expect(m.evals[0].episodes).toBe(4);
+  });
+
+  it('ignores a truncated last line with a warning, but a broken line earlier is an error naming file and line', () => {
+    const good = evalLine([0, 0, 5]);
+    const m = parseMetrics(`${good}\n{"type":"eval","itera\n`, 'r/metrics.jsonl');
+    expect(m.evals).toHaveLength(1);
+    expect(m.warnings[0]).toMatch(/r\/metrics\.jsonl:2: ignored a truncated last line/);
+    expect(() => parseMetrics(`{"type":"eval","itera\n${good}\n`, 'r/metrics.jsonl')).toThrow(/r\/metrics\.jsonl:1: not valid JSON/);
+  });
+
+  it('an eval line without a needed field is an error naming the field', () => {
+    const bad = JSON.stringify({ type: 'eval', iteration: 3, mean_score: 1, success_rate: 0 });
+    expect(() => parseMetrics(bad, 'r/metrics.jsonl')).toThrow(/r\/metrics\.jsonl:1: unexpected eval line \(train_env_steps:/);
+  });
+});
+
+describe('aggregate', () => {
+  const groups = [
+    { label: 'A', runs: A.map((p, seed) => record('A', seed, p, A_TASKS[seed])) },
+    { label: 'B', runs: B.map((p, seed) => record('B', seed, p, { fetch: p.at(-1)![2] })) },
+  ];
+  const cmp = aggregate(groups);
+  const [a, b] = cmp.configs;
+
+  it('the common range ends at the earliest last evaluation over all runs', () => {
+    expect(cmp.commonRange).toEqual({ from: 0, to: 10 });
+    expect(cmp.equalSteps).toEqual([10]);
+  });
+
+  it('final score and success over seeds', () => {
+    expect(a.finalScore!.mean).toBeCloseTo(46.6667, 4);
+    expect(a.finalScore!.std).toBeCloseTo(15.2753, 4);
+    expect(b.finalScore!.mean).toBe(55);
+    expect(b.finalScore!.std).toBeCloseTo(21.2132, 4); // |70 − 40| / √2
+    expect(a.finalSuccess!.mean).toBeCloseTo(0.466667, 5);
+    expect(a.finalEnvSteps!.mean).toBe(20);
+    expect(b.finalEnvSteps!.mean).toBe(11);
+  });
+
+  it('score at equal env steps interpolates each seed', () => {
+    // A at 10 steps: 30 (on a point), 20 + 40·2/8 = 30, 30·10/12 = 25.
+    expect(a.scoreAtSteps[0].score!.mean).toBeCloseTo(85 / 3, 10);
+    expect(a.scoreAtSteps[0].score!.std).toBeCloseTo(Math.sqrt(25 / 3), 10);
+    // B at 10 steps: 40 (on a point), 10 + 60·4/6 = 50.
+    expect(b.scoreAtSteps[0].score!.mean).toBeCloseTo(45, 10);
+    expect(b.scoreAtSteps[0].score!.std).toBeCloseTo(Math.sqrt(50), 10);
+  });
+
+  it('AUC is the average score over the common range', () => {
+    // A: 20, 21, 12.5; B: 22.5, 18.
+    expect(a.auc!.mean).toBeCloseTo(53.5 / 3, 10);
+    expect(a.auc!.std).toBeCloseTo(Math.sqrt((2.1667 ** 2 + 3.1667 ** 2 + 5.3333 ** 2) / 2), 3);
+    expect(b.auc!.mean).toBeCloseTo(20.25, 10);
+    expect(b.auc!.std).toBeCloseTo(Math.sqrt(10.125), 10);
+  });
+
+  it('per-task final scores and wall time', () => {
+    expect(a.perTask.map((t) => [t.task, t.score!.mean])).toEqual([
+      ['fetch', expect.closeTo(110 / 3, 10)],
+      ['maze', expect.closeTo(170 / 3, 10)],
+    ]);
+    expect(b.perTask[0].score!.mean).toBe(55);
+    expect(a.wallSeconds!.mean).toBe(101);
+  });
+
+  it('the mean curve uses every x any seed evaluated at, inside the range all seeds cover', () => {
+    expect(b.curve.map((p) => [p.x, p.mean, p.min, p.max])).toEqual([
+      [0, 10, 10, 10],
+      [5, 15, 10, 20],
+      [6, 17, 10, 24],
+      [10, 45, 40, 50],
+    ]);
+    expect(meanCurve([[{ x: 3, y: 1 }]])).toEqual([{ x: 3, n: 1, mean: 1, std: null, min: 1, max: 1 }]);
+  });
+
+  it('explicit equal-steps points leave out runs that did not reach them, and say so', () => {
+    const c = aggregate(groups, { atSteps: [16] });
+    expect(c.configs[0].scoreAtSteps[0].score!.n).toBe(3);
+    expect(c.configs[0].scoreAtSteps[0].score!.mean).toBeCloseTo(44, 10); // 30 + 20·6/10 = 42, 60, 30
+    expect(c.configs[1].scoreAtSteps[0].score).toBeNull();
+    expect(c.notes.join('\n')).toMatch(/score @ 16 steps leaves out 2 run\(s\).*B\/seed0, B\/seed1/);
+  });
+
+  it('unfinished runs are left out unless asked for', () => {
+    const withPartial = [{ label: 'A', runs: [...groups[0].runs, { ...record('A', 3, [[0, 0, 90]]), status: 'unfinished' as const, note: 'stopped early' }] }];
+    const left = aggregate(withPartial);
+    expect(left.configs[0].included).toHaveLength(3);
+    expect(left.notes).toContain('A/seed3: not counted (stopped early)');
+    const counted = aggregate(withPartial, { includeUnfinished: true });
+    expect(counted.configs[0].included).toHaveLength(4);
+    expect(counted.commonRange).toEqual({ from: 0, to: 0 });
+  });
+});
+
+describe('report from run folders (--report-only)', () => {
+  it('writes Markdown, CSV and the plot from hand-made runs, skipping an unfinished one', async () => {
+    const out = join(root, 'report');
+    A.forEach((points, seed) => writeRun(out, 'A', seed, 2, [...points.map((p, i) => evalLine(p, i === 2 ? A_TASKS[seed] : {})), trainLine(2, 50 + seed)]));
+    B.forEach((points, seed) => writeRun(out, 'B', seed, 2, points.map((p, i) => evalLine(p, i === 2 ? { fetch: p[2] } : {}))));
+    writeRun(out, 'B', 7, 5, [evalLine([0, 0, 100])]);
+    const logged: string[] = [];
+    const r = await reportCompare({ out, log: (l) => logged.push(l) });
+
+    expect(r.comparison.configs.map((c) => c.included.length)).toEqual([3, 2]);
+    expect(r.comparison.configs[1].excluded[0].note).toBe('stopped after the evaluation at iteration 0 of 5');
+    // Wall time from the trainer's elapsed_seconds when compare did not launch the run.
+    expect(r.comparison.configs[0].wallSeconds!.mean).toBe(51);
+    expect(r.comparison.configs[1].wallSeconds).toBeNull();
+
+    const md = readFileSync(r.files.markdown, 'utf8');
+    expect(md).toContain('| A | 3/3 | 46.7 ± 15.3 | 46.7% ± 15.3 | 28.3 ± 2.9 | 17.8 ± 4.6 | 20 | 51.0 s ± 1.0 |');
+    expect(md).toContain('| B | 2/3 | 55.0 ± 21.2 | 55.0% ± 21.2 | 45.0 ± 7.1 | 20.3 ± 3.2 | 11 | – |');
+    expect(md).toContain('| maze | 56.7 ± 15.3 (56.7% ± 15.3) | – |');
+    expect(md).toContain('B/seed7: not counted (stopped after the evaluation at iteration 0 of 5)');
+    expect(logged.join('\n')).toContain('| A | 3/3 |');
+
+    const csv = readFileSync(r.files.csv, 'utf8').trim().split('\n').map((l) => l.split(','));
+    const col = (name: string) => csv[0].indexOf(name);
+    expect(csv).toHaveLength(3);
+    expect(Number(csv[1][col('score_at_10_steps_mean')])).toBeCloseTo(85 / 3, 10);
+    expect(Number(csv[2][col('auc_mean')])).toBeCloseTo(20.25, 10);
+    expect(csv[2][col('task_maze_score_mean')]).toBe('');
+    expect(readFileSync(r.files.runsCsv, 'utf8')).toMatch(/\nB,7,unfinished,no,/);
+    expect(readFileSync(r.files.curvesCsv, 'utf8')).toContain('\nB,6,2,17,');
+
+    const png = readFileSync(r.files.png!);
+    expect([...png.subarray(0, 8)]).toEqual([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+    // IHDR: width and height, big-endian, at bytes 16–23; the figure is drawn at 2× for sharpness.
+    const [width, height] = [png.readUInt32BE(16), png.readUInt32BE(20)];
+    expect(width).toBeGreaterThan(800);
+    expect(width).toBeLessThan(3000);
+    expect(height).toBeGreaterThan(400);
+    expect(png.length).toBeGreaterThan(10_000);
+    const svg = readFileSync(r.files.svg!, 'utf8');
+    for (const text of ['training environment steps', 'held-out mean score (0–100)', 'min–max over runs', '>A<', '>B<']) expect(svg).toContain(text);
+  });
+
+  it('an output folder without runs is a clear error', async () => {
+    mkdirSync(join(root, 'empty'));
+    await expect(reportCompare({ out: join(root, 'empty'), log: () => {} })).rejects.toThrow(/holds no runs/);
+    await expect(reportCompare({ out: join(root, 'nowhere'), log: () => {} })).rejects.toThrow(/does not exist/);
+  });
+});
+
+describe('option parsing', () => {
+  it('seeds as lists and ranges, with errors naming the bad part', () => {
+    expect(parseSeeds('0,1,2')).toEqual([0, 1, 2]);
+    expect(parseSeeds('0-2,7')).toEqual([0, 1, 2, 7]);
+    expect(() => parseSeeds('0,x')).toThrow(/"x" is not a non-negative integer/);
+    expect(() => parseSeeds('3-1')).toThrow(/ends before it starts/);
+    expect(() => parseSeeds('1,0-2')).toThrow(/seed 1 is listed twice/);
+    expect(parseSteps('1000, 2500')).toEqual([1000, 2500]);
+    expect(() => parseSteps('10,-1')).toThrow(/"-1" is not a non-negative number/);
+  });
+
+  it('config differences name the key and both values, ignoring run_dir', () => {
+    expect(configDifferences({ run_dir: 'a', train: { iterations: 3, eval_every: 1 } }, { run_dir: 'b', train: { iterations: 2, eval_every: 1 } })).toEqual(['train.iterations: 2 there, 3 now']);
+  });
+});
