@@ -103,6 +103,9 @@ describe('LoRA', () => {
     expect([...e.optimizer.m.keys()].sort()).toEqual(names);
     expect([...e.optimizer.v.keys()].sort()).toEqual(names);
     expect(maxDiff(scores(model), old.flat())).toBeGreaterThan(1e-3);
+    // The frozen base is still there for a reference policy.
+    expect(model.withoutLora(() => scores(model))).toEqual(old.flat().map((x) => Math.fround(x)));
+    expect(model.lora).not.toBeNull();
     e.dispose();
   });
 

@@ -161,6 +161,20 @@ export class Qwen2Model {
     return this.lora ? this.lora.variables() : this.params;
   }
 
+  /**
+   * Runs `fn` with the adapters switched off: the frozen base model, i.e. the reference policy
+   * for a KL penalty, without a second copy of the weights.
+   */
+  withoutLora<T>(fn: () => T): T {
+    const lora = this.lora;
+    this.lora = null;
+    try {
+      return fn();
+    } finally {
+      this.lora = lora;
+    }
+  }
+
   /** Folds the adapters into the base weights (W += scaling·B·A) and removes them. */
   mergeLora(): void {
     const lora = this.lora;
