@@ -1,0 +1,158 @@
+/**
+ * `empo2 compare` end to end, as a user runs it: two configs × two seeds of one tiny training
+ * iteration each on the built-in environment, two at a time, then the skip, resume and
+ * report-only paths on the same folder.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
+
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const bin = join(repoRoot, 'bin', 'empo2.js');
+const root = mkdtempSync(join(tmpdir(), 'empo2-compare-e2e-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((done, fail) => {
+    const child = spawn(process.execPath, [bin, ...args], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1' } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', fail);
+    child.on('close', (code) => done({ code, stdout, stderr }));
+  });
+}
+
+const TINY = [
+  'model.hidden_size=32',
+  'model.intermediate_size=64',
+  'model.num_hidden_layers=1',
+  'model.vocab_size=300',
+  'env.tasks=[fetch]',
+  'env.eval_variations=1',
+  'env.max_steps=4',
+  'rollout.tasks_per_batch=1',
+  'rollout.group_size=2',
+  'train.iterations=1',
+  'train.eval_every=0',
+].flatMap((s) => ['--set', s]);
+
+const out = join(root, 'cmp');
+const fastConfig = join(root, 'fast.yaml');
+writeFileSync(fastConfig, readFileSync(join(repoRoot, 'configs', 'builtin-grpo.yaml'), 'utf8') + 'optim:\n  lr: 0.003\n');
+const compareArgs = ['compare', '--config', 'configs/builtin-grpo.yaml', '--config', fastConfig, '--label', 'grpo', '--label', 'grpo-fast', '--seeds', '0,1', '--out', out, '--jobs', '2', ...TINY];
+
+const csvRows = (file: string) => {
+  const [head, ...rows] = readFileSync(file, 'utf8').trim().split('\n').map((l) => l.split(','));
+  return rows.map((r) => Object.fromEntries(head.map((h, i) => [h, r[i]])));
+};
+const lastEval = (runDir: string) =>
+  readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { type: string; iteration: number; mean_score: number; train_env_steps: number })
+    .filter((l) => l.type === 'eval')
+    .at(-1)!;
+
+describe('empo2 compare', () => {
+  it('trains 2 configs × 2 seeds in child processes and writes the table, CSVs and plot', async () => {
+    const r = await run(compareArgs);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/\| grpo \| 2\/2 \|/);
+    expect(r.stdout).toMatch(/\| grpo-fast \| 2\/2 \|/);
+
+    for (const label of ['grpo', 'grpo-fast']) {
+      for (const seed of [0, 1]) {
+        const dir = join(out, label, `seed${seed}`);
+        const cfg = parseYaml(readFileSync(join(dir, 'config.yaml'), 'utf8')) as { seed: number; optim: { lr: number }; train: { iterations: number } };
+        expect(cfg.seed).toBe(seed);
+        expect(cfg.optim.lr).toBe(label === 'grpo' ? 0.001 : 0.003);
+        expect(cfg.train.iterations).toBe(1);
+        const attempts = JSON.parse(readFileSync(join(dir, 'compare-run.json'), 'utf8')).attempts;
+        expect(attempts).toHaveLength(1);
+        expect(attempts[0]).toMatchObject({ exit_code: 0, resumed: false });
+        const log = readFileSync(join(dir, 'train.log'), 'utf8');
+        expect(log).toContain('empo2 train | run');
+        // Two runs at a time: each child is held to one BLAS thread.
+        if (log.includes('OpenBLAS')) expect(log).toMatch(/\b1 thread\)/);
+      }
+    }
+
+    // The table's per-run numbers are the runs' own final evaluations.
+    const runs = csvRows(join(out, 'runs.csv'));
+    expect(runs).toHaveLength(4);
+    for (const row of runs) {
+      const e = lastEval(row.dir);
+      expect(row.status).toBe('finished');
+      expect(Number(row.final_score)).toBe(e.mean_score);
+      expect(Number(row.final_env_steps)).toBe(e.train_env_steps);
+      expect(e.iteration).toBe(1);
+    }
+    const results = csvRows(join(out, 'results.csv'));
+    expect(results.map((r) => [r.config, r.runs_counted])).toEqual([['grpo', '2'], ['grpo-fast', '2']]);
+    const grpoScores = runs.filter((r) => r.config === 'grpo').map((r) => Number(r.final_score));
+    expect(Number(results[0].final_score_mean)).toBeCloseTo((grpoScores[0] + grpoScores[1]) / 2, 10);
+
+    const png = readFileSync(join(out, 'learning_curve.png'));
+    expect([...png.subarray(0, 8)]).toEqual([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+    expect(png.readUInt32BE(16)).toBeGreaterThan(800);
+    expect(readFileSync(join(out, 'learning_curve.svg'), 'utf8')).toContain('grpo-fast');
+    expect(readFileSync(join(out, 'results.md'), 'utf8')).toContain('Learning curves: learning_curve.png');
+  }, 90_000);
+
+  it('skips finished runs; a run that stopped midway waits for --resume, then continues from its checkpoint', async () => {
+    const again = await run(compareArgs);
+    expect(again.code).toBe(0);
+    expect(again.stdout.match(/already finished, skipped/g)).toHaveLength(4);
+
+    // Drop the final evaluation: the run now looks stopped after its checkpoint at iteration 1.
+    const dir = join(out, 'grpo-fast', 'seed1');
+    const metrics = join(dir, 'metrics.jsonl');
+    const lines = readFileSync(metrics, 'utf8').trim().split('\n');
+    writeFileSync(metrics, lines.filter((l) => !(JSON.parse(l).type === 'eval' && JSON.parse(l).iteration === 1)).join('\n') + '\n');
+
+    const blocked = await run(compareArgs);
+    expect(blocked.code).toBe(1);
+    expect(blocked.stdout).toContain('grpo-fast seed 1: stopped at the checkpoint iter-000001; add --resume to continue it');
+    expect(blocked.stdout).toMatch(/\| grpo-fast \| 1\/2 \|/);
+
+    const resumed = await run([...compareArgs, '--resume']);
+    expect(resumed.code).toBe(0);
+    expect(resumed.stdout).toContain('grpo-fast seed 1: resuming');
+    expect(resumed.stdout).toMatch(/\| grpo-fast \| 2\/2 \|/);
+    const attempts = JSON.parse(readFileSync(join(dir, 'compare-run.json'), 'utf8')).attempts;
+    expect(attempts.map((a: { resumed: boolean }) => a.resumed)).toEqual([false, true]);
+    expect(lastEval(dir).iteration).toBe(1);
+  }, 90_000);
+
+  it('--report-only re-aggregates what is there without training', async () => {
+    rmSync(join(out, 'results.csv'));
+    const r = await run(['compare', '--report-only', '--out', out]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).not.toContain('starting');
+    expect(existsSync(join(out, 'results.csv'))).toBe(true);
+    expect(r.stdout).toMatch(/\| grpo \| 2\/2 \|/);
+  });
+
+  it('a bad option stops before any run starts, naming the option', async () => {
+    const badOut = join(root, 'bad');
+    const [typo, labels, seeds, own] = await Promise.all([
+      run(['compare', '--config', 'configs/builtin-grpo.yaml', '--seeds', '0', '--out', badOut, '--set', 'rollout.group_sise=3']),
+      run(['compare', '--config', 'a.yaml', '--config', 'b.yaml', '--label', 'x', '--out', badOut]),
+      run(['compare', '--config', 'configs/builtin-grpo.yaml', '--seeds', '0,zero', '--out', badOut]),
+      run(['compare', '--config', 'configs/builtin-grpo.yaml', '--out', badOut, '--set', 'seed=3']),
+    ]);
+    expect(typo.code).not.toBe(0);
+    expect(typo.stderr).toContain('rollout.group_sise');
+    expect(existsSync(badOut)).toBe(false);
+    expect(labels.stderr).toContain('1 --label for 2 --config');
+    expect(seeds.stderr).toContain('"zero" is not a non-negative integer');
+    expect(own.stderr).toContain('compare chooses seed itself');
+  });
+});
