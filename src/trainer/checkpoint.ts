@@ -4,7 +4,7 @@
  * and renamed only when complete, and `checkpoints/latest` is switched after that, so an
  * interruption at any moment leaves the previous checkpoint usable.
  */
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { saveModelDir, loadModelDir, writeJsonAtomic, type LoadedPolicy } from '../policy/tfjs/checkpoint.ts';
 import { readSafetensors, writeSafetensors, toFloat32 } from '../policy/safetensors.ts';
@@ -21,7 +21,8 @@ export function checkpointsDir(runDir: string): string {
   return join(runDir, 'checkpoints');
 }
 
-export async function saveCheckpoint(runDir: string, engine: TfjsEngine, state: TrainerState, keep: number): Promise<string> {
+/** `extraFiles`: more files (name → contents) saved inside the checkpoint, e.g. the tip memory. */
+export async function saveCheckpoint(runDir: string, engine: TfjsEngine, state: TrainerState, keep: number, extraFiles: Record<string, string> = {}): Promise<string> {
   const root = checkpointsDir(runDir);
   mkdirSync(root, { recursive: true });
   const name = `iter-${String(state.iteration).padStart(6, '0')}`;
@@ -35,6 +36,7 @@ export async function saveCheckpoint(runDir: string, engine: TfjsEngine, state: 
     { step: String(opt.step) },
   );
   writeJsonAtomic(join(tmp, 'trainer_state.json'), state);
+  for (const [file, contents] of Object.entries(extraFiles)) writeFileSync(join(tmp, file), contents);
   const final = join(root, name);
   rmSync(final, { recursive: true, force: true });
   renameSync(tmp, final);

@@ -5,7 +5,7 @@
 import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import { rolloutSettings, runEpisodes, type RolloutJob } from './rollout.ts';
+import { rolloutSettings, runEpisodes, type RolloutJob, type TipSource } from './rollout.ts';
 
 export interface TaskResult {
   task: string;
@@ -20,7 +20,15 @@ export interface EvalResult {
   summary: { episodes: number; mean_score: number; success_rate: number; env_steps: number };
 }
 
-export async function evaluate(engine: PolicyEngine, envs: Env[], tasks: string[], cfg: Config, iteration: number): Promise<EvalResult> {
+/** `memory`: show tips during evaluation (off by default: the paper evaluates without memory). */
+export async function evaluate(
+  engine: PolicyEngine,
+  envs: Env[],
+  tasks: string[],
+  cfg: Config,
+  iteration: number,
+  memory?: { tipSource(): TipSource },
+): Promise<EvalResult> {
   const jobs: RolloutJob[] = [];
   for (const task of tasks) {
     for (const variation of envs[0].variations(task, cfg.env.eval_split).slice(0, cfg.env.eval_variations)) jobs.push({ task, variation, group: jobs.length });
@@ -32,7 +40,8 @@ export async function evaluate(engine: PolicyEngine, envs: Env[], tasks: string[
   // Seeded apart from training so evaluation never replays a training draw.
   for (let start = 0; start < jobs.length; start += envs.length) {
     const chunk = jobs.slice(start, start + envs.length);
-    const { episodes, stats } = await runEpisodes(envs, engine, chunk, rolloutSettings(cfg, true, 777_777 + cfg.seed + start));
+    const withTips = memory ? { tips: memory.tipSource(), uses: () => true } : undefined;
+    const { episodes, stats } = await runEpisodes(envs, engine, chunk, rolloutSettings(cfg, true, 777_777 + cfg.seed + start), withTips);
     envSteps += stats.envSteps;
     for (const e of episodes) {
       scores.set(e.task, [...(scores.get(e.task) ?? []), e.score]);

@@ -1,15 +1,29 @@
 /**
- * One multi-step GRPO update, top to bottom (spec §7–§8):
- *   1. return of each rollout = sum of its step rewards;
+ * One multi-step GRPO update with EMPO²'s update modes, top to bottom (spec §4, §7–§8):
+ *   1. return of each rollout = sum of its scaled step rewards + its weighted intrinsic rewards;
  *   2. advantage = return normalised within its group (same task and variation);
  *   3. every action token of every step gets its rollout's advantage;
- *   4. clipped-ratio objective, token mean, over `minibatches` optimiser steps for `epochs` passes.
+ *   4. the prompt each step is scored on: as sampled (plain and on-policy-with-tips rollouts), or
+ *      with the tip block cut out (off-policy rollouts: ρ = πθ(a|s,u) / πold(a|s,u,tips), the old
+ *      log-probs being the sampler's, taken with tips);
+ *   5. low-probability masks (token-level δ, or sequence-level min old log-prob) on off-policy
+ *      samples (or on all, by config);
+ *   6. clipped-ratio objective, token mean, over `minibatches` optimiser steps for `epochs` passes.
  */
 import { groupNormalisedAdvantages, rolloutReturn } from '../algo/advantage.ts';
 import { sequenceLowProbKeep, type ObjectiveConfig } from '../algo/objective.ts';
 import type { PolicyEngine, TrainSequence, TrainStats } from '../policy/types.ts';
 import type { Rng } from '../util/rng.ts';
+import type { Mode } from '../algo/modes.ts';
 import type { Episode } from './rollout.ts';
+import { removeTips } from './prompt.ts';
+
+export interface UpdateEpisode extends Episode {
+  /** How the episode was rolled out and is to be updated (default: plain). */
+  mode?: Mode;
+  /** Weighted intrinsic reward of each step (default: none). */
+  intrinsic?: number[];
+}
 
 export interface GrpoSettings {
   objective: ObjectiveConfig;
@@ -20,6 +34,8 @@ export interface GrpoSettings {
   rewardScale: number;
   skipZeroAdvantage: boolean;
   temperature: number;
+  /** Where the low-probability masks apply: off-policy samples only (EMPO²) or every sample. */
+  maskScope?: 'off_policy' | 'all';
   lr?: number;
 }
 
@@ -28,27 +44,34 @@ export interface UpdateStats extends TrainStats {
   optimizerSteps: number;
   meanReturn: number;
   droppedLowProb: number;
+  /** Samples scored on a tip-free prompt (off-policy mode). */
+  offPolicySequences: number;
 }
 
-export async function grpoUpdate(engine: PolicyEngine, episodes: Episode[], s: GrpoSettings, rng: Rng): Promise<UpdateStats> {
-  const returns = episodes.map((e) => rolloutReturn(e.steps.map((st) => st.reward * s.rewardScale)));
+export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: GrpoSettings, rng: Rng): Promise<UpdateStats> {
+  const returns = episodes.map((e) => rolloutReturn(e.steps.map((st, t) => st.reward * s.rewardScale + (e.intrinsic?.[t] ?? 0))));
   const advantages = groupNormalisedAdvantages(returns, episodes.map((e) => e.group));
 
   let droppedLowProb = 0;
+  let offPolicySequences = 0;
   const samples: TrainSequence[] = [];
   episodes.forEach((episode, i) => {
     const A = advantages[i];
     if (s.skipZeroAdvantage && s.objective.klCoef === 0 && Math.abs(A) < 1e-9) return;
+    const offPolicy = episode.mode === 'tips-off-policy';
+    const masked = offPolicy || s.maskScope === 'all';
     for (const step of episode.steps) {
       if (step.response.length === 0) continue;
-      const keep = s.seqMinLogprob === null || sequenceLowProbKeep(step.logprobs, s.seqMinLogprob);
+      const keep = !masked || s.seqMinLogprob === null || sequenceLowProbKeep(step.logprobs, s.seqMinLogprob);
       if (!keep) droppedLowProb++;
+      if (offPolicy) offPolicySequences++;
       samples.push({
-        prompt: step.prompt,
+        prompt: offPolicy ? removeTips(step.prompt, step.tipSpan) : step.prompt,
         response: step.response,
         advantages: step.response.map(() => A),
         oldLogprobs: step.logprobs,
         mask: step.response.map(() => (keep ? 1 : 0)),
+        lowProbMask: masked,
       });
     }
   });
@@ -81,5 +104,6 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: Episode[], s: G
     optimizerSteps,
     meanReturn: returns.reduce((a, b) => a + b, 0) / Math.max(1, returns.length),
     droppedLowProb,
+    offPolicySequences,
   };
 }

@@ -6,7 +6,7 @@ import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import { SUCCESS_SCORE } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import { renderPrompt, type PromptSettings, type Turn } from './prompt.ts';
+import { encodePrompt, type PromptSettings, type Turn } from './prompt.ts';
 
 export interface RolloutJob {
   task: string;
@@ -16,7 +16,12 @@ export interface RolloutJob {
 }
 
 export interface StepRecord {
+  /** Observation the action was chosen from (the state text the memory keys on). */
+  observation: string;
+  /** Prompt ids as sampled (with tips when the episode used memory). */
   prompt: number[];
+  /** Where the tip block sits in `prompt`, if tips were shown. */
+  tipSpan: [number, number] | null;
   response: number[];
   /** log πold of each response token, from the sampler. */
   logprobs: number[];
@@ -26,10 +31,20 @@ export interface StepRecord {
 }
 
 export interface Episode extends RolloutJob {
+  /** Task description as the environment stated it. */
+  description: string;
   steps: StepRecord[];
+  /** Observation after the last action. */
+  finalObservation: string;
   score: number;
   success: boolean;
 }
+
+/**
+ * Tips for the current state of each episode that rolls out with memory; called once per step with
+ * every such episode (batched, so the embedder sees one batch). Episodes without memory are not asked.
+ */
+export type TipSource = (queries: { episode: number; job: RolloutJob; state: string }[]) => Promise<string[][]>;
 
 export interface RolloutSettings {
   prompt: PromptSettings;
@@ -47,16 +62,25 @@ export interface RolloutStats {
   promptTokens: number;
   policySeconds: number;
   envSeconds: number;
+  /** Time spent embedding states and retrieving tips during the rollout. */
+  memorySeconds: number;
 }
 
-export async function runEpisodes(envs: Env[], engine: PolicyEngine, jobs: RolloutJob[], s: RolloutSettings): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
+export async function runEpisodes(
+  envs: Env[],
+  engine: PolicyEngine,
+  jobs: RolloutJob[],
+  s: RolloutSettings,
+  memory?: { tips: TipSource; uses: (episode: number) => boolean },
+): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
   if (envs.length < jobs.length) throw new Error(`runEpisodes: ${jobs.length} jobs but only ${envs.length} environments`);
-  const stats: RolloutStats = { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0 };
+  const stats: RolloutStats = { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0, memorySeconds: 0 };
   const live = await Promise.all(
     jobs.map(async (job, i) => {
       const env = envs[i];
       const first = await env.reset(job.task, job.variation, s.seed);
       return {
+        index: i,
         job,
         env,
         task: first.task,
@@ -72,7 +96,17 @@ export async function runEpisodes(envs: Env[], engine: PolicyEngine, jobs: Rollo
   const tokenizer = engine.tokenizer;
   for (let t = 0; live.some((e) => !e.done); t++) {
     const active = live.filter((e) => !e.done);
-    const prompts = active.map((e) => tokenizer.encode(renderPrompt(e.task, e.turns, e.valid, s.prompt)));
+    let tips: string[][] = active.map(() => []);
+    if (memory) {
+      const tm = performance.now();
+      const asking = active.filter((e) => memory.uses(e.index));
+      const answers = asking.length ? await memory.tips(asking.map((e) => ({ episode: e.index, job: e.job, state: e.turns[e.turns.length - 1].observation }))) : [];
+      const byEpisode = new Map(asking.map((e, k) => [e.index, answers[k] ?? []]));
+      tips = active.map((e) => byEpisode.get(e.index) ?? []);
+      stats.memorySeconds += (performance.now() - tm) / 1000;
+    }
+    const encoded = active.map((e, i) => encodePrompt(tokenizer, e.task, e.turns, e.valid, s.prompt, tips[i]));
+    const prompts = encoded.map((x) => x.ids);
     const t0 = performance.now();
     const gens = await engine.generate(prompts, {
       temperature: s.temperature,
@@ -89,7 +123,16 @@ export async function runEpisodes(envs: Env[], engine: PolicyEngine, jobs: Rollo
       const g = gens[i];
       const r = results[i];
       const action = g.text.trim();
-      e.steps.push({ prompt: prompts[i], response: g.tokens, logprobs: g.logprobs, action, reward: r.reward, score: r.score });
+      e.steps.push({
+        observation: e.turns[e.turns.length - 1].observation,
+        prompt: prompts[i],
+        tipSpan: encoded[i].tipSpan,
+        response: g.tokens,
+        logprobs: g.logprobs,
+        action,
+        reward: r.reward,
+        score: r.score,
+      });
       e.turns[e.turns.length - 1].action = action;
       e.turns.push({ observation: r.observation });
       e.valid = r.validActions;
@@ -100,7 +143,14 @@ export async function runEpisodes(envs: Env[], engine: PolicyEngine, jobs: Rollo
       if (r.done || e.steps.length >= e.limit) e.done = true;
     });
   }
-  const episodes = live.map((e) => ({ ...e.job, steps: e.steps, score: e.score, success: e.score >= SUCCESS_SCORE }));
+  const episodes = live.map((e) => ({
+    ...e.job,
+    description: e.task,
+    steps: e.steps,
+    finalObservation: e.turns[e.turns.length - 1].observation,
+    score: e.score,
+    success: e.score >= SUCCESS_SCORE,
+  }));
   return { episodes, stats };
 }
 

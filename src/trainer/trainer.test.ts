@@ -216,14 +216,16 @@ describe('grpoUpdate on hand-made episodes', () => {
   let nextPrompt = 0;
   const step = (reward: number, responseLength = 2, logprob = -0.5): StepRecord => ({
     // Each step gets a distinct one-token prompt so samples can be traced back to their step.
+    observation: 'o',
     prompt: [nextPrompt++],
+    tipSpan: null,
     response: Array.from({ length: responseLength }, (_, i) => 100 + i),
     logprobs: new Array(responseLength).fill(logprob),
     action: 'a',
     reward,
     score: 0,
   });
-  const episode = (group: number, steps: StepRecord[]): Episode => ({ task: 'fetch', variation: group, group, steps, score: 0, success: false });
+  const episode = (group: number, steps: StepRecord[]): Episode => ({ task: 'fetch', description: 'd', variation: group, group, steps, finalObservation: 'f', score: 0, success: false });
 
   const settings = (o: Partial<GrpoSettings> = {}): GrpoSettings => ({
     objective: { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: null },
@@ -309,11 +311,66 @@ describe('grpoUpdate on hand-made episodes', () => {
     const lowStep = step(100, 3, -6);
     const eps = [episode(5, [lowStep, step(0)]), episode(5, [step(0)])];
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(engine, eps, settings({ seqMinLogprob: -5 }), new Rng(1));
+    const stats = await grpoUpdate(engine, eps, settings({ seqMinLogprob: -5, maskScope: 'all' }), new Rng(1));
     expect(stats.droppedLowProb).toBe(1);
     const dropped = engine.batches[0].find((x) => x.prompt[0] === lowStep.prompt[0])!;
     expect(dropped.mask).toEqual([0, 0, 0]);
     expect(engine.batches[0].filter((x) => x.mask.every((m) => m === 1))).toHaveLength(2);
+  });
+
+  it('masks apply to off-policy samples only by default (EMPO²): a plain rollout keeps its low-probability step', async () => {
+    const lowStep = step(100, 3, -6);
+    const engine = new RecordingEngine();
+    const stats = await grpoUpdate(engine, [episode(5, [lowStep]), episode(5, [step(0)])], settings({ seqMinLogprob: -5, objective: { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: 0.01 } }), new Rng(1));
+    expect(stats.droppedLowProb).toBe(0);
+    const kept = engine.batches[0].find((x) => x.prompt[0] === lowStep.prompt[0])!;
+    expect(kept.mask).toEqual([1, 1, 1]);
+    expect(kept.lowProbMask).toBe(false);
+  });
+
+  it('off-policy mode: the update prompt is the sampled prompt without its tip block; old log-probs stay those sampled with tips', async () => {
+    // Sampled prompt: [1, 2, | 90, 91, 92 (tips) |, 3]; the update must see [1, 2, 3].
+    const withTips: StepRecord = { ...step(100, 2, -0.7), prompt: [1, 2, 90, 91, 92, 3], tipSpan: [2, 5] };
+    const other: StepRecord = { ...step(0, 2, -0.7), prompt: [1, 2, 93, 3], tipSpan: [2, 3] };
+    const engine = new RecordingEngine();
+    const stats = await grpoUpdate(
+      engine,
+      [
+        { ...episode(7, [withTips]), mode: 'tips-off-policy' },
+        { ...episode(7, [other]), mode: 'tips-off-policy' },
+      ],
+      settings({ seqMinLogprob: -5 }),
+      new Rng(1),
+    );
+    expect(stats.offPolicySequences).toBe(2);
+    const prompts = engine.batches[0].map((x) => x.prompt).sort((a, b) => a.length - b.length);
+    expect(prompts).toEqual([
+      [1, 2, 3],
+      [1, 2, 3],
+    ]);
+    for (const x of engine.batches[0]) {
+      expect(x.oldLogprobs).toEqual([-0.7, -0.7]);
+      expect(x.lowProbMask).toBe(true);
+    }
+  });
+
+  it('on-policy with tips: the update prompt is the sampled prompt, tips included', async () => {
+    const withTips: StepRecord = { ...step(100), prompt: [1, 90, 2], tipSpan: [1, 2] };
+    const engine = new RecordingEngine();
+    await grpoUpdate(engine, [{ ...episode(8, [withTips]), mode: 'tips-on-policy' }, episode(8, [step(0)])], settings(), new Rng(1));
+    expect(engine.batches[0].some((x) => x.prompt.join() === '1,90,2')).toBe(true);
+  });
+
+  it('intrinsic rewards add to the return before group normalisation', async () => {
+    // Same environment reward (0) in both rollouts; intrinsic 0.3 + 0.2 = 0.5 vs 0: returns 0.5, 0 ->
+    // mean 0.25, unbiased std 0.35355 -> A = ±0.7071.
+    const engine = new RecordingEngine();
+    const a = episode(9, [step(0), step(0)]);
+    const b = episode(9, [step(0)]);
+    await grpoUpdate(engine, [{ ...a, intrinsic: [0.3, 0.2] }, { ...b, intrinsic: [0] }], settings(), new Rng(1));
+    const advs = engine.batches[0].map((x) => x.advantages[0]).sort((x, y) => x - y);
+    expect(advs[0]).toBeCloseTo(-0.70710, 4);
+    expect(advs[2]).toBeCloseTo(0.70710, 4);
   });
 
   it('minibatches × epochs optimiser steps, each epoch covering every sample exactly once', async () => {

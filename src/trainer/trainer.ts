@@ -7,7 +7,8 @@
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify as toYaml } from 'yaml';
-import type { Config } from '../config/schema.ts';
+import { resolveAlgo, type Config } from '../config/schema.ts';
+import { drawMode, usesMemory, type Mode } from '../algo/modes.ts';
 import { createEnv, environmentCorpus } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
@@ -19,6 +20,7 @@ import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
 import { Rng } from '../util/rng.ts';
 import { latestCheckpoint, loadCheckpoint, saveCheckpoint, type TrainerState } from './checkpoint.ts';
 import { grpoUpdate } from './grpo.ts';
+import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { IM_END, END_OF_TEXT } from './prompt.ts';
 import { rolloutSettings, runEpisodes, type RolloutJob } from './rollout.ts';
 import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
@@ -70,6 +72,8 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   if (opts.resume && !resumeFrom) throw new Error(`--resume: no checkpoint in ${join(runDir, 'checkpoints')}`);
   if (!opts.resume && latestCheckpoint(runDir)) throw new Error(`${runDir} already holds a run; use --resume to continue it or choose another run_dir`);
   const { engine, loaded } = await createEngine(cfg, resumeFrom ?? 'fresh');
+  const algo = resolveAlgo(cfg);
+  const memory = algo.memory || algo.intrinsic !== 'none' ? await MemoryRuntime.create(cfg, algo, engine, resumeFrom) : null;
   const state: TrainerState = loaded?.state ?? { iteration: 0, envSteps: 0, rngState: new Rng(cfg.seed).getState(), elapsedSeconds: 0 };
   const rng = new Rng(0);
   rng.setState(state.rngState);
@@ -83,6 +87,10 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   while (envs.length < Math.max(batchSize, tasks.length * cfg.env.eval_variations)) envs.push(await createEnv(cfg.env));
 
   log(`empo2 train | run ${runDir} | backend ${backend} (${nativeMatMulStatus().reason}) | model ${countParameters(engine.model.config).toLocaleString()} parameters, vocab ${engine.tokenizer.vocabSize}`);
+  log(
+    `algo ${cfg.algo.name}: p=${algo.p} q=${algo.q} (mode drawn per ${cfg.algo.mode_draw}), intrinsic ${algo.intrinsic}` +
+      (memory ? ` | memory: ${memory.embedder.name} embedder, ${memory.reflector.name} reflector, slot per ${cfg.memory.slot}, ${memory.tips.size()} tips` : ''),
+  );
   log(`env ${cfg.env.name}: ${tasks.length} tasks (${tasks.join(', ')}) | ${cfg.rollout.tasks_per_batch} groups x ${cfg.rollout.group_size} rollouts per iteration | ${cfg.train.iterations} iterations` + (resumeFrom ? ` | resuming from ${resumeFrom}` : ''));
 
   let stopRequested = false;
@@ -98,7 +106,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
 
   const metricsPath = join(runDir, 'metrics.jsonl');
   const runEval = async (iteration: number) => {
-    const r = await evaluate(engine, envs, tasks, cfg, iteration);
+    const r = await evaluate(engine, envs, tasks, cfg, iteration, cfg.train.eval_with_memory && memory ? memory : undefined);
     appendFileSync(metricsPath, JSON.stringify({ type: 'eval', iteration, train_env_steps: state.envSteps, ...r.summary, per_task: r.perTask }) + '\n');
     log(`eval @ iter ${iteration}: mean score ${r.summary.mean_score.toFixed(1)} | success ${(r.summary.success_rate * 100).toFixed(1)}% | ${r.summary.episodes} episodes on ${cfg.env.eval_split}`);
     return r;
@@ -115,16 +123,22 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     for (let it = firstIteration; it <= cfg.train.iterations; it++) {
       const t0 = performance.now();
       const jobs: RolloutJob[] = [];
+      const groupModes: Mode[] = [];
+      const iterationMode: Mode = algo.p > 0 && cfg.algo.mode_draw === 'iteration' ? drawMode(algo, rng.next(), rng.next()) : 'plain';
       for (let g = 0; g < cfg.rollout.tasks_per_batch; g++) {
         const task = rng.pick(tasks);
         const variation = rng.pick(trainVariations.get(task)!);
+        groupModes.push(algo.p > 0 && cfg.algo.mode_draw === 'task' ? drawMode(algo, rng.next(), rng.next()) : iterationMode);
         for (let k = 0; k < cfg.rollout.group_size; k++) jobs.push({ task, variation, group: g });
       }
-      const { episodes, stats } = await runEpisodes(envs, engine, jobs, rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it));
+      const modes = jobs.map((j) => groupModes[j.group]);
+      const withTips = memory && modes.some(usesMemory) ? { tips: memory.tipSource(), uses: (i: number) => usesMemory(modes[i]) } : undefined;
+      const { episodes, stats } = await runEpisodes(envs, engine, jobs, rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it), withTips);
       const t1 = performance.now();
+      const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
       const update = await grpoUpdate(
         engine,
-        episodes,
+        episodes.map((e, i) => ({ ...e, mode: modes[i], intrinsic: intrinsic?.[i] })),
         {
           objective: { clipLow: cfg.algo.clip_low, clipHigh: cfg.algo.clip_high, dualClip: cfg.algo.dual_clip, klCoef: cfg.algo.kl_coef, lowProbDelta: cfg.algo.low_prob_delta },
           seqMinLogprob: cfg.algo.seq_min_logprob,
@@ -133,9 +147,12 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
           rewardScale: cfg.algo.reward_scale,
           skipZeroAdvantage: cfg.algo.skip_zero_advantage,
           temperature: cfg.rollout.temperature > 0 ? cfg.rollout.temperature : 1,
+          maskScope: cfg.algo.low_prob_scope,
         },
         rng,
       );
+      const tipsAdded = memory ? await memory.write(episodes) : 0;
+      const memorySeconds = memory ? memory.takeSeconds() : 0;
       const t2 = performance.now();
       state.iteration = it;
       state.envSteps += stats.envSteps;
@@ -152,11 +169,15 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
           type: 'train', iteration: it, env_steps: state.envSteps, mean_score: meanScore, success_rate: success,
           loss: update.loss, clip_fraction: update.clipFraction, mean_ratio: update.meanRatio, grad_norm: update.gradNorm, kl: update.kl,
           sequences: update.sequences, trained_tokens: update.tokens, rollout_seconds: (t1 - t0) / 1000, update_seconds: (t2 - t1) / 1000,
-          rollout_tokens_per_s: rolloutTokPerS, elapsed_seconds: state.elapsedSeconds,
+          rollout_tokens_per_s: rolloutTokPerS, mean_prompt_tokens: stats.promptTokens / Math.max(1, stats.envSteps), elapsed_seconds: state.elapsedSeconds,
+          modes: countModes(modes), off_policy_sequences: update.offPolicySequences, dropped_low_prob: update.droppedLowProb,
+          intrinsic_mean: intrinsic ? intrinsic.flat().reduce((a, b) => a + b, 0) / Math.max(1, episodes.length) : 0,
+          memory_seconds: memorySeconds, memory_share_of_rollout: memorySeconds / Math.max(1e-9, (t1 - t0) / 1000),
+          tips_added: tipsAdded, memory_size: memory ? memory.tips.size() : 0,
         }) + '\n',
       );
       log(
-        `iter ${it}/${cfg.train.iterations} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
+        `iter ${it}/${cfg.train.iterations}${algo.p > 0 ? ` [${describeModes(groupModes)}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
           `rollout ${((t1 - t0) / 1000).toFixed(1)}s (${rolloutTokPerS.toFixed(0)} tok/s) | update ${((t2 - t1) / 1000).toFixed(1)}s (${trainTokPerS.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`,
       );
       // Signal handlers run only when the event loop turns; with an in-process environment every
@@ -165,7 +186,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       const last = it === cfg.train.iterations;
       if (cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last) lastEval = await runEval(it);
       if (it % cfg.train.checkpoint_every === 0 || last || stopRequested) {
-        const where = await saveCheckpoint(runDir, engine, state, cfg.train.keep_checkpoints);
+        const where = await saveCheckpoint(runDir, engine, state, cfg.train.keep_checkpoints, memory ? { [MEMORY_FILE]: JSON.stringify(memory.toJSON()) } : {});
         log(`checkpoint ${where}`);
       }
       if (stopRequested && !last) {
@@ -184,8 +205,21 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     log('\n' + table);
   }
   await Promise.all(envs.map((e) => e.close()));
+  memory?.dispose();
   engine.dispose();
   return { runDir, iterations: state.iteration, initialEval, finalEval: finalEval!, interrupted };
+}
+
+function countModes(modes: readonly Mode[]): Record<Mode, number> {
+  const out: Record<Mode, number> = { plain: 0, 'tips-on-policy': 0, 'tips-off-policy': 0 };
+  for (const m of modes) out[m]++;
+  return out;
+}
+
+const MODE_SHORT: Record<Mode, string> = { plain: 'plain', 'tips-on-policy': 'tips/on', 'tips-off-policy': 'tips/off' };
+function describeModes(groupModes: readonly Mode[]): string {
+  const distinct = [...new Set(groupModes)];
+  return distinct.length === 1 ? MODE_SHORT[distinct[0]] : groupModes.map((m) => MODE_SHORT[m]).join(',');
 }
 
 export function formatDuration(seconds: number): string {

@@ -56,6 +56,20 @@ export class TfjsEngine implements PolicyEngine {
     prompts.forEach((p, i) => {
       if (p.length === 0) throw new Error(`generate: prompt ${i} is empty`);
     });
+    // Long prompts (tips, full histories) in a large batch would exhaust the wasm heap in the
+    // prefill's attention; such batches run in chunks, each with its own derived seed.
+    const chunks = this.attentionChunks(prompts.map((p) => p.length + opts.maxTokens), 1);
+    if (chunks.length > 1) {
+      const out: Generation[] = new Array(B);
+      for (const [k, chunk] of chunks.entries()) {
+        const gens = await this.generate(
+          chunk.map((i) => prompts[i]),
+          { ...opts, seed: opts.seed * 31 + 7919 * (k + 1), allowedTexts: opts.allowedTexts ? chunk.map((i) => opts.allowedTexts![i]) : undefined },
+        );
+        chunk.forEach((i, j) => (out[i] = gens[j]));
+      }
+      return out;
+    }
     const rng = new Rng(opts.seed);
     const endToken = this.options.endTokens[0];
     const tries = (opts.allowedTexts ?? []).map((texts) =>
@@ -171,14 +185,38 @@ export class TfjsEngine implements PolicyEngine {
     return result;
   }
 
-  /** Groups of indices, sorted by length so padding stays small, each within the token budget. */
+  /**
+   * Consecutive groups of rows whose attention scores (rows × heads × width², times `layers` when
+   * a backward pass keeps every layer's) stay within ATTENTION_BUDGET elements.
+   */
+  private attentionChunks(widths: number[], layers: number): number[][] {
+    const heads = this.model.config.num_attention_heads;
+    const groups: number[][] = [];
+    let current: number[] = [];
+    let widest = 0;
+    widths.forEach((w, i) => {
+      const next = Math.max(widest, w);
+      if (current.length > 0 && (current.length + 1) * heads * next * next * layers > ATTENTION_BUDGET) {
+        groups.push(current);
+        current = [];
+        widest = 0;
+      }
+      current.push(i);
+      widest = Math.max(widest, w);
+    });
+    if (current.length > 0) groups.push(current);
+    return groups;
+  }
+
+  /** Groups of indices, sorted by length so padding stays small, each within the token and attention budgets. */
   private microBatches(batch: ScoredSequence[]): number[][] {
     const order = batch.map((_, i) => i).sort((a, b) => seqLen(batch[a]) - seqLen(batch[b]));
     const groups: number[][] = [];
     let current: number[] = [];
+    const attentionPerRow = (w: number) => this.model.config.num_attention_heads * w * w * this.model.config.num_hidden_layers;
     for (const i of order) {
       const width = seqLen(batch[i]);
-      if (current.length > 0 && (current.length + 1) * width > this.options.microBatchTokens) {
+      if (current.length > 0 && ((current.length + 1) * width > this.options.microBatchTokens || (current.length + 1) * attentionPerRow(width) > ATTENTION_BUDGET)) {
         groups.push(current);
         current = [];
       }
@@ -272,6 +310,9 @@ export class TfjsEngine implements PolicyEngine {
     this.optimizer.dispose();
   }
 }
+
+/** Attention-score elements one pass may hold (2^25 floats = 128 MiB), far below the wasm heap limit. */
+const ATTENTION_BUDGET = 2 ** 25;
 
 function seqLen(s: ScoredSequence): number {
   return s.prompt.length + s.response.length;

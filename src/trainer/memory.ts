@@ -1,0 +1,168 @@
+/**
+ * The trainer's side of EMPO²'s memory: which slot an episode uses, tips for memory rollouts, the
+ * intrinsic reward, and tip writing after each training episode. It also times itself, because
+ * the memory must stay a small share of rollout time (the reference spends ~19%).
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Config, ResolvedAlgo } from '../config/schema.ts';
+import { noveltyReward, retrievalReward } from '../algo/intrinsic.ts';
+import { HashedNgramEmbedder } from '../memory/hashed.ts';
+import { NoveltyList } from '../memory/novelty.ts';
+import { PolicyReflector, TrajectorySummaryReflector, stepTipText, type Reflector, type Trajectory } from '../memory/reflector.ts';
+import { TipMemory } from '../memory/store.ts';
+import type { Embedder } from '../memory/types.ts';
+import type { PolicyEngine } from '../policy/types.ts';
+import { IM_END, IM_START } from './prompt.ts';
+import type { Episode, RolloutJob, TipSource } from './rollout.ts';
+
+export const MEMORY_FILE = 'memory.json';
+
+export async function createEmbedder(cfg: Config): Promise<Embedder> {
+  if (cfg.memory.embedder === 'hashed') return new HashedNgramEmbedder({ dim: cfg.memory.dim });
+  const { MiniLmEmbedder, findMiniLmDir } = await import('../memory/minilm.ts');
+  return MiniLmEmbedder.load(cfg.memory.embedder_path ?? findMiniLmDir());
+}
+
+function chatML(messages: { role: string; content: string }[]): string {
+  return messages.map((m) => `${IM_START}${m.role}\n${m.content}${IM_END}\n`).join('') + `${IM_START}assistant\n`;
+}
+
+export function createReflector(cfg: Config, engine: PolicyEngine, seed: number): Reflector {
+  const kind = cfg.memory.reflector === 'auto' ? (cfg.model.path ? 'policy' : 'summary') : cfg.memory.reflector;
+  if (kind === 'summary') return new TrajectorySummaryReflector();
+  return new PolicyReflector(engine, chatML, { maxTokens: cfg.memory.reflection_max_tokens, temperature: cfg.rollout.eval_temperature, seed, historySteps: 12 });
+}
+
+export class MemoryRuntime {
+  /** Seconds spent embedding, retrieving, computing intrinsic rewards and writing tips since the last `takeSeconds`. */
+  private seconds = 0;
+  private readonly cache = new Map<string, Float32Array>();
+
+  constructor(
+    readonly cfg: Config,
+    readonly algo: ResolvedAlgo,
+    readonly embedder: Embedder,
+    readonly reflector: Reflector,
+    readonly tips: TipMemory,
+    readonly novelty: NoveltyList,
+  ) {}
+
+  static async create(cfg: Config, algo: ResolvedAlgo, engine: PolicyEngine, restoreFrom: string | null): Promise<MemoryRuntime> {
+    const embedder = await createEmbedder(cfg);
+    const settings = { capacity: cfg.memory.capacity, threshold: cfg.memory.threshold, topK: cfg.memory.top_k };
+    let tips = new TipMemory(embedder.dim, settings);
+    let novelty = new NoveltyList(cfg.algo.novelty_threshold);
+    const file = restoreFrom ? join(restoreFrom, MEMORY_FILE) : null;
+    if (file && existsSync(file)) {
+      let saved: { embedder: string; tips: unknown; novelty: Parameters<typeof NoveltyList.fromJSON>[0] };
+      try {
+        saved = JSON.parse(readFileSync(file, 'utf8'));
+      } catch (e) {
+        throw new Error(`${file} is corrupt (${(e as Error).message})`);
+      }
+      if (saved.embedder !== embedder.name) throw new Error(`${file} was written with embedder ${saved.embedder}, but this run uses ${embedder.name}: keys would not compare`);
+      tips = TipMemory.fromJSON(saved.tips, file);
+      novelty = NoveltyList.fromJSON(saved.novelty, embedder.dim, file);
+    } else if (file && algo.memory) {
+      throw new Error(`checkpoint ${restoreFrom} has no ${MEMORY_FILE}, but this run keeps a tip memory`);
+    }
+    return new MemoryRuntime(cfg, algo, embedder, createReflector(cfg, engine, cfg.seed), tips, novelty);
+  }
+
+  slotOf(job: RolloutJob): string {
+    return this.cfg.memory.slot === 'variation' ? `${job.task}#${job.variation}` : job.task;
+  }
+
+  /** Embeddings of state texts, cached: episodes revisit the same states all the time. */
+  async embed(texts: readonly string[]): Promise<Float32Array[]> {
+    const missing = [...new Set(texts.filter((t) => !this.cache.has(t)))];
+    if (missing.length) {
+      const vectors = await this.embedder.embed(missing);
+      if (this.cache.size + missing.length > 50_000) this.cache.clear();
+      missing.forEach((t, i) => this.cache.set(t, vectors[i]));
+    }
+    return texts.map((t) => this.cache.get(t)!);
+  }
+
+  /** Retr(s; M) for the rollout: the top-k tips of the episode's slot for its current state. */
+  tipSource(): TipSource {
+    return async (queries) => {
+      const t0 = performance.now();
+      const keys = await this.embed(queries.map((q) => q.state));
+      const out = queries.map((q, i) => this.tips.retrieve(this.slotOf(q.job), keys[i]).map((r) => r.text));
+      this.seconds += (performance.now() - t0) / 1000;
+      return out;
+    };
+  }
+
+  /**
+   * Weighted intrinsic reward of every step (spec §6), visited in time order across the batch so
+   * the novelty counts are what they would be had they been taken during the rollout (the memory
+   * does not change during a rollout: tips are written after it).
+   */
+  async intrinsicRewards(episodes: readonly Episode[]): Promise<number[][]> {
+    const coef = this.cfg.algo.intrinsic_coef;
+    const out = episodes.map((e) => new Array<number>(e.steps.length).fill(0));
+    if (this.algo.intrinsic === 'none' || coef === 0) return out;
+    const t0 = performance.now();
+    const keys = await Promise.all(episodes.map((e) => this.embed(e.steps.map((s) => s.observation))));
+    const longest = Math.max(0, ...episodes.map((e) => e.steps.length));
+    for (let t = 0; t < longest; t++) {
+      episodes.forEach((e, i) => {
+        if (t >= e.steps.length) return;
+        const slot = this.slotOf(e);
+        const r =
+          this.algo.intrinsic === 'novelty'
+            ? noveltyReward(this.novelty.visit(slot, keys[i][t]))
+            : retrievalReward(Math.min(this.cfg.memory.top_k, this.tips.countSimilar(slot, keys[i][t])));
+        out[i][t] = coef * r;
+      });
+    }
+    this.seconds += (performance.now() - t0) / 1000;
+    return out;
+  }
+
+  /** Tip writing after training episodes: one reflection each, stored per step (reference) or per episode. */
+  async write(episodes: readonly Episode[]): Promise<number> {
+    if (!this.algo.memory || episodes.length === 0) return 0;
+    const t0 = performance.now();
+    const trajectories: Trajectory[] = episodes.map((e) => ({
+      task: e.description,
+      steps: e.steps.map((s) => ({ observation: s.observation, action: s.action, score: s.score })),
+      finalObservation: e.finalObservation,
+      score: e.score,
+      success: e.success,
+    }));
+    const reflections = await this.reflector.reflect(trajectories);
+    let added = 0;
+    for (const [i, e] of episodes.entries()) {
+      const slot = this.slotOf(e);
+      if (this.cfg.memory.per_step_entries) {
+        const keys = await this.embed(e.steps.map((s) => s.observation));
+        e.steps.forEach((s, t) => {
+          if (this.tips.add(slot, keys[t], stepTipText(reflections[i], s.action, e.score), e.score)) added++;
+        });
+      } else {
+        const [key] = await this.embed([e.finalObservation]);
+        if (this.tips.add(slot, key, reflections[i], e.score)) added++;
+      }
+    }
+    this.seconds += (performance.now() - t0) / 1000;
+    return added;
+  }
+
+  takeSeconds(): number {
+    const s = this.seconds;
+    this.seconds = 0;
+    return s;
+  }
+
+  toJSON(): object {
+    return { embedder: this.embedder.name, tips: this.tips.toJSON(), novelty: this.novelty.toJSON() };
+  }
+
+  dispose(): void {
+    this.embedder.dispose?.();
+  }
+}
