@@ -238,6 +238,20 @@ describe('report from run folders (--report-only)', () => {
     for (const text of ['training environment steps', 'held-out mean score (0–100)', 'min–max over runs', '>A<', '>B<']) expect(svg).toContain(text);
   });
 
+  it('wall time comes from compare\'s own record (summed over attempts); a crashed run is named with its log', async () => {
+    const out = join(root, 'attempts');
+    writeRun(out, 'A', 0, 1, [evalLine([0, 0, 10]), trainLine(1, 7), evalLine([1, 5, 20])]);
+    const attempt = (seconds: number, exit_code: number) => ({ started_at: '2025-01-01T00:00:00.000Z', seconds, exit_code, signal: null, resumed: false });
+    writeFileSync(join(out, 'A', 'seed0', 'compare-run.json'), JSON.stringify({ attempts: [attempt(30, 130), attempt(12.5, 0)] }));
+    mkdirSync(join(out, 'A', 'seed1'));
+    writeFileSync(join(out, 'A', 'seed1', 'compare-run.json'), JSON.stringify({ attempts: [attempt(2, 1)] }));
+    writeFileSync(join(out, 'compare.json'), JSON.stringify({ configs: [{ label: 'A', config: '/c/a.yaml', set: [], seeds: [0, 1] }] }));
+    const r = await reportCompare({ out, log: () => {} });
+    const [a] = r.comparison.configs;
+    expect(a.wallSeconds!.mean).toBe(42.5);
+    expect(a.excluded[0].note).toBe(`nothing recorded; its last attempt failed with exit code 1, see ${join(out, 'A', 'seed1', 'train.log')}`);
+  });
+
   it('an output folder without runs is a clear error', async () => {
     mkdirSync(join(root, 'empty'));
     await expect(reportCompare({ out: join(root, 'empty'), log: () => {} })).rejects.toThrow(/holds no runs/);

@@ -228,20 +228,28 @@ function scanRuns(out: string): Manifest['configs'] {
 function collectRun(out: string, label: string, seed: number, targetIterations?: number): RunRecord {
   const dir = runDirFor(out, label, seed);
   if (!existsSync(dir)) return { label, seed, dir, status: 'missing', metrics: null, wallSeconds: null, wallSource: null, note: 'not run' };
-  let target = targetIterations;
-  let note: string | undefined;
-  if (target === undefined) {
-    const saved = join(dir, 'config.yaml');
-    if (existsSync(saved)) target = loadConfig(saved).train.iterations;
-    else note = 'no config.yaml, so it cannot tell whether the run finished';
-  }
   const metrics = readRunMetrics(dir);
-  const state = target === undefined ? { status: 'unfinished' as const, lastEvalIteration: metrics?.evals.at(-1)?.iteration ?? null } : inspectRun(dir, target);
-  if (state.status === 'unfinished' && !note) {
-    note = state.lastEvalIteration === null ? 'stopped before its first evaluation' : `stopped after the evaluation at iteration ${state.lastEvalIteration} of ${target}`;
+  const saved = join(dir, 'config.yaml');
+  const target = targetIterations ?? (existsSync(saved) ? loadConfig(saved).train.iterations : undefined);
+  let status: RunStatus;
+  let note: string | undefined;
+  if (!metrics && !latestCheckpoint(dir)) {
+    status = 'missing';
+    note = 'nothing recorded';
+  } else if (target === undefined) {
+    status = 'unfinished';
+    note = 'no config.yaml, so whether it finished is unknown';
+  } else {
+    const state = inspectRun(dir, target);
+    status = state.status;
+    if (status === 'unfinished') note = state.lastEvalIteration === null ? 'stopped before its first evaluation' : `stopped after the evaluation at iteration ${state.lastEvalIteration} of ${target}`;
   }
-  if (state.status === 'missing') note = 'not run';
-  return { label, seed, dir, status: state.status, metrics, ...wallTime(dir, metrics), ...(note ? { note } : {}) };
+  const last = readAttempts(dir).attempts.at(-1);
+  if (status !== 'finished' && last && last.exit_code !== 0) {
+    const how = last.exit_code === 130 ? 'was interrupted' : last.signal ? `was killed by ${last.signal}` : `failed with exit code ${last.exit_code}`;
+    note = `${note}; its last attempt ${how}, see ${join(dir, 'train.log')}`;
+  }
+  return { label, seed, dir, status, metrics, ...wallTime(dir, metrics), ...(note ? { note } : {}) };
 }
 
 async function writeReport(out: string, manifest: Manifest['configs'], opts: { atSteps?: number[]; includeUnfinished?: boolean; log: (l: string) => void }, targets?: Map<string, number>): Promise<Omit<CompareOutcome, 'failed'>> {
@@ -259,7 +267,7 @@ async function writeReport(out: string, manifest: Manifest['configs'], opts: { a
     const plot = await writeLearningCurvePlot(comparison, join(out, 'learning_curve'));
     files.svg = plot.svg;
     files.png = plot.png;
-  } else comparison.notes.push('no run has an evaluation yet, so there is no plot');
+  } else comparison.notes.push('no run is counted yet, so there is no plot');
   const markdown = formatMarkdown(comparison, files.png ? 'learning_curve.png' : undefined);
   writeFileSync(files.markdown, markdown);
   writeFileSync(files.csv, formatResultsCsv(comparison));
@@ -397,6 +405,8 @@ async function trainOne(run: PlannedRun, resume: boolean, jobs: number, counter:
   }
   const lastLines = tail.trim().split('\n').slice(-3).join(' / ');
   const why = code === 130 ? 'interrupted; continue with --resume' : signal ? `killed by ${signal}` : code === 0 ? 'exited without its final evaluation' : `exit code ${code}`;
-  log(`${run.label} seed ${run.seed}: did not finish (${why}) after ${seconds.toFixed(1)} s: ${lastLines.slice(-300)} (full log: ${logFile})`);
+  // An interrupted run says so itself; a crash is worth its last lines here.
+  const detail = code === 130 ? '' : `: ${lastLines.slice(-300)}`;
+  log(`${run.label} seed ${run.seed}: did not finish (${why}) after ${seconds.toFixed(1)} s${detail} (log: ${logFile})`);
   return why;
 }
