@@ -1,0 +1,115 @@
+/**
+ * EMPO² end to end on the built-in environment with a tiny model: one short run per update mode,
+ * memory persistence through checkpoints, and a bit-exact resume with memory.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadConfig, ConfigError } from '../config/load.ts';
+import type { Config } from '../config/schema.ts';
+import { TipMemory } from '../memory/store.ts';
+import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
+import { initBackend } from '../policy/tfjs/backend.ts';
+import { latestCheckpoint } from './checkpoint.ts';
+import { MEMORY_FILE } from './memory.ts';
+import { train } from './trainer.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'empo2-modes-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+function config(runDir: string, iterations: number, extra: string[]): Config {
+  return loadConfig(null, [
+    `run_dir=${runDir}`,
+    'seed=3',
+    'model.hidden_size=32',
+    'model.intermediate_size=64',
+    'model.num_hidden_layers=1',
+    'model.vocab_size=300',
+    'env.tasks=[fetch, clue]',
+    'env.train_variations=2',
+    'env.eval_variations=1',
+    'env.max_steps=5',
+    'rollout.tasks_per_batch=2',
+    'rollout.group_size=2',
+    'memory.top_k=2',
+    `train.iterations=${iterations}`,
+    'train.checkpoint_every=1',
+    'train.eval_every=0',
+    'algo.name=empo2',
+    ...extra,
+  ]);
+}
+
+type Line = Record<string, unknown> & { type: string; iteration: number };
+const trainLines = (dir: string): Line[] =>
+  readFileSync(join(dir, 'metrics.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Line)
+    .filter((l) => l.type === 'train');
+
+beforeAll(async () => {
+  await initBackend();
+});
+
+describe('EMPO² modes end to end', () => {
+  it('off-policy (p = 1, q = 1): tips shown, every sample scored without them, memory saved with the checkpoint', async () => {
+    const dir = join(root, 'off');
+    await train(config(dir, 2, ['algo.p=1', 'algo.q=1']), { resume: false, log: () => {} });
+    const lines = trainLines(dir);
+    expect(lines.map((l) => l.modes)).toEqual([
+      { plain: 0, 'tips-on-policy': 0, 'tips-off-policy': 4 },
+      { plain: 0, 'tips-on-policy': 0, 'tips-off-policy': 4 },
+    ]);
+    // Iteration 1 starts with an empty memory (no tips to show); iteration 2 sees iteration 1's tips.
+    expect(lines[0].tips_added as number).toBeGreaterThan(0);
+    expect(lines[1].mean_prompt_tokens as number).toBeGreaterThan(lines[0].mean_prompt_tokens as number);
+    expect(lines[1].off_policy_sequences).toBe(lines[1].sequences);
+    const saved = JSON.parse(readFileSync(join(latestCheckpoint(dir)!, MEMORY_FILE), 'utf8'));
+    const memory = TipMemory.fromJSON(saved.tips);
+    expect(memory.size()).toBe(lines[1].memory_size);
+    expect(memory.slotNames().every((s) => ['fetch', 'clue'].includes(s))).toBe(true);
+    expect(memory.entries(memory.slotNames()[0])[0].text).toMatch(/The action you took was .+; you finally scored \d+\/100\.$/);
+  });
+
+  it('on-policy with tips (p = 1, q = 0) and plain EMPO² with the intrinsic reward (p = 0) both run', async () => {
+    const on = join(root, 'on');
+    await train(config(on, 2, ['algo.p=1', 'algo.q=0', 'algo.intrinsic=retrieval']), { resume: false, log: () => {} });
+    const a = trainLines(on);
+    expect(a.every((l) => (l.modes as Record<string, number>)['tips-on-policy'] === 4 && l.off_policy_sequences === 0)).toBe(true);
+    expect(a[0].intrinsic_mean as number).toBeGreaterThan(0);
+
+    const plain = join(root, 'plain');
+    await train(config(plain, 1, ['algo.p=0', 'algo.intrinsic=novelty']), { resume: false, log: () => {} });
+    const b = trainLines(plain);
+    expect(b[0].modes).toEqual({ plain: 4, 'tips-on-policy': 0, 'tips-off-policy': 0 });
+    // Novelty: the first visit of each state earns coef·1, so the mean per episode is positive.
+    expect(b[0].intrinsic_mean as number).toBeGreaterThan(0);
+    expect(b[0].tips_added).toBe(0); // no memory rollouts and no retrieval reward: no tips written
+    expect(existsSync(join(latestCheckpoint(plain)!, MEMORY_FILE))).toBe(true); // the novelty list
+  });
+
+  it('resume restores the memory: 2 + 1 iterations end exactly where 3 straight iterations end', async () => {
+    const extra = ['algo.p=0.5', 'algo.mode_draw=task', 'algo.intrinsic=novelty'];
+    const straight = join(root, 'straight');
+    await train(config(straight, 3, extra), { resume: false, log: () => {} });
+    const split = join(root, 'split');
+    await train(config(split, 2, extra), { resume: false, log: () => {} });
+    await train(config(split, 3, extra), { resume: true, log: () => {} });
+    const strip = (l: Line) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share/.test(k)));
+    expect(trainLines(split).map(strip)).toEqual(trainLines(straight).map(strip));
+    const a = latestCheckpoint(straight)!;
+    const b = latestCheckpoint(split)!;
+    expect(readFileSync(join(b, MEMORY_FILE), 'utf8')).toBe(readFileSync(join(a, MEMORY_FILE), 'utf8'));
+    const wa = readSafetensors(join(a, 'model.safetensors')).tensors;
+    const wb = readSafetensors(join(b, 'model.safetensors')).tensors;
+    for (const [k, t] of wa) expect(Array.from(toFloat32(wb.get(k)!)), k).toEqual(Array.from(toFloat32(t)));
+  });
+
+  it('GRPO with memory or intrinsic options is refused, naming the key', () => {
+    expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(ConfigError);
+    expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(/algo\.p: 0\.3 with algo\.name=grpo/);
+    expect(() => loadConfig(null, ['algo.intrinsic=novelty'])).toThrow(/algo\.intrinsic: novelty with algo\.name=grpo/);
+  });
+});
