@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeSafetensors, type TensorToWrite } from '../policy/safetensors.ts';
-import { bertParameterShapes, type BertConfig } from '../policy/tfjs/bert.ts';
+import { BertModel, bertParameterShapes, type BertConfig } from '../policy/tfjs/bert.ts';
+import { initBackend, tf } from '../policy/tfjs/backend.ts';
 import { pythonGate, runPython } from '../../test/support/python.ts';
 import { MiniLmEmbedder, findMiniLmDir } from './minilm.ts';
 
@@ -178,6 +179,66 @@ describe('MiniLmEmbedder on a tiny BERT directory', () => {
       await expect(embedder.embed(['ok', null as unknown as string])).rejects.toThrow(/texts\[1\] is null/);
     });
   });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The BERT encoder against transformers' BertModel on paths all-MiniLM-L6-v2 does not take:
+// token type ids, the tanh GELU and ReLU, and a task-head checkpoint ("bert." prefix).
+// ---------------------------------------------------------------------------------------------
+
+const bertGate = pythonGate(['torch', 'transformers']);
+
+describe.skipIf(!bertGate.available)(`BertModel matches transformers (${bertGate.label})`, () => {
+  let root: string;
+  beforeAll(async () => {
+    await initBackend();
+    root = mkdtempSync(join(tmpdir(), 'empo2-bert-ref-'));
+  });
+  afterAll(() => {
+    if (root) rmSync(root, { recursive: true, force: true });
+  });
+
+  // Two sequences, the second right-padded; the second segment has token type 1.
+  const inputs = {
+    ids: [[2, 17, 5, 9, 33, 3, 41, 12, 3], [2, 44, 8, 3, 0, 0, 0, 0, 0]],
+    mask: [[1, 1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0, 0, 0]],
+    types: [[0, 0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0, 0]],
+  };
+
+  const variants = [['gelu', 'base'], ['gelu_new', 'base'], ['relu', 'masked-lm']] as const;
+  beforeAll(() => {
+    writeFileSync(join(root, 'inputs.json'), JSON.stringify(inputs));
+    runPython(join(import.meta.dirname, 'bert_reference.py'), [root, join(root, 'inputs.json'), ...variants.map(([act, head]) => `${act}:${head}`)]);
+  });
+
+  for (const [act, head] of variants) {
+    it(`${act}, ${head === 'base' ? 'BertModel' : 'BertForMaskedLM checkpoint'}: same hidden states on real tokens`, () => {
+      const dir = join(root, `${act}-${head}`);
+      const expected = JSON.parse(readFileSync(join(dir, 'hidden.json'), 'utf8')) as number[][][];
+      const model = BertModel.load(dir);
+      try {
+        expect(model.config.hidden_act).toBe(act);
+        const hidden = tf.tidy(() => model.forward(tf.tensor2d(inputs.ids, undefined, 'int32'), tf.tensor2d(inputs.mask), tf.tensor2d(inputs.types, undefined, 'int32')));
+        const ours = hidden.arraySync() as number[][][];
+        hidden.dispose();
+        let maxDiff = 0;
+        let maxValue = 0;
+        // Padding positions are never read (pooling masks them out), so only real tokens are compared.
+        inputs.mask.forEach((row, b) => row.forEach((m, t) => {
+          if (!m) return;
+          for (let d = 0; d < 32; d++) {
+            maxDiff = Math.max(maxDiff, Math.abs(ours[b][t][d] - expected[b][t][d]));
+            maxValue = Math.max(maxValue, Math.abs(expected[b][t][d]));
+          }
+        }));
+        expect(maxValue).toBeGreaterThan(0.5);
+        // Rounding noise is ~1e-6 here; the tanh GELU in place of the erf one gives 4e-5.
+        expect(maxDiff).toBeLessThan(5e-6);
+      } finally {
+        model.dispose();
+      }
+    });
+  }
 });
 
 // ---------------------------------------------------------------------------------------------

@@ -293,7 +293,8 @@ export function findMiniLmDir(python: string = projectPython()): string {
   return dir;
 }
 
-function projectPython(): string {
+/** $EMPO2_PYTHON, else the project's virtualenv Python ($EMPO2_VENV or .venv). */
+export function projectPython(): string {
   const fromEnv = process.env.EMPO2_PYTHON;
   if (fromEnv && fromEnv.trim() !== '') return fromEnv;
   const venv = process.env.EMPO2_VENV ?? fileURLToPath(new URL('../../.venv', import.meta.url));

@@ -125,7 +125,7 @@ export class BertModel {
 
   /**
    * Reads `config.json` and `model.safetensors` (or its sharded form) from a Hugging Face model
-   * directory. Errors name the file that is missing or wrong.
+   * directory. Errors name the file that is missing or wrong. Call after `initBackend()`.
    */
   static load(dir: string): BertModel {
     const configPath = join(dir, 'config.json');
@@ -248,10 +248,10 @@ export class BertModel {
         h = tf.tidy(() => this.layer(previous, i, B, T, maskBias));
         previous.dispose();
       }
-      const out = tf.reshape(h, [B, T, c.hidden_size]) as tf.Tensor3D;
-      h.dispose();
-      return out;
+      return tf.reshape(h, [B, T, c.hidden_size]) as tf.Tensor3D;
     } finally {
+      // The reshaped output shares h's data, which tfjs keeps alive while either handle exists.
+      h.dispose();
       maskBias.dispose();
     }
   }
