@@ -39,7 +39,7 @@ export const RolloutSchema = strict({
   tasks_per_batch: z.number().int().positive().default(4).describe('(task, variation) groups per iteration'),
   temperature: z.number().min(0).default(1.0).describe('sampling temperature for training rollouts'),
   top_p: z.number().gt(0).max(1).default(1.0).describe('nucleus sampling for training rollouts'),
-  eval_temperature: z.number().min(0).default(0.4).describe('sampling temperature for evaluation (0: greedy)'),
+  eval_temperature: z.number().min(0).default(0.7).describe('sampling temperature for evaluation (0: greedy; the paper uses 0.4 with a 7B model, which makes the tiny default policy repeat itself)'),
   max_tokens: z.number().int().positive().default(32).describe('maximum tokens of one action'),
   constrained: z.boolean().default(true).describe("decode only the environment's valid actions"),
 });
@@ -59,7 +59,7 @@ export const AlgoSchema = strict({
   kl_coef: z.number().min(0).default(0).describe('β: KL(πθ‖πref) penalty weight (0: no reference model)'),
   low_prob_delta: z.number().gt(0).lt(1).nullable().default(0.001).describe('δ: drop tokens whose probability under πθ(·|s,u) is below δ (token-level mask, paper; null: off)'),
   seq_min_logprob: z.number().max(0).nullable().default(null).describe('sequence-level mask: drop a response whose minimum old log-prob is below this (null: off; reference: -5)'),
-  minibatches: z.number().int().positive().default(1).describe('optimiser steps per epoch over the batch'),
+  minibatches: z.number().int().positive().default(4).describe('optimiser steps per epoch over the batch'),
   epochs: z.number().int().positive().default(1).describe('passes over each batch'),
   reward_scale: z.number().positive().default(0.01).describe('multiply environment rewards by this (scores are 0-100)'),
   skip_zero_advantage: z.boolean().default(true).describe('leave out steps whose advantage is 0 (all rollouts of the group scored alike)'),
@@ -79,7 +79,7 @@ export const MemorySchema = strict({
 });
 
 export const OptimSchema = strict({
-  lr: z.number().positive().default(1e-3).describe('AdamW learning rate (the paper uses 1e-6 for a 7B model)'),
+  lr: z.number().positive().default(2e-3).describe('AdamW learning rate (the paper uses 1e-6 for a 7B model)'),
   weight_decay: z.number().min(0).default(0.0).describe('AdamW decoupled weight decay'),
   beta1: z.number().min(0).lt(1).default(0.9).describe('AdamW β1'),
   beta2: z.number().min(0).lt(1).default(0.99).describe('AdamW β2'),
@@ -89,7 +89,7 @@ export const OptimSchema = strict({
 });
 
 export const TrainSchema = strict({
-  iterations: z.number().int().positive().default(25).describe('training iterations (rollout + update)'),
+  iterations: z.number().int().positive().default(40).describe('training iterations (rollout + update)'),
   eval_every: z.number().int().min(0).default(5).describe('evaluate every K iterations (0: only at the end)'),
   checkpoint_every: z.number().int().positive().default(5).describe('save a checkpoint every K iterations'),
   keep_checkpoints: z.number().int().positive().default(3).describe('how many recent checkpoints to keep'),
