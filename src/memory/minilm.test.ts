@@ -174,6 +174,19 @@ describe('MiniLmEmbedder on a tiny BERT directory', () => {
       await expect(MiniLmEmbedder.load(variant('too-long', (d) => writeFileSync(join(d, 'sentence_bert_config.json'), JSON.stringify({ max_seq_length: 41 }))))).rejects.toThrow(/max_seq_length 41 exceeds the model's max_position_embeddings \(40\)/);
     });
 
+    it('token ids or types outside the tables', () => {
+      const model = BertModel.load(dir);
+      try {
+        const run = (ids: number[][], types?: number[][]) => () =>
+          tf.tidy(() => model.forward(tf.tensor2d(ids, undefined, 'int32'), tf.ones([ids.length, ids[0].length]) as tf.Tensor2D, types && tf.tensor2d(types, undefined, 'int32')));
+        expect(run([[2, 5, 30, 3]])).toThrow(/token id 30 at \[0, 2\] is outside the vocabulary \(0\.\.29\)/);
+        expect(run([[2, 5, 3]], [[0, 2, 0]])).toThrow(/token type 2 at \[0, 1\] is outside 0\.\.1/);
+        expect(run([[2, 5, 3]], [[0, 1]])).toThrow(/token type ids has shape \[1, 2\], expected \[1, 3\]/);
+      } finally {
+        model.dispose();
+      }
+    });
+
     it('bad options and input', async () => {
       await expect(MiniLmEmbedder.load(dir, { batchSize: 0 })).rejects.toThrow(/batchSize must be a positive integer/);
       await expect(embedder.embed(['ok', null as unknown as string])).rejects.toThrow(/texts\[1\] is null/);
