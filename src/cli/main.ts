@@ -123,7 +123,7 @@ program
   .command('compare')
   .description('train configs x seeds (each run a child process) into <out>/<label>/seed<k>, then write results.md/.csv and learning_curve.png/.svg')
   .option('-c, --config <file>', 'config to compare (repeatable)', collect, [])
-  .option('--label <name>', 'name of each config in the table, in --config order (default: the file name)', collect, [])
+  .option('--label <name>', 'name of each config in the table, in --config order; the file name when left out', collect, [])
   .option('--seeds <list>', 'seeds, e.g. 0,1,2 or 0-4', '0,1,2')
   .option('--out <dir>', 'folder for the runs and the report')
   .option('--jobs <n>', 'runs trained at the same time', '1')
@@ -135,6 +135,67 @@ program
   .action(async (opts) => {
     const { compareCommand } = await import('../compare/command.ts');
     process.exitCode = await compareCommand(opts);
+  });
+
+program
+  .command('adapt')
+  .description('memory-only adaptation: frozen weights, tip memory on, K trials on a task (e.g. one never trained on); score per trial printed and saved')
+  .requiredOption('--checkpoint <path>', 'a run directory (its latest checkpoint) or a checkpoint / model directory')
+  .requiredOption('--task <name>', 'task to adapt to')
+  .option('--trials <k>', 'trials (memory grows after each)', '5')
+  .option('--variations <n>', 'held-out variations played in each trial', '10')
+  .option('--split <name>', 'split the variations come from (train, dev, test)', 'test')
+  .option('--out <dir>', 'where adapt.json, adapt.md and memory.json go (default: <checkpoint>/adapt-<task>)')
+  .option('--fresh-memory', "start from an empty memory instead of the checkpoint's")
+  .option('--remote <url>', 'generate through this OpenAI-compatible server; the checkpoint then only supplies tokenizer.json')
+  .option('--remote-model <name>', 'with --remote: the model name to request')
+  .option('-c, --config <file>', "YAML or JSON config (default: the run's config.yaml when present)")
+  .option('-s, --set <key=value>', 'override one config option (repeatable), e.g. memory.top_k=3', collect, [])
+  .action(async (opts) => {
+    const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
+    const path: string = opts.checkpoint;
+    const isRun = existsSync(join(path, 'checkpoints'));
+    const runConfig = isRun ? join(path, 'config.yaml') : join(path, '..', '..', 'config.yaml');
+    const cfg = configFrom(opts, existsSync(runConfig) ? runConfig : undefined);
+    const dir = isRun ? latestCheckpoint(path) : path;
+    if (!dir || !existsSync(dir)) throw new ConfigError(`--checkpoint ${path}: no checkpoint there`);
+    if (!['train', 'dev', 'test'].includes(opts.split)) throw new ConfigError(`--split must be train, dev or test, got "${opts.split}"`);
+    const { adapt } = await import('../trainer/adapt.ts');
+    let engine: import('../policy/types.ts').PolicyEngine;
+    if (opts.remote) {
+      const { remoteEngineFromDir } = await import('../policy/remote/index.ts');
+      engine = remoteEngineFromDir(dir, { baseUrl: opts.remote, model: opts.remoteModel });
+    } else {
+      const { initBackend } = await import('../policy/tfjs/backend.ts');
+      await initBackend();
+      const { createEngine } = await import('../trainer/trainer.ts');
+      engine = (await createEngine({ ...cfg, model: { ...cfg.model, path: dir } }, 'fresh')).engine;
+    }
+    try {
+      await adapt(engine, cfg, {
+        task: opts.task,
+        trials: Number(opts.trials),
+        variations: Number(opts.variations),
+        split: opts.split,
+        memoryFrom: opts.freshMemory ? null : dir,
+        outDir: opts.out ?? join(dir, `adapt-${opts.task}`),
+      });
+    } finally {
+      engine.dispose();
+    }
+  });
+
+const memoryCommand = program.command('memory').description('inspect a tip memory');
+memoryCommand
+  .command('show')
+  .description("print a run's tip memory: entries per slot, newest first")
+  .argument('<path>', 'a run directory (its latest checkpoint), a checkpoint directory, or a memory.json file')
+  .option('--task <name>', 'only this slot (a task, or task#variation with per-variation slots)')
+  .option('--limit <n>', 'entries shown per slot', '10')
+  .option('--json', 'print the entries as JSON')
+  .action(async (path: string, opts) => {
+    const { showMemory } = await import('../memory/show.ts');
+    console.log(showMemory(path, { task: opts.task, limit: Number(opts.limit), json: !!opts.json }));
   });
 
 const webshop = program.command('webshop').description('the WebShop environment');

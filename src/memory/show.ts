@@ -1,0 +1,42 @@
+/** `empo2 memory show`: a run's tip memory as text (or JSON), per slot, newest entries first. */
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { TipMemory } from './store.ts';
+
+export function findMemoryFile(path: string): string {
+  if (!existsSync(path)) throw new Error(`${path} does not exist`);
+  if (statSync(path).isFile()) return path;
+  const direct = join(path, 'memory.json');
+  if (existsSync(direct)) return direct;
+  const pointer = join(path, 'checkpoints', 'latest.json');
+  if (existsSync(pointer)) {
+    const name = (JSON.parse(readFileSync(pointer, 'utf8')) as { checkpoint: string }).checkpoint;
+    const inLatest = join(path, 'checkpoints', name, 'memory.json');
+    if (existsSync(inLatest)) return inLatest;
+    throw new Error(`${path}: the latest checkpoint (${name}) has no memory.json (was the run trained with algo.name=empo2?)`);
+  }
+  throw new Error(`${path}: no memory.json here and not a run directory`);
+}
+
+export function showMemory(path: string, o: { task?: string; limit: number; json: boolean }): string {
+  if (!Number.isInteger(o.limit) || o.limit < 1) throw new Error(`--limit must be a positive integer, got ${o.limit}`);
+  const file = findMemoryFile(path);
+  let raw: { embedder?: string; tips?: unknown };
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (e) {
+    throw new Error(`${file} is corrupt (${(e as Error).message})`);
+  }
+  const memory = TipMemory.fromJSON(raw.tips, file);
+  const slots = memory.slotNames();
+  if (o.task !== undefined && !slots.includes(o.task)) throw new Error(`${file} has no slot "${o.task}" (slots: ${slots.join(', ') || 'none'})`);
+  const shown = o.task !== undefined ? [o.task] : slots;
+  const entries = Object.fromEntries(shown.map((s) => [s, memory.entries(s).reverse().slice(0, o.limit)]));
+  if (o.json) return JSON.stringify({ file, embedder: raw.embedder, total: memory.size(), slots: Object.fromEntries(shown.map((s) => [s, { size: memory.size(s), newest: entries[s] }])) }, null, 2);
+  const lines = [`${file}: ${memory.size()} tips in ${slots.length} slots (embedder ${raw.embedder ?? '?'}, capacity ${memory.settings.capacity} per slot)`];
+  for (const s of shown) {
+    lines.push('', `## ${s} (${memory.size(s)} tips; newest ${Math.min(o.limit, memory.size(s))})`);
+    for (const e of entries[s]) lines.push(`  [score ${e.score}] ${e.text}`);
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,85 @@
+/** Memory-only adaptation and `memory show` on a tiny trained run. */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadConfig } from '../config/load.ts';
+import { showMemory } from '../memory/show.ts';
+import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
+import { initBackend } from '../policy/tfjs/backend.ts';
+import { adapt } from './adapt.ts';
+import { latestCheckpoint } from './checkpoint.ts';
+import { createEngine, train } from './trainer.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'empo2-adapt-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+const runDir = join(root, 'run');
+const cfg = loadConfig(null, [
+  `run_dir=${runDir}`,
+  'seed=4',
+  'model.hidden_size=32',
+  'model.intermediate_size=64',
+  'model.num_hidden_layers=1',
+  'model.vocab_size=300',
+  'env.tasks=[clue]',
+  'env.eval_variations=1',
+  'env.max_steps=5',
+  'rollout.tasks_per_batch=1',
+  'rollout.group_size=2',
+  'memory.top_k=2',
+  'train.iterations=1',
+  'train.eval_every=0',
+  'algo.name=empo2',
+  'algo.p=1',
+]);
+
+beforeAll(async () => {
+  await initBackend();
+  await train(cfg, { resume: false, log: () => {} });
+});
+
+describe('empo2 adapt', () => {
+  it('plays K trials on an unseen task with frozen weights, the memory growing after each trial', async () => {
+    const dir = latestCheckpoint(runDir)!;
+    const before = readFileSync(join(dir, 'model.safetensors'));
+    const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: dir } }, 'fresh');
+    const out = join(root, 'adapt');
+    const lines: string[] = [];
+    const results = await adapt(engine, cfg, { task: 'fetch', trials: 3, variations: 2, split: 'test', memoryFrom: dir, outDir: out, log: (l) => lines.push(l) });
+    expect(results.map((r) => r.trial)).toEqual([1, 2, 3]);
+    // Trial 1 sees an empty "fetch" slot; later trials see tips written by earlier ones.
+    expect(results[0].tips_shown_per_step).toBe(0);
+    expect(results[1].memory_size).toBeGreaterThanOrEqual(results[0].memory_size);
+    expect(results[0].memory_size).toBeGreaterThan(0);
+    expect(results[2].tips_shown_per_step).toBeGreaterThan(0);
+    for (const r of results) expect(r.scores).toHaveLength(2);
+    const saved = JSON.parse(readFileSync(join(out, 'adapt.json'), 'utf8'));
+    expect(saved.trials.map((t: { mean_score: number }) => t.mean_score)).toEqual(results.map((r) => r.mean_score));
+    expect(readFileSync(join(out, 'adapt.md'), 'utf8')).toMatch(/\| 3 \| /);
+    expect(lines.some((l) => l.startsWith('trial 3/3: mean score'))).toBe(true);
+    // Frozen weights: the checkpoint and the engine's parameters are unchanged.
+    expect(readFileSync(join(dir, 'model.safetensors')).equals(before)).toBe(true);
+    const w = readSafetensors(join(dir, 'model.safetensors')).tensors;
+    for (const [k, v] of engine.model.params) expect(Array.from(v.dataSync()), k).toEqual(Array.from(toFloat32(w.get(k)!)));
+    engine.dispose();
+    // The adapted memory holds the checkpoint's slot and the new task's.
+    expect(showMemory(join(out, 'memory.json'), { limit: 1, json: false })).toMatch(/## clue[\s\S]*## fetch/);
+  });
+
+  it('refuses an unknown task, naming the known ones', async () => {
+    const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: latestCheckpoint(runDir)! } }, 'fresh');
+    await expect(adapt(engine, cfg, { task: 'nope', trials: 1, variations: 1, split: 'test', memoryFrom: null, outDir: join(root, 'x') })).rejects.toThrow(/unknown task "nope".*fetch/);
+    engine.dispose();
+  });
+
+  it('memory show prints a run\'s slots, newest first, and names a missing slot', () => {
+    const text = showMemory(runDir, { limit: 2, json: false });
+    expect(text).toMatch(/tips in 1 slots/);
+    expect(text).toMatch(/## clue \(\d+ tips; newest 2\)/);
+    expect(text).toMatch(/\[score \d+(\.\d)?\] .*The action you took was/);
+    const json = JSON.parse(showMemory(runDir, { task: 'clue', limit: 1, json: true }));
+    expect(json.slots.clue.newest).toHaveLength(1);
+    expect(() => showMemory(runDir, { task: 'boil', limit: 1, json: false })).toThrow(/no slot "boil" \(slots: clue\)/);
+    expect(() => showMemory(join(root, 'missing'), { limit: 1, json: false })).toThrow(/does not exist/);
+  });
+});

@@ -1,0 +1,93 @@
+/**
+ * Memory-only adaptation (the paper's out-of-distribution test): frozen weights, tip memory on,
+ * K trials on a task. Each trial plays the same held-out variations with tips retrieved from the
+ * memory at every step; after the trial, its episodes are reflected on and written to memory, so
+ * trial k+1 can use what trials 1..k found. No weight is updated. Works with any PolicyEngine,
+ * a remote server included.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { resolveAlgo, type Config } from '../config/schema.ts';
+import { createEnv } from '../envs/index.ts';
+import type { Env } from '../envs/types.ts';
+import type { PolicyEngine } from '../policy/types.ts';
+import { MemoryRuntime } from './memory.ts';
+import { rolloutSettings, runEpisodes, type RolloutJob } from './rollout.ts';
+
+export interface AdaptOptions {
+  task: string;
+  trials: number;
+  /** Held-out variations played in every trial (the first N of `split`). */
+  variations: number;
+  split: 'train' | 'dev' | 'test';
+  /** Checkpoint whose memory.json to start from (other tasks' slots are kept; the task's slot usually starts empty). */
+  memoryFrom: string | null;
+  outDir: string;
+  log?: (line: string) => void;
+}
+
+export interface TrialResult {
+  trial: number;
+  mean_score: number;
+  success_rate: number;
+  scores: number[];
+  memory_size: number;
+  tips_shown_per_step: number;
+}
+
+export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions): Promise<TrialResult[]> {
+  const log = o.log ?? ((l: string) => console.log(l));
+  if (!Number.isInteger(o.trials) || o.trials < 1) throw new Error(`--trials must be a positive integer, got ${o.trials}`);
+  if (!Number.isInteger(o.variations) || o.variations < 1) throw new Error(`--variations must be a positive integer, got ${o.variations}`);
+  // The memory is always on here, whatever algorithm trained the checkpoint.
+  const memCfg: Config = { ...cfg, algo: { ...cfg.algo, name: 'empo2', p: 1, intrinsic: 'none' } };
+  const memory = await MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, o.memoryFrom);
+  const probe = await createEnv({ ...cfg.env, tasks: null });
+  if (!probe.tasks().includes(o.task)) {
+    await probe.close();
+    throw new Error(`unknown task "${o.task}" for environment ${cfg.env.name} (tasks: ${probe.tasks().join(', ')})`);
+  }
+  const variations = probe.variations(o.task, o.split).slice(0, o.variations);
+  const envs: Env[] = [probe];
+  while (envs.length < variations.length) envs.push(await createEnv({ ...cfg.env, tasks: null }));
+  const jobs: RolloutJob[] = variations.map((variation, i) => ({ task: o.task, variation, group: i }));
+  mkdirSync(o.outDir, { recursive: true });
+  log(`adapt: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, memory on (${memory.embedder.name}, ${memory.reflector.name} reflector, top ${cfg.memory.top_k})`);
+  const results: TrialResult[] = [];
+  try {
+    for (let trial = 1; trial <= o.trials; trial++) {
+      let tipsShown = 0;
+      let steps = 0;
+      const source = memory.tipSource();
+      const counted = async (queries: Parameters<typeof source>[0]) => {
+        const tips = await source(queries);
+        tipsShown += tips.reduce((a, t) => a + t.length, 0);
+        steps += queries.length;
+        return tips;
+      };
+      // Same sampling seed every trial: score changes come from the memory, not from a luckier draw.
+      const { episodes } = await runEpisodes(envs, engine, jobs, rolloutSettings(cfg, true, 424_242 + cfg.seed), { tips: counted, uses: () => true });
+      await memory.write(episodes);
+      const scores = episodes.map((e) => e.score);
+      const r: TrialResult = {
+        trial,
+        mean_score: scores.reduce((a, b) => a + b, 0) / scores.length,
+        success_rate: episodes.filter((e) => e.success).length / episodes.length,
+        scores,
+        memory_size: memory.tips.size(memory.slotOf(jobs[0])),
+        tips_shown_per_step: tipsShown / Math.max(1, steps),
+      };
+      results.push(r);
+      log(`trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${(r.success_rate * 100).toFixed(0)}% | ${r.tips_shown_per_step.toFixed(1)} tips per step | ${r.memory_size} tips in memory`);
+    }
+  } finally {
+    await Promise.all(envs.map((e) => e.close()));
+  }
+  const table = ['| trial | mean score | success | tips per step | memory entries |', '|---|---|---|---|---|', ...results.map((r) => `| ${r.trial} | ${r.mean_score.toFixed(1)} | ${(r.success_rate * 100).toFixed(0)}% | ${r.tips_shown_per_step.toFixed(1)} | ${r.memory_size} |`)].join('\n');
+  writeFileSync(join(o.outDir, 'adapt.json'), JSON.stringify({ task: o.task, split: o.split, variations, trials: results }, null, 2) + '\n');
+  writeFileSync(join(o.outDir, 'adapt.md'), table + '\n');
+  writeFileSync(join(o.outDir, 'memory.json'), JSON.stringify(memory.toJSON()));
+  log('\n' + table + `\n(saved in ${o.outDir}: adapt.json, adapt.md, memory.json)`);
+  memory.dispose();
+  return results;
+}
