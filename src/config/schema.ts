@@ -26,6 +26,15 @@ export const ModelSchema = strict({
   num_key_value_heads: z.number().int().positive().default(2).describe('default tiny model: key/value heads (grouped-query attention)'),
   vocab_size: z.number().int().min(300).default(512).describe('default tiny model: byte-level BPE vocabulary size, trained on environment text'),
   tie_word_embeddings: z.boolean().default(true).describe('default tiny model: share input and output embeddings'),
+  lora: strict({
+    r: z.number().int().positive().default(16).describe('LoRA rank'),
+    alpha: z.number().positive().default(32).describe('LoRA scaling numerator (update = alpha/r · B·A)'),
+    dropout: prob.default(0.05).describe('dropout on the adapter input, in training only'),
+    target_modules: z.array(z.string()).min(1).default(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']).describe('projections that get adapters (or ["all-linear"])'),
+  })
+    .nullable()
+    .default(null)
+    .describe('train LoRA adapters only, base weights frozen (null: full fine-tuning); adapters save in the PEFT layout'),
 });
 
 export const PromptSchema = strict({

@@ -47,6 +47,8 @@ export async function createEngine(cfg: Config, from: 'fresh' | string): Promise
     microBatchTokens: cfg.optim.micro_batch_tokens,
     endTokens,
     padToken: pad,
+    lora: cfg.model.lora ? { r: cfg.model.lora.r, alpha: cfg.model.lora.alpha, dropout: cfg.model.lora.dropout, targetModules: cfg.model.lora.target_modules } : undefined,
+    loraSeed: cfg.seed,
   });
   const ends = (tok: { tokenToId(t: string): number | undefined }) => [IM_END, END_OF_TEXT].map((t) => tok.tokenToId(t)).filter((x): x is number => x !== undefined);
   if (from !== 'fresh') {
