@@ -9,7 +9,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const bin = join(repoRoot, 'bin', 'empo2.js');
@@ -43,9 +43,15 @@ const TINY = [
 ].flatMap((s) => ['--set', s]);
 
 const out = join(root, 'cmp');
-const fastConfig = join(root, 'fast.yaml');
-writeFileSync(fastConfig, readFileSync(join(repoRoot, 'configs', 'builtin-grpo.yaml'), 'utf8') + 'optim:\n  lr: 0.003\n');
-const compareArgs = ['compare', '--config', 'configs/builtin-grpo.yaml', '--config', fastConfig, '--label', 'grpo', '--label', 'grpo-fast', '--seeds', '0,1', '--out', out, '--jobs', '2', ...TINY];
+/** The shipped GRPO config with its learning rate set, so the two configs differ in a way the test can check. */
+function grpoWithLr(lr: number): string {
+  const cfg = parseYaml(readFileSync(join(repoRoot, 'configs', 'builtin-grpo.yaml'), 'utf8')) as Record<string, Record<string, unknown>>;
+  cfg.optim = { ...(cfg.optim ?? {}), lr };
+  const file = join(root, `grpo-lr${lr}.yaml`);
+  writeFileSync(file, stringifyYaml(cfg));
+  return file;
+}
+const compareArgs = ['compare', '--config', grpoWithLr(0.001), '--config', grpoWithLr(0.003), '--label', 'grpo', '--label', 'grpo-fast', '--seeds', '0,1', '--out', out, '--jobs', '2', ...TINY];
 
 const csvRows = (file: string) => {
   const [head, ...rows] = readFileSync(file, 'utf8').trim().split('\n').map((l) => l.split(','));

@@ -319,7 +319,9 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
     if (!stopping) log(`${signal}: starting no more runs; asking the ${children.size} running to save a checkpoint and stop (${signal} again to stop them at once)`);
     stopping = true;
     // The runs sit in their own process groups, so each gets exactly the signals forwarded here.
-    for (const c of children) c.kill(signal);
+    // The trainer saves and stops on its first SIGINT and exits on its second; SIGTERM would kill it
+    // without a checkpoint, so either signal is passed on as SIGINT.
+    for (const c of children) c.kill('SIGINT');
   };
   if (opts.handleSignals) {
     process.on('SIGINT', onSignal);
