@@ -117,7 +117,7 @@ export class LoraAdapters {
     matchTargetModules(model, config).forEach((module, k) => {
       const [out, inp] = model.params.get(module + '.weight')!.shape;
       const bound = 1 / Math.sqrt(inp);
-      const A = tf.variable(tf.randomUniform([config.r, inp], -bound, bound, 'float32', seed * 100_003 + k), true);
+      const A = tf.variable(tf.randomUniform([config.r, inp], -bound, bound, 'float32', seed * 100_003 + k + 1 /* 0 would mean unseeded */), true);
       const B = tf.variable(tf.zeros([out, config.r]), true);
       modules.set(module, { A, B });
     });
@@ -128,7 +128,7 @@ export class LoraAdapters {
   delta(x: tf.Tensor, m: LoraModule, training: boolean): tf.Tensor {
     const rate = this.config.dropout;
     // A fresh seed per call: every layer and step draws its own mask, reproducibly.
-    const input = training && rate > 0 ? tf.dropout(x, rate, undefined, this.dropoutSeed * 1_000_003 + this.dropoutCalls++) : x;
+    const input = training && rate > 0 ? tf.dropout(x, rate, undefined, this.dropoutSeed * 1_000_003 + ++this.dropoutCalls) : x;
     return tf.matMul(tf.matMul(input, m.A, false, true), m.B, false, true).mul(this.scaling);
   }
 

@@ -129,7 +129,8 @@ export class Qwen2Model {
       const init = tf.tidy(() => {
         if (name.endsWith('layernorm.weight') || name === 'model.norm.weight') return tf.ones(shape);
         if (name.endsWith('.bias')) return tf.zeros(shape);
-        return tf.randomNormal(shape, 0, std, 'float32', seed * 1000 + k);
+        // tfjs treats a seed of 0 as "no seed" (Math.random), so never pass 0.
+        return tf.randomNormal(shape, 0, std, 'float32', seed * 1000 + k + 1);
       });
       k++;
       // tfjs keeps one global registry of variable names; leaving the name to tfjs keeps it unique,
