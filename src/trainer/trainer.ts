@@ -196,6 +196,12 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
         break;
       }
     }
+  } catch (e) {
+    // Environments may own processes (ScienceWorld simulators): never leave them behind on an error.
+    await Promise.all(envs.map((env) => env.close().catch(() => undefined)));
+    memory?.dispose();
+    engine.dispose();
+    throw e;
   } finally {
     if (opts.handleSignals) process.off('SIGINT', onSigint);
   }
