@@ -85,6 +85,12 @@ export function bertParameterShapes(c: BertConfig): Map<string, number[]> {
   return shapes;
 }
 
+/** One parameter as stored: row-major float32 data and its shape. */
+export interface BertWeight {
+  shape: readonly number[];
+  data: Float32Array;
+}
+
 const SQRT_HALF = Math.SQRT1_2;
 const SQRT_2_OVER_PI = Math.sqrt(2 / Math.PI);
 
@@ -104,40 +110,33 @@ export class BertModel {
   private readonly typeTable: Float32Array;
   private readonly headDim: number;
 
-  /** `params` in Hugging Face layout ([out, in] Linear weights); the model takes ownership. */
-  constructor(config: BertConfig, params: Map<string, tf.Tensor>) {
+  /**
+   * `weights` by Hugging Face name and layout ([out, in] Linear weights), as plain arrays: the
+   * embedding tables stay in JavaScript and never pass through the wasm heap.
+   */
+  constructor(config: BertConfig, weights: ReadonlyMap<string, BertWeight>) {
     this.config = validateBertConfig(config);
     this.headDim = config.hidden_size / config.num_attention_heads;
     const shapes = bertParameterShapes(this.config);
     for (const [name, shape] of shapes) {
-      const t = params.get(name);
-      if (!t) throw new Error(`BERT parameter ${name} is missing`);
-      if (t.shape.length !== shape.length || t.shape.some((n, i) => n !== shape[i])) {
-        throw new Error(`BERT parameter ${name} has shape [${t.shape.join(', ')}], expected [${shape.join(', ')}]`);
+      const w = weights.get(name);
+      if (!w) throw new Error(`BERT parameter ${name} is missing`);
+      if (w.shape.length !== shape.length || w.shape.some((n, i) => n !== shape[i])) {
+        throw new Error(`BERT parameter ${name} has shape [${w.shape.join(', ')}], expected [${shape.join(', ')}]`);
       }
+      const size = shape.reduce((a, b) => a * b, 1);
+      if (!(w.data instanceof Float32Array) || w.data.length !== size) throw new Error(`BERT parameter ${name} needs a Float32Array of ${size} numbers`);
     }
+    this.wordTable = weights.get('embeddings.word_embeddings.weight')!.data;
+    this.positionTable = weights.get('embeddings.position_embeddings.weight')!.data;
+    this.typeTable = weights.get('embeddings.token_type_embeddings.weight')!.data;
     this.params = new Map();
-    const table = (name: string) => {
-      const t = params.get(name)!;
-      const data = t.dataSync() as Float32Array;
-      t.dispose();
-      return data;
-    };
-    this.wordTable = table('embeddings.word_embeddings.weight');
-    this.positionTable = table('embeddings.position_embeddings.weight');
-    this.typeTable = table('embeddings.token_type_embeddings.weight');
-    for (const [name] of shapes) {
+    for (const [name, shape] of shapes) {
       if (name.endsWith('_embeddings.weight')) continue;
-      const t = params.get(name)!;
       const isLinearWeight = name.startsWith('encoder.') && name.endsWith('.weight') && !name.includes('LayerNorm');
-      if (isLinearWeight) {
-        this.params.set(name, tf.keep(tf.transpose(t)));
-        t.dispose();
-      } else {
-        this.params.set(name, tf.keep(t));
-      }
+      const data = weights.get(name)!.data;
+      this.params.set(name, tf.tidy(() => (isLinearWeight ? tf.transpose(tf.tensor2d(data, shape as [number, number])) : tf.tensor(data, shape))));
     }
-    for (const [name, t] of params) if (!shapes.has(name)) t.dispose();
   }
 
   /**
@@ -162,26 +161,21 @@ export class BertModel {
     } catch (err) {
       throw new Error(`cannot read the weights of ${dir}: ${(err as Error).message}`);
     }
-    const params = new Map<string, tf.Tensor>();
-    try {
-      for (const [name, tensor] of contents.tensors) {
-        const ours = stored(name)!;
-        if (params.has(ours)) throw new Error(`${dir}: parameter ${ours} is stored twice (with and without the "bert." prefix)`);
-        const expected = wanted.get(ours)!;
-        if (tensor.shape.length !== expected.length || tensor.shape.some((n, i) => n !== expected[i])) {
-          throw new Error(`${dir}: ${name} has shape [${tensor.shape.join(', ')}], but config.json implies [${expected.join(', ')}]`);
-        }
-        params.set(ours, tf.tensor(toFloat32(tensor), tensor.shape, 'float32'));
+    const weights = new Map<string, BertWeight>();
+    for (const [name, tensor] of contents.tensors) {
+      const ours = stored(name)!;
+      if (weights.has(ours)) throw new Error(`${dir}: parameter ${ours} is stored twice (with and without the "bert." prefix)`);
+      const expected = wanted.get(ours)!;
+      if (tensor.shape.length !== expected.length || tensor.shape.some((n, i) => n !== expected[i])) {
+        throw new Error(`${dir}: ${name} has shape [${tensor.shape.join(', ')}], but config.json implies [${expected.join(', ')}]`);
       }
-      const missing = [...wanted.keys()].filter((name) => !params.has(name));
-      if (missing.length > 0) {
-        throw new Error(`${dir}: the weights lack ${missing.length} BERT parameter(s), e.g. ${missing.slice(0, 3).join(', ')}`);
-      }
-      return new BertModel(config, params);
-    } catch (err) {
-      for (const t of params.values()) t.dispose();
-      throw err;
+      weights.set(ours, { shape: tensor.shape, data: toFloat32(tensor) });
     }
+    const missing = [...wanted.keys()].filter((name) => !weights.has(name));
+    if (missing.length > 0) {
+      throw new Error(`${dir}: the weights lack ${missing.length} BERT parameter(s), e.g. ${missing.slice(0, 3).join(', ')}`);
+    }
+    return new BertModel(config, weights);
   }
 
   private p(name: string): tf.Tensor {
