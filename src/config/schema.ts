@@ -17,7 +17,18 @@ export const EnvSchema = strict({
   options: z.record(z.string(), z.unknown()).default({}).describe('extra options passed to the environment factory'),
 });
 
+export const TorchSchema = strict({
+  device: z.enum(['cpu', 'cuda', 'auto']).default('auto').describe('torch device (auto: cuda when torch sees a GPU)'),
+  dtype: z.enum(['float32', 'bfloat16', 'float16']).default('float32').describe('storage type of the weights in the worker'),
+  autocast: z.enum(['bfloat16', 'float16']).nullable().default(null).describe('mixed precision for matrix products on GPU (null: off)'),
+  gradient_checkpointing: z.boolean().default(false).describe('recompute activations in the backward pass (less GPU memory)'),
+  threads: z.number().int().positive().nullable().default(null).describe('torch CPU threads (null: torch decides)'),
+  launcher: z.array(z.string()).nullable().default(null).describe('command that starts the worker, e.g. [.venv/bin/torchrun, --nproc_per_node=8] for FSDP (null: the venv python)'),
+});
+
 export const ModelSchema = strict({
+  engine: z.enum(['tfjs', 'torch']).default('tfjs').describe('policy engine: tfjs (in process, TypeScript) or torch (the PyTorch worker in workers/torch, for GPUs)'),
+  torch: TorchSchema.prefault({}).describe('settings of the PyTorch worker (model.engine: torch)'),
   path: z.string().nullable().default(null).describe('directory with config.json, model.safetensors, tokenizer.json (null: build the default tiny model)'),
   hidden_size: z.number().int().positive().default(96).describe('default tiny model: width'),
   intermediate_size: z.number().int().positive().default(256).describe('default tiny model: MLP width'),

@@ -22,19 +22,28 @@ export function checkpointsDir(runDir: string): string {
 }
 
 /** `extraFiles`: more files (name → contents) saved inside the checkpoint, e.g. the tip memory. */
-export async function saveCheckpoint(runDir: string, engine: TfjsEngine, state: TrainerState, keep: number, extraFiles: Record<string, string> = {}): Promise<string> {
+export async function saveCheckpoint(
+  runDir: string,
+  engine: TfjsEngine | { writePolicy: (dir: string) => Promise<void> },
+  state: TrainerState,
+  keep: number,
+  extraFiles: Record<string, string> = {},
+): Promise<string> {
   const root = checkpointsDir(runDir);
   mkdirSync(root, { recursive: true });
   const name = `iter-${String(state.iteration).padStart(6, '0')}`;
   const tmp = join(root, `${name}.tmp-${process.pid}`);
   rmSync(tmp, { recursive: true, force: true });
-  await saveModelDir(tmp, engine.model, engine.tokenizer);
-  const opt = engine.optimizer.exportState();
-  writeSafetensors(
-    join(tmp, 'optimizer.safetensors'),
-    new Map([...opt.tensors].map(([k, t]) => [k, { dtype: 'F32' as const, shape: t.shape, data: t.data }])),
-    { step: String(opt.step) },
-  );
+  if ('writePolicy' in engine) await engine.writePolicy(tmp);
+  else {
+    await saveModelDir(tmp, engine.model, engine.tokenizer);
+    const opt = engine.optimizer.exportState();
+    writeSafetensors(
+      join(tmp, 'optimizer.safetensors'),
+      new Map([...opt.tensors].map(([k, t]) => [k, { dtype: 'F32' as const, shape: t.shape, data: t.data }])),
+      { step: String(opt.step) },
+    );
+  }
   writeJsonAtomic(join(tmp, 'trainer_state.json'), state);
   for (const [file, contents] of Object.entries(extraFiles)) writeFileSync(join(tmp, file), contents);
   const final = join(root, name);
@@ -71,10 +80,10 @@ export interface LoadedCheckpoint extends LoadedPolicy {
   optimizer: { step: number; tensors: Map<string, { shape: number[]; data: Float32Array }> };
 }
 
-export function loadCheckpoint(dir: string): LoadedCheckpoint {
+/** The trainer's counters and generator state saved with a checkpoint (whatever engine wrote the policy). */
+export function loadTrainerState(dir: string): TrainerState {
   const statePath = join(dir, 'trainer_state.json');
-  const optPath = join(dir, 'optimizer.safetensors');
-  for (const p of [statePath, optPath]) if (!existsSync(p)) throw new Error(`checkpoint ${dir} is incomplete: ${p} is missing`);
+  if (!existsSync(statePath)) throw new Error(`checkpoint ${dir} is incomplete: ${statePath} is missing`);
   let state: TrainerState;
   try {
     state = JSON.parse(readFileSync(statePath, 'utf8')) as TrainerState;
@@ -82,6 +91,13 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
     throw new Error(`checkpoint ${dir}: trainer_state.json is corrupt (${(e as Error).message})`);
   }
   if (typeof state.iteration !== 'number') throw new Error(`checkpoint ${dir}: trainer_state.json has no iteration`);
+  return state;
+}
+
+export function loadCheckpoint(dir: string): LoadedCheckpoint {
+  const optPath = join(dir, 'optimizer.safetensors');
+  const state = loadTrainerState(dir);
+  if (!existsSync(optPath)) throw new Error(`checkpoint ${dir} is incomplete: ${optPath} is missing`);
   let policy: LoadedPolicy;
   try {
     policy = loadModelDir(dir);

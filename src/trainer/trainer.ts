@@ -4,7 +4,7 @@
  * at the next iteration boundary after saving; a second Ctrl-C exits at once (the last complete
  * checkpoint stays intact either way, since checkpoints are written atomically).
  */
-import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify as toYaml } from 'yaml';
 import { resolveAlgo, type Config } from '../config/schema.ts';
@@ -13,12 +13,14 @@ import { createEnv, environmentCorpus } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { nativeMatMulStatus } from '../policy/tfjs/native-matmul.ts';
-import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
+import { loadModelDir, saveModelDir } from '../policy/tfjs/checkpoint.ts';
+import { Tokenizer } from '../policy/tokenizer.ts';
+import type { PolicyEngine } from '../policy/types.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { countParameters } from '../policy/tfjs/qwen2.ts';
 import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
 import { Rng } from '../util/rng.ts';
-import { latestCheckpoint, loadCheckpoint, saveCheckpoint, type TrainerState } from './checkpoint.ts';
+import { latestCheckpoint, loadCheckpoint, loadTrainerState, saveCheckpoint, type TrainerState } from './checkpoint.ts';
 import { grpoUpdate } from './grpo.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { IM_END, END_OF_TEXT } from './prompt.ts';
@@ -64,6 +66,73 @@ export async function createEngine(cfg: Config, from: 'fresh' | string): Promise
   return { engine: new TfjsEngine(model, tokenizer, engineOptions(e, e[e.length - 1])) };
 }
 
+/** An engine for training plus how to checkpoint it and one line describing it. */
+export interface TrainingEngine {
+  engine: PolicyEngine;
+  state?: TrainerState;
+  checkpointWriter: TfjsEngine | { writePolicy: (dir: string) => Promise<void> };
+  description: string;
+  close(): Promise<void>;
+}
+
+export async function createTrainingEngine(cfg: Config, from: 'fresh' | string): Promise<TrainingEngine> {
+  if (cfg.model.engine === 'tfjs') {
+    const { engine, loaded } = await createEngine(cfg, from);
+    return {
+      engine,
+      state: loaded?.state,
+      checkpointWriter: engine,
+      description: `tfjs engine, ${countParameters(engine.model.config).toLocaleString()} parameters${cfg.model.lora ? ` (LoRA r=${cfg.model.lora.r})` : ''}`,
+      close: async () => engine.dispose(),
+    };
+  }
+  const { TorchEngine } = await import('../policy/torch/engine.ts');
+  // The worker loads a directory: the default tiny model is built once and saved for it.
+  let baseDir = cfg.model.path;
+  if (!baseDir) {
+    baseDir = join(cfg.run_dir, 'initial-model');
+    if (!existsSync(join(baseDir, 'config.json'))) {
+      const tiny = buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
+      await saveModelDir(baseDir, tiny.model, tiny.tokenizer);
+      tiny.model.dispose();
+    }
+  }
+  const lora = cfg.model.lora ? { r: cfg.model.lora.r, alpha: cfg.model.lora.alpha, dropout: cfg.model.lora.dropout, targetModules: cfg.model.lora.target_modules } : null;
+  // A checkpoint holds the full model (or, with LoRA, the adapter) and optimizer.pt.
+  const policyDir = from === 'fresh' ? null : lora ? join(from, 'adapter') : from;
+  const modelDir = policyDir && !lora ? policyDir : baseDir;
+  const tokenizer = Tokenizer.fromFile(join(modelDir, 'tokenizer.json'));
+  const ends = [IM_END, END_OF_TEXT].map((t) => tokenizer.tokenToId(t)).filter((x): x is number => x !== undefined);
+  if (ends.length === 0) throw new Error(`${modelDir}/tokenizer.json has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
+  const t = cfg.model.torch;
+  const engine = await TorchEngine.start({
+    modelDir,
+    adapterDir: lora && policyDir ? policyDir : undefined,
+    optimizerState: policyDir ? join(policyDir, 'optimizer.pt') : undefined,
+    optimizer: { lr: cfg.optim.lr, beta1: cfg.optim.beta1, beta2: cfg.optim.beta2, eps: cfg.optim.eps, weightDecay: cfg.optim.weight_decay },
+    maxGradNorm: cfg.optim.max_grad_norm,
+    microBatchTokens: cfg.optim.micro_batch_tokens,
+    endTokens: ends,
+    padToken: ends[ends.length - 1],
+    device: t.device,
+    dtype: t.dtype,
+    autocast: t.autocast,
+    gradientCheckpointing: t.gradient_checkpointing,
+    lora,
+    seed: cfg.seed,
+    threads: t.threads ?? undefined,
+    launcher: t.launcher ?? undefined,
+  });
+  const info = engine.info;
+  return {
+    engine,
+    state: from === 'fresh' ? undefined : loadTrainerState(from),
+    checkpointWriter: { writePolicy: (dir) => engine.save(lora ? join(dir, 'adapter') : dir, { optimizer: true }) },
+    description: `torch worker on ${info.device} (${info.dtype}), ${info.parameters.toLocaleString()} parameters, ${info.trainable_parameters.toLocaleString()} trainable`,
+    close: () => engine.close(),
+  };
+}
+
 export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResult> {
   const log = opts.log ?? ((l: string) => console.log(l));
   const backend = await initBackend();
@@ -73,10 +142,11 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const resumeFrom = opts.resume ? latestCheckpoint(runDir) : null;
   if (opts.resume && !resumeFrom) throw new Error(`--resume: no checkpoint in ${join(runDir, 'checkpoints')}`);
   if (!opts.resume && latestCheckpoint(runDir)) throw new Error(`${runDir} already holds a run; use --resume to continue it or choose another run_dir`);
-  const { engine, loaded } = await createEngine(cfg, resumeFrom ?? 'fresh');
+  const trainingEngine = await createTrainingEngine(cfg, resumeFrom ?? 'fresh');
+  const engine = trainingEngine.engine;
   const algo = resolveAlgo(cfg);
   const memory = algo.memory || algo.intrinsic !== 'none' ? await MemoryRuntime.create(cfg, algo, engine, resumeFrom) : null;
-  const state: TrainerState = loaded?.state ?? { iteration: 0, envSteps: 0, rngState: new Rng(cfg.seed).getState(), elapsedSeconds: 0 };
+  const state: TrainerState = trainingEngine.state ?? { iteration: 0, envSteps: 0, rngState: new Rng(cfg.seed).getState(), elapsedSeconds: 0 };
   const rng = new Rng(0);
   rng.setState(state.rngState);
   if (!resumeFrom) writeFileSync(join(runDir, 'config.yaml'), toYaml(cfg));
@@ -88,7 +158,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const envs: Env[] = [probe];
   while (envs.length < Math.max(batchSize, tasks.length * cfg.env.eval_variations)) envs.push(await createEnv(cfg.env));
 
-  log(`empo2 train | run ${runDir} | backend ${backend} (${nativeMatMulStatus().reason}) | model ${countParameters(engine.model.config).toLocaleString()} parameters, vocab ${engine.tokenizer.vocabSize}`);
+  log(`empo2 train | run ${runDir} | backend ${backend} (${nativeMatMulStatus().reason}) | ${trainingEngine.description}, vocab ${engine.tokenizer.vocabSize}`);
   log(
     `algo ${cfg.algo.name}: p=${algo.p} q=${algo.q} (mode drawn per ${cfg.algo.mode_draw}), intrinsic ${algo.intrinsic}` +
       (memory ? ` | memory: ${memory.embedder.name} embedder, ${memory.reflector.name} reflector, slot per ${cfg.memory.slot}, ${memory.tips.size()} tips` : ''),
@@ -188,7 +258,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       const last = it === cfg.train.iterations;
       if (cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last) lastEval = await runEval(it);
       if (it % cfg.train.checkpoint_every === 0 || last || stopRequested) {
-        const where = await saveCheckpoint(runDir, engine, state, cfg.train.keep_checkpoints, memory ? { [MEMORY_FILE]: JSON.stringify(memory.toJSON()) } : {});
+        const where = await saveCheckpoint(runDir, trainingEngine.checkpointWriter, state, cfg.train.keep_checkpoints, memory ? { [MEMORY_FILE]: JSON.stringify(memory.toJSON()) } : {});
         log(`checkpoint ${where}`);
       }
       if (stopRequested && !last) {
@@ -200,7 +270,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     // Environments may own processes (ScienceWorld simulators): never leave them behind on an error.
     await Promise.all(envs.map((env) => env.close().catch(() => undefined)));
     memory?.dispose();
-    engine.dispose();
+    await trainingEngine.close().catch(() => undefined);
     throw e;
   } finally {
     if (opts.handleSignals) process.off('SIGINT', onSigint);
@@ -214,7 +284,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   }
   await Promise.all(envs.map((e) => e.close()));
   memory?.dispose();
-  engine.dispose();
+  await trainingEngine.close();
   return { runDir, iterations: state.iteration, initialEval, finalEval: finalEval!, interrupted };
 }
 
