@@ -107,6 +107,7 @@ program
   .option('--host <host>', 'interface to listen on (default loopback only; 0.0.0.0 exposes it to the network)', '127.0.0.1')
   .option('--port <port>', 'port (0 picks a free one)', '8000')
   .option('--served-model-name <name>', 'model id to list and accept (default: the directory name)')
+  .option('--allow-weight-updates', 'accept POST /v1/empo2/load_weights {"path": dir} so a trainer (rollout.remote) can push its policy; reads any path the server can')
   .action(async (path: string, opts) => {
     const port = Number(opts.port);
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`--port must be an integer from 0 to 65535, got "${opts.port}"`);
@@ -114,7 +115,16 @@ program
     const { startServer } = await import('../serve/server.ts');
     const served = await loadServedModel(path);
     const modelName = opts.servedModelName ?? defaultModelName(path);
-    const server = await startServer({ engine: served.engine, modelName, host: opts.host, port, vocabSize: served.vocabSize, maxModelLen: served.maxModelLen, log: (l) => console.error(l) });
+    const server = await startServer({
+      engine: served.engine,
+      modelName,
+      host: opts.host,
+      port,
+      vocabSize: served.vocabSize,
+      maxModelLen: served.maxModelLen,
+      log: (l) => console.error(l),
+      loadWeights: opts.allowWeightUpdates ? async (dir) => (await loadServedModel(dir)).engine : undefined,
+    });
     console.log(`serving ${served.modelDir} as "${modelName}" at ${server.url}/v1 (Ctrl-C to stop)`);
     process.on('SIGINT', () => void server.close().then(() => process.exit(0)));
   });

@@ -62,6 +62,16 @@ export const RolloutSchema = strict({
   eval_temperature: z.number().min(0).default(0.7).describe('sampling temperature for evaluation (0: greedy; the paper uses 0.4 with a 7B model, which makes the tiny default policy repeat itself)'),
   max_tokens: z.number().int().positive().default(32).describe('maximum tokens of one action'),
   constrained: z.boolean().default(true).describe("decode only the environment's valid actions"),
+  remote: strict({
+    base_url: z.string().min(1).describe('the server, e.g. http://127.0.0.1:8000 (empo2 serve, vLLM, SGLang, ...)'),
+    model: z.string().nullable().default(null).describe('model name to request (null: the first one the server lists)'),
+    timeout_s: z.number().positive().default(120).describe('time limit per request attempt'),
+    retries: z.number().int().min(0).default(3).describe('extra attempts on connection errors, time-outs and 5xx'),
+    sync: z.enum(['load_weights', 'none']).default('load_weights').describe("after each update push the policy to the server (empo2 serve --allow-weight-updates), or not (the server's weights go stale)"),
+  })
+    .nullable()
+    .default(null)
+    .describe('generate training rollouts through an OpenAI-compatible server (null: the training engine itself)'),
 });
 
 export const AlgoSchema = strict({

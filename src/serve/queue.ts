@@ -26,7 +26,14 @@ interface ScoreTask {
   reject: (e: unknown) => void;
 }
 
-type Task = GenerateTask | ScoreTask;
+interface SwapTask {
+  kind: 'swap';
+  load: () => Promise<PolicyEngine>;
+  resolve: (v: void) => void;
+  reject: (e: unknown) => void;
+}
+
+type Task = GenerateTask | ScoreTask | SwapTask;
 
 export interface QueueStats {
   /** engine.generate calls made. */
@@ -40,7 +47,20 @@ export class EngineQueue {
   private running = false;
   readonly stats: QueueStats = { generateCalls: 0, generateRequests: 0 };
 
-  constructor(private readonly engine: PolicyEngine) {}
+  constructor(private engine: PolicyEngine) {}
+
+  /**
+   * Replaces the engine between calls, in request order (weights pushed by a trainer): calls
+   * queued before the swap run on the old weights, later ones on the new. The old engine is
+   * disposed. If loading fails, the old engine stays.
+   */
+  swapEngine(load: () => Promise<PolicyEngine>): Promise<void> {
+    return new Promise((resolve, reject) => this.push({ kind: 'swap', load, resolve, reject }));
+  }
+
+  get current(): PolicyEngine {
+    return this.engine;
+  }
 
   /** `opts.seed` null: the server picks a random seed and the request may share a batch. */
   generate(prompts: number[][], opts: GenerateTask['opts']): Promise<Generation[]> {
@@ -65,17 +85,28 @@ export class EngineQueue {
       const first = this.pending.shift()!;
       if (first.kind === 'score') {
         await settle(first, () => this.engine.logprobs(first.batch));
+      } else if (first.kind === 'swap') {
+        await settle(first, async () => {
+          const next = await first.load();
+          const old = this.engine;
+          this.engine = next;
+          old.dispose();
+        });
       } else {
         const group = [first];
         if (first.opts.seed === null) {
           const key = batchKey(first);
-          this.pending = this.pending.filter((t) => {
+          // Requests behind a weight swap must not be served by the old weights.
+          const swapAt = this.pending.findIndex((t) => t.kind === 'swap');
+          const before = swapAt < 0 ? this.pending : this.pending.slice(0, swapAt);
+          const after = swapAt < 0 ? [] : this.pending.slice(swapAt);
+          this.pending = before.filter((t) => {
             if (t.kind === 'generate' && t.opts.seed === null && batchKey(t) === key) {
               group.push(t);
               return false;
             }
             return true;
-          });
+          }).concat(after);
         }
         await this.runGroup(group);
       }

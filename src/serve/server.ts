@@ -33,6 +33,11 @@ export interface ServeOptions {
   defaultChatMaxTokens?: number;
   maxBodyBytes?: number;
   log?: (line: string) => void;
+  /**
+   * Enables POST /v1/empo2/load_weights {"path": dir}: a trainer pushes its current policy (a model
+   * directory) so the next requests sample from it. Off unless given: it reads any path the server can.
+   */
+  loadWeights?: (dir: string) => Promise<PolicyEngine>;
 }
 
 export interface RunningServer {
@@ -86,6 +91,21 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   };
 }
 
+async function loadWeights(ctx: Ctx, body: unknown): Promise<unknown> {
+  if (!ctx.loadWeights) throw new RequestError(403, 'weight updates are off: start the server with --allow-weight-updates', null);
+  const path = (body as { path?: unknown } | null)?.path;
+  if (typeof path !== 'string' || path.length === 0) throw new RequestError(400, 'path must be a non-empty string (a model directory)', 'path');
+  const load = ctx.loadWeights;
+  try {
+    await ctx.queue.swapEngine(() => load(path));
+  } catch (e) {
+    throw new RequestError(400, `cannot load ${path}: ${(e as Error).message}`, 'path');
+  }
+  ctx.engine = ctx.queue.current;
+  ctx.log?.(`loaded weights from ${path}`);
+  return { object: 'empo2.load_weights', path, loaded: true };
+}
+
 interface Ctx extends ServeOptions {
   queue: EngineQueue;
   vocabSize: number;
@@ -99,6 +119,7 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
     '/v1/models': { method: 'GET', run: async () => ({ object: 'list', data: [{ id: ctx.modelName, object: 'model', created, owned_by: 'empo2', ...(Number.isFinite(ctx.maxModelLen) ? { max_model_len: ctx.maxModelLen } : {}) }] }) },
     '/v1/completions': { method: 'POST', run: async () => completions(ctx, parseRequest(CompletionRequestSchema, await readJson(req, ctx.maxBodyBytes ?? 16 << 20))) },
     '/v1/chat/completions': { method: 'POST', run: async () => chat(ctx, parseRequest(ChatRequestSchema, await readJson(req, ctx.maxBodyBytes ?? 16 << 20))) },
+    '/v1/empo2/load_weights': { method: 'POST', run: async () => loadWeights(ctx, await readJson(req, ctx.maxBodyBytes ?? 16 << 20)) },
   };
   const route = routes[path];
   if (!route) throw new RequestError(404, `no route ${req.method} ${path} (routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions)`, null);

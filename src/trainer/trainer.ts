@@ -5,7 +5,7 @@
  * checkpoint stays intact either way, since checkpoints are written atomically).
  */
 import { appendFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { stringify as toYaml } from 'yaml';
 import { resolveAlgo, type Config } from '../config/schema.ts';
 import { drawMode, usesMemory, type Mode } from '../algo/modes.ts';
@@ -133,6 +133,29 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
   };
 }
 
+/**
+ * Rollouts through an OpenAI-compatible server while the update runs here. With sync
+ * `load_weights` the trainer writes its policy to <run>/rollout-policy after every update and asks
+ * the server (empo2 serve --allow-weight-updates) to load it, so samples stay on-policy.
+ */
+async function createRemoteRollouts(cfg: Config, engine: PolicyEngine): Promise<{ engine: PolicyEngine; sync: () => Promise<void> }> {
+  const r = cfg.rollout.remote!;
+  const { RemoteEngine } = await import('../policy/remote/index.ts');
+  const { requestJson } = await import('../policy/remote/http.ts');
+  const ends = [IM_END, END_OF_TEXT].map((t) => engine.tokenizer.tokenToId(t)).filter((x): x is number => x !== undefined);
+  const remote = new RemoteEngine({ baseUrl: r.base_url, model: r.model ?? undefined, tokenizer: engine.tokenizer, endTokens: ends, timeoutMs: r.timeout_s * 1000, retries: r.retries });
+  const dir = resolve(cfg.run_dir, 'rollout-policy');
+  const base = r.base_url.replace(/\/+$/, '').replace(/\/v1$/, '');
+  return {
+    engine: remote,
+    sync: async () => {
+      if (r.sync === 'none') return;
+      await engine.save(dir);
+      await requestJson(`${base}/v1/empo2/load_weights`, { path: dir }, { timeoutMs: r.timeout_s * 1000, retries: r.retries, backoffMs: 500 });
+    },
+  };
+}
+
 export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResult> {
   const log = opts.log ?? ((l: string) => console.log(l));
   const backend = await initBackend();
@@ -144,6 +167,8 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   if (!opts.resume && latestCheckpoint(runDir)) throw new Error(`${runDir} already holds a run; use --resume to continue it or choose another run_dir`);
   const trainingEngine = await createTrainingEngine(cfg, resumeFrom ?? 'fresh');
   const engine = trainingEngine.engine;
+  const remoteRollouts = cfg.rollout.remote ? await createRemoteRollouts(cfg, engine) : null;
+  const rolloutEngine: PolicyEngine = remoteRollouts?.engine ?? engine;
   const algo = resolveAlgo(cfg);
   const memory = algo.memory || algo.intrinsic !== 'none' ? await MemoryRuntime.create(cfg, algo, engine, resumeFrom) : null;
   const state: TrainerState = trainingEngine.state ?? { iteration: 0, envSteps: 0, rngState: new Rng(cfg.seed).getState(), elapsedSeconds: 0 };
@@ -184,6 +209,10 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     return r;
   };
 
+  if (remoteRollouts) {
+    await remoteRollouts.sync();
+    log(`rollouts through ${cfg.rollout.remote!.base_url} (weights pushed after every update: ${cfg.rollout.remote!.sync === 'load_weights' ? 'yes' : 'no'})`);
+  }
   let initialEval: EvalResult | null = null;
   if (state.iteration === 0) initialEval = await runEval(0);
 
@@ -205,7 +234,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       }
       const modes = jobs.map((j) => groupModes[j.group]);
       const withTips = memory && modes.some(usesMemory) ? { tips: memory.tipSource(), uses: (i: number) => usesMemory(modes[i]) } : undefined;
-      const { episodes, stats } = await runEpisodes(envs, engine, jobs, rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it), withTips);
+      const { episodes, stats } = await runEpisodes(envs, rolloutEngine, jobs, rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it), withTips);
       const t1 = performance.now();
       const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
       const update = await grpoUpdate(
@@ -223,6 +252,8 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
         },
         rng,
       );
+      // The server samples the next rollouts: give it the weights this update produced.
+      if (remoteRollouts) await remoteRollouts.sync();
       const tipsAdded = memory ? await memory.write(episodes) : 0;
       const memorySeconds = memory ? memory.takeSeconds() : 0;
       const t2 = performance.now();
