@@ -11,6 +11,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { initBackend } from '../src/policy/tfjs/backend.ts';
 import { latestCheckpoint, loadCheckpoint } from '../src/trainer/checkpoint.ts';
+import { TINY_MODEL } from './support/tiny.ts';
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const bin = join(repoRoot, 'bin', 'empo2.js');
@@ -41,10 +42,7 @@ const run = (args: string[]) => start(args).done;
 
 /** Tiny training settings as --set overrides. */
 const TINY = [
-  'model.hidden_size=32',
-  'model.intermediate_size=64',
-  'model.num_hidden_layers=1',
-  'model.vocab_size=300',
+  ...TINY_MODEL,
   'env.tasks=[fetch]',
   'env.eval_variations=1',
   'env.max_steps=4',

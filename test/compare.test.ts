@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { TINY_MODEL } from './support/tiny.ts';
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const bin = join(repoRoot, 'bin', 'empo2.js');
@@ -29,10 +30,7 @@ function run(args: string[]): Promise<{ code: number | null; stdout: string; std
 }
 
 const TINY = [
-  'model.hidden_size=32',
-  'model.intermediate_size=64',
-  'model.num_hidden_layers=1',
-  'model.vocab_size=300',
+  ...TINY_MODEL,
   'env.tasks=[fetch]',
   'env.eval_variations=1',
   'env.max_steps=4',

@@ -13,6 +13,7 @@ import type { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { createEngine } from '../trainer/trainer.ts';
 import { loadServedModel } from './load.ts';
 import { startServer, type RunningServer } from './server.ts';
+import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 export interface ServedFixture {
   cfg: Config;
@@ -27,10 +28,7 @@ export function tinyConfig(runDir: string): Config {
   return loadConfig(null, [
     `run_dir=${runDir}`,
     'seed=4',
-    'model.hidden_size=32',
-    'model.intermediate_size=64',
-    'model.num_hidden_layers=1',
-    'model.vocab_size=300',
+    ...TINY_MODEL,
     'env.tasks=[fetch]',
     'env.eval_variations=2',
     'env.max_steps=4',

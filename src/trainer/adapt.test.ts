@@ -10,6 +10,7 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { adapt } from './adapt.ts';
 import { latestCheckpoint } from './checkpoint.ts';
 import { createEngine, train } from './trainer.ts';
+import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-adapt-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -17,10 +18,7 @@ const runDir = join(root, 'run');
 const cfg = loadConfig(null, [
   `run_dir=${runDir}`,
   'seed=4',
-  'model.hidden_size=32',
-  'model.intermediate_size=64',
-  'model.num_hidden_layers=1',
-  'model.vocab_size=300',
+  ...TINY_MODEL,
   'env.tasks=[clue]',
   'env.eval_variations=1',
   'env.max_steps=5',

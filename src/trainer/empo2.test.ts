@@ -14,6 +14,7 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { latestCheckpoint } from './checkpoint.ts';
 import { MEMORY_FILE } from './memory.ts';
 import { train } from './trainer.ts';
+import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-modes-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -22,10 +23,7 @@ function config(runDir: string, iterations: number, extra: string[]): Config {
   return loadConfig(null, [
     `run_dir=${runDir}`,
     'seed=3',
-    'model.hidden_size=32',
-    'model.intermediate_size=64',
-    'model.num_hidden_layers=1',
-    'model.vocab_size=300',
+    ...TINY_MODEL,
     'env.tasks=[fetch, clue]',
     'env.train_variations=2',
     'env.eval_variations=1',

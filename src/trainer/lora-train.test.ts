@@ -8,6 +8,7 @@ import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { latestCheckpoint } from './checkpoint.ts';
 import { train } from './trainer.ts';
+import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-lora-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -15,10 +16,7 @@ const cfg = (dir: string, iterations: number) =>
   loadConfig(null, [
     `run_dir=${dir}`,
     'seed=2',
-    'model.hidden_size=32',
-    'model.intermediate_size=64',
-    'model.num_hidden_layers=1',
-    'model.vocab_size=300',
+    ...TINY_MODEL,
     'model.lora={r: 4, alpha: 8, dropout: 0, target_modules: [q_proj, v_proj]}',
     'env.tasks=[fetch]',
     'env.eval_variations=1',

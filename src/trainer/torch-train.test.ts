@@ -13,6 +13,7 @@ import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { latestCheckpoint } from './checkpoint.ts';
 import { train } from './trainer.ts';
+import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const gate = pythonGate(['torch', 'transformers']);
 const root = mkdtempSync(join(tmpdir(), 'empo2-torch-train-'));
@@ -25,10 +26,7 @@ const config = (dir: string, engine: 'tfjs' | 'torch', iterations: number) =>
     `model.engine=${engine}`,
     'model.torch.device=cpu',
     'model.torch.threads=1',
-    'model.hidden_size=32',
-    'model.intermediate_size=64',
-    'model.num_hidden_layers=1',
-    'model.vocab_size=300',
+    ...TINY_MODEL,
     'env.tasks=[fetch, power]',
     'env.eval_variations=1',
     'env.max_steps=4',

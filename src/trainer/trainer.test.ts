@@ -18,6 +18,7 @@ import { latestCheckpoint, loadCheckpoint } from './checkpoint.ts';
 import { grpoUpdate, type GrpoSettings } from './grpo.ts';
 import type { Episode, StepRecord } from './rollout.ts';
 import { createEngine, train } from './trainer.ts';
+import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-trainer-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -32,10 +33,7 @@ function tinyConfig(runDir: string, iterations: number): Config {
   return loadConfig(null, [
     `run_dir=${runDir}`,
     'seed=2',
-    'model.hidden_size=32',
-    'model.intermediate_size=64',
-    'model.num_hidden_layers=1',
-    'model.vocab_size=300',
+    ...TINY_MODEL,
     'env.tasks=[fetch]',
     'env.eval_variations=1',
     'env.max_steps=6',
