@@ -55,8 +55,8 @@ export const PromptSchema = strict({
 });
 
 export const RolloutSchema = strict({
-  group_size: z.number().int().positive().default(8).describe('N: rollouts per task (the GRPO group)'),
-  tasks_per_batch: z.number().int().positive().default(4).describe('(task, variation) groups per iteration'),
+  group_size: z.number().int().positive().default(4).describe('N: rollouts per task (the GRPO group; the paper uses 8)'),
+  tasks_per_batch: z.number().int().positive().default(8).describe('(task, variation) groups per iteration (more groups of fewer rollouts: steadier updates for the tiny model)'),
   temperature: z.number().min(0).default(1.0).describe('sampling temperature for training rollouts'),
   top_p: z.number().gt(0).max(1).default(1.0).describe('nucleus sampling for training rollouts'),
   eval_temperature: z.number().min(0).default(0.7).describe('sampling temperature for evaluation (0: greedy; the paper uses 0.4 with a 7B model, which makes the tiny default policy repeat itself)'),
@@ -109,7 +109,7 @@ export const MemorySchema = strict({
 });
 
 export const OptimSchema = strict({
-  lr: z.number().positive().default(2e-3).describe('AdamW learning rate (the paper uses 1e-6 for a 7B model)'),
+  lr: z.number().positive().default(1e-3).describe('AdamW learning rate (the paper uses 1e-6 for a 7B model)'),
   weight_decay: z.number().min(0).default(0.0).describe('AdamW decoupled weight decay'),
   beta1: z.number().min(0).lt(1).default(0.9).describe('AdamW β1'),
   beta2: z.number().min(0).lt(1).default(0.99).describe('AdamW β2'),
