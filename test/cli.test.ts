@@ -62,7 +62,7 @@ describe('empo2 CLI', () => {
     const r = await run(['train', '--help']);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('--resume');
-    expect(r.stdout).toMatch(/rollout\.group_size\s+8\s/);
+    expect(r.stdout).toMatch(/rollout\.group_size\s+4\s/);
     expect(r.stdout).toMatch(/algo\.clip_high\s+0\.3\s/);
     expect(r.stdout).toMatch(/run_dir\s+"runs\/default"/);
   });

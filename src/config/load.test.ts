@@ -21,7 +21,7 @@ describe('loadConfig', () => {
   it('defaults alone validate and match the schema defaults', () => {
     const cfg = loadConfig(null);
     expect(cfg).toEqual(ConfigSchema.parse({}));
-    expect(cfg.rollout.group_size).toBe(8);
+    expect(cfg.rollout.group_size).toBe(4);
     expect(cfg.algo.clip_low).toBe(0.2);
     expect(cfg.algo.clip_high).toBe(0.3);
   });
@@ -139,11 +139,11 @@ describe('applyOverride', () => {
 });
 
 describe('describeOptions', () => {
-  it('lists every leaf option with its default, e.g. rollout.group_size 8', () => {
+  it('lists every leaf option with its default, e.g. rollout.group_size 4', () => {
     const lines = describeOptions();
     const groupSize = lines.find((l) => l.trim().startsWith('rollout.group_size'));
     expect(groupSize).toBeDefined();
-    expect(groupSize).toMatch(/rollout\.group_size\s+8\s/);
+    expect(groupSize).toMatch(/rollout\.group_size\s+4\s/);
     for (const key of ['seed', 'run_dir', 'env.options', 'model.path', 'algo.dual_clip', 'optim.micro_batch_tokens', 'train.iterations']) {
       expect(lines.some((l) => l.trim().startsWith(key + ' '))).toBe(true);
     }
