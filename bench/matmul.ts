@@ -1,13 +1,15 @@
 /**
  * GFLOPS of tf.matMul on the wasm backend: tfjs-backend-wasm's own kernel vs the native BLAS
  * kernel (src/policy/tfjs/native-matmul.ts) with 1 and 2 OpenBLAS threads, on the shapes the
- * policy model produces; plus NumPy on the same shapes when python3 can import numpy.
+ * policy model produces; plus NumPy on the same shapes when a Python with numpy is available.
  *
  *   npx tsx bench/matmul.ts [minSecondsPerCase=0.5]
  *
- * Environment: EMPO2_BENCH_PYTHON picks the interpreter for the NumPy column (default python3).
+ * Environment: EMPO2_BENCH_PYTHON picks the interpreter for the NumPy column (default: the project's
+ * .venv python, which `npm run setup:test` fills with numpy, else python3).
  */
 import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { initBackend, tf } from '../src/policy/tfjs/backend.ts';
 import {
   nativeMatMulStatus,
@@ -61,7 +63,8 @@ function timeProduct(a: tf.Tensor, b: tf.Tensor, c: Case): number {
 }
 
 function numpyTimes(): Map<string, number> | string {
-  const python = process.env.EMPO2_BENCH_PYTHON ?? 'python3';
+  const venv = new URL('../.venv/bin/python', import.meta.url).pathname;
+  const python = process.env.EMPO2_BENCH_PYTHON ?? (existsSync(venv) ? venv : 'python3');
   const script = `
 import json, sys, time
 import numpy as np
