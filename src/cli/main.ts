@@ -157,6 +157,7 @@ program
   .option('--split <name>', 'split the variations come from (train, dev, test)', 'test')
   .option('--out <dir>', 'where adapt.json, adapt.md and memory.json go (default: <checkpoint>/adapt-<task>)')
   .option('--fresh-memory', "start from an empty memory instead of the checkpoint's")
+  .option('--new-draw-each-trial', 'sample each trial with its own seed (default: the same seed, so only the memory differs between trials)')
   .option('--remote <url>', 'generate through this OpenAI-compatible server; the checkpoint then only supplies tokenizer.json')
   .option('--remote-model <name>', 'with --remote: the model name to request')
   .option('-c, --config <file>', "YAML or JSON config (default: the run's config.yaml when present)")
@@ -188,6 +189,7 @@ program
         variations: Number(opts.variations),
         split: opts.split,
         memoryFrom: opts.freshMemory ? null : dir,
+        sameSeed: !opts.newDrawEachTrial,
         outDir: opts.out ?? join(dir, `adapt-${opts.task}`),
       });
     } finally {

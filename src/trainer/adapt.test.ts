@@ -64,6 +64,14 @@ describe('empo2 adapt', () => {
     expect(showMemory(join(out, 'memory.json'), { limit: 1, json: false })).toMatch(/## clue[\s\S]*## fetch/);
   });
 
+  it('with a new draw each trial the trials differ in their samples, so the memory keeps growing', async () => {
+    const dir = latestCheckpoint(runDir)!;
+    const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: dir } }, 'fresh');
+    const results = await adapt(engine, cfg, { task: 'fetch', trials: 3, variations: 2, split: 'test', memoryFrom: null, outDir: join(root, 'draw'), sameSeed: false, log: () => {} });
+    expect(results[2].memory_size).toBeGreaterThan(results[1].memory_size);
+    engine.dispose();
+  });
+
   it('refuses an unknown task, naming the known ones', async () => {
     const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: latestCheckpoint(runDir)! } }, 'fresh');
     await expect(adapt(engine, cfg, { task: 'nope', trials: 1, variations: 1, split: 'test', memoryFrom: null, outDir: join(root, 'x') })).rejects.toThrow(/unknown task "nope".*fetch/);

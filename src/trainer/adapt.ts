@@ -23,6 +23,8 @@ export interface AdaptOptions {
   /** Checkpoint whose memory.json to start from (other tasks' slots are kept; the task's slot usually starts empty). */
   memoryFrom: string | null;
   outDir: string;
+  /** Sample every trial with the same seed (default), so score changes come from the memory alone; false gives each trial its own draw. */
+  sameSeed?: boolean;
   log?: (line: string) => void;
 }
 
@@ -65,8 +67,9 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
         steps += queries.length;
         return tips;
       };
-      // Same sampling seed every trial: score changes come from the memory, not from a luckier draw.
-      const { episodes } = await runEpisodes(envs, engine, jobs, rolloutSettings(cfg, true, 424_242 + cfg.seed), { tips: counted, uses: () => true });
+      // Same sampling seed every trial by default: score changes then come from the memory, not from a luckier draw.
+      const seed = 424_242 + cfg.seed + (o.sameSeed === false ? 7919 * trial : 0);
+      const { episodes } = await runEpisodes(envs, engine, jobs, rolloutSettings(cfg, true, seed), { tips: counted, uses: () => true });
       await memory.write(episodes);
       const scores = episodes.map((e) => e.score);
       const r: TrialResult = {
