@@ -8,7 +8,7 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { latestCheckpoint } from '../trainer/checkpoint.ts';
-import { END_OF_TEXT, IM_END } from '../trainer/prompt.ts';
+import { END_OF_TEXT, IM_END, endTokenIds } from '../trainer/prompt.ts';
 
 export function resolveModelDir(path: string): string {
   if (!existsSync(path)) throw new Error(`${path} does not exist (give a run directory or a model directory)`);
@@ -38,7 +38,7 @@ export async function loadServedModel(path: string): Promise<ServedModel> {
   const modelDir = resolveModelDir(path);
   const { model, tokenizer } = loadModelDir(modelDir);
   // Same end tokens as the trainer's engine, so served samples end where training samples did.
-  const ends = [IM_END, END_OF_TEXT].map((t) => tokenizer.tokenToId(t)).filter((x): x is number => x !== undefined);
+  const ends = endTokenIds(tokenizer);
   const eos = model.config.eos_token_id;
   for (const id of eos == null ? [] : Array.isArray(eos) ? eos : [eos]) if (!ends.includes(id)) ends.push(id);
   if (ends.length === 0) throw new Error(`${modelDir}: the tokenizer has neither ${IM_END} nor ${END_OF_TEXT} and config.json has no eos_token_id: cannot tell where a response ends`);

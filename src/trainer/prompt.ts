@@ -9,6 +9,11 @@ export const IM_END = '<|im_end|>';
 export const END_OF_TEXT = '<|endoftext|>';
 export const CHAT_SPECIAL_TOKENS = [END_OF_TEXT, IM_START, IM_END];
 
+/** Ids of the tokens that end an action (end of turn, end of text) that the tokenizer has, in that order. */
+export function endTokenIds(tokenizer: { tokenToId(t: string): number | undefined }): number[] {
+  return [IM_END, END_OF_TEXT].map((t) => tokenizer.tokenToId(t)).filter((x): x is number => x !== undefined);
+}
+
 export interface Turn {
   observation: string;
   /** The action the agent took after this observation (absent for the current turn). */

@@ -23,7 +23,7 @@ import { Rng } from '../util/rng.ts';
 import { latestCheckpoint, loadCheckpoint, loadTrainerState, saveCheckpoint, type TrainerState } from './checkpoint.ts';
 import { grpoUpdate } from './grpo.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
-import { IM_END, END_OF_TEXT } from './prompt.ts';
+import { IM_END, END_OF_TEXT, endTokenIds } from './prompt.ts';
 import { rolloutSettings, runEpisodes, type RolloutJob } from './rollout.ts';
 import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
 
@@ -42,26 +42,29 @@ export interface TrainResult {
   interrupted: boolean;
 }
 
+/** The config's AdamW settings and LoRA settings, in the engines' option shapes (both engines take the same). */
+const optimizerSettings = (cfg: Config) => ({ lr: cfg.optim.lr, beta1: cfg.optim.beta1, beta2: cfg.optim.beta2, eps: cfg.optim.eps, weightDecay: cfg.optim.weight_decay });
+const loraSettings = (cfg: Config) => (cfg.model.lora ? { r: cfg.model.lora.r, alpha: cfg.model.lora.alpha, dropout: cfg.model.lora.dropout, targetModules: cfg.model.lora.target_modules } : null);
+
 export async function createEngine(cfg: Config, from: 'fresh' | string): Promise<{ engine: TfjsEngine; loaded?: ReturnType<typeof loadCheckpoint> }> {
   const engineOptions = (endTokens: number[], pad: number) => ({
-    optimizer: { lr: cfg.optim.lr, beta1: cfg.optim.beta1, beta2: cfg.optim.beta2, eps: cfg.optim.eps, weightDecay: cfg.optim.weight_decay },
+    optimizer: optimizerSettings(cfg),
     maxGradNorm: cfg.optim.max_grad_norm,
     microBatchTokens: cfg.optim.micro_batch_tokens,
     endTokens,
     padToken: pad,
-    lora: cfg.model.lora ? { r: cfg.model.lora.r, alpha: cfg.model.lora.alpha, dropout: cfg.model.lora.dropout, targetModules: cfg.model.lora.target_modules } : undefined,
+    lora: loraSettings(cfg) ?? undefined,
     loraSeed: cfg.seed,
   });
-  const ends = (tok: { tokenToId(t: string): number | undefined }) => [IM_END, END_OF_TEXT].map((t) => tok.tokenToId(t)).filter((x): x is number => x !== undefined);
-  if (from !== 'fresh') {
+    if (from !== 'fresh') {
     const loaded = loadCheckpoint(from);
-    const e = ends(loaded.tokenizer);
+    const e = endTokenIds(loaded.tokenizer);
     const engine = new TfjsEngine(loaded.model, loaded.tokenizer, engineOptions(e, e[e.length - 1]));
     engine.optimizer.importState(loaded.optimizer.step, loaded.optimizer.tensors);
     return { engine, loaded };
   }
   const { model, tokenizer } = cfg.model.path ? loadModelDir(cfg.model.path) : buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
-  const e = ends(tokenizer);
+  const e = endTokenIds(tokenizer);
   if (e.length === 0) throw new Error(`the tokenizer has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
   return { engine: new TfjsEngine(model, tokenizer, engineOptions(e, e[e.length - 1])) };
 }
@@ -97,19 +100,19 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
       tiny.model.dispose();
     }
   }
-  const lora = cfg.model.lora ? { r: cfg.model.lora.r, alpha: cfg.model.lora.alpha, dropout: cfg.model.lora.dropout, targetModules: cfg.model.lora.target_modules } : null;
+  const lora = loraSettings(cfg);
   // A checkpoint holds the full model (or, with LoRA, the adapter) and optimizer.pt.
   const policyDir = from === 'fresh' ? null : lora ? join(from, 'adapter') : from;
   const modelDir = policyDir && !lora ? policyDir : baseDir;
   const tokenizer = Tokenizer.fromFile(join(modelDir, 'tokenizer.json'));
-  const ends = [IM_END, END_OF_TEXT].map((t) => tokenizer.tokenToId(t)).filter((x): x is number => x !== undefined);
+  const ends = endTokenIds(tokenizer);
   if (ends.length === 0) throw new Error(`${modelDir}/tokenizer.json has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
   const t = cfg.model.torch;
   const engine = await TorchEngine.start({
     modelDir,
     adapterDir: lora && policyDir ? policyDir : undefined,
     optimizerState: policyDir ? join(policyDir, 'optimizer.pt') : undefined,
-    optimizer: { lr: cfg.optim.lr, beta1: cfg.optim.beta1, beta2: cfg.optim.beta2, eps: cfg.optim.eps, weightDecay: cfg.optim.weight_decay },
+    optimizer: optimizerSettings(cfg),
     maxGradNorm: cfg.optim.max_grad_norm,
     microBatchTokens: cfg.optim.micro_batch_tokens,
     endTokens: ends,
@@ -142,7 +145,7 @@ async function createRemoteRollouts(cfg: Config, engine: PolicyEngine): Promise<
   const r = cfg.rollout.remote!;
   const { RemoteEngine } = await import('../policy/remote/index.ts');
   const { requestJson } = await import('../policy/remote/http.ts');
-  const ends = [IM_END, END_OF_TEXT].map((t) => engine.tokenizer.tokenToId(t)).filter((x): x is number => x !== undefined);
+  const ends = endTokenIds(engine.tokenizer);
   const remote = new RemoteEngine({ baseUrl: r.base_url, model: r.model ?? undefined, tokenizer: engine.tokenizer, endTokens: ends, timeoutMs: r.timeout_s * 1000, retries: r.retries });
   const dir = resolve(cfg.run_dir, 'rollout-policy');
   const base = r.base_url.replace(/\/+$/, '').replace(/\/v1$/, '');
