@@ -197,6 +197,23 @@ program
     }
   });
 
+program
+  .command('warmup')
+  .description('tiny model: build it and teach it to read tips (supervised, on synthetic prompts) before RL; saves a model directory for model.path')
+  .option('-c, --config <file>', 'YAML or JSON config file (env, model, prompt and memory settings are used)')
+  .option('-s, --set <key=value>', 'override one config option (repeatable)', collect, [])
+  .option('--seed <n>', 'shortcut for --set seed=<n>')
+  .requiredOption('--out <dir>', 'directory to write the model to (config.json, model.safetensors, tokenizer.json, warmup.json)')
+  .option('--examples <n>', 'synthetic prompts (default: model.tip_warmup_examples, or 6000 when that is 0)')
+  .addHelpText('after', optionsHelp)
+  .action(async (opts) => {
+    const cfg = configFrom(opts);
+    const examples = opts.examples !== undefined ? Number(opts.examples) : cfg.model.tip_warmup_examples || 6000;
+    if (!Number.isInteger(examples) || examples <= 0) throw new ConfigError(`--examples: expected a positive integer, got "${opts.examples}"`);
+    const { warmupModelDir } = await import('../trainer/tip-warmup.ts');
+    await warmupModelDir({ ...cfg, model: { ...cfg.model, tip_warmup_examples: examples } }, opts.out);
+  });
+
 const memoryCommand = program.command('memory').description('inspect a tip memory');
 memoryCommand
   .command('show')

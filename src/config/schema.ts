@@ -37,6 +37,9 @@ export const ModelSchema = strict({
   num_key_value_heads: z.number().int().positive().default(2).describe('default tiny model: key/value heads (grouped-query attention)'),
   vocab_size: z.number().int().min(300).default(512).describe('default tiny model: byte-level BPE vocabulary size, trained on environment text'),
   tie_word_embeddings: z.boolean().default(true).describe('default tiny model: share input and output embeddings'),
+  tip_warmup_examples: z.number().int().min(0).default(0).describe('tiny model: supervised tip-reading warm-up on this many synthetic prompts before RL (0: none); teaches following and avoiding memories, never the task (src/trainer/tip-warmup.ts)'),
+  tip_warmup_epochs: z.number().int().positive().default(3).describe('passes over the tip warm-up examples'),
+  tip_warmup_lr: z.number().positive().default(3e-3).describe('learning rate of the tip warm-up'),
   lora: strict({
     r: z.number().int().positive().default(16).describe('LoRA rank'),
     alpha: z.number().positive().default(32).describe('LoRA scaling numerator (update = alpha/r · B·A)'),
@@ -102,6 +105,7 @@ export const MemorySchema = strict({
   capacity: z.number().int().positive().default(1000).describe('entries per memory slot; the oldest is evicted first'),
   threshold: z.number().min(-1).max(1).default(0.5).describe('retrieve entries whose cosine similarity to the state is above this'),
   top_k: z.number().int().positive().default(10).describe('tips shown per step (highest score first)'),
+  tip_order: z.enum(['best_first', 'best_last']).default('best_first').describe('order of the shown tips: highest score first, or last so the best tip sits next to the answer (easier for small models to copy)'),
   slot: z.enum(['task', 'variation']).default('task').describe('one memory per task (paper) or per task variation (reference)'),
   reflector: z.enum(['auto', 'summary', 'policy']).default('auto').describe('tip writer: the policy reflects (paper), a trajectory summary, or auto (policy for a model.path, summary for the tiny default)'),
   reflection_max_tokens: z.number().int().positive().default(128).describe('policy reflector: maximum tokens of a tip'),

@@ -90,7 +90,11 @@ export class MemoryRuntime {
     return async (queries) => {
       const t0 = performance.now();
       const keys = await this.embed(queries.map((q) => q.state));
-      const out = queries.map((q, i) => this.tips.retrieve(this.slotOf(q.job), keys[i]).map((r) => r.text));
+      const bestLast = this.cfg.memory.tip_order === 'best_last';
+      const out = queries.map((q, i) => {
+        const texts = this.tips.retrieve(this.slotOf(q.job), keys[i]).map((r) => r.text);
+        return bestLast ? texts.reverse() : texts;
+      });
       this.seconds += (performance.now() - t0) / 1000;
       return out;
     };

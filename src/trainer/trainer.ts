@@ -19,6 +19,7 @@ import type { PolicyEngine } from '../policy/types.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { countParameters } from '../policy/tfjs/qwen2.ts';
 import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
+import { buildWarmupExamples, runTipWarmup, tipWarmupSettings } from './tip-warmup.ts';
 import { Rng } from '../util/rng.ts';
 import { latestCheckpoint, loadCheckpoint, loadTrainerState, saveCheckpoint, type TrainerState } from './checkpoint.ts';
 import { grpoUpdate } from './grpo.ts';
@@ -185,6 +186,16 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const batchSize = cfg.rollout.tasks_per_batch * cfg.rollout.group_size;
   const envs: Env[] = [probe];
   while (envs.length < Math.max(batchSize, tasks.length * cfg.env.eval_variations)) envs.push(await createEnv(cfg.env));
+
+  if (!resumeFrom && cfg.model.tip_warmup_examples > 0) {
+    const ws = tipWarmupSettings(cfg);
+    const examples = await buildWarmupExamples(probe, tasks, engine.tokenizer, ws);
+    log(`tip warm-up: ${examples.length} synthetic prompts from random-action episodes on the train split of ${tasks.join(', ')}, ${ws.epochs} epochs`);
+    const report = await runTipWarmup(engine, examples, ws, log);
+    // RL starts with fresh AdamW moments, as it would from a pretrained checkpoint.
+    if (engine instanceof TfjsEngine) engine.optimizer.importState(0, new Map());
+    writeFileSync(join(runDir, 'tip-warmup.json'), JSON.stringify(report, null, 2) + '\n');
+  }
 
   log(`empo2 train | run ${runDir} | backend ${backend} (${nativeMatMulStatus().reason}) | ${trainingEngine.description}, vocab ${engine.tokenizer.vocabSize}`);
   log(
