@@ -72,6 +72,19 @@ describe('empo2 adapt', () => {
     engine.dispose();
   });
 
+  it('with one slot per variation, memory_size counts the entries of every variation played', async () => {
+    const dir = latestCheckpoint(runDir)!;
+    const perVariation = { ...cfg, memory: { ...cfg.memory, slot: 'variation' as const } };
+    const { engine } = await createEngine({ ...perVariation, model: { ...cfg.model, path: dir } }, 'fresh');
+    const out = join(root, 'per-variation');
+    const results = await adapt(engine, perVariation, { task: 'fetch', trials: 1, variations: 2, split: 'test', memoryFrom: null, outDir: out, log: () => {} });
+    const saved = JSON.parse(showMemory(join(out, 'memory.json'), { limit: 1, json: true }));
+    const fetchSlots = Object.entries(saved.slots as Record<string, { size: number }>).filter(([name]) => name.startsWith('fetch#'));
+    expect(fetchSlots).toHaveLength(2);
+    expect(results[0].memory_size).toBe(fetchSlots.reduce((n, [, v]) => n + v.size, 0));
+    engine.dispose();
+  });
+
   it('refuses an unknown task, naming the known ones', async () => {
     const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: latestCheckpoint(runDir)! } }, 'fresh');
     await expect(adapt(engine, cfg, { task: 'nope', trials: 1, variations: 1, split: 'test', memoryFrom: null, outDir: join(root, 'x') })).rejects.toThrow(/unknown task "nope".*fetch/);

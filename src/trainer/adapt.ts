@@ -77,7 +77,8 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
         mean_score: scores.reduce((a, b) => a + b, 0) / scores.length,
         success_rate: episodes.filter((e) => e.success).length / episodes.length,
         scores,
-        memory_size: memory.tips.size(memory.slotOf(jobs[0])),
+        // Entries in the slots this adaptation uses (one per task, or one per variation).
+        memory_size: [...new Set(jobs.map((j) => memory.slotOf(j)))].reduce((n, slot) => n + memory.tips.size(slot), 0),
         tips_shown_per_step: tipsShown / Math.max(1, steps),
       };
       results.push(r);
