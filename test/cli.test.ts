@@ -82,6 +82,16 @@ describe('empo2 CLI', () => {
     expect(r.stderr).toMatch(/rollout\.group_size: .*expected number/);
   });
 
+  it('warmup refuses a bad --examples and a missing --out, naming them', async () => {
+    const bad = await run(['warmup', '--examples', 'lots', '--out', join(root, 'never-model')]);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain('--examples: expected a positive integer, got "lots"');
+    expect(bad.stderr).not.toMatch(/\n\s+at /);
+    const noOut = await run(['warmup']);
+    expect(noOut.code).not.toBe(0);
+    expect(noOut.stderr).toMatch(/--out/);
+  });
+
   it('eval on a missing path exits non-zero with a clear message', async () => {
     const missing = join(root, 'no-such-run');
     const r = await run(['eval', missing]);
