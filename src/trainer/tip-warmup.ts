@@ -16,9 +16,14 @@
  * to solve a task, and without tips it stays close to uniform over valid actions. GRPO and EMPO²
  * comparisons start both arms from the same warmed-up weights.
  */
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
+import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { summarise, stepTipText, type Trajectory } from '../memory/reflector.ts';
+import { initBackend } from '../policy/tfjs/backend.ts';
+import { saveModelDir } from '../policy/tfjs/checkpoint.ts';
 import type { PolicyEngine, TrainSequence } from '../policy/types.ts';
 import { Rng } from '../util/rng.ts';
 import { encodePrompt, endTokenIds, type PromptSettings, type Turn } from './prompt.ts';
@@ -261,12 +266,8 @@ export async function measureTipFollowing(engine: PolicyEngine, examples: readon
  * the configured tasks and from the environment's other tasks, built with another seed).
  */
 export async function warmupModelDir(cfg: Config, outDir: string, log: (line: string) => void = console.log): Promise<object> {
-  const { existsSync, mkdirSync, writeFileSync } = await import('node:fs');
-  const { join } = await import('node:path');
-  const { initBackend } = await import('../policy/tfjs/backend.ts');
-  const { saveModelDir } = await import('../policy/tfjs/checkpoint.ts');
+  // trainer.ts imports this module for the in-run warm-up, so it is loaded lazily here.
   const { createEngine } = await import('./trainer.ts');
-  const { createEnv } = await import('../envs/index.ts');
   if (existsSync(join(outDir, 'config.json'))) throw new Error(`${outDir} already holds a model; choose another --out`);
   if (cfg.model.tip_warmup_examples <= 0) throw new Error('model.tip_warmup_examples must be positive for a warm-up');
   await initBackend();
