@@ -88,6 +88,22 @@ describe('EMPO² modes end to end', () => {
     expect(existsSync(join(latestCheckpoint(plain)!, MEMORY_FILE))).toBe(true); // the novelty list
   });
 
+  it('logs the mean rollout score of each mode that ran, consistent with the overall mean', async () => {
+    const dir = join(root, 'by-mode');
+    await train(config(dir, 3, ['algo.p=0.5', 'algo.q=0.5', 'algo.mode_draw=task']), { resume: false, log: () => {} });
+    const lines = trainLines(dir);
+    expect(lines.some((l) => Object.keys(l.score_by_mode as object).length > 1)).toBe(true); // the check below has something to weigh
+    for (const l of lines) {
+      const counts = l.modes as Record<string, number>;
+      const byMode = l.score_by_mode as Record<string, number>;
+      expect(Object.keys(byMode).sort()).toEqual(Object.keys(counts).filter((m) => counts[m] > 0).sort());
+      // `modes` counts rollouts, so the overall mean is the count-weighted mean of the per-mode means.
+      const rollouts = Object.values(counts).reduce((a, b) => a + b, 0);
+      const weighted = Object.entries(byMode).reduce((a, [m, v]) => a + (v * counts[m]) / rollouts, 0);
+      expect(weighted).toBeCloseTo(l.mean_score as number, 9);
+    }
+  });
+
   it('resume restores the memory: 2 + 1 iterations end exactly where 3 straight iterations end', async () => {
     const extra = ['algo.p=0.5', 'algo.mode_draw=task', 'algo.intrinsic=novelty'];
     const straight = join(root, 'straight');

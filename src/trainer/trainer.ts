@@ -277,6 +277,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       state.elapsedSeconds = (t2 - started) / 1000;
       const meanScore = episodes.reduce((a, e) => a + e.score, 0) / episodes.length;
       const success = episodes.filter((e) => e.success).length / episodes.length;
+      const byMode = scoreByMode(episodes, modes);
       const rolloutTokPerS = (stats.promptTokens + stats.generatedTokens) / Math.max(1e-9, stats.policySeconds);
       const trainTokPerS = update.tokens / Math.max(1e-9, (t2 - t1) / 1000);
       const eta = (cfg.train.iterations - it) * ((t2 - t0) / 1000);
@@ -287,14 +288,14 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
           loss: update.loss, clip_fraction: update.clipFraction, mean_ratio: update.meanRatio, grad_norm: update.gradNorm, kl: update.kl,
           sequences: update.sequences, trained_tokens: update.tokens, rollout_seconds: (t1 - t0) / 1000, update_seconds: (t2 - t1) / 1000,
           rollout_tokens_per_s: rolloutTokPerS, mean_prompt_tokens: stats.promptTokens / Math.max(1, stats.envSteps), elapsed_seconds: state.elapsedSeconds,
-          modes: countModes(modes), off_policy_sequences: update.offPolicySequences, dropped_low_prob: update.droppedLowProb,
+          modes: countModes(modes), score_by_mode: byMode, off_policy_sequences: update.offPolicySequences, dropped_low_prob: update.droppedLowProb,
           intrinsic_mean: intrinsic ? intrinsic.flat().reduce((a, b) => a + b, 0) / Math.max(1, episodes.length) : 0,
           memory_seconds: memorySeconds, memory_share_of_rollout: memorySeconds / Math.max(1e-9, (t1 - t0) / 1000),
           tips_added: tipsAdded, memory_size: memory ? memory.tips.size() : 0,
         }) + '\n',
       );
       log(
-        `iter ${it}/${cfg.train.iterations}${algo.p > 0 ? ` [${describeModes(groupModes)}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
+        `iter ${it}/${cfg.train.iterations}${algo.p > 0 ? ` [${describeModes(groupModes)}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
           `rollout ${((t1 - t0) / 1000).toFixed(1)}s (${rolloutTokPerS.toFixed(0)} tok/s) | update ${((t2 - t1) / 1000).toFixed(1)}s (${trainTokPerS.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`,
       );
       // Signal handlers run only when the event loop turns; with an in-process environment every
@@ -337,6 +338,25 @@ function countModes(modes: readonly Mode[]): Record<Mode, number> {
   const out: Record<Mode, number> = { plain: 0, 'tips-on-policy': 0, 'tips-off-policy': 0 };
   for (const m of modes) out[m]++;
   return out;
+}
+
+/**
+ * Mean rollout score per mode that ran this iteration: the first thing to look at when asking whether
+ * the tips help the rollouts they are shown to (groups differ by task, so compare over many iterations).
+ */
+function scoreByMode(episodes: readonly { score: number }[], modes: readonly Mode[]): Partial<Record<Mode, number>> {
+  const sum: Partial<Record<Mode, [number, number]>> = {};
+  episodes.forEach((e, i) => {
+    const acc = (sum[modes[i]] ??= [0, 0]);
+    acc[0] += e.score;
+    acc[1]++;
+  });
+  return Object.fromEntries(Object.entries(sum).map(([m, [total, n]]) => [m, total / n]));
+}
+
+function describeScores(byMode: Partial<Record<Mode, number>>): string {
+  const entries = Object.entries(byMode) as [Mode, number][];
+  return entries.length > 1 ? ` (${entries.map(([m, v]) => `${MODE_SHORT[m]} ${v.toFixed(1)}`).join(', ')})` : '';
 }
 
 const MODE_SHORT: Record<Mode, string> = { plain: 'plain', 'tips-on-policy': 'tips/on', 'tips-off-policy': 'tips/off' };
