@@ -13,6 +13,14 @@ program.name('empo2').description('Train LLM agents to explore with EMPO² (memo
 const collect = (value: string, previous: string[]) => [...previous, value];
 const optionsHelp = () => '\nConfig options (file keys, or --set key=value):\n' + describeOptions().join('\n') + '\n';
 
+/** What every config-driven command shares: a config file, `--set` overrides, and the option list in --help. */
+function withConfig(cmd: Command, configHelp: string): Command {
+  return cmd
+    .option('-c, --config <file>', configHelp)
+    .option('-s, --set <key=value>', 'override one config option (repeatable), e.g. memory.top_k=3', collect, [])
+    .addHelpText('after', optionsHelp);
+}
+
 function configFrom(opts: { config?: string; set: string[]; runDir?: string; seed?: string; iterations?: string }, base?: string): ReturnType<typeof loadConfig> {
   const overrides = [...opts.set];
   if (opts.runDir) overrides.push(`run_dir=${opts.runDir}`);
@@ -21,16 +29,11 @@ function configFrom(opts: { config?: string; set: string[]; runDir?: string; see
   return loadConfig(opts.config ?? base ?? null, overrides);
 }
 
-program
-  .command('train')
-  .description('train a policy (default: the tiny built-in model on the built-in environment)')
-  .option('-c, --config <file>', 'YAML or JSON config file')
-  .option('-s, --set <key=value>', 'override one config option (repeatable)', collect, [])
+withConfig(program.command('train').description('train a policy (default: the tiny built-in model on the built-in environment)'), 'YAML or JSON config file')
   .option('--run-dir <dir>', 'shortcut for --set run_dir=<dir>')
   .option('--seed <n>', 'shortcut for --set seed=<n>')
   .option('--iterations <n>', 'shortcut for --set train.iterations=<n>')
   .option('--resume', 'continue the run in run_dir from its latest checkpoint (uses the saved config.yaml unless --config is given)')
-  .addHelpText('after', optionsHelp)
   .action(async (opts) => {
     let cfg = configFrom(opts);
     if (opts.resume && !opts.config) {
@@ -45,16 +48,11 @@ program
     }
   });
 
-program
-  .command('eval')
-  .description('evaluate a checkpoint or model directory on held-out variations')
+withConfig(program.command('eval').description('evaluate a checkpoint or model directory on held-out variations'), "YAML or JSON config (default: the run's config.yaml when present)")
   .argument('<path>', 'a run directory (its latest checkpoint) or a model directory')
-  .option('-c, --config <file>', 'YAML or JSON config (default: the run\'s config.yaml when present)')
-  .option('-s, --set <key=value>', 'override one config option (repeatable)', collect, [])
   .option('--remote <url>', 'generate through this OpenAI-compatible server (empo2 serve, vLLM...); <path> then only supplies tokenizer.json')
   .option('--remote-model <name>', 'with --remote: the model name to request (default: the first one the server lists)')
   .option('--remote-timeout <seconds>', 'with --remote: time limit per request attempt', '120')
-  .addHelpText('after', optionsHelp)
   .action(async (path: string, opts) => {
     const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
     const runConfig = join(path, 'config.yaml');
@@ -147,9 +145,12 @@ program
     process.exitCode = await compareCommand(opts);
   });
 
-program
-  .command('adapt')
-  .description('memory-only adaptation: frozen weights, tip memory on, K trials on a task (e.g. one never trained on); score per trial printed and saved')
+withConfig(
+  program
+    .command('adapt')
+    .description('memory-only adaptation: frozen weights, tip memory on, K trials on a task (e.g. one never trained on); score per trial printed and saved'),
+  "YAML or JSON config (default: the run's config.yaml when present)",
+)
   .requiredOption('--checkpoint <path>', 'a run directory (its latest checkpoint) or a checkpoint / model directory')
   .requiredOption('--task <name>', 'task to adapt to')
   .option('--trials <k>', 'trials (memory grows after each)', '5')
@@ -160,8 +161,6 @@ program
   .option('--new-draw-each-trial', 'sample each trial with its own seed (default: the same seed, so only the memory differs between trials)')
   .option('--remote <url>', 'generate through this OpenAI-compatible server; the checkpoint then only supplies tokenizer.json')
   .option('--remote-model <name>', 'with --remote: the model name to request')
-  .option('-c, --config <file>', "YAML or JSON config (default: the run's config.yaml when present)")
-  .option('-s, --set <key=value>', 'override one config option (repeatable), e.g. memory.top_k=3', collect, [])
   .action(async (opts) => {
     const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
     const path: string = opts.checkpoint;
@@ -197,15 +196,15 @@ program
     }
   });
 
-program
-  .command('warmup')
-  .description('tiny model: build it and teach it to read tips (supervised, on synthetic prompts) before RL; saves a model directory for model.path')
-  .option('-c, --config <file>', 'YAML or JSON config file (env, model, prompt and memory settings are used)')
-  .option('-s, --set <key=value>', 'override one config option (repeatable)', collect, [])
+withConfig(
+  program
+    .command('warmup')
+    .description('tiny model: build it and teach it to read tips (supervised, on synthetic prompts) before RL; saves a model directory for model.path'),
+  'YAML or JSON config file (env, model, prompt and memory settings are used)',
+)
   .option('--seed <n>', 'shortcut for --set seed=<n>')
   .requiredOption('--out <dir>', 'directory to write the model to (config.json, model.safetensors, tokenizer.json, warmup.json)')
   .option('--examples <n>', 'synthetic prompts (default: model.tip_warmup_examples, or 6000 when that is 0)')
-  .addHelpText('after', optionsHelp)
   .action(async (opts) => {
     const cfg = configFrom(opts);
     const examples = opts.examples !== undefined ? Number(opts.examples) : cfg.model.tip_warmup_examples || 6000;
