@@ -144,6 +144,18 @@ describe('empo2 compare', () => {
     expect(r.stdout).toMatch(/\| grpo \| 2\/2 \|/);
   });
 
+  it('a larger train.iterations with --resume extends finished runs; fewer than they ran is refused', async () => {
+    const longer = await run([...compareArgs, '--set', 'train.iterations=2', '--resume']);
+    expect(longer.code).toBe(0);
+    expect(longer.stdout.match(/: resuming/g)).toHaveLength(4);
+    for (const label of ['grpo', 'grpo-fast']) for (const seed of [0, 1]) expect(lastEval(join(out, label, `seed${seed}`)).iteration).toBe(2);
+
+    const shorter = await run(compareArgs);
+    expect(shorter.code).not.toBe(0);
+    expect(shorter.stderr).toContain('train.iterations: it already ran 2, 1 now');
+    expect(shorter.stdout).not.toContain('starting');
+  }, 90_000);
+
   it('a bad option stops before any run starts, naming the option', async () => {
     const badOut = join(root, 'bad');
     const [typo, labels, seeds, own] = await Promise.all([

@@ -3,7 +3,8 @@
  * process (`node bin/empo2.js train ...`, so one crash or out-of-memory kill leaves the others
  * running), a few at a time, then aggregate whatever finished into the results table and plot.
  * Runs that already finished are skipped, so re-running the same command after a failure only
- * does the missing work; runs that stopped midway continue from their checkpoint with --resume.
+ * does the missing work; runs that stopped midway continue from their checkpoint with --resume, and
+ * so do finished runs when train.iterations is raised (training them longer).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
@@ -299,7 +300,12 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
     const state = inspectRun(run.dir, run.cfg.train.iterations);
     const saved = join(run.dir, 'config.yaml');
     if (state.checkpoint && existsSync(saved)) {
-      const diff = configDifferences(run.cfg, loadConfig(saved));
+      // A larger train.iterations extends a run (the learning rate is constant, so continuing a
+      // finished run equals training longer from the start); fewer than it already ran cannot be undone.
+      const diff = configDifferences(run.cfg, loadConfig(saved)).filter((d) => !d.startsWith('train.iterations:'));
+      if (state.lastEvalIteration !== null && state.lastEvalIteration > run.cfg.train.iterations) {
+        diff.push(`train.iterations: it already ran ${state.lastEvalIteration}, ${run.cfg.train.iterations} now`);
+      }
       if (diff.length > 0) conflicts.push(`${run.dir} was made with a different config:\n    ${diff.join('\n    ')}`);
     }
     if (state.status === 'finished') log(`${run.label} seed ${run.seed}: already finished, skipped`);
