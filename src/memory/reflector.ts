@@ -106,9 +106,17 @@ export function reflectionPrompt(t: Trajectory, historySteps: number): string {
   ].join('\n');
 }
 
-/** The per-step entry of the reference: the tip, the action taken at that step and the final score. */
-export function stepTipText(tip: string, action: string, finalScore: number): string {
-  return `${tip} The action you took was ${action}; you finally scored ${fmt(finalScore)}/100.`;
+/**
+ * How a per-step entry credits its action: the episode's final score (reference), or the points
+ * scored from that step to the end, so that actions which led nowhere in a good episode rank low.
+ */
+export type StepCredit = 'final' | 'to_go';
+
+/** The per-step entry of the reference: the tip, the action taken at that step and its score (`credit` says which). */
+export function stepTipText(tip: string, action: string, score: number, credit: StepCredit = 'final'): string {
+  return credit === 'final'
+    ? `${tip} The action you took was ${action}; you finally scored ${fmt(score)}/100.`
+    : `${tip} The action you took was ${action}; from that step on you scored ${fmt(score)}/100.`;
 }
 
 function limitWords(text: string, n: number): string {

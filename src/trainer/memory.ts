@@ -144,8 +144,10 @@ export class MemoryRuntime {
       const slot = this.slotOf(e);
       if (this.cfg.memory.per_step_entries) {
         const keys = await this.embed(e.steps.map((s) => s.observation));
+        const credit = this.cfg.memory.step_credit;
         e.steps.forEach((s, t) => {
-          if (this.tips.add(slot, keys[t], stepTipText(reflections[i], s.action, e.score), e.score)) added++;
+          const score = credit === 'final' ? e.score : e.score - (t > 0 ? e.steps[t - 1].score : 0);
+          if (this.tips.add(slot, keys[t], stepTipText(reflections[i], s.action, score, credit), score)) added++;
         });
       } else {
         const [key] = await this.embed([e.finalObservation]);

@@ -38,7 +38,7 @@ describe('warm-up examples', () => {
     for (let i = 0; i < 200; i++) {
       if (i % 25 === 0) await new Promise((r) => setImmediate(r));
       for (const bestLast of [true, false]) {
-        const x = makeExample(state, ['Final 0/100.'], ['take key', 'go to cellar'], { maxTips: 3, bestLast, prompt: { history: 2, showValidActions: false, system: '' } }, tok, rng);
+        const x = makeExample(state, ['Final 0/100.'], ['take key', 'go to cellar'], { maxTips: 3, bestLast, credit: 'final', prompt: { history: 2, showValidActions: false, system: '' } }, tok, rng);
         const tips = shownTips(tok.decode(x.prompt));
         expect(state.valid).toContain(x.action);
         expect(tok.decode(x.response)).toBe(x.action + '<|im_end|>');

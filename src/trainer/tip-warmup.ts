@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
 import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
-import { summarise, stepTipText, type Trajectory } from '../memory/reflector.ts';
+import { summarise, stepTipText, type StepCredit, type Trajectory } from '../memory/reflector.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { saveModelDir } from '../policy/tfjs/checkpoint.ts';
 import type { PolicyEngine, TrainSequence } from '../policy/types.ts';
@@ -37,6 +37,8 @@ export interface TipWarmupSettings {
   maxTips: number;
   /** Where the best tip is shown (memory.tip_order). */
   bestLast: boolean;
+  /** What a tip's score means (memory.step_credit): the made-up tips are written the way the memory writes them. */
+  credit: StepCredit;
   prompt: PromptSettings;
   seed: number;
 }
@@ -98,7 +100,7 @@ export function makeExample(
   state: RecordedState,
   summaries: readonly string[],
   otherActions: readonly string[],
-  s: Pick<TipWarmupSettings, 'maxTips' | 'prompt' | 'bestLast'>,
+  s: Pick<TipWarmupSettings, 'maxTips' | 'prompt' | 'bestLast' | 'credit'>,
   tokenizer: { encode(text: string): number[]; tokenToId(t: string): number | undefined },
   rng: Rng,
 ): WarmupExample {
@@ -122,7 +124,7 @@ export function makeExample(
     action = pool[rng.int(pool.length)];
     if (n > 0) followsTip = false;
   }
-  const texts = tips.map((t) => stepTipText(t.summary, t.action, t.score));
+  const texts = tips.map((t) => stepTipText(t.summary, t.action, t.score, s.credit));
   if (s.bestLast) texts.reverse();
   const { ids } = encodePrompt(tokenizer, state.description, state.turns, state.valid, s.prompt, texts);
   return { prompt: ids, response: [...tokenizer.encode(action), endTokenIds(tokenizer)[0]], action, followsTip, valid: state.valid };
@@ -199,6 +201,7 @@ export function tipWarmupSettings(cfg: Config): TipWarmupSettings {
     lr: cfg.model.tip_warmup_lr,
     maxTips: cfg.memory.top_k,
     bestLast: cfg.memory.tip_order === 'best_last',
+    credit: cfg.memory.step_credit,
     prompt: { history: cfg.prompt.history, showValidActions: cfg.prompt.show_valid_actions, system: cfg.prompt.system },
     seed: cfg.seed,
   };

@@ -1,0 +1,58 @@
+/**
+ * Tip writing through the trainer's memory runtime: one entry per step, scored by the episode's
+ * final score (reference) or by the points scored from that step on (memory.step_credit: to_go).
+ */
+import { describe, expect, it } from 'vitest';
+import { loadConfig } from '../config/load.ts';
+import { resolveAlgo } from '../config/schema.ts';
+import { HashedNgramEmbedder } from '../memory/hashed.ts';
+import { NoveltyList } from '../memory/novelty.ts';
+import { TrajectorySummaryReflector } from '../memory/reflector.ts';
+import { TipMemory } from '../memory/store.ts';
+import { MemoryRuntime } from './memory.ts';
+import type { Episode, StepRecord } from './rollout.ts';
+
+function step(observation: string, action: string, reward: number, score: number): StepRecord {
+  return { observation, prompt: [], tipSpan: null, response: [], logprobs: [], action, reward, score };
+}
+
+// Score 0 → 10 (battery seen) → 10 (a wasted step) → 35 (battery taken) → 35 (another wasted step).
+const episode: Episode = {
+  task: 'power',
+  variation: 0,
+  group: 0,
+  description: 'Find a battery, put it in the lamp and turn on the lamp.',
+  steps: [
+    step('You are in the hall. A red box is here.', 'open red box', 10, 10),
+    step('The red box holds a battery.', 'inventory', 0, 10),
+    step('You carry nothing. The red box holds a battery.', 'take battery', 25, 35),
+    step('You carry a battery.', 'look around', 0, 35),
+  ],
+  finalObservation: 'You are in the hall.',
+  score: 35,
+  success: false,
+};
+
+async function written(credit: 'final' | 'to_go') {
+  const cfg = loadConfig(null, ['algo.name=empo2', 'algo.p=1', 'memory.reflector=summary', `memory.step_credit=${credit}`, 'memory.dim=256']);
+  const embedder = new HashedNgramEmbedder({ dim: 256 });
+  const memory = new MemoryRuntime(cfg, resolveAlgo(cfg), embedder, new TrajectorySummaryReflector(), new TipMemory(256, { capacity: 100, threshold: 0.5, topK: 10 }), new NoveltyList(0.9));
+  expect(await memory.write([episode])).toBe(4);
+  // Oldest first, so entry t is step t.
+  return [...memory.tips.entries('power')].sort((a, b) => a.order - b.order);
+}
+
+describe('MemoryRuntime.write: step credit', () => {
+  it('final (reference): every step carries the final score', async () => {
+    const entries = await written('final');
+    expect(entries.map((e) => e.score)).toEqual([35, 35, 35, 35]);
+    expect(entries[1].text).toMatch(/The action you took was inventory; you finally scored 35\/100\.$/);
+  });
+
+  it('to_go: each step carries the points scored from it to the end, so steps after the last gain rank lowest', async () => {
+    const entries = await written('to_go');
+    expect(entries.map((e) => e.score)).toEqual([35, 25, 25, 0]);
+    expect(entries[2].text).toMatch(/The action you took was take battery; from that step on you scored 25\/100\.$/);
+    expect(entries[3].text).toMatch(/The action you took was look around; from that step on you scored 0\/100\.$/);
+  });
+});
