@@ -21,6 +21,7 @@ import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
 import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
+import { turnEventLoop } from '../util/event-loop.ts';
 import { summarise, stepTipText, type StepCredit, type Trajectory } from '../memory/reflector.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { saveModelDir } from '../policy/tfjs/checkpoint.ts';
@@ -181,6 +182,7 @@ export async function runTipWarmup(engine: PolicyEngine, examples: readonly Warm
         mask: x.response.map(() => 1),
       }));
       await engine.trainStep(seqs, objective, 1, s.lr);
+      await turnEventLoop();
       for (const lp of old) for (const v of lp) nll -= v;
       tokens += old.reduce((n, lp) => n + lp.length, 0);
       steps++;
@@ -234,6 +236,7 @@ export async function measureTipFollowing(engine: PolicyEngine, examples: readon
     }
     const batch = chunk.flatMap((x) => x.valid.map((a) => ({ prompt: x.prompt, response: [...engine.tokenizer.encode(a), end] })));
     const sums = (await engine.logprobs(batch)).map((lp) => lp.reduce((a, b) => a + b, 0));
+    await turnEventLoop();
     let k = 0;
     for (const x of chunk) {
       totals.push(sums.slice(k, k + x.valid.length));

@@ -8,6 +8,7 @@ import { appendFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { stringify as toYaml } from 'yaml';
 import { resolveAlgo, type Config } from '../config/schema.ts';
+import { turnEventLoop } from '../util/event-loop.ts';
 import { drawMode, usesMemory, type Mode } from '../algo/modes.ts';
 import { createEnv, environmentCorpus } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
@@ -298,9 +299,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
         `iter ${it}/${cfg.train.iterations}${algo.p > 0 ? ` [${describeModes(groupModes)}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
           `rollout ${((t1 - t0) / 1000).toFixed(1)}s (${rolloutTokPerS.toFixed(0)} tok/s) | update ${((t2 - t1) / 1000).toFixed(1)}s (${trainTokPerS.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`,
       );
-      // Signal handlers run only when the event loop turns; with an in-process environment every
-      // await above resolves as a microtask, so without this Ctrl-C would wait for the whole run.
-      await new Promise<void>((resolve) => setImmediate(resolve));
+      await turnEventLoop(); // so that Ctrl-C is seen between iterations
       const last = it === cfg.train.iterations;
       if (cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last) lastEval = await runEval(it);
       if (it % cfg.train.checkpoint_every === 0 || last || stopRequested) {
