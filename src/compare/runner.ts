@@ -302,7 +302,8 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
     if (state.checkpoint && existsSync(saved)) {
       // A larger train.iterations extends a run (the learning rate is constant, so continuing a
       // finished run equals training longer from the start); fewer than it already ran cannot be undone.
-      const diff = configDifferences(run.cfg, loadConfig(saved)).filter((d) => !d.startsWith('train.iterations:'));
+      const made = loadConfig(saved);
+      const diff = configDifferences({ ...run.cfg, train: { ...run.cfg.train, iterations: made.train.iterations } }, made);
       if (state.lastEvalIteration !== null && state.lastEvalIteration > run.cfg.train.iterations) {
         diff.push(`train.iterations: it already ran ${state.lastEvalIteration}, ${run.cfg.train.iterations} now`);
       }
