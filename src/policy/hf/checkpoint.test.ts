@@ -43,9 +43,20 @@ describe('config.json', () => {
     expect(parseHfConfig(noTheta).rope_theta).toBe(10000);
   });
 
+  it('reads scaled rotary embeddings from either generation (Llama 3.2 and Qwen2.5 long-context style)', () => {
+    const llama32 = { ...LLAMA_V4, max_position_embeddings: 131072, rope_scaling: { factor: 32.0, high_freq_factor: 4.0, low_freq_factor: 1.0, original_max_position_embeddings: 8192, rope_type: 'llama3' } };
+    expect(parseHfConfig(llama32).rope_scaling).toEqual({ rope_type: 'llama3', factor: 32, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 });
+    const qwenYarn = { ...QWEN_V5, rope_parameters: { rope_type: 'yarn', rope_theta: 1e6, factor: 4, original_max_position_embeddings: 32768 } };
+    expect(parseHfConfig(qwenYarn)).toMatchObject({ rope_theta: 1e6, rope_scaling: { rope_type: 'yarn', factor: 4, original_max_position_embeddings: 32768 } });
+    // A top-level original_max_position_embeddings wins, as in transformers.
+    expect(parseHfConfig({ ...qwenYarn, original_max_position_embeddings: 4096 }).rope_scaling).toMatchObject({ original_max_position_embeddings: 4096 });
+    expect(parseHfConfig(QWEN_V5).rope_scaling).toBeUndefined();
+  });
+
   const refusals: [string, Record<string, unknown>, string][] = [
-    ['Llama 3.1 rope scaling', { ...LLAMA_V4, rope_scaling: { rope_type: 'llama3', factor: 8 } }, '"rope_scaling" ("llama3") is not implemented'],
-    ['YaRN in rope_parameters', { ...QWEN_V5, rope_parameters: { rope_type: 'yarn', rope_theta: 1e6, factor: 4 } }, '"rope_parameters.rope_type" is "yarn"'],
+    ['dynamic NTK rope scaling', { ...LLAMA_V4, rope_scaling: { type: 'dynamic', factor: 2 } }, '"rope_scaling" rope_type "dynamic" is not implemented'],
+    ['a llama3 entry without its band', { ...LLAMA_V4, rope_scaling: { rope_type: 'llama3', factor: 8 } }, '"rope_scaling.low_freq_factor" must be a positive number'],
+    ['rope_parameters per attention type', { ...QWEN_V5, rope_parameters: { full_attention: { rope_type: 'default', rope_theta: 1e6 } } }, '"rope_parameters" is nested by attention type'],
     ['partial rotary', { ...QWEN_V5, rope_parameters: { rope_type: 'default', rope_theta: 1e6, partial_rotary_factor: 0.5 } }, '"rope_parameters.partial_rotary_factor"'],
     ['sliding window', { ...QWEN_V5, use_sliding_window: true }, '"use_sliding_window" is true'],
     ['a sliding layer', { ...QWEN_V5, layer_types: ['full_attention', 'sliding_attention'] }, '"layer_types"[1] is "sliding_attention"'],
@@ -146,6 +157,17 @@ describe('model directories', () => {
     f32.dispose();
   });
 
+  it('a model with scaled rotary embeddings saves and loads with its scaling (same logits)', async () => {
+    const scaled = new Qwen2Model({ ...model.config, rope_scaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 16 } }, model.params);
+    const d = tempDir();
+    await saveModelDir(d, scaled, tokenizer);
+    const loaded = loadModelDir(d).model;
+    expect(loaded.config.rope_scaling).toEqual(scaled.config.rope_scaling);
+    expect(logits(loaded)).toEqual(logits(scaled));
+    expect(logits(loaded)).not.toEqual(logits(model));
+    loaded.dispose();
+  });
+
   it('a missing tensor names the index; a truncated shard names the shard; an integer weight names file and tensor', () => {
     const d = shard(single, 'F32');
     const indexPath = join(d, 'model.safetensors.index.json');
@@ -190,7 +212,7 @@ describe('model directories', () => {
     const d = tempDir();
     for (const f of ['config.json', 'tokenizer.json', 'model.safetensors']) copyFileSync(join(single, f), join(d, f));
     const cfg = JSON.parse(readFileSync(join(d, 'config.json'), 'utf8'));
-    writeFileSync(join(d, 'config.json'), JSON.stringify({ ...cfg, rope_scaling: { type: 'linear', factor: 2 } }));
-    expect(() => loadModelDir(d)).toThrow(`${join(d, 'config.json')}: "rope_scaling" ("linear") is not implemented`);
+    writeFileSync(join(d, 'config.json'), JSON.stringify({ ...cfg, rope_scaling: { type: 'dynamic', factor: 2 } }));
+    expect(() => loadModelDir(d)).toThrow(`${join(d, 'config.json')}: "rope_scaling" rope_type "dynamic" is not implemented`);
   });
 });

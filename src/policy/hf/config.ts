@@ -2,13 +2,14 @@
  * Reads a Hugging Face `config.json` of the Qwen2 / Qwen2.5 or Llama family into our ModelConfig.
  *
  * Both config generations are accepted: transformers 4 writes `rope_theta` (+ `rope_scaling`),
- * transformers 5 writes `rope_parameters`. Anything the model code does not implement (scaled or
- * partial rotary embeddings, sliding-window attention, an activation other than SiLU, attention
+ * transformers 5 writes `rope_parameters`. Anything the model code does not implement (partial
+ * rotary embeddings, length-dependent rotary scaling, sliding-window attention, an activation other than SiLU, attention
  * dropout, quantised weights) is refused with the offending field named, because silently
  * ignoring it would give a model that loads and then computes something other than the checkpoint.
  */
 import type { ModelConfig } from '../tfjs/qwen2.ts';
 import { validateConfig } from '../tfjs/qwen2.ts';
+import { parseRopeScaling, type RopeScaling } from '../tfjs/rope.ts';
 
 const ARCHITECTURES: Record<ModelConfig['model_type'], string> = {
   qwen2: 'Qwen2ForCausalLM',
@@ -26,32 +27,41 @@ type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
- * The rotary base from either config generation, refusing any scaling we do not compute.
- * `default` is the only rope_type implemented; a null/absent rope_scaling means the same.
+ * The rotary base and scaling from either config generation. Unscaled ("default"), linear,
+ * llama3 and YaRN rotary embeddings are computed (rope.ts); anything else is refused.
+ * As in transformers, a non-null `rope_scaling` takes precedence over `rope_parameters`.
  */
-function ropeTheta(raw: Json, where: string, fallback: number): number {
+function rope(raw: Json, where: string, fallbackTheta: number, maxPositions: number): { theta: number; scaling: RopeScaling | null } {
   let theta: unknown = raw.rope_theta;
+  // transformers prefers a top-level original_max_position_embeddings (Phi-3 style) to the entry's own.
+  const topContext = typeof raw.original_max_position_embeddings === 'number' ? raw.original_max_position_embeddings : undefined;
+  const readScaling = (entry: Json, key: string): RopeScaling | null => {
+    const scaling = parseRopeScaling(entry, key, where, topContext ?? maxPositions, maxPositions);
+    if (scaling && topContext !== undefined && 'original_max_position_embeddings' in scaling) scaling.original_max_position_embeddings = topContext;
+    return scaling;
+  };
+  let scaling: RopeScaling | null = null;
   const params = raw.rope_parameters;
   if (params !== undefined && params !== null) {
     if (!isObject(params)) throw new Error(`${where}: "rope_parameters" must be an object (got ${JSON.stringify(params)})`);
     // transformers 5 allows one entry per attention type; we only have full attention.
-    const type = params.rope_type ?? params.type ?? 'default';
-    if (type !== 'default') throw new Error(`${where}: "rope_parameters.rope_type" is ${JSON.stringify(type)}; only "default" rotary embeddings are implemented`);
+    if (isObject(params.full_attention)) throw new Error(`${where}: "rope_parameters" is nested by attention type; only one global entry is implemented`);
     const partial = params.partial_rotary_factor;
     if (partial !== undefined && partial !== null && partial !== 1) throw new Error(`${where}: "rope_parameters.partial_rotary_factor" ${JSON.stringify(partial)} is not implemented (only 1)`);
     if (params.rope_theta !== undefined) theta = params.rope_theta;
+    scaling = readScaling(params, 'rope_parameters');
   }
-  const scaling = raw.rope_scaling;
-  if (scaling !== undefined && scaling !== null) {
-    const type = isObject(scaling) ? (scaling.rope_type ?? scaling.type) : scaling;
-    if (type !== 'default') throw new Error(`${where}: "rope_scaling" (${JSON.stringify(type)}) is not implemented; only unscaled ("default") rotary embeddings are`);
+  const legacy = raw.rope_scaling;
+  if (legacy !== undefined && legacy !== null) {
+    if (!isObject(legacy)) throw new Error(`${where}: "rope_scaling" must be an object or null (got ${JSON.stringify(legacy)})`);
+    scaling = readScaling(legacy, 'rope_scaling');
   }
   if (raw.partial_rotary_factor !== undefined && raw.partial_rotary_factor !== null && raw.partial_rotary_factor !== 1) {
     throw new Error(`${where}: "partial_rotary_factor" ${JSON.stringify(raw.partial_rotary_factor)} is not implemented (only 1)`);
   }
-  if (theta === undefined) return fallback;
+  if (theta === undefined) return { theta: fallbackTheta, scaling };
   if (typeof theta !== 'number' || !(theta > 0)) throw new Error(`${where}: "rope_theta" must be a positive number (got ${JSON.stringify(theta)})`);
-  return theta;
+  return { theta, scaling };
 }
 
 /** Parses a config.json object; `where` (the file path) prefixes every error. */
@@ -96,6 +106,8 @@ export function parseHfConfig(raw: unknown, where = 'config.json'): ModelConfig 
     return v;
   };
   const defaults = DEFAULTS[modelType];
+  const maxPositions = number('max_position_embeddings', defaults.max_position_embeddings);
+  const rotary = rope(raw, where, defaults.rope_theta, maxPositions);
   const config: ModelConfig = {
     model_type: modelType,
     architectures: [ARCHITECTURES[modelType]],
@@ -106,11 +118,12 @@ export function parseHfConfig(raw: unknown, where = 'config.json'): ModelConfig 
     num_attention_heads: number('num_attention_heads'),
     // transformers' default: as many key/value heads as query heads (plain multi-head attention).
     num_key_value_heads: number('num_key_value_heads', raw.num_attention_heads as number),
-    max_position_embeddings: number('max_position_embeddings', defaults.max_position_embeddings),
+    max_position_embeddings: maxPositions,
     rms_norm_eps: number('rms_norm_eps', defaults.rms_norm_eps),
-    rope_theta: ropeTheta(raw, where, defaults.rope_theta),
+    rope_theta: rotary.theta,
     tie_word_embeddings: optionalBool('tie_word_embeddings'),
   };
+  if (rotary.scaling) config.rope_scaling = rotary.scaling;
   if (raw.head_dim !== undefined && raw.head_dim !== null) config.head_dim = number('head_dim');
   if (modelType === 'llama') {
     config.attention_bias = optionalBool('attention_bias');

@@ -1,7 +1,7 @@
 /**
  * Hugging Face interoperability against PyTorch: checkpoints made by `transformers` (Qwen2 tied,
  * Llama untied with GQA 4:1, head_dim ≠ hidden/heads, attention and MLP biases; fp32 single file,
- * fp32 sharded, bf16, fp16 sharded) give the same logits and log-probs in our engine; chat
+ * fp32 sharded, bf16, fp16 sharded; llama3, YaRN and linear rotary scaling) give the same logits and log-probs in our engine; chat
  * templates render as `apply_chat_template` does; LoRA adapters cross between PEFT and our engine.
  *
  * Tolerance, for every dtype: |ours − reference| ≤ 1e-4 · max(1, |reference|) per element. For
@@ -17,7 +17,7 @@ import { initBackend, tf } from '../tfjs/backend.ts';
 import { loadModelDir } from '../tfjs/checkpoint.ts';
 import { TfjsEngine, type EngineOptions } from '../tfjs/engine.ts';
 import { saveLoraAdapter } from '../tfjs/lora.ts';
-import type { Qwen2Model } from '../tfjs/qwen2.ts';
+import { Qwen2Model } from '../tfjs/qwen2.ts';
 import { readSafetensorsHeader } from '../safetensors.ts';
 import type { ObjectiveConfig } from '../../algo/objective.ts';
 import { ChatTemplate, renderChatTemplate, type ChatMessage } from '../chat-template.ts';
@@ -32,7 +32,8 @@ interface Outputs {
 }
 interface Reference {
   sequences: number[][];
-  models: Record<string, Outputs & { dir: string; files: string[] }>;
+  long_sequences: number[][];
+  models: Record<string, Outputs & { dir: string; files: string[]; rope_type?: string }>;
   chat: Record<string, { messages: ChatMessage[]; add_generation_prompt: boolean; tools?: unknown[]; text: string }[]>;
   peft_adapter: Outputs & { dir: string; base: string };
 }
@@ -105,6 +106,28 @@ describe.skipIf(!gate.available)(`Hugging Face checkpoints, chat templates and P
       const engine = engineFor(model, tokenizer);
       const lp = await engine.logprobs(ref.sequences.map((s) => ({ prompt: s.slice(0, 1), response: s.slice(1) })));
       expect(worstRelative(lp, m.logprobs)).toBeLessThan(TOL);
+      engine.dispose();
+    });
+  }
+
+  const scaledRope: [string, string][] = [
+    ['llama-rope-llama3', 'llama3'],
+    ['qwen2-rope-yarn', 'yarn'],
+    ['llama-rope-linear-v4', 'linear'],
+  ];
+  for (const [name, ropeType] of scaledRope) {
+    it(`${name}: ${ropeType}-scaled rotary embeddings give transformers' logits and log-probs past the original context`, async () => {
+      const m = ref.models[name];
+      expect(m.rope_type).toBe(ropeType);
+      const { model, tokenizer } = loadModelDir(m.dir);
+      expect(model.config.rope_scaling?.rope_type).toBe(ropeType);
+      expect(worstRelative(sequenceLogits(model, ref.long_sequences), m.logits)).toBeLessThan(TOL);
+      const engine = engineFor(model, tokenizer);
+      const lp = await engine.logprobs(ref.long_sequences.map((s) => ({ prompt: s.slice(0, 1), response: s.slice(1) })));
+      expect(worstRelative(lp, m.logprobs)).toBeLessThan(TOL);
+      // The same weights without the scaling are far off, so the comparison above tests the scaling.
+      const unscaled = new Qwen2Model({ ...model.config, rope_scaling: null }, model.params);
+      expect(worstRelative(sequenceLogits(unscaled, ref.long_sequences), m.logits)).toBeGreaterThan(100 * TOL);
       engine.dispose();
     });
   }

@@ -213,6 +213,40 @@ def build(out):
         reloaded = AutoModelForCausalLM.from_pretrained(d, dtype=dtype).float().eval()
         ref['models'][name] = {'dir': d, 'files': sorted(os.listdir(d)), **outputs(reloaded, sequences)}
 
+    # Scaled rotary embeddings, scored on sequences longer than the "original" context (32) they
+    # extend: llama3 and YaRN as transformers 5 writes them (rope_parameters), linear in the
+    # transformers 4 form (rope_theta + rope_scaling) that most checkpoints on the Hub still carry.
+    ref['long_sequences'] = [torch.randint(0, 300, (n,), generator=gen).tolist() for n in (40, 64)]
+    scaled = [
+        ('llama-rope-llama3', LlamaForCausalLM, LlamaConfig, 21, dict(head_dim=16, intermediate_size=48, num_key_value_heads=1),
+         {'rope_type': 'llama3', 'rope_theta': 10000.0, 'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'original_max_position_embeddings': 32}, None),
+        ('qwen2-rope-yarn', Qwen2ForCausalLM, Qwen2Config, 22, dict(intermediate_size=64, num_key_value_heads=2),
+         {'rope_type': 'yarn', 'rope_theta': 10000.0, 'factor': 4.0, 'original_max_position_embeddings': 32}, None),
+        ('llama-rope-linear-v4', LlamaForCausalLM, LlamaConfig, 23, dict(head_dim=16, intermediate_size=48, num_key_value_heads=2),
+         {'rope_type': 'default', 'rope_theta': 10000.0}, {'type': 'linear', 'factor': 2.0}),
+    ]
+    for name, model_cls, config_cls, seed, extra, rope, legacy in scaled:
+        model = model_cls(config_cls(
+            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, tie_word_embeddings=False,
+            rms_norm_eps=1e-5, max_position_embeddings=128, rope_parameters=rope, bos_token_id=None, eos_token_id=0, **extra,
+        )).float().eval()
+        perturb(model, seed)
+        d = os.path.join(out, name)
+        model.save_pretrained(d, safe_serialization=True)
+        if legacy is not None:
+            with open(os.path.join(d, 'config.json')) as f:
+                cfg = json.load(f)
+            cfg['rope_theta'] = cfg.pop('rope_parameters')['rope_theta']
+            cfg['rope_scaling'] = legacy
+            with open(os.path.join(d, 'config.json'), 'w') as f:
+                json.dump(cfg, f, indent=2)
+        save_tokenizer_files(tok_json, d, CHATML, None, '<|im_end|>', False)
+        reloaded = AutoModelForCausalLM.from_pretrained(d).float().eval()
+        # The checkpoint really carries the scaling it is named after, as transformers reads it.
+        rope_type = reloaded.config.rope_parameters['rope_type']
+        assert rope_type == (legacy or rope).get('type', (legacy or rope).get('rope_type')), (name, reloaded.config.rope_parameters)
+        ref['models'][name] = {'dir': d, 'files': sorted(os.listdir(d)), 'rope_type': rope_type, **outputs(reloaded, ref['long_sequences'])}
+
     ref['chat']['qwen2-fp32'] = renders(os.path.join(out, 'qwen2-fp32'), CHATS, CHATML_TOOL_CHAT)
     ref['chat']['qwen2-bf16'] = renders(os.path.join(out, 'qwen2-bf16'), CHATS[:1])
     ref['chat']['llama-fp32-sharded'] = renders(os.path.join(out, 'llama-fp32-sharded'), CHATS)

@@ -8,6 +8,7 @@
  */
 import { tf } from './backend.ts';
 import { LoraAdapters, type LoraConfig } from './lora.ts';
+import { rotaryFrequencies, type RopeScaling } from './rope.ts';
 
 export interface ModelConfig {
   model_type: 'qwen2' | 'llama';
@@ -20,6 +21,8 @@ export interface ModelConfig {
   max_position_embeddings: number;
   rms_norm_eps: number;
   rope_theta: number;
+  /** Context-extension scaling of the rotary embeddings (transformers 4's `rope_scaling`); absent = unscaled. */
+  rope_scaling?: RopeScaling | null;
   tie_word_embeddings: boolean;
   /** Llama only: bias on q/k/v/o projections. Qwen2 always has q/k/v bias and no o bias. */
   attention_bias?: boolean;
@@ -107,16 +110,16 @@ export class Qwen2Model {
    */
   training = false;
   private readonly invFreq: tf.Tensor1D;
+  private readonly rotaryScaling: number;
 
   constructor(config: ModelConfig, params: Map<string, tf.Variable>, options: ModelOptions = {}) {
     validateConfig(config);
     this.config = config;
     this.params = params;
     if (options.lora) this.attachLora(options.lora, options.loraSeed ?? 0);
-    const hd = headDim(config);
-    const freqs = new Float32Array(hd / 2);
-    for (let i = 0; i < hd / 2; i++) freqs[i] = 1 / Math.pow(config.rope_theta, (2 * i) / hd);
-    this.invFreq = tf.keep(tf.tensor1d(freqs));
+    const rotary = rotaryFrequencies(config.rope_theta, headDim(config), config.rope_scaling);
+    this.invFreq = tf.keep(tf.tensor1d(rotary.invFreq));
+    this.rotaryScaling = rotary.attentionScaling;
   }
 
   /** Fresh weights: normal(0, initializer_range) for matrices, ones for norms, zeros for biases. */
@@ -215,7 +218,8 @@ export class Qwen2Model {
   private rotary(positions: tf.Tensor2D): [tf.Tensor, tf.Tensor] {
     const angles = positions.toFloat().expandDims(-1).mul(this.invFreq); // [B,T,hd/2]
     const full = tf.concat([angles, angles], -1).expandDims(2);
-    return [full.cos(), full.sin()];
+    if (this.rotaryScaling === 1) return [full.cos(), full.sin()];
+    return [full.cos().mul(this.rotaryScaling), full.sin().mul(this.rotaryScaling)];
   }
 
   private applyRotary(x: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor): tf.Tensor {
