@@ -15,6 +15,7 @@ export const EnvSchema = strict({
   eval_variations: z.number().int().positive().default(10).describe('evaluate on the first K variations of each task in eval_split'),
   max_steps: z.number().int().positive().nullable().default(null).describe("episode step limit (null: the environment's per-task limit)"),
   options: z.record(z.string(), z.unknown()).default({}).describe('extra options passed to the environment factory'),
+  max_instances: z.number().int().positive().nullable().default(null).describe('most environment instances open at once; larger batches run in chunks of this size (null: one per episode of a batch; ScienceWorld runs one simulator process per instance)'),
 });
 
 export const TorchSchema = strict({

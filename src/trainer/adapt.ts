@@ -12,7 +12,7 @@ import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { MemoryRuntime } from './memory.ts';
-import { rolloutSettings, runEpisodes, type RolloutJob } from './rollout.ts';
+import { environmentCount, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
 
 export interface AdaptOptions {
   task: string;
@@ -51,7 +51,7 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
   }
   const variations = probe.variations(o.task, o.split).slice(0, o.variations);
   const envs: Env[] = [probe];
-  while (envs.length < variations.length) envs.push(await createEnv({ ...cfg.env, tasks: null }));
+  while (envs.length < environmentCount(cfg, variations.length)) envs.push(await createEnv({ ...cfg.env, tasks: null }));
   const jobs: RolloutJob[] = variations.map((variation, i) => ({ task: o.task, variation, group: i }));
   mkdirSync(o.outDir, { recursive: true });
   log(`adapt: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, memory on (${memory.embedder.name}, ${memory.reflector.name} reflector, top ${cfg.memory.top_k})`);
@@ -69,7 +69,7 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
       };
       // Same sampling seed every trial by default: score changes then come from the memory, not from a luckier draw.
       const seed = 424_242 + cfg.seed + (o.sameSeed === false ? 7919 * trial : 0);
-      const { episodes } = await runEpisodes(envs, engine, jobs, rolloutSettings(cfg, true, seed), { tips: counted, uses: () => true });
+      const { episodes } = await runEpisodesInChunks(envs, engine, jobs, (start) => rolloutSettings(cfg, true, seed + start), { tips: counted, uses: () => true });
       await memory.write(episodes);
       const scores = episodes.map((e) => e.score);
       const r: TrialResult = {

@@ -4,6 +4,7 @@ import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { evaluate, formatEvalTable } from './evaluate.ts';
+import { environmentCount } from './rollout.ts';
 import { createEngine } from './trainer.ts';
 
 export async function evaluateModelDir(dir: string, cfg: Config): Promise<void> {
@@ -12,7 +13,7 @@ export async function evaluateModelDir(dir: string, cfg: Config): Promise<void> 
   const probe = await createEnv(cfg.env);
   const tasks = cfg.env.tasks ?? probe.tasks();
   const envs: Env[] = [probe];
-  while (envs.length < tasks.length * cfg.env.eval_variations) envs.push(await createEnv(cfg.env));
+  while (envs.length < environmentCount(cfg, tasks.length * cfg.env.eval_variations)) envs.push(await createEnv(cfg.env));
   const result = await evaluate(engine, envs, tasks, cfg, 0);
   console.log(formatEvalTable(result, null).replace(/iter 0/g, 'checkpoint'));
   await Promise.all(envs.map((e) => e.close()));

@@ -5,7 +5,7 @@
 import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import { rolloutSettings, runEpisodes, type RolloutJob, type TipSource } from './rollout.ts';
+import { rolloutSettings, runEpisodesInChunks, type RolloutJob, type TipSource } from './rollout.ts';
 
 export interface TaskResult {
   task: string;
@@ -34,19 +34,15 @@ export async function evaluate(
     for (const variation of envs[0].variations(task, cfg.env.eval_split).slice(0, cfg.env.eval_variations)) jobs.push({ task, variation, group: jobs.length });
   }
   const perTask: TaskResult[] = [];
-  let envSteps = 0;
   const scores = new Map<string, number[]>();
   const successes = new Map<string, number>();
   // Seeded apart from training so evaluation never replays a training draw.
-  for (let start = 0; start < jobs.length; start += envs.length) {
-    const chunk = jobs.slice(start, start + envs.length);
-    const withTips = memory ? { tips: memory.tipSource(), uses: () => true } : undefined;
-    const { episodes, stats } = await runEpisodes(envs, engine, chunk, rolloutSettings(cfg, true, 777_777 + cfg.seed + start), withTips);
-    envSteps += stats.envSteps;
-    for (const e of episodes) {
-      scores.set(e.task, [...(scores.get(e.task) ?? []), e.score]);
-      successes.set(e.task, (successes.get(e.task) ?? 0) + (e.success ? 1 : 0));
-    }
+  const withTips = memory ? { tips: memory.tipSource(), uses: () => true } : undefined;
+  const { episodes, stats } = await runEpisodesInChunks(envs, engine, jobs, (start) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start), withTips);
+  const envSteps = stats.envSteps;
+  for (const e of episodes) {
+    scores.set(e.task, [...(scores.get(e.task) ?? []), e.score]);
+    successes.set(e.task, (successes.get(e.task) ?? 0) + (e.success ? 1 : 0));
   }
   for (const task of tasks) {
     const s = scores.get(task) ?? [];

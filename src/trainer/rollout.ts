@@ -154,6 +154,41 @@ export async function runEpisodes(
   return { episodes, stats };
 }
 
+/**
+ * Runs more episodes than there are environments: consecutive chunks of `envs.length` jobs, each a
+ * lockstep batch of its own sampled with `settingsFor(start)` (start = the chunk's first job).
+ * Episode indices given to the memory and the order of the returned episodes are positions in
+ * `jobs`, so callers' per-episode choices do not depend on the chunking. Bounding live environments
+ * matters for simulators that are processes (ScienceWorld: one JVM each).
+ */
+export async function runEpisodesInChunks(
+  envs: Env[],
+  engine: PolicyEngine,
+  jobs: RolloutJob[],
+  settingsFor: (start: number) => RolloutSettings,
+  memory?: { tips: TipSource; uses: (episode: number) => boolean },
+): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
+  if (envs.length === 0) throw new Error('runEpisodesInChunks: no environments');
+  const episodes: Episode[] = [];
+  const stats: RolloutStats = { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0, memorySeconds: 0 };
+  for (let start = 0; start < jobs.length; start += envs.length) {
+    const chunk = jobs.slice(start, start + envs.length);
+    const shifted = memory && {
+      tips: (queries: Parameters<TipSource>[0]) => memory.tips(queries.map((q) => ({ ...q, episode: q.episode + start }))),
+      uses: (episode: number) => memory.uses(episode + start),
+    };
+    const part = await runEpisodes(envs, engine, chunk, settingsFor(start), shifted);
+    episodes.push(...part.episodes);
+    for (const key of Object.keys(stats) as (keyof RolloutStats)[]) stats[key] += part.stats[key];
+  }
+  return { episodes, stats };
+}
+
+/** How many environment instances to keep open for batches of `wanted` episodes (env.max_instances caps it). */
+export function environmentCount(cfg: Config, wanted: number): number {
+  return Math.max(1, Math.min(wanted, cfg.env.max_instances ?? wanted));
+}
+
 export function rolloutSettings(cfg: Config, evaluation: boolean, seed: number): RolloutSettings {
   return {
     prompt: { history: cfg.prompt.history, showValidActions: cfg.prompt.show_valid_actions, system: cfg.prompt.system },

@@ -159,6 +159,17 @@ describe('train() end to end', () => {
     expect([...w2].some(([k, x]) => x.some((v, i) => v !== w3.get(k)![i]))).toBe(true);
   });
 
+  it('with env.max_instances 2 (below the group of 3) the rollouts run in chunks and the run trains as usual', async () => {
+    const dir = join(root, 'capped');
+    const cfg = { ...tinyConfig(dir, 1), env: { ...tinyConfig(dir, 1).env, max_instances: 2 } };
+    const result = await train(cfg, { resume: false, log: () => {} });
+    expect(result.iterations).toBe(1);
+    const line = metrics(dir).find((x) => x.type === 'train')!;
+    expect(line.env_steps as number).toBeGreaterThanOrEqual(3); // all three episodes ran
+    expect(line.env_steps as number).toBeLessThanOrEqual(18);
+    expect(typeof line.mean_score).toBe('number');
+  });
+
   it('refuses to start a fresh run in a run_dir that already holds one', async () => {
     await expect(train(tinyConfig(runDir, 5), { resume: false, log: () => {} })).rejects.toThrow(`${runDir} already holds a run; use --resume`);
   });

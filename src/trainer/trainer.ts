@@ -26,7 +26,7 @@ import { latestCheckpoint, loadCheckpoint, loadTrainerState, saveCheckpoint, typ
 import { grpoUpdate } from './grpo.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { IM_END, END_OF_TEXT, endTokenIds } from './prompt.ts';
-import { rolloutSettings, runEpisodes, type RolloutJob } from './rollout.ts';
+import { environmentCount, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
 import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
 
 export interface TrainOptions {
@@ -186,7 +186,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const trainVariations = new Map(tasks.map((t) => [t, probe.variations(t, 'train').slice(0, cfg.env.train_variations ?? undefined)]));
   const batchSize = cfg.rollout.tasks_per_batch * cfg.rollout.group_size;
   const envs: Env[] = [probe];
-  while (envs.length < Math.max(batchSize, tasks.length * cfg.env.eval_variations)) envs.push(await createEnv(cfg.env));
+  while (envs.length < environmentCount(cfg, Math.max(batchSize, tasks.length * cfg.env.eval_variations))) envs.push(await createEnv(cfg.env));
 
   if (!resumeFrom && cfg.model.tip_warmup_examples > 0) {
     const ws = tipWarmupSettings(cfg);
@@ -249,7 +249,8 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       }
       const modes = jobs.map((j) => groupModes[j.group]);
       const withTips = memory && modes.some(usesMemory) ? { tips: memory.tipSource(), uses: (i: number) => usesMemory(modes[i]) } : undefined;
-      const { episodes, stats } = await runEpisodes(envs, rolloutEngine, jobs, rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it), withTips);
+      // Chunks after the first (env.max_instances < batch) get seeds of their own.
+      const { episodes, stats } = await runEpisodesInChunks(envs, rolloutEngine, jobs, (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start), withTips);
       const t1 = performance.now();
       const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
       const update = await grpoUpdate(

@@ -1,0 +1,75 @@
+/**
+ * Rollouts in chunks (env.max_instances below the batch size): every job still gets its episode,
+ * in job order, with the same result as one batch when the policy is deterministic; the memory
+ * sees episode indices of the whole batch; no policy call batches more episodes than there are
+ * environments. The policy is a deterministic stand-in (a valid action picked from a hash of the
+ * prompt), because what is tested is the bookkeeping around it, not sampling.
+ */
+import { describe, expect, it } from 'vitest';
+import { loadConfig } from '../config/load.ts';
+import { createEnv } from '../envs/index.ts';
+import type { Env } from '../envs/types.ts';
+import type { GenerateOptions, Generation, PolicyEngine } from '../policy/types.ts';
+import { environmentCount, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
+
+const cfg = loadConfig(null, ['env.tasks=[fetch,power]', 'env.max_steps=5', 'rollout.constrained=true']);
+
+class HashPolicy {
+  readonly batchSizes: number[] = [];
+  readonly tokenizer = { encode: (text: string) => [...Buffer.from(text, 'utf8')] };
+  async generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]> {
+    this.batchSizes.push(prompts.length);
+    return prompts.map((p, i) => {
+      const valid = opts.allowedTexts![i];
+      const text = valid[p.reduce((a, b) => (a * 31 + b) % 1_000_003, 7) % valid.length];
+      return { tokens: [1, 2], logprobs: [-0.1, -0.2], text, finish: 'stop' };
+    });
+  }
+}
+
+async function envs(n: number): Promise<Env[]> {
+  return Promise.all(Array.from({ length: n }, () => createEnv(cfg.env)));
+}
+
+const jobs: RolloutJob[] = [0, 1, 2, 3, 4].map((k) => ({ task: k % 2 ? 'power' : 'fetch', variation: k, group: k }));
+const settings = () => rolloutSettings(cfg, false, 5);
+
+describe('runEpisodesInChunks', () => {
+  it('runs 5 jobs on 2 environments in job order, batching at most 2 episodes, with the results of one 5-wide batch', async () => {
+    const chunkedPolicy = new HashPolicy();
+    const chunked = await runEpisodesInChunks(await envs(2), chunkedPolicy as unknown as PolicyEngine, jobs, settings);
+    const widePolicy = new HashPolicy();
+    const wide = await runEpisodesInChunks(await envs(5), widePolicy as unknown as PolicyEngine, jobs, settings);
+    expect(chunked.episodes.map((e) => [e.task, e.variation, e.group])).toEqual(jobs.map((j) => [j.task, j.variation, j.group]));
+    expect(Math.max(...chunkedPolicy.batchSizes)).toBe(2);
+    expect(Math.max(...widePolicy.batchSizes)).toBe(5);
+    expect(chunked.episodes.map((e) => e.steps.map((s) => s.action))).toEqual(wide.episodes.map((e) => e.steps.map((s) => s.action)));
+    expect(chunked.episodes.map((e) => e.score)).toEqual(wide.episodes.map((e) => e.score));
+    const steps = chunked.episodes.reduce((a, e) => a + e.steps.length, 0);
+    expect(chunked.stats.envSteps).toBe(steps);
+    expect(chunked.stats.generatedTokens).toBe(2 * steps);
+  });
+
+  it('gives the memory indices of the whole batch and seeds each chunk from its first job', async () => {
+    const asked = new Set<number>();
+    const usesAsked = new Set<number>();
+    const memory = {
+      uses: (i: number) => {
+        usesAsked.add(i);
+        return i % 2 === 0;
+      },
+      tips: async (queries: { episode: number }[]) => queries.map((q) => (asked.add(q.episode), [])),
+    };
+    const seeds: number[] = [];
+    await runEpisodesInChunks(await envs(2), new HashPolicy() as unknown as PolicyEngine, jobs, (start) => (seeds.push(start), settings()), memory);
+    expect([...usesAsked].sort()).toEqual([0, 1, 2, 3, 4]);
+    expect([...asked].sort()).toEqual([0, 2, 4]);
+    expect(seeds).toEqual([0, 2, 4]);
+  });
+
+  it('environmentCount caps the instances at env.max_instances and leaves them uncapped by default', () => {
+    expect(environmentCount(cfg, 32)).toBe(32);
+    expect(environmentCount({ ...cfg, env: { ...cfg.env, max_instances: 8 } }, 32)).toBe(8);
+    expect(environmentCount({ ...cfg, env: { ...cfg.env, max_instances: 64 } }, 32)).toBe(32);
+  });
+});
