@@ -20,7 +20,7 @@ class HashPolicy {
   async generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]> {
     this.batchSizes.push(prompts.length);
     return prompts.map((p, i) => {
-      const valid = opts.allowedTexts![i];
+      const valid = opts.allowedTexts![i] ?? ['look around'];
       const text = valid[p.reduce((a, b) => (a * 31 + b) % 1_000_003, 7) % valid.length];
       return { tokens: [1, 2], logprobs: [-0.1, -0.2], text, finish: 'stop' };
     });
