@@ -3,8 +3,8 @@
  *
  * Both config generations are accepted: transformers 4 writes `rope_theta` (+ `rope_scaling`),
  * transformers 5 writes `rope_parameters`. Anything the model code does not implement (partial
- * rotary embeddings, length-dependent rotary scaling, sliding-window attention, an activation other than SiLU, attention
- * dropout, quantised weights) is refused with the offending field named, because silently
+ * rotary embeddings, length-dependent rotary scaling, sliding-window attention, an activation
+ * other than SiLU, attention dropout, quantised weights) is refused with the offending field named, because silently
  * ignoring it would give a model that loads and then computes something other than the checkpoint.
  */
 import type { ModelConfig } from '../tfjs/qwen2.ts';
