@@ -111,7 +111,7 @@ export const MemorySchema = strict({
   reflector: z.enum(['auto', 'summary', 'policy']).default('auto').describe('tip writer: the policy reflects (paper), a trajectory summary, or auto (policy for a model.path, summary for the tiny default)'),
   reflection_max_tokens: z.number().int().positive().default(128).describe('policy reflector: maximum tokens of a tip'),
   per_step_entries: z.boolean().default(true).describe('store one entry per step with its action and the final score (reference) instead of one per episode keyed by the final state'),
-  step_credit: z.enum(['final', 'to_go']).default('final').describe("per-step entries: score each action by the episode's final score (reference) or by the points scored from that step on (step-level credit, for a small model that copies the best tip)"),
+  step_credit: z.enum(['final', 'to_go', 'gain']).default('final').describe("per-step entries: score each action by the episode's final score (reference), by the points scored from that step on (to_go), or by the points that step scored (gain); step-level credit is for a small model that copies the best tip"),
 });
 
 export const OptimSchema = strict({

@@ -107,16 +107,24 @@ export function reflectionPrompt(t: Trajectory, historySteps: number): string {
 }
 
 /**
- * How a per-step entry credits its action: the episode's final score (reference), or the points
- * scored from that step to the end, so that actions which led nowhere in a good episode rank low.
+ * How a per-step entry credits its action: the episode's final score (reference), the points
+ * scored from that step to the end (`to_go`), so that actions which led nowhere in a good episode
+ * rank low, or only the points that step itself scored (`gain`), so that only scoring actions rank high.
  */
-export type StepCredit = 'final' | 'to_go';
+export type StepCredit = 'final' | 'to_go' | 'gain';
 
 /** The per-step entry of the reference: the tip, the action taken at that step and its score (`credit` says which). */
 export function stepTipText(tip: string, action: string, score: number, credit: StepCredit = 'final'): string {
-  return credit === 'final'
-    ? `${tip} The action you took was ${action}; you finally scored ${fmt(score)}/100.`
-    : `${tip} The action you took was ${action}; from that step on you scored ${fmt(score)}/100.`;
+  const taken = `${tip} The action you took was ${action};`;
+  switch (credit) {
+    case 'final':
+      return `${taken} you finally scored ${fmt(score)}/100.`;
+    case 'to_go':
+      return `${taken} from that step on you scored ${fmt(score)}/100.`;
+    case 'gain':
+      if (score === 0) return `${taken} it did not change your score.`;
+      return `${taken} it ${score > 0 ? 'raised' : 'lowered'} your score by ${fmt(Math.abs(score))} points.`;
+  }
 }
 
 function limitWords(text: string, n: number): string {

@@ -1,6 +1,7 @@
 /**
  * Tip writing through the trainer's memory runtime: one entry per step, scored by the episode's
- * final score (reference) or by the points scored from that step on (memory.step_credit: to_go).
+ * final score (reference), by the points scored from that step on (memory.step_credit: to_go) or by
+ * the points the step itself scored (gain).
  */
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../config/load.ts';
@@ -33,7 +34,7 @@ const episode: Episode = {
   success: false,
 };
 
-async function written(credit: 'final' | 'to_go') {
+async function written(credit: 'final' | 'to_go' | 'gain') {
   const cfg = loadConfig(null, ['algo.name=empo2', 'algo.p=1', 'memory.reflector=summary', `memory.step_credit=${credit}`, 'memory.dim=256']);
   const embedder = new HashedNgramEmbedder({ dim: 256 });
   const memory = new MemoryRuntime(cfg, resolveAlgo(cfg), embedder, new TrajectorySummaryReflector(), new TipMemory(256, { capacity: 100, threshold: 0.5, topK: 10 }), new NoveltyList(0.9));
@@ -54,5 +55,12 @@ describe('MemoryRuntime.write: step credit', () => {
     expect(entries.map((e) => e.score)).toEqual([35, 25, 25, 0]);
     expect(entries[2].text).toMatch(/The action you took was take battery; from that step on you scored 25\/100\.$/);
     expect(entries[3].text).toMatch(/The action you took was look around; from that step on you scored 0\/100\.$/);
+  });
+
+  it('gain: each step carries only the points it scored itself', async () => {
+    const entries = await written('gain');
+    expect(entries.map((e) => e.score)).toEqual([10, 0, 25, 0]);
+    expect(entries[2].text).toMatch(/The action you took was take battery; it raised your score by 25 points\.$/);
+    expect(entries[1].text).toMatch(/The action you took was inventory; it did not change your score\.$/);
   });
 });

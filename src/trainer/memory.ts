@@ -146,7 +146,8 @@ export class MemoryRuntime {
         const keys = await this.embed(e.steps.map((s) => s.observation));
         const credit = this.cfg.memory.step_credit;
         e.steps.forEach((s, t) => {
-          const score = credit === 'final' ? e.score : e.score - (t > 0 ? e.steps[t - 1].score : 0);
+          const before = t > 0 ? e.steps[t - 1].score : 0;
+          const score = credit === 'final' ? e.score : credit === 'to_go' ? e.score - before : s.score - before;
           if (this.tips.add(slot, keys[t], stepTipText(reflections[i], s.action, score, credit), score)) added++;
         });
       } else {
