@@ -66,6 +66,10 @@ export interface RolloutStats {
   memorySeconds: number;
 }
 
+function emptyStats(): RolloutStats {
+  return { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0, memorySeconds: 0 };
+}
+
 export async function runEpisodes(
   envs: Env[],
   engine: PolicyEngine,
@@ -74,7 +78,7 @@ export async function runEpisodes(
   memory?: { tips: TipSource; uses: (episode: number) => boolean },
 ): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
   if (envs.length < jobs.length) throw new Error(`runEpisodes: ${jobs.length} jobs but only ${envs.length} environments`);
-  const stats: RolloutStats = { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0, memorySeconds: 0 };
+  const stats = emptyStats();
   const live = await Promise.all(
     jobs.map(async (job, i) => {
       const env = envs[i];
@@ -170,7 +174,7 @@ export async function runEpisodesInChunks(
 ): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
   if (envs.length === 0) throw new Error('runEpisodesInChunks: no environments');
   const episodes: Episode[] = [];
-  const stats: RolloutStats = { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0, memorySeconds: 0 };
+  const stats = emptyStats();
   for (let start = 0; start < jobs.length; start += envs.length) {
     const chunk = jobs.slice(start, start + envs.length);
     const shifted = memory && {
