@@ -155,9 +155,14 @@ describe('empo2 CLI', () => {
     expect(latestCheckpoint(runDir)).toBe(join(runDir, 'checkpoints', `iter-${String(next).padStart(6, '0')}`));
 
     // `eval` on the run directory evaluates its latest checkpoint with the run's config.
-    const evaluated = await run(['eval', runDir]);
+    const evalJson = join(dir, 'final-eval.json');
+    const evaluated = await run(['eval', runDir, '--json', evalJson]);
     expect(evaluated.code, evaluated.stderr).toBe(0);
     expect(evaluated.stdout).toContain('score (checkpoint)');
     expect(evaluated.stdout).toMatch(/\| fetch \| 1 \|/);
+    // --json saves the same numbers with what was evaluated, so compare can tell a stale file.
+    const record = JSON.parse(readFileSync(evalJson, 'utf8'));
+    expect(record).toMatchObject({ checkpoint: `iter-${String(next).padStart(6, '0')}`, eval_split: 'test', eval_variations: 1, episodes: 1 });
+    expect(evaluated.stdout).toContain(`| **all** | 1 | ${record.mean_score.toFixed(1)} | ${(record.success_rate * 100).toFixed(1)}% |`);
   });
 });

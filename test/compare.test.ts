@@ -144,11 +144,46 @@ describe('empo2 compare', () => {
     expect(r.stdout).toMatch(/\| grpo \| 2\/2 \|/);
   });
 
+  it('--final-eval evaluates finished runs once more on more variations, once, and the report shows it per seed', async () => {
+    const r = await run([...compareArgs, '--final-eval', '3']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.match(/already finished; its final evaluation is still to do/g)).toHaveLength(4);
+    const runs = csvRows(join(out, 'runs.csv'));
+    for (const row of runs) {
+      const record = JSON.parse(readFileSync(join(row.dir, 'final-eval.json'), 'utf8'));
+      // One task (fetch) × 3 variations, on the run's last checkpoint.
+      expect(record).toMatchObject({ checkpoint: 'iter-000001', eval_variations: 3, eval_split: 'test', episodes: 3 });
+      expect(Number(row.final_eval_score)).toBe(record.mean_score);
+      expect(row.final_eval_episodes).toBe('3');
+      expect(readFileSync(join(row.dir, 'final-eval.log'), 'utf8')).toContain('score (checkpoint)');
+    }
+    const md = readFileSync(join(out, 'results.md'), 'utf8');
+    expect(md).toContain('## Final checkpoints on 3 test variations per task');
+    const grpo = runs.filter((x) => x.config === 'grpo').map((x) => Number(x.final_eval_score).toFixed(1));
+    expect(md).toMatch(new RegExp(`\\| grpo \\| 2/2 \\| [0-9.]+ ± [0-9.]+ \\| [0-9.]+% ± [0-9.]+ \\| ${grpo[0]} \\| ${grpo[1]} \\|`));
+    expect(Number(csvRows(join(out, 'results.csv'))[0].final_eval_variations)).toBe(3);
+
+    const again = await run([...compareArgs, '--final-eval', '3']);
+    expect(again.code).toBe(0);
+    expect(again.stdout.match(/already finished, skipped/g)).toHaveLength(4);
+    const bad = await run([...compareArgs, '--final-eval', '0']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain('--final-eval must be a positive integer');
+  }, 90_000);
+
   it('a larger train.iterations with --resume extends finished runs; fewer than they ran is refused', async () => {
-    const longer = await run([...compareArgs, '--set', 'train.iterations=2', '--resume']);
+    // The earlier final evaluations are of iteration 1; --final-eval evaluates each run again right after it is extended.
+    const longer = await run([...compareArgs, '--set', 'train.iterations=2', '--resume', '--final-eval', '2']);
     expect(longer.code).toBe(0);
     expect(longer.stdout.match(/: resuming/g)).toHaveLength(4);
-    for (const label of ['grpo', 'grpo-fast']) for (const seed of [0, 1]) expect(lastEval(join(out, label, `seed${seed}`)).iteration).toBe(2);
+    expect(longer.stdout.match(/final evaluation on 2 variations per task/g)).toHaveLength(4);
+    for (const label of ['grpo', 'grpo-fast']) {
+      for (const seed of [0, 1]) {
+        const dir = join(out, label, `seed${seed}`);
+        expect(lastEval(dir).iteration).toBe(2);
+        expect(JSON.parse(readFileSync(join(dir, 'final-eval.json'), 'utf8'))).toMatchObject({ checkpoint: 'iter-000002', eval_variations: 2, episodes: 2 });
+      }
+    }
 
     const shorter = await run(compareArgs);
     expect(shorter.code).not.toBe(0);

@@ -53,6 +53,7 @@ withConfig(program.command('eval').description('evaluate a checkpoint or model d
   .option('--remote <url>', 'generate through this OpenAI-compatible server (empo2 serve, vLLM...); <path> then only supplies tokenizer.json')
   .option('--remote-model <name>', 'with --remote: the model name to request (default: the first one the server lists)')
   .option('--remote-timeout <seconds>', 'with --remote: time limit per request attempt', '120')
+  .option('--json <file>', 'also write the result (with the checkpoint name and evaluation settings) to this JSON file')
   .action(async (path: string, opts) => {
     const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
     const runConfig = join(path, 'config.yaml');
@@ -63,11 +64,11 @@ withConfig(program.command('eval').description('evaluate a checkpoint or model d
       const timeout = Number(opts.remoteTimeout);
       if (!(timeout > 0)) throw new ConfigError(`--remote-timeout must be a positive number of seconds, got "${opts.remoteTimeout}"`);
       const { evaluateRemote } = await import('../policy/remote/eval-command.ts');
-      await evaluateRemote(modelDir, { baseUrl: opts.remote, model: opts.remoteModel, timeoutMs: timeout * 1000 }, cfg);
+      await evaluateRemote(modelDir, { baseUrl: opts.remote, model: opts.remoteModel, timeoutMs: timeout * 1000 }, cfg, { json: opts.json });
       return;
     }
     const { evaluateModelDir } = await import('../trainer/eval-command.ts');
-    await evaluateModelDir(modelDir, cfg);
+    await evaluateModelDir(modelDir, cfg, { json: opts.json });
   });
 
 program
@@ -140,6 +141,7 @@ program
   .option('--report-only', 'only re-aggregate the runs already in --out')
   .option('--at-steps <list>', 'env-step counts for the equal-steps score columns (default: the largest every run reached)')
   .option('--include-unfinished', 'count runs that stopped early, using their last evaluation')
+  .option('--final-eval <n>', "after training, evaluate each run's last checkpoint once more on n variations per task (less noisy than the evaluations during training); finished runs without it get it too")
   .action(async (opts) => {
     const { compareCommand } = await import('../compare/command.ts');
     process.exitCode = await compareCommand(opts);

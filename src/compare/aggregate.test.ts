@@ -252,6 +252,70 @@ describe('report from run folders (--report-only)', () => {
     expect(a.excluded[0].note).toBe(`nothing recorded; its last attempt failed with exit code 1, see ${join(out, 'A', 'seed1', 'train.log')}`);
   });
 
+  it('final evaluations: used when made on the latest checkpoint, ignored with a note when stale or broken', async () => {
+    const out = join(root, 'final-eval');
+    const finalEval = (checkpoint: string, variations: number, fetch: number, maze: number) => ({
+      checkpoint,
+      eval_split: 'test',
+      eval_variations: variations,
+      episodes: 2 * variations,
+      mean_score: (fetch + maze) / 2,
+      success_rate: 0.25,
+      per_task: [
+        { task: 'fetch', episodes: variations, mean_score: fetch, success_rate: 0.5 },
+        { task: 'maze', episodes: variations, mean_score: maze, success_rate: 0 },
+      ],
+    });
+    const withCheckpoint = (label: string, seed: number, evalRecord: unknown | string) => {
+      writeRun(out, label, seed, 1, [evalLine([0, 0, 10]), evalLine([1, 5, 20])]);
+      const dir = join(out, label, `seed${seed}`);
+      mkdirSync(join(dir, 'checkpoints', 'iter-000001'), { recursive: true });
+      writeFileSync(join(dir, 'checkpoints', 'latest.json'), JSON.stringify({ checkpoint: 'iter-000001' }));
+      writeFileSync(join(dir, 'final-eval.json'), typeof evalRecord === 'string' ? evalRecord : JSON.stringify(evalRecord));
+    };
+    withCheckpoint('A', 0, finalEval('iter-000001', 50, 30, 10)); // 20
+    withCheckpoint('A', 1, finalEval('iter-000001', 50, 50, 20)); // 35
+    withCheckpoint('A', 2, finalEval('iter-000000', 50, 90, 90)); // stale: another checkpoint
+    withCheckpoint('B', 0, finalEval('iter-000001', 50, 10, 0)); // 5
+    withCheckpoint('B', 1, '{"checkpoint": "iter-000001", "eval_variations": 50'); // broken
+    const r = await reportCompare({ out, log: () => {} });
+    const [a, b] = r.comparison.configs;
+    expect(r.comparison.finalEval).toEqual({ split: 'test', variations: 50, episodesPerRun: 100 });
+    // A: (20 + 35) / 2 = 27.5, std sqrt(((−7.5)² + 7.5²) / 1) = 10.607; fetch (30 + 50) / 2 = 40.
+    expect(a.finalEval!.score!.mean).toBe(27.5);
+    expect(a.finalEval!.score!.std).toBeCloseTo(10.6066, 4);
+    expect(a.finalEval!.perTask.find((t) => t.task === 'fetch')!.score!.mean).toBe(40);
+    expect(a.finalEval!.runs.map((x) => x.seed)).toEqual([0, 1]);
+    expect(b.finalEval!.score).toEqual({ n: 1, mean: 5, std: null, min: 5, max: 5 });
+    const notes = r.comparison.notes.join('\n');
+    expect(notes).toContain('A/seed2: ' + join(out, 'A', 'seed2', 'final-eval.json') + " evaluated iter-000000, but the run's latest checkpoint is iter-000001; it was ignored");
+    expect(notes).toContain(`B/seed1: ${join(out, 'B', 'seed1', 'final-eval.json')} is not valid JSON`);
+    expect(notes).toContain('final evaluation on 50 variations per task is missing for A/seed2, B/seed1 (compare --final-eval 50 adds it)');
+
+    const md = readFileSync(r.files.markdown, 'utf8');
+    expect(md).toContain('## Final checkpoints on 50 test variations per task');
+    expect(md).toContain('| config | runs | score | success | seed 0 | seed 1 |');
+    expect(md).toContain('| A | 2/3 | 27.5 ± 10.6 | 25.0% ± 0.0 | 20.0 | 35.0 |');
+    expect(md).toContain('| B | 1/2 | 5.0 | 25.0% | 5.0 | – |');
+    expect(md).toContain('| fetch | 40.0 ± 14.1 (50.0% ± 0.0) | 10.0 (50.0%) |');
+    const runsCsv = readFileSync(r.files.runsCsv, 'utf8');
+    expect(runsCsv).toMatch(/\nA,0,finished,yes,[^\n]*,50,100,20,0\.25\n/);
+    expect(runsCsv).toMatch(/\nA,2,finished,yes,[^\n]*,,,,\n/);
+  });
+
+  it('final evaluations made in different settings are not averaged together', () => {
+    const withEval = (seed: number, variations: number): RunRecord => ({
+      ...record('A', seed, [[0, 0, 10], [1, 5, 20]]),
+      finalEval: { checkpoint: 'iter-000001', eval_split: 'test', eval_variations: variations, episodes: variations, mean_score: 10, success_rate: 0, per_task: [] },
+    });
+    const cmp = aggregate([{ label: 'A', runs: [withEval(0, 50), withEval(1, 10)] }]);
+    expect(cmp.finalEval).toBeNull();
+    expect(cmp.configs[0].finalEval).toBeNull();
+    expect(cmp.notes.join('\n')).toContain("the runs' final evaluations differ in setting (50 variations per task of the test split; 10 variations per task of the test split)");
+    // Without any final evaluation nothing is said about them.
+    expect(aggregate([{ label: 'A', runs: [record('A', 0, [[0, 0, 10]])] }]).notes).toEqual([]);
+  });
+
   it('an output folder without runs is a clear error', async () => {
     mkdirSync(join(root, 'empty'));
     await expect(reportCompare({ out: join(root, 'empty'), log: () => {} })).rejects.toThrow(/holds no runs/);

@@ -7,6 +7,7 @@
  * because configs differ in how many steps one iteration takes; comparing at equal iterations
  * would favour whichever algorithm spends more steps per iteration.
  */
+import type { FinalEval } from './final-eval.ts';
 import type { EvalLine, RunMetrics } from './metrics.ts';
 import { interpolateAt, normalizedArea, summarize, type CurvePoint, type Summary } from './stats.ts';
 
@@ -24,6 +25,10 @@ export interface RunRecord {
   wallSource: 'compare' | 'trainer' | null;
   /** Why the run is not finished, or what went wrong, for the notes under the table. */
   note?: string;
+  /** The larger evaluation of the run's last checkpoint (`compare --final-eval`), if it has one. */
+  finalEval?: FinalEval | null;
+  /** Why a final-eval.json in the run folder was not used. */
+  finalEvalNote?: string;
 }
 
 export interface CurveSummaryPoint {
@@ -50,6 +55,13 @@ export interface ConfigResult {
   wallSeconds: Summary | null;
   perTask: { task: string; score: Summary | null; success: Summary | null }[];
   curve: CurveSummaryPoint[];
+  /** Over the counted runs that have a final evaluation in the comparison's setting (Comparison.finalEval). */
+  finalEval: {
+    runs: { seed: number; score: number; success: number }[];
+    score: Summary | null;
+    success: Summary | null;
+    perTask: { task: string; score: Summary | null; success: Summary | null }[];
+  } | null;
 }
 
 export interface Comparison {
@@ -58,6 +70,8 @@ export interface Comparison {
   equalSteps: number[];
   /** The env-step range every included run covers; the AUC is taken over it. Null when no run is included. */
   commonRange: { from: number; to: number } | null;
+  /** The setting every counted run's final evaluation shares; null when no run has one, or they differ (a note says so). */
+  finalEval: { split: string; variations: number; episodesPerRun: number } | null;
   notes: string[];
 }
 
@@ -99,10 +113,11 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
     if (outside.length > 0) notes.push(`score @ ${fmtSteps(steps)} steps leaves out ${outside.length} run(s) that did not reach it (${outside.map((r) => `${r.label}/seed${r.seed}`).join(', ')})`);
   }
 
+  const finalEval = finalEvalSetting(allIncluded, notes);
+
   const configs: ConfigResult[] = split.map(({ label, included, excluded }) => {
     const finals = included.map((r) => r.metrics!.evals.at(-1)!);
     const values = (f: (r: RunRecord) => number | null) => summarize(included.map(f).filter((v): v is number => v !== null));
-    const tasks = [...new Set(finals.flatMap((e) => e.per_task.map((t) => t.task)))];
     return {
       label,
       included,
@@ -113,11 +128,9 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
       scoreAtSteps: equalSteps.map((steps) => ({ steps, score: values((r) => interpolateAt(curves.get(r)!, steps)) })),
       auc: rangeOk ? values((r) => normalizedArea(curves.get(r)!, commonRange.from, commonRange.to)) : null,
       wallSeconds: values((r) => r.wallSeconds),
-      perTask: tasks.map((task) => {
-        const rows = finals.map((e) => e.per_task.find((t) => t.task === task)).filter((t) => t !== undefined);
-        return { task, score: summarize(rows.map((t) => t.mean_score)), success: summarize(rows.map((t) => t.success_rate)) };
-      }),
+      perTask: summarizeTasks(finals.map((e) => e.per_task)),
       curve: meanCurve(included.map((r) => curves.get(r)!)),
+      finalEval: finalEval ? summarizeFinalEvals(included.map((r) => [r.seed, r.finalEval!] as const).filter(([, e]) => e)) : null,
     };
   });
   for (const c of configs) {
@@ -125,7 +138,42 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
     const wallFromTrainer = c.included.filter((r) => r.wallSource === 'trainer');
     if (wallFromTrainer.length > 0) notes.push(`${c.label}: wall time of ${wallFromTrainer.length} run(s) is the trainer's elapsed_seconds (not launched by compare; excludes the first and last evaluation)`);
   }
-  return { configs, equalSteps, commonRange: rangeOk ? commonRange : null, notes };
+  return { configs, equalSteps, commonRange: rangeOk ? commonRange : null, finalEval, notes };
+}
+
+/** The final-evaluation setting shared by every counted run that has one; notes the runs without. */
+function finalEvalSetting(runs: RunRecord[], notes: string[]): Comparison['finalEval'] {
+  for (const r of runs) if (r.finalEvalNote) notes.push(`${r.label}/seed${r.seed}: ${r.finalEvalNote}`);
+  const evaluated = runs.filter((r) => r.finalEval);
+  if (evaluated.length === 0) return null;
+  const settings = new Map(evaluated.map((r) => [`${r.finalEval!.eval_variations} variations per task of the ${r.finalEval!.eval_split} split`, r]));
+  if (settings.size > 1) {
+    // Averaging a 30-episode evaluation with a 150-episode one would hide which runs were measured how.
+    notes.push(`the runs' final evaluations differ in setting (${[...settings.keys()].join('; ')}), so they are not summarised; re-run compare with one --final-eval`);
+    return null;
+  }
+  const first = evaluated[0].finalEval!;
+  const missing = runs.filter((r) => !r.finalEval);
+  if (missing.length > 0) notes.push(`final evaluation on ${first.eval_variations} variations per task is missing for ${missing.map((r) => `${r.label}/seed${r.seed}`).join(', ')} (compare --final-eval ${first.eval_variations} adds it)`);
+  return { split: first.eval_split, variations: first.eval_variations, episodesPerRun: first.episodes };
+}
+
+function summarizeFinalEvals(runs: (readonly [number, FinalEval])[]): NonNullable<ConfigResult['finalEval']> {
+  return {
+    runs: runs.map(([seed, e]) => ({ seed, score: e.mean_score, success: e.success_rate })),
+    score: summarize(runs.map(([, e]) => e.mean_score)),
+    success: summarize(runs.map(([, e]) => e.success_rate)),
+    perTask: summarizeTasks(runs.map(([, e]) => e.per_task)),
+  };
+}
+
+/** Per task, score and success over runs (each run's list of per-task results; a run without the task is skipped). */
+function summarizeTasks(runs: { task: string; mean_score: number; success_rate: number }[][]): ConfigResult['perTask'] {
+  const tasks = [...new Set(runs.flatMap((r) => r.map((t) => t.task)))];
+  return tasks.map((task) => {
+    const rows = runs.map((r) => r.find((t) => t.task === task)).filter((t) => t !== undefined);
+    return { task, score: summarize(rows.map((t) => t.mean_score)), success: summarize(rows.map((t) => t.success_rate)) };
+  });
 }
 
 /**

@@ -13,6 +13,7 @@ export interface CompareCliOptions {
   reportOnly?: boolean;
   atSteps?: string;
   includeUnfinished?: boolean;
+  finalEval?: string;
 }
 
 /** Returns the process exit code: 0 when every planned run finished and the report was written. */
@@ -20,12 +21,15 @@ export async function compareCommand(opts: CompareCliOptions): Promise<number> {
   if (!opts.out) throw new ConfigError('compare: --out <dir> is required (where the runs and the report go)');
   const atSteps = opts.atSteps !== undefined ? parseSteps(opts.atSteps) : undefined;
   if (opts.reportOnly) {
-    if (opts.config.length > 0 || opts.set.length > 0 || opts.resume) throw new ConfigError('compare --report-only only reads existing runs; drop --config, --set and --resume');
+    if (opts.config.length > 0 || opts.set.length > 0 || opts.resume || opts.finalEval !== undefined) {
+      throw new ConfigError('compare --report-only only reads existing runs; drop --config, --set, --resume and --final-eval');
+    }
     await reportCompare({ out: opts.out, atSteps, includeUnfinished: opts.includeUnfinished });
     return 0;
   }
   const jobs = Number(opts.jobs);
   if (!/^\d+$/.test(opts.jobs) || jobs < 1) throw new ConfigError(`compare: --jobs must be a positive integer, got "${opts.jobs}"`);
+  if (opts.finalEval !== undefined && !/^[1-9]\d*$/.test(opts.finalEval)) throw new ConfigError(`compare: --final-eval must be a positive integer (variations per task), got "${opts.finalEval}"`);
   const outcome = await runCompare({
     configs: opts.config,
     labels: opts.label,
@@ -36,6 +40,7 @@ export async function compareCommand(opts: CompareCliOptions): Promise<number> {
     resume: !!opts.resume,
     atSteps,
     includeUnfinished: opts.includeUnfinished,
+    finalEval: opts.finalEval !== undefined ? Number(opts.finalEval) : undefined,
     handleSignals: true,
   });
   return outcome.failed.length > 0 ? 1 : 0;

@@ -36,26 +36,48 @@ export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
     cells.push(steps(c.finalEnvSteps), seconds(c.wallSeconds));
     out.push(row(cells));
   }
-  const tasks = [...new Set(cmp.configs.flatMap((c) => c.perTask.map((t) => t.task)))];
-  if (tasks.length > 0) {
+  if (cmp.configs.some((c) => c.perTask.length > 0)) {
     out.push('', '## Final held-out score per task', '', 'mean ± sample std over runs (success rate in brackets).', '');
-    const taskHead = ['task', ...cmp.configs.map((c) => c.label)];
-    out.push(row(taskHead), row(taskHead.map(() => '---')));
-    for (const task of tasks) {
-      out.push(
-        row([
-          task,
-          ...cmp.configs.map((c) => {
-            const t = c.perTask.find((p) => p.task === task);
-            return t ? `${score(t.score)} (${percent(t.success)})` : '–';
-          }),
-        ]),
-      );
+    out.push(...taskTable(cmp, (c) => c.perTask));
+  }
+  const big = cmp.finalEval;
+  if (big) {
+    out.push(
+      '',
+      `## Final checkpoints on ${big.variations} ${big.split} variations per task`,
+      '',
+      `Each counted run's last checkpoint evaluated once more on the first ${big.variations} variations of every task (${big.episodesPerRun} episodes per run; ` +
+        '`<run>/final-eval.json`, made by `compare --final-eval`), which is less noisy than the evaluations logged during training.',
+      '',
+    );
+    const seeds = [...new Set(cmp.configs.flatMap((c) => c.finalEval?.runs.map((r) => r.seed) ?? []))].sort((a, b) => a - b);
+    const bigHead = ['config', 'runs', 'score', 'success', ...seeds.map((s) => `seed ${s}`)];
+    out.push(row(bigHead), row(bigHead.map(() => '---')));
+    for (const c of cmp.configs) {
+      const e = c.finalEval;
+      const bySeed = (seed: number) => e?.runs.find((r) => r.seed === seed)?.score.toFixed(1) ?? '–';
+      out.push(row([c.label, `${e?.runs.length ?? 0}/${c.included.length}`, score(e?.score ?? null), percent(e?.success ?? null), ...seeds.map(bySeed)]));
     }
+    out.push('', 'Per task:', '', ...taskTable(cmp, (c) => c.finalEval?.perTask ?? []));
   }
   if (plotFile) out.push('', `Learning curves: ${plotFile} (line: mean over runs; band: min–max over runs).`);
   if (cmp.notes.length > 0) out.push('', '## Notes', '', ...cmp.notes.map((n) => `- ${n}`));
   return out.join('\n') + '\n';
+}
+
+/** Task × config table of "score ± std (success ± std)". */
+function taskTable(cmp: Comparison, perTask: (c: Comparison['configs'][number]) => Comparison['configs'][number]['perTask']): string[] {
+  const tasks = [...new Set(cmp.configs.flatMap((c) => perTask(c).map((t) => t.task)))];
+  const head = ['task', ...cmp.configs.map((c) => c.label)];
+  const lines = [row(head), row(head.map(() => '---'))];
+  for (const task of tasks) {
+    const cell = (c: Comparison['configs'][number]) => {
+      const t = perTask(c).find((p) => p.task === task);
+      return t ? `${score(t.score)} (${percent(t.success)})` : '–';
+    };
+    lines.push(row([task, ...cmp.configs.map(cell)]));
+  }
+  return lines;
 }
 
 function row(cells: string[]): string {
@@ -69,6 +91,7 @@ export function formatResultsCsv(cmp: Comparison): string {
   for (const s of cmp.equalSteps) head.push(...stat(`score_at_${s}_steps`));
   head.push('auc_from_steps', 'auc_to_steps', ...stat('auc'), ...stat('final_env_steps'), ...stat('wall_seconds'));
   for (const t of tasks) head.push(...stat(`task_${t}_score`), ...stat(`task_${t}_success_rate`));
+  head.push('final_eval_variations', 'final_eval_runs', ...stat('final_eval_score'), ...stat('final_eval_success_rate'));
   const rows = cmp.configs.map((c) => {
     const cells: (string | number | null)[] = [c.label, c.included.length, c.included.length + c.excluded.length, ...values(c.finalScore), ...values(c.finalSuccess)];
     for (const s of c.scoreAtSteps) cells.push(...values(s.score));
@@ -77,6 +100,8 @@ export function formatResultsCsv(cmp: Comparison): string {
       const p = c.perTask.find((x) => x.task === t);
       cells.push(...values(p?.score ?? null), ...values(p?.success ?? null));
     }
+    const e = c.finalEval;
+    cells.push(cmp.finalEval?.variations ?? null, e ? e.runs.length : null, ...values(e?.score ?? null), ...values(e?.success ?? null));
     return cells;
   });
   return toCsv([head, ...rows]);
@@ -84,7 +109,7 @@ export function formatResultsCsv(cmp: Comparison): string {
 
 /** One row per planned run, counted or not, with the per-run numbers behind the summary. */
 export function formatRunsCsv(cmp: Comparison): string {
-  const head = ['config', 'seed', 'status', 'counted', 'dir', 'iterations', 'final_env_steps', 'final_score', 'final_success_rate', ...cmp.equalSteps.map((s) => `score_at_${s}_steps`), 'auc', 'wall_seconds', 'wall_source', 'note'];
+  const head = ['config', 'seed', 'status', 'counted', 'dir', 'iterations', 'final_env_steps', 'final_score', 'final_success_rate', ...cmp.equalSteps.map((s) => `score_at_${s}_steps`), 'auc', 'wall_seconds', 'wall_source', 'note', 'final_eval_variations', 'final_eval_episodes', 'final_eval_score', 'final_eval_success_rate'];
   const rows: (string | number | null)[][] = [];
   for (const c of cmp.configs) {
     for (const r of [...c.included, ...c.excluded]) {
@@ -106,6 +131,10 @@ export function formatRunsCsv(cmp: Comparison): string {
         r.wallSeconds,
         r.wallSource,
         r.note ?? null,
+        r.finalEval?.eval_variations ?? null,
+        r.finalEval?.episodes ?? null,
+        r.finalEval?.mean_score ?? null,
+        r.finalEval?.success_rate ?? null,
       ]);
     }
   }

@@ -16,6 +16,7 @@ import type { Config } from '../config/schema.ts';
 import { writeJsonAtomic } from '../policy/tfjs/json-file.ts';
 import { latestCheckpoint } from '../trainer/checkpoint.ts';
 import { aggregate, type Comparison, type RunRecord, type RunStatus } from './aggregate.ts';
+import { finalEvalFile, needsFinalEval, readFinalEval } from './final-eval.ts';
 import { readRunMetrics } from './metrics.ts';
 import { writeLearningCurvePlot } from './plot.ts';
 import { formatCurvesCsv, formatMarkdown, formatResultsCsv, formatRunsCsv } from './report.ts';
@@ -38,6 +39,8 @@ export interface CompareOptions {
   resume: boolean;
   atSteps?: number[];
   includeUnfinished?: boolean;
+  /** After training, evaluate each finished run's last checkpoint on this many variations per task (`<run>/final-eval.json`). */
+  finalEval?: number;
   log?: (line: string) => void;
   /** Forward Ctrl-C to the runs so each saves a checkpoint (the CLI does; tests do not). */
   handleSignals?: boolean;
@@ -114,6 +117,9 @@ function planRuns(opts: CompareOptions, out: string): { entries: Manifest['confi
   }
   if (opts.seeds.length === 0) throw new ConfigError('compare: --seeds lists no seed');
   if (!Number.isInteger(opts.jobs) || opts.jobs < 1) throw new ConfigError(`compare: --jobs must be a positive integer, got ${opts.jobs}`);
+  if (opts.finalEval !== undefined && !(Number.isInteger(opts.finalEval) && opts.finalEval > 0)) {
+    throw new ConfigError(`compare: --final-eval must be a positive integer (variations per task), got ${opts.finalEval}`);
+  }
   for (const s of opts.set) {
     const key = s.slice(0, s.indexOf('=')).trim();
     if (key === 'seed' || key === 'run_dir') throw new ConfigError(`compare: --set ${s}: compare chooses ${key} itself (use --seeds and --out)`);
@@ -250,7 +256,18 @@ function collectRun(out: string, label: string, seed: number, targetIterations?:
     const how = last.exit_code === 130 ? 'was interrupted' : last.signal ? `was killed by ${last.signal}` : `failed with exit code ${last.exit_code}`;
     note = `${note}; its last attempt ${how}, see ${join(dir, 'train.log')}`;
   }
-  return { label, seed, dir, status, metrics, ...wallTime(dir, metrics), ...(note ? { note } : {}) };
+  const finalEval = readFinalEval(dir);
+  return {
+    label,
+    seed,
+    dir,
+    status,
+    metrics,
+    ...wallTime(dir, metrics),
+    ...(note ? { note } : {}),
+    finalEval: finalEval.record,
+    ...(finalEval.note ? { finalEvalNote: finalEval.note } : {}),
+  };
 }
 
 async function writeReport(out: string, manifest: Manifest['configs'], opts: { atSteps?: number[]; includeUnfinished?: boolean; log: (l: string) => void }, targets?: Map<string, number>): Promise<Omit<CompareOutcome, 'failed'>> {
@@ -294,7 +311,8 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
 
   // Decide every run's fate before starting any, so a conflict stops the command before hours of work.
   const conflicts: string[] = [];
-  const todo: { run: PlannedRun; resume: boolean }[] = [];
+  const todo: { run: PlannedRun; resume: boolean; action: 'train' | 'evaluate' }[] = [];
+  const wantsFinalEval = (run: PlannedRun) => opts.finalEval !== undefined && needsFinalEval(run.dir, opts.finalEval, run.cfg.env.eval_split);
   const blocked: { run: PlannedRun; reason: string }[] = [];
   for (const run of runs) {
     const state = inspectRun(run.dir, run.cfg.train.iterations);
@@ -309,11 +327,15 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
       }
       if (diff.length > 0) conflicts.push(`${run.dir} was made with a different config:\n    ${diff.join('\n    ')}`);
     }
-    if (state.status === 'finished') log(`${run.label} seed ${run.seed}: already finished, skipped`);
-    else if (state.checkpoint) {
-      if (opts.resume) todo.push({ run, resume: true });
+    if (state.status === 'finished') {
+      if (wantsFinalEval(run)) {
+        log(`${run.label} seed ${run.seed}: already finished; its final evaluation is still to do`);
+        todo.push({ run, resume: false, action: 'evaluate' });
+      } else log(`${run.label} seed ${run.seed}: already finished, skipped`);
+    } else if (state.checkpoint) {
+      if (opts.resume) todo.push({ run, resume: true, action: 'train' });
       else blocked.push({ run, reason: `stopped at the checkpoint ${basename(state.checkpoint)}; add --resume to continue it` });
-    } else todo.push({ run, resume: false });
+    } else todo.push({ run, resume: false, action: 'train' });
   }
   if (conflicts.length > 0) throw new ConfigError(`compare: ${conflicts.join('\n')}\nremove those runs or choose another --out`);
   mkdirSync(out, { recursive: true });
@@ -340,9 +362,12 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
   const total = todo.length;
   const startNext = async (): Promise<void> => {
     while (!stopping && todo.length > 0) {
-      const { run, resume } = todo.shift()!;
+      const { run, resume, action } = todo.shift()!;
       started++;
-      const result = await trainOne(run, resume, opts.jobs, `[${started}/${total}]`, log, children);
+      const counter = `[${started}/${total}]`;
+      let result = action === 'train' ? await trainOne(run, resume, opts.jobs, counter, log, children) : null;
+      // The same slot evaluates the run it just trained, so --jobs bounds evaluations too.
+      if (!result && !stopping && wantsFinalEval(run)) result = await evaluateOne(run, opts.finalEval!, opts.jobs, counter, log, children);
       if (result) failed.push({ label: run.label, seed: run.seed, reason: result });
     }
   };
@@ -363,23 +388,18 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
   return { ...report, failed };
 }
 
-/** Trains one run in a child process; resolves to null when it finished, else to the reason it did not. */
-async function trainOne(run: PlannedRun, resume: boolean, jobs: number, counter: string, log: (l: string) => void, children: Set<ChildProcess>): Promise<string | null> {
-  mkdirSync(run.dir, { recursive: true });
-  if (!resume) {
-    // A run that never reached a checkpoint starts over; its old log lines would mix with the new ones.
-    const stale = join(run.dir, 'metrics.jsonl');
-    if (existsSync(stale)) renameSync(stale, `${stale}.stale-${Date.now()}`);
-    writeJsonAtomic(join(run.dir, RUN_RECORD), { attempts: [] });
-  }
-  const args = [BIN, 'train', '--config', run.configFile, ...run.overrides.flatMap((o) => ['--set', o]), ...(resume ? ['--resume'] : [])];
+/** Runs `node <args>` as a child in its own process group, appending its output to `logFile`; resolves when it exits. */
+async function runChild(
+  args: string[],
+  jobs: number,
+  logFile: string,
+  children: Set<ChildProcess>,
+  what: string,
+): Promise<{ code: number | null; signal: NodeJS.Signals | null; seconds: number; startedAt: Date; tail: string }> {
   // Several runs at once share the cores; OpenBLAS (and torch) would otherwise each start one thread per core.
   const env = { ...process.env, ...(jobs > 1 ? { OPENBLAS_NUM_THREADS: '1', OMP_NUM_THREADS: '1' } : {}) };
-  const logFile = join(run.dir, 'train.log');
   const logStream = createWriteStream(logFile, { flags: 'a' });
   logStream.write(`\n# empo2 compare ${new Date().toISOString()}: node ${args.map((a) => (/\s/.test(a) ? JSON.stringify(a) : a)).join(' ')}\n`);
-  log(`${counter} ${run.label} seed ${run.seed}: ${resume ? 'resuming' : 'starting'} (log: ${logFile})`);
-
   const startedAt = new Date();
   const t0 = performance.now();
   let tail = '';
@@ -394,15 +414,32 @@ async function trainOne(run: PlannedRun, resume: boolean, jobs: number, counter:
     child.stderr!.on('data', take);
     child.on('error', (e) => {
       children.delete(child);
-      fail(new Error(`could not start the training process for ${run.dir}: ${e.message}`));
+      fail(new Error(`could not start the ${what} process: ${e.message}`));
     });
     child.on('close', (c, s) => {
       children.delete(child);
       done({ code: c, signal: s });
     });
   });
-  const seconds = (performance.now() - t0) / 1000;
   await new Promise<void>((r) => logStream.end(r));
+  return { code, signal, seconds: (performance.now() - t0) / 1000, startedAt, tail };
+}
+
+const lastLines = (tail: string) => tail.trim().split('\n').slice(-3).join(' / ').slice(-300);
+
+/** Trains one run in a child process; resolves to null when it finished, else to the reason it did not. */
+async function trainOne(run: PlannedRun, resume: boolean, jobs: number, counter: string, log: (l: string) => void, children: Set<ChildProcess>): Promise<string | null> {
+  mkdirSync(run.dir, { recursive: true });
+  if (!resume) {
+    // A run that never reached a checkpoint starts over; its old log lines would mix with the new ones.
+    const stale = join(run.dir, 'metrics.jsonl');
+    if (existsSync(stale)) renameSync(stale, `${stale}.stale-${Date.now()}`);
+    writeJsonAtomic(join(run.dir, RUN_RECORD), { attempts: [] });
+  }
+  const args = [BIN, 'train', '--config', run.configFile, ...run.overrides.flatMap((o) => ['--set', o]), ...(resume ? ['--resume'] : [])];
+  const logFile = join(run.dir, 'train.log');
+  log(`${counter} ${run.label} seed ${run.seed}: ${resume ? 'resuming' : 'starting'} (log: ${logFile})`);
+  const { code, signal, seconds, startedAt, tail } = await runChild(args, jobs, logFile, children, `training (${run.dir})`);
   const record = readAttempts(run.dir);
   record.attempts.push({ started_at: startedAt.toISOString(), seconds, exit_code: code, signal, resumed: resume });
   writeJsonAtomic(join(run.dir, RUN_RECORD), record);
@@ -412,10 +449,25 @@ async function trainOne(run: PlannedRun, resume: boolean, jobs: number, counter:
     log(`${run.label} seed ${run.seed}: finished in ${seconds.toFixed(1)} s`);
     return null;
   }
-  const lastLines = tail.trim().split('\n').slice(-3).join(' / ');
   const why = code === 130 ? 'interrupted; continue with --resume' : signal ? `killed by ${signal}` : code === 0 ? 'exited without its final evaluation' : `exit code ${code}`;
   // An interrupted run says so itself; a crash is worth its last lines here.
-  const detail = code === 130 ? '' : `: ${lastLines.slice(-300)}`;
+  const detail = code === 130 ? '' : `: ${lastLines(tail)}`;
   log(`${run.label} seed ${run.seed}: did not finish (${why}) after ${seconds.toFixed(1)} s${detail} (log: ${logFile})`);
+  return why;
+}
+
+/** Evaluates a finished run's last checkpoint on `variations` variations per task, into `<run>/final-eval.json`. */
+async function evaluateOne(run: PlannedRun, variations: number, jobs: number, counter: string, log: (l: string) => void, children: Set<ChildProcess>): Promise<string | null> {
+  const args = [BIN, 'eval', run.dir, '--set', `env.eval_variations=${variations}`, '--json', finalEvalFile(run.dir)];
+  const logFile = join(run.dir, 'final-eval.log');
+  log(`${counter} ${run.label} seed ${run.seed}: final evaluation on ${variations} variations per task (log: ${logFile})`);
+  const { code, signal, seconds, tail } = await runChild(args, jobs, logFile, children, `evaluation (${run.dir})`);
+  const { record, note } = readFinalEval(run.dir);
+  if (code === 0 && record) {
+    log(`${run.label} seed ${run.seed}: final evaluation ${record.mean_score.toFixed(1)} over ${record.episodes} episodes, in ${seconds.toFixed(1)} s`);
+    return null;
+  }
+  const why = `final evaluation ${signal ? `killed by ${signal}` : code === 0 ? `wrote no usable record${note ? ` (${note})` : ''}` : `failed with exit code ${code}`}`;
+  log(`${run.label} seed ${run.seed}: ${why}: ${lastLines(tail)} (log: ${logFile})`);
   return why;
 }

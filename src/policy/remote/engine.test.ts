@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn } from 'node:child_process';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { createEnv } from '../../envs/index.ts';
@@ -127,7 +128,8 @@ describe('RemoteEngine against empo2 serve', () => {
     const rows = formatEvalTable(inProcess, null).split('\n').filter((l) => l.startsWith('| fetch') || l.startsWith('| **all**'));
     const repoRoot = resolve(import.meta.dirname, '..', '..', '..');
     const sets = ['seed=4', 'env.tasks=[fetch]', 'env.eval_variations=2', 'env.max_steps=4'].flatMap((s) => ['--set', s]);
-    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'empo2.js'), 'eval', f.modelDir, '--remote', f.server.url, ...sets], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
+    const json = join(f.modelDir, 'remote-eval.json');
+    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'empo2.js'), 'eval', f.modelDir, '--remote', f.server.url, '--json', json, ...sets], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -135,6 +137,8 @@ describe('RemoteEngine against empo2 serve', () => {
     expect(code, out).toBe(0);
     expect(out).toContain(`evaluating "tiny" served at ${f.server.url}/v1`);
     for (const row of rows) expect(out).toContain(row);
+    const record = JSON.parse(readFileSync(json, 'utf8'));
+    expect(record).toMatchObject({ eval_variations: 2, episodes: 2, mean_score: inProcess.summary.mean_score, success_rate: inProcess.summary.success_rate });
   }, 60_000);
 });
 

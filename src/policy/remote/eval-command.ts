@@ -3,23 +3,15 @@
  * an OpenAI-compatible server; the model directory only supplies tokenizer.json.
  */
 import type { Config } from '../../config/schema.ts';
-import { createEnv } from '../../envs/index.ts';
-import type { Env } from '../../envs/types.ts';
-import { evaluate, formatEvalTable } from '../../trainer/evaluate.ts';
+import { evaluateEngine } from '../../trainer/eval-command.ts';
 import { remoteEngineFromDir, type RemoteEngineOptions } from './index.ts';
 
-export async function evaluateRemote(tokenizerDir: string, remote: Omit<RemoteEngineOptions, 'tokenizer' | 'endTokens'>, cfg: Config): Promise<void> {
+export async function evaluateRemote(tokenizerDir: string, remote: Omit<RemoteEngineOptions, 'tokenizer' | 'endTokens'>, cfg: Config, opts: { json?: string } = {}): Promise<void> {
   const engine = remoteEngineFromDir(tokenizerDir, remote);
   console.log(`evaluating "${await engine.model()}" served at ${engine.baseUrl}, tokenizer from ${tokenizerDir}`);
-  const probe = await createEnv(cfg.env);
-  const tasks = cfg.env.tasks ?? probe.tasks();
-  const envs: Env[] = [probe];
-  while (envs.length < tasks.length * cfg.env.eval_variations) envs.push(await createEnv(cfg.env));
   try {
-    const result = await evaluate(engine, envs, tasks, cfg, 0);
-    console.log(formatEvalTable(result, null).replace(/iter 0/g, 'served model'));
+    await evaluateEngine(engine, cfg, { column: 'served model', json: opts.json, modelDir: tokenizerDir });
   } finally {
-    await Promise.all(envs.map((e) => e.close()));
     engine.dispose();
   }
 }
