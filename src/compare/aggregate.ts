@@ -130,7 +130,7 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
       wallSeconds: values((r) => r.wallSeconds),
       perTask: summarizeTasks(finals.map((e) => e.per_task)),
       curve: meanCurve(included.map((r) => curves.get(r)!)),
-      finalEval: finalEval ? summarizeFinalEvals(included.map((r) => [r.seed, r.finalEval!] as const).filter(([, e]) => e)) : null,
+      finalEval: finalEval ? summarizeFinalEvals(included.flatMap((r) => (r.finalEval ? [[r.seed, r.finalEval] as const] : []))) : null,
     };
   });
   for (const c of configs) {
@@ -146,10 +146,10 @@ function finalEvalSetting(runs: RunRecord[], notes: string[]): Comparison['final
   for (const r of runs) if (r.finalEvalNote) notes.push(`${r.label}/seed${r.seed}: ${r.finalEvalNote}`);
   const evaluated = runs.filter((r) => r.finalEval);
   if (evaluated.length === 0) return null;
-  const settings = new Map(evaluated.map((r) => [`${r.finalEval!.eval_variations} variations per task of the ${r.finalEval!.eval_split} split`, r]));
+  const settings = new Set(evaluated.map((r) => `${r.finalEval!.eval_variations} variations per task of the ${r.finalEval!.eval_split} split`));
   if (settings.size > 1) {
     // Averaging a 30-episode evaluation with a 150-episode one would hide which runs were measured how.
-    notes.push(`the runs' final evaluations differ in setting (${[...settings.keys()].join('; ')}), so they are not summarised; re-run compare with one --final-eval`);
+    notes.push(`the runs' final evaluations differ in setting (${[...settings].join('; ')}), so they are not summarised; re-run compare with one --final-eval`);
     return null;
   }
   const first = evaluated[0].finalEval!;

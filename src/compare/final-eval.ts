@@ -8,6 +8,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { z } from 'zod';
 import { latestCheckpoint } from '../trainer/checkpoint.ts';
+import { TaskScoreSchema } from './metrics.ts';
 
 export const FINAL_EVAL = 'final-eval.json';
 
@@ -18,7 +19,7 @@ const FinalEvalSchema = z.looseObject({
   episodes: z.number().int().min(0),
   mean_score: z.number(),
   success_rate: z.number(),
-  per_task: z.array(z.looseObject({ task: z.string(), episodes: z.number().int().min(0), mean_score: z.number(), success_rate: z.number() })),
+  per_task: z.array(TaskScoreSchema),
 });
 export type FinalEval = z.infer<typeof FinalEvalSchema>;
 

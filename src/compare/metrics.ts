@@ -7,7 +7,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 
-const TaskScoreSchema = z.looseObject({
+/** One task's held-out result, as both metrics.jsonl eval lines and final-eval.json hold it. */
+export const TaskScoreSchema = z.looseObject({
   task: z.string(),
   mean_score: z.number(),
   success_rate: z.number(),

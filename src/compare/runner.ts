@@ -467,7 +467,9 @@ async function evaluateOne(run: PlannedRun, variations: number, jobs: number, co
     log(`${run.label} seed ${run.seed}: final evaluation ${record.mean_score.toFixed(1)} over ${record.episodes} episodes, in ${seconds.toFixed(1)} s`);
     return null;
   }
-  const why = `final evaluation ${signal ? `killed by ${signal}` : code === 0 ? `wrote no usable record${note ? ` (${note})` : ''}` : `failed with exit code ${code}`}`;
+  let why = `final evaluation failed with exit code ${code}`;
+  if (signal) why = `final evaluation killed by ${signal}`;
+  else if (code === 0) why = `final evaluation wrote no usable record${note ? ` (${note})` : ''}`;
   log(`${run.label} seed ${run.seed}: ${why}: ${lastLines(tail)} (log: ${logFile})`);
   return why;
 }
