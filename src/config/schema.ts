@@ -112,6 +112,7 @@ export const MemorySchema = strict({
   reflection_max_tokens: z.number().int().positive().default(128).describe('policy reflector: maximum tokens of a tip'),
   per_step_entries: z.boolean().default(true).describe('store one entry per step with its action and the final score (reference) instead of one per episode keyed by the final state'),
   step_credit: z.enum(['final', 'to_go', 'gain']).default('final').describe("per-step entries: score each action by the episode's final score (reference), by the points scored from that step on (to_go), or by the points that step scored (gain); step-level credit is for a small model that copies the best tip"),
+  skip_taken_actions: z.boolean().default(false).describe('not in the paper: leave out per-step tips about an action the episode has already taken (a small model that copies the best tip otherwise goes back to steps already credited)'),
 });
 
 export const OptimSchema = strict({

@@ -31,6 +31,22 @@ describe('TipMemory', () => {
     expect(m.retrieve('t', vec(2, { 0: 1 })).map((r) => r.text)).toEqual(['new exact', 'old exact', 'old less similar']);
   });
 
+  it('leaves out tips about skipped actions before the top-k cut; tips without an action are never skipped', () => {
+    const m = new TipMemory(2, { capacity: 10, threshold: 0.5, topK: 2 });
+    const q = vec(2, { 0: 1 });
+    m.add('t', q, 'take key: +20', 20, 'take key');
+    m.add('t', q, 'open box: +15', 15, 'open box');
+    m.add('t', q, 'an episode tip', 10);
+    m.add('t', q, 'go north: 0', 0, 'go north');
+    expect(m.retrieve('t', q).map((r) => r.text)).toEqual(['take key: +20', 'open box: +15']);
+    expect(m.retrieve('t', q, undefined, new Set(['take key'])).map((r) => r.text)).toEqual(['open box: +15', 'an episode tip']);
+    expect(m.retrieve('t', q, undefined, new Set(['take key', 'open box'])).map((r) => [r.text, r.action])).toEqual([
+      ['an episode tip', null],
+      ['go north: 0', 'go north'],
+    ]);
+    expect(m.retrieve('t', q, undefined, new Set())).toEqual(m.retrieve('t', q));
+  });
+
   it('keeps slots apart', () => {
     const m = new TipMemory(2, { capacity: 10, threshold: 0.5, topK: 10 });
     m.add('boil', vec(2, { 0: 1 }), 'a boil tip', 1);
@@ -70,6 +86,20 @@ describe('TipMemory', () => {
     expect(copy.entries('b').map((e) => e.text)).toEqual(m.entries('b').map((e) => e.text));
   });
 
+  it('round-trips the actions of per-step tips; a memory saved without actions reads as action-less', () => {
+    const m = new TipMemory(2, { capacity: 10, threshold: 0.5, topK: 10 });
+    m.add('t', vec(2, { 0: 1 }), 'take key: +20', 20, 'take key');
+    m.add('t', vec(2, { 0: 1 }), 'an episode tip', 10);
+    const saved = JSON.parse(JSON.stringify(m.toJSON()));
+    expect(saved.slots.t.actions).toEqual(['take key', null]);
+    expect(TipMemory.fromJSON(saved).entries('t').map((e) => e.action)).toEqual(['take key', null]);
+    delete saved.slots.t.actions;
+    expect(TipMemory.fromJSON(saved).entries('t').map((e) => e.action)).toEqual([null, null]);
+    const plain = new TipMemory(2);
+    plain.add('t', vec(2, { 0: 1 }), 'x', 1);
+    expect(plain.toJSON().slots.t).not.toHaveProperty('actions');
+  });
+
   it('refuses bad input clearly', () => {
     const m = new TipMemory(4);
     expect(() => m.add('t', new Float32Array(3), 'x', 1)).toThrow(/3 dimensions, memory has 4/);
@@ -80,5 +110,8 @@ describe('TipMemory', () => {
     const bad = good.toJSON();
     bad.slots.t.keys = Buffer.from(new Float32Array(3).buffer).toString('base64');
     expect(() => TipMemory.fromJSON(bad, 'memory.json')).toThrow(/slot "t" keys hold 12 bytes, expected 8/);
+    const badActions = good.toJSON();
+    badActions.slots.t.actions = ['a', 'b'];
+    expect(() => TipMemory.fromJSON(badActions, 'memory.json')).toThrow(/slot "t" has 2 actions for 1 tips/);
   });
 });

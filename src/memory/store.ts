@@ -24,11 +24,14 @@ export interface RetrievedTip {
   text: string;
   score: number;
   similarity: number;
+  /** The action a per-step tip is about (null for per-episode tips). */
+  action: string | null;
 }
 
 export interface MemoryEntry {
   text: string;
   score: number;
+  action: string | null;
   /** Insertion counter: larger is newer. */
   order: number;
 }
@@ -36,6 +39,7 @@ export interface MemoryEntry {
 class Slot {
   readonly keys: Float32Array;
   readonly texts: (string | null)[];
+  readonly actions: (string | null)[];
   readonly scores: Float64Array;
   readonly orders: Float64Array;
   /** Next write position in the ring. */
@@ -49,6 +53,7 @@ class Slot {
   ) {
     this.keys = new Float32Array(capacity * dim);
     this.texts = new Array(capacity).fill(null);
+    this.actions = new Array(capacity).fill(null);
     this.scores = new Float64Array(capacity);
     this.orders = new Float64Array(capacity);
   }
@@ -67,8 +72,11 @@ export class TipMemory {
     if (!Number.isInteger(settings.topK) || settings.topK <= 0) throw new Error(`TipMemory: topK must be a positive integer, got ${settings.topK}`);
   }
 
-  /** Stores a tip; returns false when the slot already holds the same text (stored once). */
-  add(slotName: string, key: Float32Array, text: string, score: number): boolean {
+  /**
+   * Stores a tip; returns false when the slot already holds the same text (stored once). `action`
+   * names the step a per-step tip is about, so retrieval can leave out actions already taken.
+   */
+  add(slotName: string, key: Float32Array, text: string, score: number, action: string | null = null): boolean {
     if (key.length !== this.dim) throw new Error(`TipMemory.add: key has ${key.length} dimensions, memory has ${this.dim}`);
     let slot = this.slots.get(slotName);
     if (!slot) this.slots.set(slotName, (slot = new Slot(this.settings.capacity, this.dim)));
@@ -78,6 +86,7 @@ export class TipMemory {
     if (evicted !== null) slot.contents.delete(evicted);
     slot.keys.set(key, at * this.dim);
     slot.texts[at] = text;
+    slot.actions[at] = action;
     slot.scores[at] = score;
     slot.orders[at] = this.counter++;
     slot.contents.add(text);
@@ -86,11 +95,16 @@ export class TipMemory {
     return true;
   }
 
-  /** Retr(s; M): entries with cosine > threshold, the top k by score (ties: more similar, then newer). */
-  retrieve(slotName: string, query: Float32Array, topK = this.settings.topK): RetrievedTip[] {
-    const hits = this.similar(slotName, query);
+  /**
+   * Retr(s; M): entries with cosine > threshold, the top k by score (ties: more similar, then newer).
+   * Entries about an action in `skipActions` are left out before the top-k cut, so k tips are
+   * still shown when enough others match.
+   */
+  retrieve(slotName: string, query: Float32Array, topK = this.settings.topK, skipActions?: ReadonlySet<string>): RetrievedTip[] {
+    let hits = this.similar(slotName, query);
+    if (skipActions?.size) hits = hits.filter((h) => h.action === null || !skipActions.has(h.action));
     hits.sort((a, b) => b.score - a.score || b.similarity - a.similarity || b.order - a.order);
-    return hits.slice(0, topK).map(({ text, score, similarity }) => ({ text, score, similarity }));
+    return hits.slice(0, topK).map(({ text, score, similarity, action }) => ({ text, score, similarity, action }));
   }
 
   /** How many entries of the slot are above the similarity threshold (before the top-k cut). */
@@ -112,7 +126,7 @@ export class TipMemory {
       const base = e * dim;
       let dot = 0;
       for (let j = 0; j < nz.length; j++) dot += slot.keys[base + nz[j]] * qv[j];
-      if (dot > this.settings.threshold) out.push({ text: slot.texts[e]!, score: slot.scores[e], similarity: dot, order: slot.orders[e] });
+      if (dot > this.settings.threshold) out.push({ text: slot.texts[e]!, score: slot.scores[e], similarity: dot, action: slot.actions[e], order: slot.orders[e] });
     }
     return out;
   }
@@ -126,7 +140,7 @@ export class TipMemory {
     const slot = this.slots.get(slotName);
     if (!slot) return [];
     const out: MemoryEntry[] = [];
-    for (let e = 0; e < slot.size; e++) out.push({ text: slot.texts[e]!, score: slot.scores[e], order: slot.orders[e] });
+    for (let e = 0; e < slot.size; e++) out.push({ text: slot.texts[e]!, score: slot.scores[e], action: slot.actions[e], order: slot.orders[e] });
     return out.sort((a, b) => a.order - b.order);
   }
 
@@ -144,10 +158,13 @@ export class TipMemory {
       const idx = [...Array(slot.size).keys()].sort((a, b) => slot.orders[a] - slot.orders[b]);
       const keys = new Float32Array(idx.length * this.dim);
       idx.forEach((e, i) => keys.set(slot.keys.subarray(e * this.dim, (e + 1) * this.dim), i * this.dim));
+      const actions = idx.map((e) => slot.actions[e]);
       slots[name] = {
         texts: idx.map((e) => slot.texts[e]!),
         scores: idx.map((e) => slot.scores[e]),
         keys: Buffer.from(keys.buffer, keys.byteOffset, keys.byteLength).toString('base64'),
+        // Left out when no entry has one, so memories written before actions were kept read the same.
+        ...(actions.some((a) => a !== null) ? { actions } : {}),
       };
     }
     return { format: 'empo2-tip-memory', version: 1, dim: this.dim, settings: this.settings, slots };
@@ -160,10 +177,13 @@ export class TipMemory {
     const memory = new TipMemory(d.dim, { ...DEFAULT_MEMORY_SETTINGS, ...d.settings });
     for (const [name, s] of Object.entries(d.slots ?? {})) {
       if (!Array.isArray(s.texts) || !Array.isArray(s.scores) || s.texts.length !== s.scores.length) throw new Error(`${where}: slot "${name}" has mismatched texts and scores`);
+      if (s.actions !== undefined && (!Array.isArray(s.actions) || s.actions.length !== s.texts.length || s.actions.some((a) => a !== null && typeof a !== 'string'))) {
+        throw new Error(`${where}: slot "${name}" has ${Array.isArray(s.actions) ? `${s.actions.length} actions for ${s.texts.length} tips, or actions that are not strings` : 'an actions field that is not a list'}`);
+      }
       const bytes = Buffer.from(s.keys, 'base64');
       if (bytes.byteLength !== s.texts.length * d.dim * 4) throw new Error(`${where}: slot "${name}" keys hold ${bytes.byteLength} bytes, expected ${s.texts.length * d.dim * 4}`);
       const keys = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
-      s.texts.forEach((text, i) => memory.add(name, keys.subarray(i * d.dim, (i + 1) * d.dim), text, s.scores[i]));
+      s.texts.forEach((text, i) => memory.add(name, keys.subarray(i * d.dim, (i + 1) * d.dim), text, s.scores[i], s.actions?.[i] ?? null));
     }
     return memory;
   }
@@ -174,5 +194,5 @@ export interface SerializedMemory {
   version: 1;
   dim: number;
   settings: MemorySettings;
-  slots: Record<string, { texts: string[]; scores: number[]; keys: string }>;
+  slots: Record<string, { texts: string[]; scores: number[]; keys: string; actions?: (string | null)[] }>;
 }

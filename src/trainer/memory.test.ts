@@ -34,10 +34,13 @@ const episode: Episode = {
   success: false,
 };
 
+function runtime(overrides: string[]): MemoryRuntime {
+  const cfg = loadConfig(null, ['algo.name=empo2', 'algo.p=1', 'memory.reflector=summary', 'memory.dim=256', ...overrides]);
+  return new MemoryRuntime(cfg, resolveAlgo(cfg), new HashedNgramEmbedder({ dim: 256 }), new TrajectorySummaryReflector(), new TipMemory(256, { capacity: 100, threshold: 0.5, topK: cfg.memory.top_k }), new NoveltyList(0.9));
+}
+
 async function written(credit: 'final' | 'to_go' | 'gain') {
-  const cfg = loadConfig(null, ['algo.name=empo2', 'algo.p=1', 'memory.reflector=summary', `memory.step_credit=${credit}`, 'memory.dim=256']);
-  const embedder = new HashedNgramEmbedder({ dim: 256 });
-  const memory = new MemoryRuntime(cfg, resolveAlgo(cfg), embedder, new TrajectorySummaryReflector(), new TipMemory(256, { capacity: 100, threshold: 0.5, topK: 10 }), new NoveltyList(0.9));
+  const memory = runtime([`memory.step_credit=${credit}`]);
   expect(await memory.write([episode])).toBe(4);
   // Oldest first, so entry t is step t.
   return [...memory.tips.entries('power')].sort((a, b) => a.order - b.order);
@@ -62,5 +65,29 @@ describe('MemoryRuntime.write: step credit', () => {
     expect(entries.map((e) => e.score)).toEqual([10, 0, 25, 0]);
     expect(entries[2].text).toMatch(/The action you took was take battery; it raised your score by 25 points\.$/);
     expect(entries[1].text).toMatch(/The action you took was inventory; it did not change your score\.$/);
+  });
+});
+
+describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
+  // The state after the battery was taken still looks like the state it was taken in, so the best
+  // match is the tip to take it again: credit a small tip-copying model cannot earn twice.
+  const query = (taken: string[]) => [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You carry nothing. The red box holds a battery.', taken }];
+
+  it('off (default): the tip about the action already taken stays first', async () => {
+    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1']);
+    await memory.write([episode]);
+    const [tips] = await memory.tipSource()(query(['open red box', 'inventory', 'take battery']));
+    expect(tips).toHaveLength(1);
+    expect(tips[0]).toMatch(/took was take battery; it raised your score by 25 points/);
+  });
+
+  it('on: tips about actions this episode has taken are left out, the next best tip takes their place', async () => {
+    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1', 'memory.skip_taken_actions=true']);
+    await memory.write([episode]);
+    const [before] = await memory.tipSource()(query([]));
+    expect(before[0]).toMatch(/took was take battery/);
+    const [after] = await memory.tipSource()(query(['open red box', 'inventory', 'take battery']));
+    expect(after).toHaveLength(1);
+    expect(after[0]).toMatch(/took was look around; it did not change your score/);
   });
 });

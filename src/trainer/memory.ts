@@ -92,7 +92,8 @@ export class MemoryRuntime {
       const keys = await this.embed(queries.map((q) => q.state));
       const bestLast = this.cfg.memory.tip_order === 'best_last';
       const out = queries.map((q, i) => {
-        const texts = this.tips.retrieve(this.slotOf(q.job), keys[i]).map((r) => r.text);
+        const skip = this.cfg.memory.skip_taken_actions ? new Set(q.taken) : undefined;
+        const texts = this.tips.retrieve(this.slotOf(q.job), keys[i], undefined, skip).map((r) => r.text);
         return bestLast ? texts.reverse() : texts;
       });
       this.seconds += (performance.now() - t0) / 1000;
@@ -148,7 +149,7 @@ export class MemoryRuntime {
         e.steps.forEach((s, t) => {
           const before = t > 0 ? e.steps[t - 1].score : 0;
           const score = credit === 'final' ? e.score : credit === 'to_go' ? e.score - before : s.score - before;
-          if (this.tips.add(slot, keys[t], stepTipText(reflections[i], s.action, score, credit), score)) added++;
+          if (this.tips.add(slot, keys[t], stepTipText(reflections[i], s.action, score, credit), score, s.action)) added++;
         });
       } else {
         const [key] = await this.embed([e.finalObservation]);

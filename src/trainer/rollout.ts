@@ -42,9 +42,10 @@ export interface Episode extends RolloutJob {
 
 /**
  * Tips for the current state of each episode that rolls out with memory; called once per step with
- * every such episode (batched, so the embedder sees one batch). Episodes without memory are not asked.
+ * every such episode (batched, so the embedder sees one batch), with the actions it has taken so far.
+ * Episodes without memory are not asked.
  */
-export type TipSource = (queries: { episode: number; job: RolloutJob; state: string }[]) => Promise<string[][]>;
+export type TipSource = (queries: { episode: number; job: RolloutJob; state: string; taken: readonly string[] }[]) => Promise<string[][]>;
 
 export interface RolloutSettings {
   prompt: PromptSettings;
@@ -104,7 +105,7 @@ export async function runEpisodes(
     if (memory) {
       const tm = performance.now();
       const asking = active.filter((e) => memory.uses(e.index));
-      const answers = asking.length ? await memory.tips(asking.map((e) => ({ episode: e.index, job: e.job, state: e.turns[e.turns.length - 1].observation }))) : [];
+      const answers = asking.length ? await memory.tips(asking.map((e) => ({ episode: e.index, job: e.job, state: e.turns[e.turns.length - 1].observation, taken: e.steps.map((st) => st.action) }))) : [];
       const byEpisode = new Map(asking.map((e, k) => [e.index, answers[k] ?? []]));
       tips = active.map((e) => byEpisode.get(e.index) ?? []);
       stats.memorySeconds += (performance.now() - tm) / 1000;
