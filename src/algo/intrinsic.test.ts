@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { noveltyReward, retrievalReward } from './intrinsic.ts';
-import { drawMode, modeShares } from './modes.ts';
+import { drawMode, modeShares, scheduledP } from './modes.ts';
 
 describe('intrinsic rewards (spec §6)', () => {
   it('novelty variant: 1/n', () => {
@@ -15,6 +15,14 @@ describe('intrinsic rewards (spec §6)', () => {
 
 describe('mode schedule (spec §5)', () => {
   const ref = { p: 0.25, q: 0.68 };
+  it('p_end (not in the paper): p moves linearly from p at the first iteration to p_end at the last', () => {
+    // p = 0.5 → 0.1 over 5 iterations: steps of 0.1.
+    const ps = [1, 2, 3, 4, 5].map((it) => scheduledP(0.5, 0.1, it, 5));
+    ps.forEach((p, i) => expect(p).toBeCloseTo([0.5, 0.4, 0.3, 0.2, 0.1][i], 12));
+    expect(scheduledP(0.25, null, 7, 10)).toBe(0.25); // no schedule: constant
+    expect(scheduledP(0.25, 0, 1, 1)).toBe(0.25); // a single iteration uses p
+    expect(scheduledP(0.2, 0.6, 9, 5)).toBeCloseTo(0.6, 12); // past the end (a run extended without a new schedule) stays at p_end
+  });
   it('draws plain when u1 >= p, else off-policy when u2 < q, else on-policy with tips', () => {
     expect(drawMode(ref, 0.25, 0)).toBe('plain');
     expect(drawMode(ref, 0.9, 0.1)).toBe('plain');

@@ -20,6 +20,17 @@ export function drawMode(s: ModeSchedule, u1: number, u2: number): Mode {
   return u2 < s.q ? 'tips-off-policy' : 'tips-on-policy';
 }
 
+/**
+ * p at iteration `it` of `iterations` (1-based) when it moves linearly from `p` at the first
+ * iteration to `pEnd` at the last (not in the paper; null pEnd keeps p constant). Tips help most
+ * early, while the policy has not yet found what the memory holds.
+ */
+export function scheduledP(p: number, pEnd: number | null, it: number, iterations: number): number {
+  if (pEnd === null || iterations <= 1) return p;
+  const frac = Math.min(1, Math.max(0, (it - 1) / (iterations - 1)));
+  return p + (pEnd - p) * frac;
+}
+
 /** Long-run share of each mode under the schedule. */
 export function modeShares(s: ModeSchedule): Record<Mode, number> {
   return { plain: 1 - s.p, 'tips-on-policy': s.p * (1 - s.q), 'tips-off-policy': s.p * s.q };

@@ -81,6 +81,7 @@ export const RolloutSchema = strict({
 export const AlgoSchema = strict({
   name: z.enum(['grpo', 'empo2']).default('grpo').describe('grpo: plain multi-step GRPO (p = 0, no intrinsic reward); empo2: memory modes + off-policy distillation + intrinsic reward'),
   p: z.number().min(0).max(1).nullable().default(null).describe('p: probability that a batch is rolled out with tips from memory (null: 0.25 for empo2, 0 for grpo)'),
+  p_end: prob.nullable().default(null).describe('not in the paper: move p linearly from algo.p at the first iteration to this at the last (train.iterations); null: p stays constant'),
   q: prob.default(0.68).describe('q: probability that a memory batch is updated off-policy (tips removed; the rest on-policy with tips)'),
   mode_draw: z.enum(['iteration', 'task']).default('iteration').describe('draw the mode once per iteration (reference) or once per task group'),
   intrinsic: z.enum(['none', 'novelty', 'retrieval']).nullable().default(null).describe('intrinsic reward: novelty list 1/n (paper), retrieval 1/(k+1) (reference), none (null: novelty for empo2, none for grpo)'),
@@ -151,6 +152,8 @@ export type Config = z.infer<typeof ConfigSchema>;
 /** The algorithm's effective settings once the grpo / empo2 defaults are applied. */
 export interface ResolvedAlgo {
   p: number;
+  /** p at the last iteration (null: constant p). */
+  pEnd: number | null;
   q: number;
   intrinsic: 'none' | 'novelty' | 'retrieval';
   /** Whether the run keeps a tip memory at all (memory rollouts, or retrieval-based intrinsic reward). */
@@ -161,7 +164,8 @@ export function resolveAlgo(cfg: Config): ResolvedAlgo {
   const empo2 = cfg.algo.name === 'empo2';
   const p = cfg.algo.p ?? (empo2 ? 0.25 : 0);
   const intrinsic = cfg.algo.intrinsic ?? (empo2 ? 'novelty' : 'none');
-  return { p, q: cfg.algo.q, intrinsic, memory: p > 0 || intrinsic === 'retrieval' };
+  const pEnd = cfg.algo.p_end;
+  return { p, pEnd, q: cfg.algo.q, intrinsic, memory: p > 0 || (pEnd ?? 0) > 0 || intrinsic === 'retrieval' };
 }
 
 /** Cross-field rules the per-field schema cannot express; returns "key: problem" lines. */
@@ -169,6 +173,7 @@ export function configProblems(cfg: Config): string[] {
   const out: string[] = [];
   if (cfg.algo.name === 'grpo') {
     if (cfg.algo.p !== null && cfg.algo.p > 0) out.push(`algo.p: ${cfg.algo.p} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
+    if (cfg.algo.p_end !== null && cfg.algo.p_end > 0) out.push(`algo.p_end: ${cfg.algo.p_end} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
     if (cfg.algo.intrinsic !== null && cfg.algo.intrinsic !== 'none') out.push(`algo.intrinsic: ${cfg.algo.intrinsic} with algo.name=grpo (GRPO has no intrinsic reward; use algo.name=empo2)`);
   }
   return out;

@@ -88,6 +88,16 @@ describe('EMPO² modes end to end', () => {
     expect(existsSync(join(latestCheckpoint(plain)!, MEMORY_FILE))).toBe(true); // the novelty list
   });
 
+  it('algo.p_end moves p from 1 at the first iteration to 0 at the last: all memory rollouts, then none', async () => {
+    const dir = join(root, 'p-end');
+    const log: string[] = [];
+    await train(config(dir, 3, ['algo.p=1', 'algo.p_end=0', 'algo.q=1']), { resume: false, log: (l) => log.push(l) });
+    const modes = trainLines(dir).map((l) => l.modes);
+    expect(modes[0]).toEqual({ plain: 0, 'tips-on-policy': 0, 'tips-off-policy': 4 });
+    expect(modes[2]).toEqual({ plain: 4, 'tips-on-policy': 0, 'tips-off-policy': 0 });
+    expect(log.some((l) => l.includes('p=1 → 0 by iteration 3'))).toBe(true);
+  });
+
   it('logs the mean rollout score of each mode that ran, consistent with the overall mean', async () => {
     const dir = join(root, 'by-mode');
     await train(config(dir, 3, ['algo.p=0.5', 'algo.q=0.5', 'algo.mode_draw=task']), { resume: false, log: () => {} });
@@ -124,6 +134,7 @@ describe('EMPO² modes end to end', () => {
   it('GRPO with memory or intrinsic options is refused, naming the key', () => {
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(ConfigError);
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(/algo\.p: 0\.3 with algo\.name=grpo/);
+    expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p_end=0.3'])).toThrow(/algo\.p_end: 0\.3 with algo\.name=grpo/);
     expect(() => loadConfig(null, ['algo.intrinsic=novelty'])).toThrow(/algo\.intrinsic: novelty with algo\.name=grpo/);
   });
 });

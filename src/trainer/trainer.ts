@@ -9,7 +9,7 @@ import { join, resolve } from 'node:path';
 import { stringify as toYaml } from 'yaml';
 import { resolveAlgo, type Config } from '../config/schema.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
-import { drawMode, usesMemory, type Mode } from '../algo/modes.ts';
+import { drawMode, scheduledP, usesMemory, type Mode } from '../algo/modes.ts';
 import { createEnv, environmentCorpus } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
@@ -200,7 +200,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
 
   log(`empo2 train | run ${runDir} | backend ${backend} (${nativeMatMulStatus().reason}) | ${trainingEngine.description}, vocab ${engine.tokenizer.vocabSize}`);
   log(
-    `algo ${cfg.algo.name}: p=${algo.p} q=${algo.q} (mode drawn per ${cfg.algo.mode_draw}), intrinsic ${algo.intrinsic}` +
+    `algo ${cfg.algo.name}: p=${algo.p}${algo.pEnd !== null ? ` → ${algo.pEnd} by iteration ${cfg.train.iterations}` : ''} q=${algo.q} (mode drawn per ${cfg.algo.mode_draw}), intrinsic ${algo.intrinsic}` +
       (memory ? ` | memory: ${memory.embedder.name} embedder, ${memory.reflector.name} reflector, slot per ${cfg.memory.slot}, ${memory.tips.size()} tips` : ''),
   );
   log(`env ${cfg.env.name}: ${tasks.length} tasks (${tasks.join(', ')}) | ${cfg.rollout.tasks_per_batch} groups x ${cfg.rollout.group_size} rollouts per iteration | ${cfg.train.iterations} iterations` + (resumeFrom ? ` | resuming from ${resumeFrom}` : ''));
@@ -240,11 +240,15 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       const t0 = performance.now();
       const jobs: RolloutJob[] = [];
       const groupModes: Mode[] = [];
-      const iterationMode: Mode = algo.p > 0 && cfg.algo.mode_draw === 'iteration' ? drawMode(algo, rng.next(), rng.next()) : 'plain';
+      // Modes are drawn whenever p is ever above 0, so the random stream (and with it the task
+      // sequence) does not depend on where a p schedule stands.
+      const drawsModes = algo.p > 0 || (algo.pEnd ?? 0) > 0;
+      const schedule = { p: scheduledP(algo.p, algo.pEnd, it, cfg.train.iterations), q: algo.q };
+      const iterationMode: Mode = drawsModes && cfg.algo.mode_draw === 'iteration' ? drawMode(schedule, rng.next(), rng.next()) : 'plain';
       for (let g = 0; g < cfg.rollout.tasks_per_batch; g++) {
         const task = rng.pick(tasks);
         const variation = rng.pick(trainVariations.get(task)!);
-        groupModes.push(algo.p > 0 && cfg.algo.mode_draw === 'task' ? drawMode(algo, rng.next(), rng.next()) : iterationMode);
+        groupModes.push(drawsModes && cfg.algo.mode_draw === 'task' ? drawMode(schedule, rng.next(), rng.next()) : iterationMode);
         for (let k = 0; k < cfg.rollout.group_size; k++) jobs.push({ task, variation, group: g });
       }
       const modes = jobs.map((j) => groupModes[j.group]);
@@ -297,7 +301,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
         }) + '\n',
       );
       log(
-        `iter ${it}/${cfg.train.iterations}${algo.p > 0 ? ` [${describeModes(groupModes)}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
+        `iter ${it}/${cfg.train.iterations}${drawsModes ? ` [${describeModes(groupModes)}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
           `rollout ${((t1 - t0) / 1000).toFixed(1)}s (${rolloutTokPerS.toFixed(0)} tok/s) | update ${((t2 - t1) / 1000).toFixed(1)}s (${trainTokPerS.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`,
       );
       await turnEventLoop(); // so that Ctrl-C is seen between iterations
