@@ -234,9 +234,9 @@ describe.skipIf(!bertGate.available)(`BertModel matches transformers (${bertGate
   };
 
   const variants = [['gelu', 'base'], ['gelu_new', 'base'], ['relu', 'masked-lm']] as const;
-  beforeAll(() => {
+  beforeAll(async () => {
     writeFileSync(join(root, 'inputs.json'), JSON.stringify(inputs));
-    runPython(join(import.meta.dirname, 'bert_reference.py'), [root, join(root, 'inputs.json'), ...variants.map(([act, head]) => `${act}:${head}`)]);
+    await runPython(join(import.meta.dirname, 'bert_reference.py'), [root, join(root, 'inputs.json'), ...variants.map(([act, head]) => `${act}:${head}`)]);
   });
 
   for (const [act, head] of variants) {
@@ -335,7 +335,7 @@ describe.skipIf(!gate.available)(`all-MiniLM-L6-v2 matches sentence-transformers
     const textsPath = join(root, 'texts.json');
     const outPath = join(root, 'reference.json');
     writeFileSync(textsPath, JSON.stringify(PARITY_TEXTS));
-    runPython(join(import.meta.dirname, 'minilm_reference.py'), [dir, textsPath, outPath]);
+    await runPython(join(import.meta.dirname, 'minilm_reference.py'), [dir, textsPath, outPath]);
     reference = JSON.parse(readFileSync(outPath, 'utf8'));
     embedder = await MiniLmEmbedder.load(dir);
   });

@@ -4,7 +4,7 @@
  * Without it those tests fail in CI (the set-up is part of CI) and are skipped, with the reason
  * printed, on a developer machine.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { it } from 'vitest';
@@ -51,9 +51,25 @@ export function pythonGate(modules: readonly string[]): PythonGate {
   return { available: false, label: `SKIPPED: ${reason}` };
 }
 
-/** Runs a Python script file with arguments; throws with its stderr tail when it fails. */
-export function runPython(script: string, args: readonly string[], timeoutMs = 300_000): string {
-  const r = spawnSync(venvPython(), [script, ...args], { encoding: 'utf8', timeout: timeoutMs, maxBuffer: 256 * 1024 * 1024 });
-  if (r.status !== 0) throw new Error(`python ${script} failed (exit ${r.status}${r.signal ? `, ${r.signal}` : ''}):\n${(r.stderr || '').split('\n').slice(-30).join('\n')}`);
-  return r.stdout;
+/**
+ * Runs a Python script file with arguments; rejects with its stderr tail when it fails. Asynchronous
+ * on purpose: a synchronous child blocks the test worker's event loop, and vitest's worker reports
+ * "Timeout calling onTaskUpdate" when its RPC goes unanswered for 60 s, which a reference script
+ * importing torch can take on a loaded machine.
+ */
+export function runPython(script: string, args: readonly string[], timeoutMs = 300_000, input?: string): Promise<string> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(venvPython(), [script, ...args], { stdio: ['pipe', 'pipe', 'pipe'], timeout: timeoutMs });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (b: Buffer) => out.push(b));
+    child.stderr.on('data', (b: Buffer) => err.push(b));
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      const stderr = Buffer.concat(err).toString('utf8');
+      if (code !== 0) reject(new Error(`python ${script} failed (exit ${code}${signal ? `, ${signal}` : ''}):\n${stderr.split('\n').slice(-30).join('\n')}`));
+      else resolvePromise(Buffer.concat(out).toString('utf8'));
+    });
+    child.stdin.end(input ?? '');
+  });
 }

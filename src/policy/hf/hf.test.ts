@@ -78,7 +78,7 @@ describe.skipIf(!gate.available)(`Hugging Face checkpoints, chat templates and P
   beforeAll(async () => {
     await initBackend();
     work = mkdtempSync(join(tmpdir(), 'empo2-hf-'));
-    runPython(SCRIPT, ['build', work]);
+    await runPython(SCRIPT, ['build', work]);
     ref = JSON.parse(readFileSync(join(work, 'reference.json'), 'utf8'));
   }, 300_000);
   afterAll(() => {
@@ -178,7 +178,7 @@ describe.skipIf(!gate.available)(`Hugging Face checkpoints, chat templates and P
     const adapterDir = join(work, 'ours-adapter');
     await saveLoraAdapter(adapterDir, model, { baseModelNameOrPath: baseDir });
     const outJson = join(work, 'ours-adapter-logits.json');
-    runPython(SCRIPT, ['peft', baseDir, adapterDir, outJson]);
+    await runPython(SCRIPT, ['peft', baseDir, adapterDir, outJson]);
     const peft: Outputs = JSON.parse(readFileSync(outJson, 'utf8'));
     expect(worstRelative(sequenceLogits(model, ref.sequences), peft.logits)).toBeLessThan(TOL);
     engine.dispose();
