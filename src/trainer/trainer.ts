@@ -58,7 +58,7 @@ export async function createEngine(cfg: Config, from: 'fresh' | string): Promise
     lora: loraSettings(cfg) ?? undefined,
     loraSeed: cfg.seed,
   });
-    if (from !== 'fresh') {
+  if (from !== 'fresh') {
     const loaded = loadCheckpoint(from);
     const e = endTokenIds(loaded.tokenizer);
     const engine = new TfjsEngine(loaded.model, loaded.tokenizer, engineOptions(e, e[e.length - 1]));
