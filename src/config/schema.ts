@@ -154,6 +154,11 @@ export interface ResolvedAlgo {
   p: number;
   /** p at the last iteration (null: constant p). */
   pEnd: number | null;
+  /**
+   * Whether modes are drawn at all: p is above 0 at some iteration. Drawn even where the schedule
+   * reaches 0, so the random stream (and with it the task sequence) does not depend on it.
+   */
+  drawsModes: boolean;
   q: number;
   intrinsic: 'none' | 'novelty' | 'retrieval';
   /** Whether the run keeps a tip memory at all (memory rollouts, or retrieval-based intrinsic reward). */
@@ -165,7 +170,8 @@ export function resolveAlgo(cfg: Config): ResolvedAlgo {
   const p = cfg.algo.p ?? (empo2 ? 0.25 : 0);
   const intrinsic = cfg.algo.intrinsic ?? (empo2 ? 'novelty' : 'none');
   const pEnd = cfg.algo.p_end;
-  return { p, pEnd, q: cfg.algo.q, intrinsic, memory: p > 0 || (pEnd ?? 0) > 0 || intrinsic === 'retrieval' };
+  const drawsModes = p > 0 || (pEnd ?? 0) > 0;
+  return { p, pEnd, drawsModes, q: cfg.algo.q, intrinsic, memory: drawsModes || intrinsic === 'retrieval' };
 }
 
 /** Cross-field rules the per-field schema cannot express; returns "key: problem" lines. */

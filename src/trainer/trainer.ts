@@ -240,15 +240,12 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       const t0 = performance.now();
       const jobs: RolloutJob[] = [];
       const groupModes: Mode[] = [];
-      // Modes are drawn whenever p is ever above 0, so the random stream (and with it the task
-      // sequence) does not depend on where a p schedule stands.
-      const drawsModes = algo.p > 0 || (algo.pEnd ?? 0) > 0;
       const schedule = { p: scheduledP(algo.p, algo.pEnd, it, cfg.train.iterations), q: algo.q };
-      const iterationMode: Mode = drawsModes && cfg.algo.mode_draw === 'iteration' ? drawMode(schedule, rng.next(), rng.next()) : 'plain';
+      const iterationMode: Mode = algo.drawsModes && cfg.algo.mode_draw === 'iteration' ? drawMode(schedule, rng.next(), rng.next()) : 'plain';
       for (let g = 0; g < cfg.rollout.tasks_per_batch; g++) {
         const task = rng.pick(tasks);
         const variation = rng.pick(trainVariations.get(task)!);
-        groupModes.push(drawsModes && cfg.algo.mode_draw === 'task' ? drawMode(schedule, rng.next(), rng.next()) : iterationMode);
+        groupModes.push(algo.drawsModes && cfg.algo.mode_draw === 'task' ? drawMode(schedule, rng.next(), rng.next()) : iterationMode);
         for (let k = 0; k < cfg.rollout.group_size; k++) jobs.push({ task, variation, group: g });
       }
       const modes = jobs.map((j) => groupModes[j.group]);
@@ -301,7 +298,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
         }) + '\n',
       );
       log(
-        `iter ${it}/${cfg.train.iterations}${drawsModes ? ` [${describeModes(groupModes)}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
+        `iter ${it}/${cfg.train.iterations}${algo.drawsModes ? ` [${describeModes(groupModes)}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
           `rollout ${((t1 - t0) / 1000).toFixed(1)}s (${rolloutTokPerS.toFixed(0)} tok/s) | update ${((t2 - t1) / 1000).toFixed(1)}s (${trainTokPerS.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`,
       );
       await turnEventLoop(); // so that Ctrl-C is seen between iterations

@@ -57,9 +57,9 @@ export function pythonGate(modules: readonly string[]): PythonGate {
  * "Timeout calling onTaskUpdate" when its RPC goes unanswered for 60 s, which a reference script
  * importing torch can take on a loaded machine.
  */
-export function runPython(script: string, args: readonly string[], timeoutMs = 300_000, input?: string): Promise<string> {
+export function runPython(script: string, args: readonly string[], timeoutMs = 300_000): Promise<string> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(venvPython(), [script, ...args], { stdio: ['pipe', 'pipe', 'pipe'], timeout: timeoutMs });
+    const child = spawn(venvPython(), [script, ...args], { stdio: ['ignore', 'pipe', 'pipe'], timeout: timeoutMs });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     child.stdout.on('data', (b: Buffer) => out.push(b));
@@ -70,6 +70,5 @@ export function runPython(script: string, args: readonly string[], timeoutMs = 3
       if (code !== 0) reject(new Error(`python ${script} failed (exit ${code}${signal ? `, ${signal}` : ''}):\n${stderr.split('\n').slice(-30).join('\n')}`));
       else resolvePromise(Buffer.concat(out).toString('utf8'));
     });
-    child.stdin.end(input ?? '');
   });
 }
