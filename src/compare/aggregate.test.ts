@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { aggregate, meanCurve, type RunRecord } from './aggregate.ts';
 import { parseMetrics } from './metrics.ts';
 import { reportCompare, parseSeeds, parseSteps, configDifferences } from './runner.ts';
-import { interpolateAt, normalizedArea, summarize } from './stats.ts';
+import { interpolateAt, normalizedArea, pairedDifference, summarize } from './stats.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-compare-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -90,6 +90,27 @@ describe('stats', () => {
     expect(normalizedArea(c, 8, 8)).toBe(20);
     expect(normalizedArea(c, 0, 17)).toBeNull();
     expect(() => normalizedArea(c, 5, 4)).toThrow(/before it starts/);
+  });
+
+  it('pairedDifference: per-seed differences on common seeds, mean, std and the 95% t-interval', () => {
+    const reference = new Map([[3, 10], [0, 10], [1, 10], [2, 10], [9, 50]]);
+    const other = new Map([[2, 13], [0, 11], [1, 12], [3, 14], [7, 99]]);
+    const d = pairedDifference(reference, other)!;
+    expect(d.seeds).toEqual([0, 1, 2, 3]); // seeds 7 and 9 have no partner
+    expect(d.diffs).toEqual([1, 2, 3, 4]);
+    expect(d.mean).toBe(2.5);
+    expect(d.std).toBeCloseTo(Math.sqrt(5 / 3), 12); // squared deviations 2.25 + 0.25 + 0.25 + 2.25, over 3
+    // t(0.975, 3) = 3.182446 (Student-t tables); half-width 3.182446 · 1.290994 / 2 = 2.054260.
+    expect(d.ci95![0]).toBeCloseTo(0.44574, 5);
+    expect(d.ci95![1]).toBeCloseTo(4.55426, 5);
+    expect([d.wins, d.losses, d.ties]).toEqual([4, 0, 0]);
+    // t(0.975, 9) = 2.262157: ten differences alternating 1 and −1 have mean 0, std √(10/9).
+    const ten = pairedDifference(new Map(Array.from({ length: 10 }, (_, s) => [s, 0])), new Map(Array.from({ length: 10 }, (_, s) => [s, s % 2 ? -1 : 1])))!;
+    expect(ten.ci95![1]).toBeCloseTo((2.262157 * Math.sqrt(10 / 9)) / Math.sqrt(10), 5);
+    expect([ten.wins, ten.losses, ten.ties]).toEqual([5, 5, 0]);
+    const one = pairedDifference(new Map([[0, 5]]), new Map([[0, 5]]))!;
+    expect([one.mean, one.std, one.ci95, one.ties]).toEqual([0, null, null, 1]);
+    expect(pairedDifference(new Map([[0, 1]]), new Map([[1, 1]]))).toBeNull();
   });
 });
 
@@ -182,6 +203,20 @@ describe('aggregate', () => {
     expect(c.configs[0].scoreAtSteps[0].score!.mean).toBeCloseTo(44, 10); // 30 + 20·6/10 = 42, 60, 30
     expect(c.configs[1].scoreAtSteps[0].score).toBeNull();
     expect(c.notes.join('\n')).toMatch(/score @ 16 steps leaves out 2 run\(s\).*B\/seed0, B\/seed1/);
+  });
+
+  it('every other config is paired with the first on the seeds both ran', () => {
+    // B − A at 10 steps: seed 0 40 − 30, seed 1 50 − 30; A's seed 2 has no partner.
+    const [atSteps, auc] = cmp.paired;
+    expect([atSteps.label, atSteps.reference, atSteps.metric]).toEqual(['B', 'A', 'score @ 10 steps']);
+    expect(atSteps.difference.diffs.map((d) => +d.toFixed(10))).toEqual([10, 20]);
+    // mean 15, std √50; t(0.975, 1) = 12.706205, so the half-width is 12.706205 · √50 / √2 = 63.531.
+    expect(atSteps.difference.ci95![0]).toBeCloseTo(15 - 63.531, 2);
+    // AUC: 22.5 − 20 and 18 − 21.
+    expect(auc.metric).toBe('AUC 0–10');
+    expect(auc.difference.diffs.map((d) => +d.toFixed(10))).toEqual([2.5, -3]);
+    expect([auc.difference.wins, auc.difference.losses]).toEqual([1, 1]);
+    expect(cmp.paired).toHaveLength(2); // no final evaluations, so no third metric
   });
 
   it('unfinished runs are left out unless asked for', () => {
@@ -298,6 +333,9 @@ describe('report from run folders (--report-only)', () => {
     expect(md).toContain('| A | 2/3 | 27.5 ± 10.6 | 25.0% ± 0.0 | 20.0 | 35.0 |');
     expect(md).toContain('| B | 1/2 | 5.0 | 25.0% | 5.0 | – |');
     expect(md).toContain('| fetch | 40.0 ± 14.1 (50.0% ± 0.0) | 10.0 (50.0%) |');
+    // Only seed 0 has both final evaluations: one difference, no interval.
+    expect(md).toContain('## Paired differences against A (same seeds)');
+    expect(md).toContain('| B − A | score on 50 test variations per task (final checkpoint) | 1 | −15.0 | – | 0 / 1 / 0 | 0: −15.0 |');
     const runsCsv = readFileSync(r.files.runsCsv, 'utf8');
     expect(runsCsv).toMatch(/\nA,0,finished,yes,[^\n]*,50,100,20,0\.25\n/);
     expect(runsCsv).toMatch(/\nA,2,finished,yes,[^\n]*,,,,\n/);

@@ -9,7 +9,7 @@
  */
 import type { FinalEval } from './final-eval.ts';
 import type { EvalLine, RunMetrics } from './metrics.ts';
-import { interpolateAt, normalizedArea, summarize, type CurvePoint, type Summary } from './stats.ts';
+import { interpolateAt, normalizedArea, pairedDifference, summarize, type CurvePoint, type PairedDifference, type Summary } from './stats.ts';
 
 export type RunStatus = 'finished' | 'unfinished' | 'missing';
 
@@ -64,8 +64,18 @@ export interface ConfigResult {
   } | null;
 }
 
+/** One metric of one config against the first config, seed by seed. */
+export interface PairedResult {
+  label: string;
+  reference: string;
+  metric: string;
+  difference: PairedDifference;
+}
+
 export interface Comparison {
   configs: ConfigResult[];
+  /** Every other config against the first on the seeds both ran: the final evaluation (when there is one), the score at each equal-steps point, the AUC. */
+  paired: PairedResult[];
   /** Env-step counts at which every config's score is compared. */
   equalSteps: number[];
   /** The env-step range every included run covers; the AUC is taken over it. Null when no run is included. */
@@ -138,7 +148,27 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
     const wallFromTrainer = c.included.filter((r) => r.wallSource === 'trainer');
     if (wallFromTrainer.length > 0) notes.push(`${c.label}: wall time of ${wallFromTrainer.length} run(s) is the trainer's elapsed_seconds (not launched by compare; excludes the first and last evaluation)`);
   }
-  return { configs, equalSteps, commonRange: rangeOk ? commonRange : null, finalEval, notes };
+  const metrics: { metric: string; value: (r: RunRecord) => number | null }[] = [];
+  if (finalEval) metrics.push({ metric: `score on ${finalEval.variations} ${finalEval.split} variations per task (final checkpoint)`, value: (r) => r.finalEval?.mean_score ?? null });
+  for (const steps of equalSteps) metrics.push({ metric: `score @ ${fmtSteps(steps)} steps`, value: (r) => interpolateAt(curves.get(r)!, steps) });
+  if (rangeOk) metrics.push({ metric: `AUC ${fmtSteps(commonRange.from)}–${fmtSteps(commonRange.to)}`, value: (r) => normalizedArea(curves.get(r)!, commonRange.from, commonRange.to) });
+  const bySeed = (runs: RunRecord[], value: (r: RunRecord) => number | null) => {
+    const out = new Map<number, number>();
+    for (const r of runs) {
+      const v = value(r);
+      if (v !== null) out.set(r.seed, v);
+    }
+    return out;
+  };
+  const paired: PairedResult[] = [];
+  const [reference, ...others] = configs;
+  for (const other of others) {
+    for (const { metric, value } of metrics) {
+      const difference = pairedDifference(bySeed(reference.included, value), bySeed(other.included, value));
+      if (difference) paired.push({ label: other.label, reference: reference.label, metric, difference });
+    }
+  }
+  return { configs, paired, equalSteps, commonRange: rangeOk ? commonRange : null, finalEval, notes };
 }
 
 /** The final-evaluation setting shared by every counted run that has one; notes the runs without. */

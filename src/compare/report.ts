@@ -60,9 +60,33 @@ export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
     }
     out.push('', 'Per task:', '', ...taskTable(cmp, (c) => c.finalEval?.perTask ?? []));
   }
+  if (cmp.paired.length > 0) out.push('', ...pairedTable(cmp));
   if (plotFile) out.push('', `Learning curves: ${plotFile} (line: mean over runs; band: min–max over runs).`);
   if (cmp.notes.length > 0) out.push('', '## Notes', '', ...cmp.notes.map((n) => `- ${n}`));
   return out.join('\n') + '\n';
+}
+
+/** Each other config minus the first, seed by seed: mean difference, its 95% t-interval and the per-seed signs. */
+function pairedTable(cmp: Comparison): string[] {
+  const signed = (x: number) => (x > 0 ? '+' : x < 0 ? '−' : '') + Math.abs(x).toFixed(1);
+  const head = ['config − reference', 'metric', 'seeds', 'mean difference', '95% interval', 'ahead / behind / level', 'per seed'];
+  const lines = [
+    `## Paired differences against ${cmp.configs[0].label} (same seeds)`,
+    '',
+    'Per seed, the config\'s value minus the reference\'s on that seed; runs of one seed share the task sequence and starting model, ' +
+      'so the pairing takes out part of the seed-to-seed spread. Interval: mean ± t(0.975, n − 1) · std / √n over the differences; ' +
+      'one that contains 0 means these seeds do not tell the two apart.',
+    '',
+    row(head),
+    row(head.map(() => '---')),
+  ];
+  for (const p of cmp.paired) {
+    const d = p.difference;
+    const perSeed = d.seeds.map((s, i) => `${s}: ${signed(d.diffs[i])}`).join(', ');
+    const interval = d.ci95 ? `[${signed(d.ci95[0])}, ${signed(d.ci95[1])}]` : '–';
+    lines.push(row([`${p.label} − ${p.reference}`, p.metric, String(d.seeds.length), signed(d.mean), interval, `${d.wins} / ${d.losses} / ${d.ties}`, perSeed]));
+  }
+  return lines;
 }
 
 /** Task × config table of "score ± std (success ± std)". */

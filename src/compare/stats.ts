@@ -3,6 +3,7 @@
  * learning curves (interpolation and normalised area). Curves are interpolated, never
  * extrapolated: a value outside the range a run actually covered is unknown, not a guess.
  */
+import tQuantile from '@stdlib/stats-base-dists-t-quantile';
 
 export interface Summary {
   n: number;
@@ -61,4 +62,34 @@ export function normalizedArea(curve: CurvePoint[], from: number, to: number): n
   let area = 0;
   for (let i = 1; i < pts.length; i++) area += ((pts[i].x - pts[i - 1].x) * (pts[i].y + pts[i - 1].y)) / 2;
   return area / (to - from);
+}
+
+export interface PairedDifference {
+  /** Seeds both configs have a value for, ascending. */
+  seeds: number[];
+  /** other − reference, per seed in `seeds` order. */
+  diffs: number[];
+  mean: number;
+  /** Sample standard deviation of the differences; null with one seed. */
+  std: number | null;
+  /** Two-sided 95% Student-t interval for the mean difference; null with one seed. */
+  ci95: [number, number] | null;
+  /** Seeds where the other config is ahead / behind / level. */
+  wins: number;
+  losses: number;
+  ties: number;
+}
+
+/**
+ * The same-seed difference of one metric between two configs. Runs with the same seed share their
+ * task sequence and starting model, so pairing them removes part of the seed-to-seed spread that an
+ * unpaired comparison of two means carries. Null when no seed has both values.
+ */
+export function pairedDifference(reference: ReadonlyMap<number, number>, other: ReadonlyMap<number, number>): PairedDifference | null {
+  const seeds = [...other.keys()].filter((s) => reference.has(s)).sort((a, b) => a - b);
+  if (seeds.length === 0) return null;
+  const diffs = seeds.map((s) => other.get(s)! - reference.get(s)!);
+  const { n, mean, std } = summarize(diffs)!;
+  const ci95: [number, number] | null = std === null ? null : [mean - (tQuantile(0.975, n - 1) * std) / Math.sqrt(n), mean + (tQuantile(0.975, n - 1) * std) / Math.sqrt(n)];
+  return { seeds, diffs, mean, std, ci95, wins: diffs.filter((d) => d > 0).length, losses: diffs.filter((d) => d < 0).length, ties: diffs.filter((d) => d === 0).length };
 }
