@@ -73,7 +73,7 @@ function pairedTable(cmp: Comparison): string[] {
   const lines = [
     `## Paired differences against ${cmp.configs[0].label} (same seeds)`,
     '',
-    'Per seed, the config\'s value minus the reference\'s on that seed; runs of one seed share the task sequence and starting model, ' +
+    'Per seed, the config\'s value minus the reference\'s on that seed; runs of one seed share the task sequence and the initial model, ' +
       'so the pairing takes out part of the seed-to-seed spread. Interval: mean ± t(0.975, n − 1) · std / √n over the differences; ' +
       'one that contains 0 means these seeds do not tell the two apart.',
     '',
