@@ -124,6 +124,9 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
   }
 
   const finalEval = finalEvalSetting(allIncluded, notes);
+  // Per-run metrics, shared by the summaries over seeds and the paired differences.
+  const scoreAt = (steps: number) => (r: RunRecord) => interpolateAt(curves.get(r)!, steps);
+  const auc = rangeOk ? (r: RunRecord) => normalizedArea(curves.get(r)!, commonRange.from, commonRange.to) : null;
 
   const configs: ConfigResult[] = split.map(({ label, included, excluded }) => {
     const finals = included.map((r) => r.metrics!.evals.at(-1)!);
@@ -135,8 +138,8 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
       finalScore: summarize(finals.map((e) => e.mean_score)),
       finalSuccess: summarize(finals.map((e) => e.success_rate)),
       finalEnvSteps: summarize(finals.map((e) => e.train_env_steps)),
-      scoreAtSteps: equalSteps.map((steps) => ({ steps, score: values((r) => interpolateAt(curves.get(r)!, steps)) })),
-      auc: rangeOk ? values((r) => normalizedArea(curves.get(r)!, commonRange.from, commonRange.to)) : null,
+      scoreAtSteps: equalSteps.map((steps) => ({ steps, score: values(scoreAt(steps)) })),
+      auc: auc ? values(auc) : null,
       wallSeconds: values((r) => r.wallSeconds),
       perTask: summarizeTasks(finals.map((e) => e.per_task)),
       curve: meanCurve(included.map((r) => curves.get(r)!)),
@@ -150,8 +153,8 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
   }
   const metrics: { metric: string; value: (r: RunRecord) => number | null }[] = [];
   if (finalEval) metrics.push({ metric: `score on ${finalEval.variations} ${finalEval.split} variations per task (final checkpoint)`, value: (r) => r.finalEval?.mean_score ?? null });
-  for (const steps of equalSteps) metrics.push({ metric: `score @ ${fmtSteps(steps)} steps`, value: (r) => interpolateAt(curves.get(r)!, steps) });
-  if (rangeOk) metrics.push({ metric: `AUC ${fmtSteps(commonRange.from)}–${fmtSteps(commonRange.to)}`, value: (r) => normalizedArea(curves.get(r)!, commonRange.from, commonRange.to) });
+  for (const steps of equalSteps) metrics.push({ metric: `score @ ${fmtSteps(steps)} steps`, value: scoreAt(steps) });
+  if (rangeOk && auc) metrics.push({ metric: `AUC ${fmtSteps(commonRange.from)}–${fmtSteps(commonRange.to)}`, value: auc });
   const bySeed = (runs: RunRecord[], value: (r: RunRecord) => number | null) => {
     const out = new Map<number, number>();
     for (const r of runs) {

@@ -82,7 +82,7 @@ export interface PairedDifference {
 
 /**
  * The same-seed difference of one metric between two configs. Runs with the same seed share their
- * task sequence and starting model, so pairing them removes part of the seed-to-seed spread that an
+ * task sequence and initial model, so pairing them removes part of the seed-to-seed spread that an
  * unpaired comparison of two means carries. Null when no seed has both values.
  */
 export function pairedDifference(reference: ReadonlyMap<number, number>, other: ReadonlyMap<number, number>): PairedDifference | null {
@@ -90,6 +90,7 @@ export function pairedDifference(reference: ReadonlyMap<number, number>, other: 
   if (seeds.length === 0) return null;
   const diffs = seeds.map((s) => other.get(s)! - reference.get(s)!);
   const { n, mean, std } = summarize(diffs)!;
-  const ci95: [number, number] | null = std === null ? null : [mean - (tQuantile(0.975, n - 1) * std) / Math.sqrt(n), mean + (tQuantile(0.975, n - 1) * std) / Math.sqrt(n)];
+  const halfWidth = std === null ? null : (tQuantile(0.975, n - 1) * std) / Math.sqrt(n);
+  const ci95: [number, number] | null = halfWidth === null ? null : [mean - halfWidth, mean + halfWidth];
   return { seeds, diffs, mean, std, ci95, wins: diffs.filter((d) => d > 0).length, losses: diffs.filter((d) => d < 0).length, ties: diffs.filter((d) => d === 0).length };
 }
