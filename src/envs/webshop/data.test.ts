@@ -1,18 +1,20 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { DATA_ENV_VAR, loadCatalogue, loadHumanInstructions, pythonFloatText, resolveDataDir } from './data.ts';
 import { WebShopEnv } from './env.ts';
 
 const saved = process.env[DATA_ENV_VAR];
+const scratch = mkdtempSync(join(tmpdir(), 'empo2-webshop-data-'));
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 afterEach(() => {
   if (saved === undefined) delete process.env[DATA_ENV_VAR];
   else process.env[DATA_ENV_VAR] = saved;
 });
 
 function rawShop(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'webshop-raw-'));
+  const dir = mkdtempSync(join(scratch, 'raw-'));
   const item = (asin: string, extra: Record<string, unknown>) => ({
     asin, name: `Product ${asin}`, full_description: 'A thing.', small_description: ['First point', 'Second'],
     category: 'beauty', query: ' Face Cream ', product_category: 'Beauty › Skin Care › Face', images: ['img.jpg'],
@@ -90,7 +92,7 @@ describe('WebShop data loading', () => {
   });
 
   it('names the file and line of a broken catalogue line', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'webshop-bad-'));
+    const dir = mkdtempSync(join(scratch, 'bad-'));
     writeFileSync(join(dir, 'resources_1k_documents.jsonl'), '{"id": "X", "contents": "x", "product": {"pricing": [1.0]}}\n');
     writeFileSync(join(dir, 'items_ins_v2_1000.json'), '{}');
     expect(() => loadCatalogue({ dataDir: dir })).toThrow(/resources_1k_documents\.jsonl:1: product\.asin: expected a string/);

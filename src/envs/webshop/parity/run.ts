@@ -10,7 +10,7 @@
  * Prints a JSON summary and writes it to parity/results.json.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -91,6 +91,7 @@ for (const p of world.catalogue.products) {
 }
 
 const work = mkdtempSync(join(tmpdir(), 'webshop-parity-'));
+process.on('exit', () => rmSync(work, { recursive: true, force: true }));
 const casesPath = join(work, 'cases.json');
 writeFileSync(casesPath, JSON.stringify({
   products,
