@@ -87,6 +87,8 @@ export const AlgoSchema = strict({
   intrinsic: z.enum(['none', 'novelty', 'retrieval']).nullable().default(null).describe('intrinsic reward: novelty list 1/n (paper), retrieval 1/(k+1) (reference), none (null: novelty for empo2, none for grpo)'),
   intrinsic_coef: z.number().min(0).default(0.01).describe('weight of the intrinsic reward per step, added to the scaled environment reward'),
   novelty_threshold: z.number().min(-1).max(1).default(0.9).describe('cosine similarity above which two states count as the same state (novelty list)'),
+  off_policy_ratio: z.enum(['paper', 'decoupled']).default('paper').describe('off-policy update: ρ = πθ(a|s,u)/πold(a|s,u,tips) clipped around 1 (paper), or, not in the paper, decoupled: clip πθ(a|s,u)/πold(a|s,u) and weight A by min(off_policy_weight_cap, πold(a|s,u)/πold(a|s,u,tips)) (one extra scoring pass over the off-policy samples)'),
+  off_policy_weight_cap: z.number().positive().nullable().default(1).describe('decoupled off-policy ratio: cap of the importance weight (null: no weight)'),
   low_prob_scope: z.enum(['off_policy', 'all']).default('off_policy').describe('where the low-probability masks (low_prob_delta, seq_min_logprob) apply'),
   clip_low: z.number().min(0).default(0.2).describe('ε_low: lower clip range of the ratio'),
   clip_high: z.number().min(0).default(0.3).describe('ε_high: upper clip range of the ratio'),
@@ -113,6 +115,7 @@ export const MemorySchema = strict({
   reflection_max_tokens: z.number().int().positive().default(128).describe('policy reflector: maximum tokens of a tip'),
   per_step_entries: z.boolean().default(true).describe('store one entry per step with its action and the final score (reference) instead of one per episode keyed by the final state'),
   step_credit: z.enum(['final', 'to_go', 'gain']).default('final').describe("per-step entries: score each action by the episode's final score (reference), by the points scored from that step on (to_go), or by the points that step scored (gain); step-level credit is for a small model that copies the best tip"),
+  source: z.enum(['memory', 'oracle']).default('memory').describe("where memory rollouts get their tips: the tip memory (paper), or, as a diagnostic upper bound, one tip naming the environment's scripted next action (built-in environment only)"),
   skip_taken_actions: z.boolean().default(false).describe('not in the paper: leave out per-step tips about an action the episode has already taken (a small model that copies the best tip otherwise goes back to steps already credited)'),
 });
 

@@ -46,6 +46,12 @@ export interface Env {
   /** Current score, 0-100. */
   score(): number;
   done(): boolean;
+  /**
+   * Optional, for diagnostics: the next action of a scripted solver that reads the hidden state
+   * (null once the episode is over). `memory.source: oracle` shows it to memory rollouts as their
+   * only tip, to measure what EMPO²'s update makes of perfect tips.
+   */
+  oracleAction?(): string | null;
   /** Release processes, sockets, files. Safe to call twice. */
   close(): Promise<void>;
 }

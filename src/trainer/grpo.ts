@@ -5,13 +5,15 @@
  *   3. every action token of every step gets its rollout's advantage;
  *   4. the prompt each step is scored on: as sampled (plain and on-policy-with-tips rollouts), or
  *      with the tip block cut out (off-policy rollouts: ρ = πθ(a|s,u) / πold(a|s,u,tips), the old
- *      log-probs being the sampler's, taken with tips);
+ *      log-probs being the sampler's, taken with tips; or, decoupled, not in the paper: the ratio
+ *      to the tip-free old policy, A weighted by min(cap, πold(a|s,u) / πold(a|s,u,tips)));
  *   5. low-probability masks (token-level δ, or sequence-level min old log-prob) on off-policy
  *      samples (or on all, by config);
  *   6. clipped-ratio objective, token mean, over `minibatches` optimiser steps for `epochs` passes.
  */
 import { groupNormalisedAdvantages, rolloutReturn } from '../algo/advantage.ts';
 import { sequenceLowProbKeep, type ObjectiveConfig } from '../algo/objective.ts';
+import { decoupledOffPolicy } from '../algo/off-policy.ts';
 import type { PolicyEngine, TrainSequence, TrainStats } from '../policy/types.ts';
 import type { Rng } from '../util/rng.ts';
 import type { Mode } from '../algo/modes.ts';
@@ -36,6 +38,10 @@ export interface GrpoSettings {
   temperature: number;
   /** Where the low-probability masks apply: off-policy samples only (EMPO²) or every sample. */
   maskScope?: 'off_policy' | 'all';
+  /** Off-policy ratio: the paper's (to the sampler with tips), or decoupled (see algo/off-policy.ts). */
+  offPolicyRatio?: 'paper' | 'decoupled';
+  /** Decoupled: cap of the importance weight (null: w = 1). */
+  offPolicyWeightCap?: number | null;
   lr?: number;
 }
 
@@ -46,6 +52,8 @@ export interface UpdateStats extends TrainStats {
   droppedLowProb: number;
   /** Samples scored on a tip-free prompt (off-policy mode). */
   offPolicySequences: number;
+  /** Decoupled off-policy ratio: mean importance weight w over off-policy tokens (null otherwise). */
+  offPolicyMeanWeight: number | null;
 }
 
 export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: GrpoSettings, rng: Rng): Promise<UpdateStats> {
@@ -55,6 +63,7 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
   let droppedLowProb = 0;
   let offPolicySequences = 0;
   const samples: TrainSequence[] = [];
+  const offPolicySamples: TrainSequence[] = [];
   episodes.forEach((episode, i) => {
     const A = advantages[i];
     if (s.skipZeroAdvantage && s.objective.klCoef === 0 && Math.abs(A) < 1e-9) return;
@@ -65,16 +74,34 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
       const keep = !masked || s.seqMinLogprob === null || sequenceLowProbKeep(step.logprobs, s.seqMinLogprob);
       if (!keep) droppedLowProb++;
       if (offPolicy) offPolicySequences++;
-      samples.push({
+      const sample: TrainSequence = {
         prompt: offPolicy ? removeTips(step.prompt, step.tipSpan) : step.prompt,
         response: step.response,
         advantages: step.response.map(() => A),
         oldLogprobs: step.logprobs,
         mask: step.response.map(() => (keep ? 1 : 0)),
         lowProbMask: masked,
-      });
+      };
+      samples.push(sample);
+      if (offPolicy) offPolicySamples.push(sample);
     }
   });
+
+  let offPolicyMeanWeight: number | null = null;
+  if (s.offPolicyRatio === 'decoupled' && offPolicySamples.length > 0) {
+    // πold(a|s,u): the tip-free prompts scored with the weights before this update.
+    const tipFree = await engine.logprobs(offPolicySamples, s.temperature);
+    let weightSum = 0;
+    let weightCount = 0;
+    offPolicySamples.forEach((sample, k) => {
+      const d = decoupledOffPolicy(sample.advantages[0], tipFree[k], sample.oldLogprobs, s.offPolicyWeightCap ?? null);
+      sample.advantages = d.advantages;
+      sample.oldLogprobs = d.oldLogprobs;
+      weightSum += d.weights.reduce((a, b) => a + b, 0);
+      weightCount += d.weights.length;
+    });
+    offPolicyMeanWeight = weightSum / Math.max(1, weightCount);
+  }
 
   const totals = { loss: 0, tokens: 0, clipFraction: 0, meanRatio: 0, kl: 0, gradNorm: 0 };
   let optimizerSteps = 0;
@@ -105,5 +132,6 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
     meanReturn: returns.reduce((a, b) => a + b, 0) / Math.max(1, returns.length),
     droppedLowProb,
     offPolicySequences,
+    offPolicyMeanWeight,
   };
 }

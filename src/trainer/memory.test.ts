@@ -10,7 +10,7 @@ import { HashedNgramEmbedder } from '../memory/hashed.ts';
 import { NoveltyList } from '../memory/novelty.ts';
 import { TrajectorySummaryReflector } from '../memory/reflector.ts';
 import { TipMemory } from '../memory/store.ts';
-import { MemoryRuntime } from './memory.ts';
+import { MemoryRuntime, ORACLE_TIP_SUMMARY } from './memory.ts';
 import type { Episode, StepRecord } from './rollout.ts';
 
 function step(observation: string, action: string, reward: number, score: number): StepRecord {
@@ -71,7 +71,7 @@ describe('MemoryRuntime.write: step credit', () => {
 describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
   // The state after the battery was taken still looks like the state it was taken in, so the best
   // match is the tip to take it again: credit a small tip-copying model cannot earn twice.
-  const query = (taken: string[]) => [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You carry nothing. The red box holds a battery.', taken }];
+  const query = (taken: string[]) => [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You carry nothing. The red box holds a battery.', taken, oracleAction: () => null }];
 
   it('off (default): the tip about the action already taken stays first', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1']);
@@ -89,5 +89,21 @@ describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
     const [after] = await memory.tipSource()(query(['open red box', 'inventory', 'take battery']));
     expect(after).toHaveLength(1);
     expect(after[0]).toMatch(/took was look around; it did not change your score/);
+  });
+});
+
+describe('MemoryRuntime.tipSource: memory.source=oracle', () => {
+  const query = (action: string | null) => [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You are in the hall.', taken: [], oracleAction: () => action }];
+
+  it("shows the solver's next action as the only tip, in the step-tip wording of the run's credit, whatever the memory holds", async () => {
+    const gain = runtime(['memory.step_credit=gain', 'memory.source=oracle']);
+    await gain.write([episode]);
+    expect(await gain.tipSource()(query('open red box'))).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was open red box; it raised your score by 20 points.`]]);
+    const final = runtime(['memory.source=oracle']);
+    expect(await final.tipSource()(query('take battery'))).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was take battery; you finally scored 20/100.`]]);
+  });
+
+  it('shows no tip once the solver has no action left', async () => {
+    expect(await runtime(['memory.source=oracle']).tipSource()(query(null))).toEqual([[]]);
   });
 });

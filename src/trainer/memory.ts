@@ -34,6 +34,15 @@ export function createReflector(cfg: Config, engine: PolicyEngine, seed: number)
   return new PolicyReflector(engine, chatML, { maxTokens: cfg.memory.reflection_max_tokens, temperature: cfg.rollout.eval_temperature, seed, historySteps: 12 });
 }
 
+/** Points the oracle tip claims, in the step-tip format the warm-up taught the model to follow. */
+const ORACLE_TIP_POINTS = 20;
+export const ORACLE_TIP_SUMMARY = 'A solver that can see the whole world suggests this step.';
+
+/** `memory.source: oracle`: the solver's next action as the only tip (none once it has no action). */
+export function oracleTips(action: string | null, credit: Config['memory']['step_credit']): string[] {
+  return action === null ? [] : [stepTipText(ORACLE_TIP_SUMMARY, action, ORACLE_TIP_POINTS, credit)];
+}
+
 export class MemoryRuntime {
   /** Seconds spent embedding, retrieving, computing intrinsic rewards and writing tips since the last `takeSeconds`. */
   private seconds = 0;
@@ -87,6 +96,7 @@ export class MemoryRuntime {
 
   /** Retr(s; M) for the rollout: the top-k tips of the episode's slot for its current state. */
   tipSource(): TipSource {
+    if (this.cfg.memory.source === 'oracle') return async (queries) => queries.map((q) => oracleTips(q.oracleAction(), this.cfg.memory.step_credit));
     return async (queries) => {
       const t0 = performance.now();
       const keys = await this.embed(queries.map((q) => q.state));

@@ -7,9 +7,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../config/load.ts';
+import { resolveAlgo } from '../config/schema.ts';
 import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import type { GenerateOptions, Generation, PolicyEngine } from '../policy/types.ts';
+import { MemoryRuntime } from './memory.ts';
 import { environmentCount, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
 
 const cfg = loadConfig(null, ['env.tasks=[fetch,power]', 'env.max_steps=5', 'rollout.constrained=true']);
@@ -71,5 +73,42 @@ describe('runEpisodesInChunks', () => {
     expect(environmentCount(cfg, 32)).toBe(32);
     expect(environmentCount({ ...cfg, env: { ...cfg.env, max_instances: 8 } }, 32)).toBe(8);
     expect(environmentCount({ ...cfg, env: { ...cfg.env, max_instances: 64 } }, 32)).toBe(32);
+  });
+});
+
+/** Plays the action of the last tip in the prompt when it is valid (tips are shown best last), else the first valid action. */
+class TipFollower {
+  readonly tokenizer = { encode: (text: string) => [...Buffer.from(text, 'utf8')] };
+  async generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]> {
+    return prompts.map((p, i) => {
+      const valid = opts.allowedTexts![i] ?? [];
+      const named = [...Buffer.from(p).toString('utf8').matchAll(/The action you took was (.+?);/g)].map((m) => m[1]);
+      const last = named[named.length - 1];
+      return { tokens: [1], logprobs: [-0.1], text: last !== undefined && valid.includes(last) ? last : valid[0], finish: 'stop' };
+    });
+  }
+}
+
+describe('memory.source=oracle in rollouts', () => {
+  const oracleCfg = loadConfig(null, ['env.tasks=[power,clue,unlock]', 'rollout.constrained=true', 'algo.name=empo2', 'algo.p=1', 'memory.source=oracle', 'memory.reflector=summary']);
+  const oracleJobs: RolloutJob[] = ['power', 'clue', 'unlock'].map((task, k) => ({ task, variation: k, group: k }));
+
+  it("a policy that follows the tip solves every episode: the tip is the environment's own next step", async () => {
+    const engine = new TipFollower() as unknown as PolicyEngine;
+    const memory = await MemoryRuntime.create(oracleCfg, resolveAlgo(oracleCfg), engine, null);
+    const guided = await runEpisodesInChunks(await Promise.all(oracleJobs.map(() => createEnv(oracleCfg.env))), engine, oracleJobs, () => rolloutSettings(oracleCfg, false, 1), { tips: memory.tipSource(), uses: () => true });
+    expect(guided.episodes.map((e) => [e.score, e.success])).toEqual(oracleJobs.map(() => [100, true]));
+    expect(guided.episodes.every((e) => e.steps.every((s) => s.tipSpan !== null))).toBe(true);
+    const plain = await runEpisodesInChunks(await Promise.all(oracleJobs.map(() => createEnv(oracleCfg.env))), engine, oracleJobs, () => rolloutSettings(oracleCfg, false, 1));
+    expect(plain.episodes.some((e) => !e.success)).toBe(true);
+  });
+
+  it('names the environment when it has no solver', async () => {
+    const env = await createEnv(oracleCfg.env);
+    Object.defineProperty(env, 'oracleAction', { value: undefined });
+    const memory = await MemoryRuntime.create(oracleCfg, resolveAlgo(oracleCfg), new TipFollower() as unknown as PolicyEngine, null);
+    await expect(runEpisodesInChunks([env], new TipFollower() as unknown as PolicyEngine, oracleJobs.slice(0, 1), () => rolloutSettings(oracleCfg, false, 1), { tips: memory.tipSource(), uses: () => true })).rejects.toThrow(
+      /memory\.source: oracle needs an environment with a scripted solver \(the built-in one\); builtin has none/,
+    );
   });
 });

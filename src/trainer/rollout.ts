@@ -45,7 +45,18 @@ export interface Episode extends RolloutJob {
  * every such episode (batched, so the embedder sees one batch), with the actions it has taken so far.
  * Episodes without memory are not asked.
  */
-export type TipSource = (queries: { episode: number; job: RolloutJob; state: string; taken: readonly string[] }[]) => Promise<string[][]>;
+export interface TipQuery {
+  episode: number;
+  job: RolloutJob;
+  /** The current observation. */
+  state: string;
+  /** Actions the episode has taken so far. */
+  taken: readonly string[];
+  /** The environment's scripted next action, where it has a solver (`Env.oracleAction`). */
+  oracleAction: () => string | null;
+}
+
+export type TipSource = (queries: TipQuery[]) => Promise<string[][]>;
 
 export interface RolloutSettings {
   prompt: PromptSettings;
@@ -69,6 +80,12 @@ export interface RolloutStats {
 
 function emptyStats(): RolloutStats {
   return { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0, memorySeconds: 0 };
+}
+
+/** The environment's solver for `memory.source: oracle`, or an error naming the environment. */
+export function oracleOf(env: Env): () => string | null {
+  if (!env.oracleAction) throw new Error(`memory.source: oracle needs an environment with a scripted solver (the built-in one); ${env.name} has none`);
+  return env.oracleAction.bind(env);
 }
 
 export async function runEpisodes(
@@ -105,7 +122,7 @@ export async function runEpisodes(
     if (memory) {
       const tm = performance.now();
       const asking = active.filter((e) => memory.uses(e.index));
-      const answers = asking.length ? await memory.tips(asking.map((e) => ({ episode: e.index, job: e.job, state: e.turns[e.turns.length - 1].observation, taken: e.steps.map((st) => st.action) }))) : [];
+      const answers = asking.length ? await memory.tips(asking.map((e) => ({ episode: e.index, job: e.job, state: e.turns[e.turns.length - 1].observation, taken: e.steps.map((st) => st.action), oracleAction: () => oracleOf(e.env)() }))) : [];
       const byEpisode = new Map(asking.map((e, k) => [e.index, answers[k] ?? []]));
       tips = active.map((e) => byEpisode.get(e.index) ?? []);
       stats.memorySeconds += (performance.now() - tm) / 1000;

@@ -363,6 +363,52 @@ describe('grpoUpdate on hand-made episodes', () => {
     }
   });
 
+  it('decoupled off-policy ratio: πold is the tip-free prompt scored before the update, A is weighted by min(cap, πold(a|s,u)/πold(a|s,u,tips))', async () => {
+    // Sampled with tips: p = 0.8 then 0.2 per token. Tip-free before the update: 0.1 and 0.6, so w = 0.125 and min(1, 3) = 1.
+    class ScoringEngine extends RecordingEngine {
+      readonly scored: ScoredSequence[][] = [];
+      override async logprobs(b: ScoredSequence[]): Promise<number[][]> {
+        this.scored.push(b);
+        return b.map(() => [Math.log(0.1), Math.log(0.6)]);
+      }
+    }
+    const sampled = [Math.log(0.8), Math.log(0.2)];
+    const win: StepRecord = { ...step(100), prompt: [1, 90, 91, 2], tipSpan: [1, 3], logprobs: sampled };
+    const lose: StepRecord = { ...step(0), prompt: [1, 92, 2], tipSpan: [1, 2], logprobs: sampled };
+    const plain = step(0);
+    const engine = new ScoringEngine();
+    const stats = await grpoUpdate(
+      engine,
+      [{ ...episode(4, [win]), mode: 'tips-off-policy' }, { ...episode(4, [lose]), mode: 'tips-off-policy' }, episode(5, [plain]), episode(5, [step(50)])],
+      settings({ offPolicyRatio: 'decoupled', offPolicyWeightCap: 1 }),
+      new Rng(1),
+    );
+    expect(engine.scored).toHaveLength(1);
+    expect(engine.scored[0].map((x) => x.prompt)).toEqual([[1, 2], [1, 2]]);
+    const A = 0.5 / (Math.sqrt(2 * 0.5 ** 2) + 1e-6); // two rollouts, returns 1 and 0
+    const byPrompt = (p: string) => engine.batches[0].filter((x) => x.prompt.join() === p);
+    const off = byPrompt('1,2');
+    expect(off).toHaveLength(2);
+    for (const x of off) {
+      expect(x.oldLogprobs).toEqual([Math.log(0.1), Math.log(0.6)]);
+      const sign = Math.sign(x.advantages[1]);
+      expect(x.advantages[0]).toBeCloseTo(sign * 0.125 * A, 9);
+      expect(x.advantages[1]).toBeCloseTo(sign * A, 9);
+    }
+    // The plain group is untouched.
+    const untouched = engine.batches[0].filter((x) => x.prompt.join() !== '1,2');
+    expect(untouched.every((x) => x.oldLogprobs.every((lp) => lp === -0.5) && new Set(x.advantages).size === 1)).toBe(true);
+    expect(stats.offPolicyMeanWeight).toBeCloseTo((0.125 + 1) / 2, 12);
+  });
+
+  it('the paper ratio (default) scores nothing extra and reports no weight', async () => {
+    const withTips: StepRecord = { ...step(100), prompt: [1, 90, 2], tipSpan: [1, 2] };
+    const engine = new RecordingEngine(); // its logprobs() throws
+    const stats = await grpoUpdate(engine, [{ ...episode(6, [withTips]), mode: 'tips-off-policy' }, { ...episode(6, [step(0)]), mode: 'tips-off-policy' }], settings(), new Rng(1));
+    expect(stats.offPolicyMeanWeight).toBeNull();
+    expect(engine.batches[0].every((x) => x.oldLogprobs.every((lp) => lp === -0.5))).toBe(true);
+  });
+
   it('on-policy with tips: the update prompt is the sampled prompt, tips included', async () => {
     const withTips: StepRecord = { ...step(100), prompt: [1, 90, 2], tipSpan: [1, 2] };
     const engine = new RecordingEngine();

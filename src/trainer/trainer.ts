@@ -26,7 +26,7 @@ import { latestCheckpoint, loadCheckpoint, loadTrainerState, saveCheckpoint, typ
 import { grpoUpdate } from './grpo.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { IM_END, END_OF_TEXT, endTokenIds } from './prompt.ts';
-import { environmentCount, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
+import { environmentCount, oracleOf, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
 import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
 
 export interface TrainOptions {
@@ -182,6 +182,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   if (!resumeFrom) writeFileSync(join(runDir, 'config.yaml'), toYaml(cfg));
 
   const probe = await createEnv(cfg.env);
+  if (memory && cfg.memory.source === 'oracle') oracleOf(probe); // fail before training, not at the first memory rollout
   const tasks = cfg.env.tasks ?? probe.tasks();
   const trainVariations = new Map(tasks.map((t) => [t, probe.variations(t, 'train').slice(0, cfg.env.train_variations ?? undefined)]));
   const batchSize = cfg.rollout.tasks_per_batch * cfg.rollout.group_size;
@@ -266,6 +267,8 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
           skipZeroAdvantage: cfg.algo.skip_zero_advantage,
           temperature: cfg.rollout.temperature > 0 ? cfg.rollout.temperature : 1,
           maskScope: cfg.algo.low_prob_scope,
+          offPolicyRatio: cfg.algo.off_policy_ratio,
+          offPolicyWeightCap: cfg.algo.off_policy_weight_cap,
         },
         rng,
       );
@@ -291,7 +294,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
           loss: update.loss, clip_fraction: update.clipFraction, mean_ratio: update.meanRatio, grad_norm: update.gradNorm, kl: update.kl,
           sequences: update.sequences, trained_tokens: update.tokens, rollout_seconds: (t1 - t0) / 1000, update_seconds: (t2 - t1) / 1000,
           rollout_tokens_per_s: rolloutTokPerS, mean_prompt_tokens: stats.promptTokens / Math.max(1, stats.envSteps), elapsed_seconds: state.elapsedSeconds,
-          modes: countModes(modes), score_by_mode: byMode, off_policy_sequences: update.offPolicySequences, dropped_low_prob: update.droppedLowProb,
+          modes: countModes(modes), score_by_mode: byMode, off_policy_sequences: update.offPolicySequences, off_policy_mean_weight: update.offPolicyMeanWeight, dropped_low_prob: update.droppedLowProb,
           intrinsic_mean: intrinsic ? intrinsic.flat().reduce((a, b) => a + b, 0) / Math.max(1, episodes.length) : 0,
           memory_seconds: memorySeconds, memory_share_of_rollout: memorySeconds / Math.max(1e-9, (t1 - t0) / 1000),
           tips_added: tipsAdded, memory_size: memory ? memory.tips.size() : 0,

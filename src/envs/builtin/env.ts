@@ -93,6 +93,10 @@ export class BuiltinEnv implements Env {
     this.current = null;
   }
 
+  oracleAction(): string | null {
+    return this.game().oracleAction();
+  }
+
   /** The running episode with its hidden state (for the oracle, tests and tools); throws before reset. */
   game(): Game {
     if (!this.current) throw new Error('builtin env: call reset() before step()');

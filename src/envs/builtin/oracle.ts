@@ -7,7 +7,7 @@ import type { Rng } from './rng.ts';
 
 /** The oracle's next action in the env's running episode; null when the episode is over. */
 export function oracleAct(env: BuiltinEnv): string | null {
-  return env.game().oracleAction();
+  return env.oracleAction();
 }
 
 /**
