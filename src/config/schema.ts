@@ -83,7 +83,10 @@ export const AlgoSchema = strict({
   p: z.number().min(0).max(1).nullable().default(null).describe('p: probability that a batch is rolled out with tips from memory (null: 0.25 for empo2, 0 for grpo)'),
   p_end: prob.nullable().default(null).describe('not in the paper: move p linearly from algo.p at the first iteration to this at the last (train.iterations); null: p stays constant'),
   q: prob.default(0.68).describe('q: probability that a memory batch is updated off-policy (tips removed; the rest on-policy with tips)'),
-  mode_draw: z.enum(['iteration', 'task']).default('iteration').describe('draw the mode once per iteration (reference) or once per task group'),
+  mode_draw: z
+    .enum(['iteration', 'task', 'rollout'])
+    .default('iteration')
+    .describe('draw the mode once per iteration (reference), once per task group, or (not in the paper) once per rollout, so a group mixes rollouts with and without tips and its advantage compares them'),
   intrinsic: z.enum(['none', 'novelty', 'retrieval']).nullable().default(null).describe('intrinsic reward: novelty list 1/n (paper), retrieval 1/(k+1) (reference), none (null: novelty for empo2, none for grpo)'),
   intrinsic_coef: z.number().min(0).default(0.01).describe('weight of the intrinsic reward per step, added to the scaled environment reward'),
   novelty_threshold: z.number().min(-1).max(1).default(0.9).describe('cosine similarity above which two states count as the same state (novelty list)'),

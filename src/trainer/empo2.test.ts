@@ -114,6 +114,17 @@ describe('EMPO² modes end to end', () => {
     }
   });
 
+  it('mode_draw: rollout mixes modes within a group and logs how many rollouts ran in each', async () => {
+    const dir = join(root, 'per-rollout');
+    const log: string[] = [];
+    await train(config(dir, 3, ['algo.p=0.5', 'algo.q=1', 'algo.mode_draw=rollout']), { resume: false, log: (l) => log.push(l) });
+    const counts = trainLines(dir).map((l) => l.modes as Record<string, number>);
+    // Groups of 2: an odd number of tip-guided rollouts in an iteration means a group holds both kinds.
+    expect(counts.some((c) => c['tips-off-policy'] % 2 === 1)).toBe(true);
+    for (const c of counts) expect(c.plain + c['tips-off-policy']).toBe(4);
+    expect(log.some((l) => /\[plain \d, tips\/off \d\]/.test(l))).toBe(true);
+  });
+
   it('resume restores the memory: 2 + 1 iterations end exactly where 3 straight iterations end', async () => {
     const extra = ['algo.p=0.5', 'algo.mode_draw=task', 'algo.intrinsic=novelty'];
     const straight = join(root, 'straight');

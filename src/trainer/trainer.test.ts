@@ -416,6 +416,24 @@ describe('grpoUpdate on hand-made episodes', () => {
     expect(engine.batches[0].some((x) => x.prompt.join() === '1,90,2')).toBe(true);
   });
 
+  it('a group mixing modes (mode_draw: rollout) normalises over all its rollouts; each is scored on its own prompt', async () => {
+    // Group 3: a tip-guided off-policy rollout scoring 100 and a plain one scoring 0: returns 1 and 0, A = ±0.7071.
+    const guided: StepRecord = { ...step(100), prompt: [5, 90, 91, 6], tipSpan: [1, 3] };
+    const plain: StepRecord = { ...step(0), prompt: [5, 6] };
+    const engine = new RecordingEngine();
+    const stats = await grpoUpdate(engine, [{ ...episode(3, [guided]), mode: 'tips-off-policy' }, { ...episode(3, [plain]), mode: 'plain' }], settings(), new Rng(1));
+    const A = 0.5 / (Math.sqrt(2 * 0.5 ** 2) + 1e-6);
+    const batch = engine.batches[0];
+    expect(batch).toHaveLength(2);
+    expect(stats.offPolicySequences).toBe(1);
+    const off = batch.find((x) => x.lowProbMask)!;
+    const own = batch.find((x) => !x.lowProbMask)!;
+    expect(off.prompt).toEqual([5, 6]); // tips cut out
+    expect(off.advantages.every((a) => Math.abs(a - A) < 1e-9)).toBe(true);
+    expect(own.prompt).toEqual([5, 6]);
+    expect(own.advantages.every((a) => Math.abs(a + A) < 1e-9)).toBe(true);
+  });
+
   it('intrinsic rewards add to the return before group normalisation', async () => {
     // Same environment reward (0) in both rollouts; intrinsic 0.3 + 0.2 = 0.5 vs 0: returns 0.5, 0 ->
     // mean 0.25, unbiased std 0.35355 -> A = ±0.7071.

@@ -240,16 +240,20 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     for (let it = firstIteration; it <= cfg.train.iterations; it++) {
       const t0 = performance.now();
       const jobs: RolloutJob[] = [];
-      const groupModes: Mode[] = [];
+      const modes: Mode[] = [];
       const schedule = { p: scheduledP(algo.p, algo.pEnd, it, cfg.train.iterations), q: algo.q };
-      const iterationMode: Mode = algo.drawsModes && cfg.algo.mode_draw === 'iteration' ? drawMode(schedule, rng.next(), rng.next()) : 'plain';
+      const drawnPer = (scope: Config['algo']['mode_draw']) => algo.drawsModes && cfg.algo.mode_draw === scope;
+      const iterationMode: Mode = drawnPer('iteration') ? drawMode(schedule, rng.next(), rng.next()) : 'plain';
       for (let g = 0; g < cfg.rollout.tasks_per_batch; g++) {
         const task = rng.pick(tasks);
         const variation = rng.pick(trainVariations.get(task)!);
-        groupModes.push(algo.drawsModes && cfg.algo.mode_draw === 'task' ? drawMode(schedule, rng.next(), rng.next()) : iterationMode);
-        for (let k = 0; k < cfg.rollout.group_size; k++) jobs.push({ task, variation, group: g });
+        const groupMode = drawnPer('task') ? drawMode(schedule, rng.next(), rng.next()) : iterationMode;
+        for (let k = 0; k < cfg.rollout.group_size; k++) {
+          jobs.push({ task, variation, group: g });
+          // Per rollout, the group's advantage weighs tip-guided rollouts against plain ones of the same task.
+          modes.push(drawnPer('rollout') ? drawMode(schedule, rng.next(), rng.next()) : groupMode);
+        }
       }
-      const modes = jobs.map((j) => groupModes[j.group]);
       const withTips = memory && modes.some(usesMemory) ? { tips: memory.tipSource(), uses: (i: number) => usesMemory(modes[i]) } : undefined;
       // Chunks after the first (env.max_instances < batch) get seeds of their own.
       const { episodes, stats } = await runEpisodesInChunks(envs, rolloutEngine, jobs, (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start), withTips);
@@ -301,7 +305,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
         }) + '\n',
       );
       log(
-        `iter ${it}/${cfg.train.iterations}${algo.drawsModes ? ` [${describeModes(groupModes)}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
+        `iter ${it}/${cfg.train.iterations}${algo.drawsModes ? ` [${describeModes(modes, cfg.rollout.group_size)}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
           `rollout ${((t1 - t0) / 1000).toFixed(1)}s (${rolloutTokPerS.toFixed(0)} tok/s) | update ${((t2 - t1) / 1000).toFixed(1)}s (${trainTokPerS.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`,
       );
       await turnEventLoop(); // so that Ctrl-C is seen between iterations
@@ -364,9 +368,17 @@ function describeScores(byMode: Partial<Record<Mode, number>>): string {
 }
 
 const MODE_SHORT: Record<Mode, string> = { plain: 'plain', 'tips-on-policy': 'tips/on', 'tips-off-policy': 'tips/off' };
-function describeModes(groupModes: readonly Mode[]): string {
-  const distinct = [...new Set(groupModes)];
-  return distinct.length === 1 ? MODE_SHORT[distinct[0]] : groupModes.map((m) => MODE_SHORT[m]).join(',');
+/** One mode for the batch, the mode of each group, or (modes drawn per rollout) how many rollouts ran in each. */
+function describeModes(modes: readonly Mode[], groupSize: number): string {
+  const distinct = [...new Set(modes)];
+  if (distinct.length === 1) return MODE_SHORT[distinct[0]];
+  const groupModes = modes.filter((_, i) => i % groupSize === 0);
+  const uniformGroups = modes.every((m, i) => m === modes[i - (i % groupSize)]);
+  if (uniformGroups) return groupModes.map((m) => MODE_SHORT[m]).join(',');
+  return Object.entries(countModes(modes))
+    .filter(([, n]) => n > 0)
+    .map(([m, n]) => `${MODE_SHORT[m as Mode]} ${n}`)
+    .join(', ');
 }
 
 export function formatDuration(seconds: number): string {
