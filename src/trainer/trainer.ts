@@ -236,13 +236,13 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const firstIteration = state.iteration + 1;
   let lastEval: EvalResult | null = initialEval;
   let interrupted = false;
+  const drawnPer = (scope: Config['algo']['mode_draw']) => algo.drawsModes && cfg.algo.mode_draw === scope;
   try {
     for (let it = firstIteration; it <= cfg.train.iterations; it++) {
       const t0 = performance.now();
       const jobs: RolloutJob[] = [];
       const modes: Mode[] = [];
       const schedule = { p: scheduledP(algo.p, algo.pEnd, it, cfg.train.iterations), q: algo.q };
-      const drawnPer = (scope: Config['algo']['mode_draw']) => algo.drawsModes && cfg.algo.mode_draw === scope;
       const iterationMode: Mode = drawnPer('iteration') ? drawMode(schedule, rng.next(), rng.next()) : 'plain';
       for (let g = 0; g < cfg.rollout.tasks_per_batch; g++) {
         const task = rng.pick(tasks);
@@ -305,7 +305,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
         }) + '\n',
       );
       log(
-        `iter ${it}/${cfg.train.iterations}${algo.drawsModes ? ` [${describeModes(modes, cfg.rollout.group_size)}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
+        `iter ${it}/${cfg.train.iterations}${algo.drawsModes ? ` [${describeModes(modes, cfg.rollout.group_size, drawnPer('rollout'))}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
           `rollout ${((t1 - t0) / 1000).toFixed(1)}s (${rolloutTokPerS.toFixed(0)} tok/s) | update ${((t2 - t1) / 1000).toFixed(1)}s (${trainTokPerS.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`,
       );
       await turnEventLoop(); // so that Ctrl-C is seen between iterations
@@ -369,12 +369,10 @@ function describeScores(byMode: Partial<Record<Mode, number>>): string {
 
 const MODE_SHORT: Record<Mode, string> = { plain: 'plain', 'tips-on-policy': 'tips/on', 'tips-off-policy': 'tips/off' };
 /** One mode for the batch, the mode of each group, or (modes drawn per rollout) how many rollouts ran in each. */
-function describeModes(modes: readonly Mode[], groupSize: number): string {
+function describeModes(modes: readonly Mode[], groupSize: number, perRollout: boolean): string {
   const distinct = [...new Set(modes)];
   if (distinct.length === 1) return MODE_SHORT[distinct[0]];
-  const groupModes = modes.filter((_, i) => i % groupSize === 0);
-  const uniformGroups = modes.every((m, i) => m === modes[i - (i % groupSize)]);
-  if (uniformGroups) return groupModes.map((m) => MODE_SHORT[m]).join(',');
+  if (!perRollout) return modes.filter((_, i) => i % groupSize === 0).map((m) => MODE_SHORT[m]).join(',');
   return Object.entries(countModes(modes))
     .filter(([, n]) => n > 0)
     .map(([m, n]) => `${MODE_SHORT[m as Mode]} ${n}`)
