@@ -41,6 +41,8 @@ export const ModelSchema = strict({
   tip_warmup_examples: z.number().int().min(0).default(0).describe('tiny model: supervised tip-reading warm-up on this many synthetic prompts before RL (0: none); teaches following and avoiding memories, never the task (src/trainer/tip-warmup.ts)'),
   tip_warmup_epochs: z.number().int().positive().default(3).describe('passes over the tip warm-up examples'),
   tip_warmup_lr: z.number().positive().default(3e-3).describe('learning rate of the tip warm-up'),
+  tip_rehearsal: z.number().int().min(0).default(0).describe('not in the paper: after every RL update, one supervised step on this many tip-reading examples (the warm-up\'s kind, prompts with tips only) so that RL does not erase the skill (0: none; src/trainer/tip-warmup.ts)'),
+  tip_rehearsal_lr: z.number().positive().nullable().default(null).describe('learning rate of the tip rehearsal step (null: optim.lr)'),
   lora: strict({
     r: z.number().int().positive().default(16).describe('LoRA rank'),
     alpha: z.number().positive().default(32).describe('LoRA scaling numerator (update = alpha/r · B·A)'),

@@ -10,7 +10,7 @@ import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { Rng } from '../util/rng.ts';
 import { TIPS_HEADER, TIP_CLOSE, TIP_OPEN } from './prompt.ts';
 import { createEngine, train } from './trainer.ts';
-import { buildWarmupExamples, makeExample, measureTipFollowing, runTipWarmup, tipWarmupSettings, warmupModelDir } from './tip-warmup.ts';
+import { buildWarmupExamples, makeExample, measureTipFollowing, runTipWarmup, TipRehearsal, tipWarmupSettings, warmupModelDir } from './tip-warmup.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-warmup-'));
@@ -125,6 +125,53 @@ describe('warm-up training', () => {
     expect(report.examples).toBe(32);
     expect(report.steps).toBe(1);
     expect(lines.some((l) => l.startsWith('tip warm-up: epoch 1/1'))).toBe(true);
+  });
+});
+
+describe('tip rehearsal (model.tip_rehearsal)', () => {
+  const rcfg = { ...cfg, model: { ...cfg.model, tip_rehearsal: 16, tip_rehearsal_lr: 1e-2 } };
+
+  it('replays only prompts with tips, the same batch for the same iteration, and lowers their NLL', async () => {
+    const { engine } = await createEngine(rcfg, 'fresh');
+    const env = await createEnv(rcfg.env);
+    const r = await TipRehearsal.build(env, ['unlock'], engine.tokenizer, rcfg);
+    // About 75% of warm-up examples show tips; the rest are left out.
+    expect(r.pool.length).toBeGreaterThan(0.65 * TipRehearsal.POOL_SIZE);
+    expect(r.pool.length).toBeLessThan(0.85 * TipRehearsal.POOL_SIZE);
+    for (const x of r.pool.slice(0, 50)) {
+      expect(x.followsTip).not.toBeNull();
+      expect(shownTips(engine.tokenizer.decode(x.prompt)).length).toBeGreaterThan(0);
+    }
+    const b3 = r.batchFor(3);
+    expect(b3).toHaveLength(16);
+    expect(new Set(b3).size).toBe(16);
+    expect(r.batchFor(3)).toEqual(b3);
+    expect(r.batchFor(4)).not.toEqual(b3);
+
+    // The reported NLL is the batch's mean −log π(target) before the step, scored independently.
+    const before = await engine.logprobs(b3);
+    const expected = -before.flat().reduce((a, b) => a + b, 0) / before.flat().length;
+    const first = await r.step(engine, 3);
+    expect(first).toBeCloseTo(expected, 5);
+    let last = first;
+    for (let k = 0; k < 4; k++) last = await r.step(engine, 3);
+    expect(last).toBeLessThan(first);
+    await env.close();
+    engine.dispose();
+  });
+
+  it('train() rehearses after every update and records the NLL per iteration', async () => {
+    const runDir = join(root, 'rehearse');
+    const lines: string[] = [];
+    await train(
+      loadConfig(null, [...TINY_MODEL, `run_dir=${runDir}`, 'env.tasks=[unlock]', 'env.max_steps=4', 'env.eval_variations=1', 'rollout.tasks_per_batch=1', 'rollout.group_size=2', 'train.iterations=2', 'train.eval_every=0', 'model.tip_rehearsal=8']),
+      { resume: false, log: (l) => lines.push(l) },
+    );
+    const train_ = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((m) => m.type === 'train');
+    expect(train_).toHaveLength(2);
+    for (const m of train_) expect(m.tip_rehearsal_nll).toBeGreaterThan(0);
+    expect(lines.some((l) => /tip rehearsal: 8 of \d+ examples after every update/.test(l))).toBe(true);
+    expect(lines.filter((l) => / \| tip NLL \d+\.\d\d \| /.test(l))).toHaveLength(2);
   });
 });
 

@@ -152,13 +152,29 @@ export interface WarmupReport {
 }
 
 /**
- * Supervised training on the examples through the engine's own update: with the old log-probs set
- * to the current ones (ratio 1) and advantage 1 on every target token, the clipped objective's
- * gradient is exactly the log-likelihood gradient.
+ * One supervised step on `batch` through the engine's own update: with the old log-probs set to the
+ * current ones (ratio 1) and advantage 1 on every target token, the clipped objective's gradient is
+ * exactly the log-likelihood gradient. Returns the batch's target NLL before the step.
  */
+async function supervisedStep(engine: PolicyEngine, batch: readonly WarmupExample[], lr: number): Promise<{ nll: number; tokens: number }> {
+  const old = await engine.logprobs([...batch]);
+  const seqs: TrainSequence[] = batch.map((x, k) => ({
+    prompt: x.prompt,
+    response: x.response,
+    oldLogprobs: old[k],
+    advantages: x.response.map(() => 1),
+    mask: x.response.map(() => 1),
+  }));
+  await engine.trainStep(seqs, SUPERVISED_OBJECTIVE, 1, lr);
+  let nll = 0;
+  for (const lp of old) for (const v of lp) nll -= v;
+  return { nll, tokens: old.reduce((n, lp) => n + lp.length, 0) };
+}
+
+const SUPERVISED_OBJECTIVE = { clipLow: 0.2, clipHigh: 0.3, dualClip: null, klCoef: 0, lowProbDelta: null };
+
 export async function runTipWarmup(engine: PolicyEngine, examples: readonly WarmupExample[], s: TipWarmupSettings, log: (line: string) => void = () => {}): Promise<WarmupReport> {
   const rng = new Rng(s.seed * 104_729 + 3);
-  const objective = { clipLow: 0.2, clipHigh: 0.3, dualClip: null, klCoef: 0, lowProbDelta: null };
   const t0 = performance.now();
   let steps = 0;
   let firstLoss = NaN;
@@ -172,19 +188,10 @@ export async function runTipWarmup(engine: PolicyEngine, examples: readonly Warm
     let nll = 0;
     let tokens = 0;
     for (let start = 0; start < order.length; start += s.batchSize) {
-      const batch = order.slice(start, start + s.batchSize).map((i) => examples[i]);
-      const old = await engine.logprobs(batch);
-      const seqs: TrainSequence[] = batch.map((x, k) => ({
-        prompt: x.prompt,
-        response: x.response,
-        oldLogprobs: old[k],
-        advantages: x.response.map(() => 1),
-        mask: x.response.map(() => 1),
-      }));
-      await engine.trainStep(seqs, objective, 1, s.lr);
+      const step = await supervisedStep(engine, order.slice(start, start + s.batchSize).map((i) => examples[i]), s.lr);
       await turnEventLoop();
-      for (const lp of old) for (const v of lp) nll -= v;
-      tokens += old.reduce((n, lp) => n + lp.length, 0);
+      nll += step.nll;
+      tokens += step.tokens;
       steps++;
     }
     const loss = nll / Math.max(1, tokens);
@@ -193,6 +200,51 @@ export async function runTipWarmup(engine: PolicyEngine, examples: readonly Warm
     log(`tip warm-up: epoch ${epoch + 1}/${s.epochs}, target NLL ${loss.toFixed(3)} per token, ${((performance.now() - t0) / 1000).toFixed(0)} s`);
   }
   return { examples: examples.length, steps, seconds: (performance.now() - t0) / 1000, firstLoss, lastLoss };
+}
+
+/**
+ * Tip rehearsal (model.tip_rehearsal; not in the paper): the warm-up's kind of examples, replayed
+ * one supervised step per RL iteration. Measured on the CPU proxy, RL erases the tip reading the
+ * warm-up taught (results/README.md), in EMPO² because most of its samples train tip-free prompts;
+ * the replay keeps the skill the memory relies on. Only prompts that show tips are replayed: the
+ * warm-up's tip-free examples target a random valid action and would pull the tip-free policy,
+ * which RL trains, towards uniform. Targets never depend on the task's reward, so the replay teaches
+ * no task; its random-action episodes, like the warm-up's, are on the train split.
+ */
+export class TipRehearsal {
+  private constructor(
+    readonly pool: readonly WarmupExample[],
+    private readonly batchSize: number,
+    private readonly lr: number,
+    private readonly seed: number,
+  ) {}
+
+  static readonly POOL_SIZE = 2000;
+
+  static async build(env: Env, tasks: readonly string[], tokenizer: PolicyEngine['tokenizer'], cfg: Config): Promise<TipRehearsal> {
+    // Its own seed: the examples differ from the ones a warm-up in the same run trained on.
+    const settings = { ...tipWarmupSettings(cfg), examples: TipRehearsal.POOL_SIZE, seed: cfg.seed + 7_777 };
+    const pool = (await buildWarmupExamples(env, tasks, tokenizer, settings)).filter((x) => x.followsTip !== null);
+    return new TipRehearsal(pool, cfg.model.tip_rehearsal, cfg.model.tip_rehearsal_lr ?? cfg.optim.lr, cfg.seed);
+  }
+
+  /** The examples replayed after iteration `iteration`: a function of (seed, iteration), so a resumed run replays the same. */
+  batchFor(iteration: number): WarmupExample[] {
+    const rng = new Rng(this.seed * 1_000_003 + iteration * 92_821 + 11);
+    const order = this.pool.map((_, i) => i);
+    const n = Math.min(this.batchSize, order.length);
+    for (let i = 0; i < n; i++) {
+      const j = i + rng.int(order.length - i);
+      [order[i], order[j]] = [order[j], order[i]];
+    }
+    return order.slice(0, n).map((i) => this.pool[i]);
+  }
+
+  /** One supervised step; returns the replayed targets' NLL per token before it (how much tip reading was lost). */
+  async step(engine: PolicyEngine, iteration: number): Promise<number> {
+    const { nll, tokens } = await supervisedStep(engine, this.batchFor(iteration), this.lr);
+    return nll / Math.max(1, tokens);
+  }
 }
 
 export function tipWarmupSettings(cfg: Config): TipWarmupSettings {

@@ -20,7 +20,7 @@ import type { PolicyEngine } from '../policy/types.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { countParameters } from '../policy/tfjs/qwen2.ts';
 import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
-import { buildWarmupExamples, runTipWarmup, tipWarmupSettings } from './tip-warmup.ts';
+import { buildWarmupExamples, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
 import { Rng } from '../util/rng.ts';
 import { latestCheckpoint, loadCheckpoint, loadTrainerState, saveCheckpoint, type TrainerState } from './checkpoint.ts';
 import { grpoUpdate } from './grpo.ts';
@@ -198,11 +198,13 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     if (engine instanceof TfjsEngine) engine.optimizer.importState(0, new Map());
     writeFileSync(join(runDir, 'tip-warmup.json'), JSON.stringify(report, null, 2) + '\n');
   }
+  const rehearsal = cfg.model.tip_rehearsal > 0 ? await TipRehearsal.build(probe, tasks, engine.tokenizer, cfg) : null;
 
   log(`empo2 train | run ${runDir} | backend ${backend} (${nativeMatMulStatus().reason}) | ${trainingEngine.description}, vocab ${engine.tokenizer.vocabSize}`);
   log(
     `algo ${cfg.algo.name}: p=${algo.p}${algo.pEnd !== null ? ` → ${algo.pEnd} by iteration ${cfg.train.iterations}` : ''} q=${algo.q} (mode drawn per ${cfg.algo.mode_draw}), intrinsic ${algo.intrinsic}` +
-      (memory ? ` | memory: ${memory.embedder.name} embedder, ${memory.reflector.name} reflector, slot per ${cfg.memory.slot}, ${memory.tips.size()} tips` : ''),
+      (memory ? ` | memory: ${memory.embedder.name} embedder, ${memory.reflector.name} reflector, slot per ${cfg.memory.slot}, ${memory.tips.size()} tips` : '') +
+      (rehearsal ? ` | tip rehearsal: ${cfg.model.tip_rehearsal} of ${rehearsal.pool.length} examples after every update` : ''),
   );
   log(`env ${cfg.env.name}: ${tasks.length} tasks (${tasks.join(', ')}) | ${cfg.rollout.tasks_per_batch} groups x ${cfg.rollout.group_size} rollouts per iteration | ${cfg.train.iterations} iterations` + (resumeFrom ? ` | resuming from ${resumeFrom}` : ''));
 
@@ -276,6 +278,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
         },
         rng,
       );
+      const rehearsalNll = rehearsal ? await rehearsal.step(engine, it) : null;
       // The server samples the next rollouts: give it the weights this update produced.
       if (remoteRollouts) await remoteRollouts.sync();
       const tipsAdded = memory ? await memory.write(episodes) : 0;
@@ -302,10 +305,11 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
           intrinsic_mean: intrinsic ? intrinsic.flat().reduce((a, b) => a + b, 0) / Math.max(1, episodes.length) : 0,
           memory_seconds: memorySeconds, memory_share_of_rollout: memorySeconds / Math.max(1e-9, (t1 - t0) / 1000),
           tips_added: tipsAdded, memory_size: memory ? memory.tips.size() : 0,
+          ...(rehearsalNll !== null ? { tip_rehearsal_nll: rehearsalNll } : {}),
         }) + '\n',
       );
       log(
-        `iter ${it}/${cfg.train.iterations}${algo.drawsModes ? ` [${describeModes(modes, cfg.rollout.group_size, drawnPer('rollout'))}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
+        `iter ${it}/${cfg.train.iterations}${algo.drawsModes ? ` [${describeModes(modes, cfg.rollout.group_size, drawnPer('rollout'))}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)}${rehearsalNll !== null ? ` | tip NLL ${rehearsalNll.toFixed(2)}` : ''} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
           `rollout ${((t1 - t0) / 1000).toFixed(1)}s (${rolloutTokPerS.toFixed(0)} tok/s) | update ${((t2 - t1) / 1000).toFixed(1)}s (${trainTokPerS.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`,
       );
       await turnEventLoop(); // so that Ctrl-C is seen between iterations
