@@ -103,8 +103,9 @@ describe('LoRA', () => {
     expect([...e.optimizer.m.keys()].sort()).toEqual(names);
     expect([...e.optimizer.v.keys()].sort()).toEqual(names);
     expect(maxDiff(scores(model), old.flat())).toBeGreaterThan(1e-3);
-    // The frozen base is still there for a reference policy.
-    expect(model.withoutLora(() => scores(model))).toEqual(old.flat().map((x) => Math.fround(x)));
+    // The frozen base is still there for a reference policy: same scores to float32 rounding (one CI
+    // run on a loaded machine differed in the 7th digit, 1e-6, so exact equality was too strict).
+    expect(maxDiff(model.withoutLora(() => scores(model)), old.flat())).toBeLessThan(1e-5);
     expect(model.lora).not.toBeNull();
     e.dispose();
   });
