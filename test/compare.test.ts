@@ -191,6 +191,46 @@ describe('empo2 compare', () => {
     expect(shorter.stdout).not.toContain('starting');
   }, 90_000);
 
+  it('--equal-steps-eval evaluates the kept checkpoints around the equal-steps point and reports the score between them', async () => {
+    // The runs now hold checkpoints at iterations 1 and 2; 3 variations is a setting none has yet, so every checkpoint used is evaluated.
+    const r = await run([...compareArgs, '--set', 'train.iterations=2', '--equal-steps-eval', '3']);
+    expect(r.code, r.stderr).toBe(0);
+    const runs = csvRows(join(out, 'runs.csv'));
+    const [equalSteps] = Object.keys(runs[0]).filter((k) => k.startsWith('checkpoint_score_at_')).map((k) => Number(/_at_(\d+)_steps/.exec(k)![1]));
+    // The end of the common range: the smallest final step count of the four runs.
+    expect(equalSteps).toBe(Math.min(...runs.map((x) => Number(x.final_env_steps))));
+    let evaluated = 0;
+    for (const row of runs) {
+      const dir = row.dir;
+      const checkpoints = ['iter-000001', 'iter-000002'].map((name) => {
+        const envSteps = JSON.parse(readFileSync(join(dir, 'checkpoints', name, 'trainer_state.json'), 'utf8')).envSteps as number;
+        const file = join(dir, 'checkpoint-evals', `${name}.json`);
+        const record = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : null;
+        if (record) {
+          evaluated++;
+          expect(record).toMatchObject({ checkpoint: name, train_env_steps: envSteps, eval_variations: 3, episodes: 3 });
+        }
+        return { envSteps, score: record?.mean_score as number | undefined };
+      });
+      // Worked out independently of the report: the checkpoint at the point, or linear between the two around it.
+      const [c1, c2] = checkpoints;
+      let expected: number | null = null;
+      if (c2.envSteps === equalSteps) expected = c2.score!;
+      else if (c1.envSteps === equalSteps) expected = c1.score!;
+      else if (c1.envSteps < equalSteps && equalSteps < c2.envSteps) expected = c1.score! + ((c2.score! - c1.score!) * (equalSteps - c1.envSteps)) / (c2.envSteps - c1.envSteps);
+      if (expected === null) {
+        expect(row[`checkpoint_score_at_${equalSteps}_steps`]).toBe('');
+        expect(r.stdout).toContain(`${row.config}/seed${row.seed}: no checkpoint score @`);
+      } else expect(Number(row[`checkpoint_score_at_${equalSteps}_steps`])).toBeCloseTo(expected, 10);
+    }
+    expect(evaluated).toBeGreaterThan(0);
+    expect(r.stdout).toContain('## Score at equal env steps from checkpoints on 3 test variations per task');
+    // Everything needed is there now: nothing is evaluated a second time.
+    const again = await run([...compareArgs, '--set', 'train.iterations=2', '--equal-steps-eval', '3']);
+    expect(again.code).toBe(0);
+    expect(again.stdout).not.toContain('evaluating ');
+  }, 90_000);
+
   it('a bad option stops before any run starts, naming the option', async () => {
     const badOut = join(root, 'bad');
     const [typo, labels, seeds, own] = await Promise.all([

@@ -142,6 +142,7 @@ program
   .option('--at-steps <list>', 'env-step counts for the equal-steps score columns (default: the largest every run reached)')
   .option('--include-unfinished', 'count runs that stopped early, using their last evaluation')
   .option('--final-eval <n>', "after training, evaluate each run's last checkpoint once more on n variations per task (less noisy than the evaluations during training); finished runs without it get it too")
+  .option('--equal-steps-eval <n>', 'after training, evaluate on n variations per task the kept checkpoints just before and after each equal-steps point, and report the score interpolated between them')
   .action(async (opts) => {
     const { compareCommand } = await import('../compare/command.ts');
     process.exitCode = await compareCommand(opts);

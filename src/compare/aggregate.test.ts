@@ -8,6 +8,8 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { aggregate, meanCurve, type RunRecord } from './aggregate.ts';
+import { bracketingCheckpoints, checkpointScoreAt, type KeptCheckpoint } from './checkpoint-evals.ts';
+import type { FinalEval } from './final-eval.ts';
 import { parseMetrics } from './metrics.ts';
 import { reportCompare, parseSeeds, parseSteps, configDifferences } from './runner.ts';
 import { interpolateAt, normalizedArea, pairedDifference, summarize } from './stats.ts';
@@ -230,6 +232,95 @@ describe('aggregate', () => {
   });
 });
 
+/** An evaluation record as `empo2 eval --json` writes it, on one task. */
+function evalRecord(checkpoint: string, variations: number, score: number, steps?: number): FinalEval {
+  return {
+    checkpoint,
+    ...(steps !== undefined ? { train_env_steps: steps } : {}),
+    eval_split: 'test',
+    eval_variations: variations,
+    episodes: variations,
+    mean_score: score,
+    success_rate: 0,
+    per_task: [{ task: 'fetch', episodes: variations, mean_score: score, success_rate: 0 }],
+  };
+}
+
+/** Checkpoints from (iteration, env steps, score of its checkpoint-evals file or null); the last one also carries `final`. */
+function kept(rows: [iteration: number, steps: number, score: number | null, variations?: number][], final?: number): KeptCheckpoint[] {
+  return rows.map(([it, steps, score, variations = 50], i) => {
+    const name = `iter-${String(it).padStart(6, '0')}`;
+    return {
+      name,
+      dir: `/x/${name}`,
+      envSteps: steps,
+      evaluated: score === null ? null : evalRecord(name, variations, score, steps),
+      final: final !== undefined && i === rows.length - 1 ? evalRecord(name, 50, final) : null,
+    };
+  });
+}
+
+describe('score at equal steps from evaluated checkpoints', () => {
+  it('brackets N with the checkpoint saved at it, or the last before and the first after', () => {
+    const cs = [{ envSteps: 8 }, { envSteps: 12 }, { envSteps: 12 }, { envSteps: 20 }];
+    expect(bracketingCheckpoints(cs, 10)).toEqual([cs[0], cs[1]]);
+    expect(bracketingCheckpoints(cs, 12)).toEqual([cs[2]]);
+    expect(bracketingCheckpoints(cs, 20)).toEqual([cs[3]]);
+    expect(bracketingCheckpoints(cs, 7)).toBeNull();
+    expect(bracketingCheckpoints(cs, 21)).toBeNull();
+    expect(bracketingCheckpoints([], 0)).toBeNull();
+  });
+
+  it('interpolates linearly in env steps between the two evaluations; the final evaluation counts for its checkpoint', () => {
+    const setting = { split: 'test', variations: 50 };
+    // 20 + (40 − 20)·(15 − 10)/(20 − 10) = 30, with 40 from the final evaluation.
+    expect(checkpointScoreAt(kept([[1, 10, 20], [2, 20, null]], 40), 15, setting)).toEqual({ score: 30 });
+    // 10 + 20·7/8 = 27.5
+    expect(checkpointScoreAt(kept([[4, 8, 10], [8, 16, 30]]), 15, setting)).toEqual({ score: 27.5 });
+    expect(checkpointScoreAt(kept([[4, 8, 10], [8, 16, 30]]), 16, setting)).toEqual({ score: 30 });
+    expect(checkpointScoreAt(kept([[4, 8, 10], [8, 16, null]]), 15, setting)).toEqual({ missing: 'iter-000008 not evaluated on 50 test variations per task' });
+    expect(checkpointScoreAt(kept([[4, 8, 10], [8, 16, 30, 10]]), 15, setting)).toEqual({ missing: 'iter-000008 not evaluated on 50 test variations per task' });
+    expect(checkpointScoreAt(kept([[4, 8, 10], [8, 16, 30]]), 17, setting)).toEqual({
+      missing: 'no kept checkpoint at or on both sides of 17 env steps (kept: iter-000004 at 8, iter-000008 at 16; train.keep_checkpoints keeps more)',
+    });
+  });
+
+  const withCheckpoints = (label: string, seed: number, checkpoints: KeptCheckpoint[]): RunRecord => ({ ...record(label, seed, [[0, 0, 10], [1, 10, 20], [2, 20, 30]]), checkpoints });
+  const groups = [
+    { label: 'A', runs: [withCheckpoints('A', 0, kept([[1, 10, 20], [2, 20, null]], 40)), withCheckpoints('A', 1, kept([[4, 8, 10], [8, 16, 30]]))] },
+    { label: 'B', runs: [withCheckpoints('B', 0, kept([[1, 10, 0, 10], [2, 15, 50]])), withCheckpoints('B', 1, kept([[1, 12, 40], [2, 18, null]]))] },
+  ];
+
+  it('summarises over seeds, pairs with the first config and names the runs without a score', () => {
+    const cmp = aggregate(groups, { atSteps: [15] });
+    expect(cmp.checkpointEval).toEqual({ split: 'test', variations: 50 });
+    const [a, b] = cmp.configs;
+    // A: 30 and 27.5 → mean 28.75, std |30 − 27.5| / √2; B: 50 (saved at 15), seed 1 missing.
+    expect(a.checkpointScoreAtSteps).toHaveLength(1);
+    expect(a.checkpointScoreAtSteps[0].runs).toEqual([{ seed: 0, score: 30 }, { seed: 1, score: 27.5 }]);
+    expect(a.checkpointScoreAtSteps[0].score!.mean).toBeCloseTo(28.75, 12);
+    expect(a.checkpointScoreAtSteps[0].score!.std).toBeCloseTo(2.5 / Math.SQRT2, 12);
+    expect(b.checkpointScoreAtSteps[0].runs).toEqual([{ seed: 0, score: 50 }]);
+    const paired = cmp.paired.find((p) => p.metric === 'score @ 15 steps (checkpoints on 50 test variations per task)')!;
+    expect(paired.difference.seeds).toEqual([0]);
+    expect(paired.difference.diffs).toEqual([20]);
+    const notes = cmp.notes.join('\n');
+    expect(notes).toContain('B/seed1: no checkpoint score @ 15 steps: iter-000002 not evaluated on 50 test variations per task');
+    // B seed 0's iter-000001 was evaluated on 10 variations: another setting, outvoted 4 to 1.
+    expect(notes).toContain('checkpoint evaluations were made in several settings; the report uses 50 variations per task of the test split (others: 10 variations per task of the test split)');
+  });
+
+  it('uses the requested number of variations, and reports nothing without checkpoint evaluations', () => {
+    const ten = aggregate(groups, { atSteps: [15], checkpointEvalVariations: 10 });
+    expect(ten.checkpointEval).toEqual({ split: 'test', variations: 10 });
+    expect(ten.configs.flatMap((c) => c.checkpointScoreAtSteps[0].runs)).toEqual([]);
+    const none = aggregate([{ label: 'A', runs: [withCheckpoints('A', 0, kept([[1, 10, null]], 40))] }]);
+    expect(none.checkpointEval).toBeNull();
+    expect(none.configs[0].checkpointScoreAtSteps).toEqual([]);
+    expect(none.notes).toEqual([]);
+  });
+});
+
 describe('report from run folders (--report-only)', () => {
   it('writes Markdown, CSV and the plot from hand-made runs, skipping an unfinished one', async () => {
     const out = join(root, 'report');
@@ -337,8 +428,9 @@ describe('report from run folders (--report-only)', () => {
     expect(md).toContain('## Paired differences against A (same seeds)');
     expect(md).toContain('| B − A | score on 50 test variations per task (final checkpoint) | 1 | −15.0 | – | 0 / 1 / 0 | 0: −15.0 |');
     const runsCsv = readFileSync(r.files.runsCsv, 'utf8');
-    expect(runsCsv).toMatch(/\nA,0,finished,yes,[^\n]*,50,100,20,0\.25\n/);
-    expect(runsCsv).toMatch(/\nA,2,finished,yes,[^\n]*,,,,\n/);
+    // The final evaluation's columns, then the (empty) checkpoint score at the equal-steps point.
+    expect(runsCsv).toMatch(/\nA,0,finished,yes,[^\n]*,50,100,20,0\.25,\n/);
+    expect(runsCsv).toMatch(/\nA,2,finished,yes,[^\n]*,,,,,\n/);
   });
 
   it('final evaluations made in different settings are not averaged together', () => {
@@ -352,6 +444,56 @@ describe('report from run folders (--report-only)', () => {
     expect(cmp.notes.join('\n')).toContain("the runs' final evaluations differ in setting (50 variations per task of the test split; 10 variations per task of the test split)");
     // Without any final evaluation nothing is said about them.
     expect(aggregate([{ label: 'A', runs: [record('A', 0, [[0, 0, 10]])] }]).notes).toEqual([]);
+  });
+
+  it('checkpoint evaluations: read from checkpoint-evals/, checked against the checkpoint\'s env steps, shown with the score they give', async () => {
+    const out = join(root, 'checkpoint-evals');
+    /** A finished 2-iteration run with checkpoints at the given env steps; `scores` go to checkpoint-evals (null: none), `fileSteps` overrides the steps written in the file. */
+    const run = (label: string, seed: number, steps: [number, number], scores: [number | null, number | null], fileSteps?: number) => {
+      writeRun(out, label, seed, 2, [evalLine([0, 0, 10]), evalLine([1, steps[0], 20]), evalLine([2, steps[1], 30])]);
+      const dir = join(out, label, `seed${seed}`);
+      steps.forEach((envSteps, i) => {
+        const name = `iter-00000${i + 1}`;
+        mkdirSync(join(dir, 'checkpoints', name), { recursive: true });
+        writeFileSync(join(dir, 'checkpoints', name, 'trainer_state.json'), JSON.stringify({ iteration: i + 1, envSteps, rngState: 1, elapsedSeconds: 1 }));
+        const score = scores[i];
+        if (score !== null) {
+          mkdirSync(join(dir, 'checkpoint-evals'), { recursive: true });
+          writeFileSync(join(dir, 'checkpoint-evals', `${name}.json`), JSON.stringify(evalRecord(name, 20, score, fileSteps ?? envSteps)));
+        }
+      });
+      writeFileSync(join(dir, 'checkpoints', 'latest.json'), JSON.stringify({ checkpoint: 'iter-000002' }));
+    };
+    // Equal steps: the earliest last evaluation, 16. A0: 20 + 20·6/10 = 32; A1: saved at 16, 50.
+    run('A', 0, [10, 20], [20, 40]);
+    run('A', 1, [8, 16], [null, 50]);
+    // B0: its final evaluation (of iter-000002) stands in for the missing file: 10 + 50·4/8 = 35.
+    run('B', 0, [12, 20], [10, null]);
+    writeFileSync(join(out, 'B', 'seed0', 'final-eval.json'), JSON.stringify(evalRecord('iter-000002', 20, 60)));
+    // B1: its files name other env steps (left from an earlier run in that folder), so they do not count.
+    run('B', 1, [10, 18], [0, 0], 5);
+    const r = await reportCompare({ out, log: () => {} });
+    expect(r.comparison.equalSteps).toEqual([16]);
+    expect(r.comparison.configs.map((c) => c.checkpointScoreAtSteps[0].runs)).toEqual([
+      [{ seed: 0, score: 32 }, { seed: 1, score: 50 }],
+      [{ seed: 0, score: 35 }],
+    ]);
+    const notes = r.comparison.notes.join('\n');
+    expect(notes).toContain(`B/seed1: ${join(out, 'B', 'seed1', 'checkpoint-evals', 'iter-000001.json')} evaluated iter-000001 at 5 env steps, but iter-000001 holds 10; it was ignored`);
+    expect(notes).toContain('B/seed1: no checkpoint score @ 16 steps: iter-000001 and iter-000002 not evaluated on 20 test variations per task');
+
+    const md = readFileSync(r.files.markdown, 'utf8');
+    expect(md).toContain('## Score at equal env steps from checkpoints on 20 test variations per task');
+    expect(md).toContain('| config | runs | score @ 16 steps | seed 0 | seed 1 |');
+    expect(md).toContain('| A | 2/2 | 41.0 ± 12.7 | 32.0 | 50.0 |');
+    expect(md).toContain('| B | 1/2 | 35.0 | 35.0 | – |');
+    expect(md).toContain('| B − A | score @ 16 steps (checkpoints on 20 test variations per task) | 1 | +3.0 | – | 1 / 0 / 0 | 0: +3.0 |');
+    const runsCsv = readFileSync(r.files.runsCsv, 'utf8').trim().split('\n').map((l) => l.split(','));
+    const col = runsCsv[0].indexOf('checkpoint_score_at_16_steps');
+    expect(runsCsv.slice(1).map((row) => row[col])).toEqual(['32', '50', '35', '']);
+    const csv = readFileSync(r.files.csv, 'utf8').trim().split('\n').map((l) => l.split(','));
+    expect(Number(csv[1][csv[0].indexOf('checkpoint_score_at_16_steps_mean')])).toBe(41);
+    expect(csv[1][csv[0].indexOf('checkpoint_eval_variations')]).toBe('20');
   });
 
   it('an output folder without runs is a clear error', async () => {

@@ -7,6 +7,7 @@
  * because configs differ in how many steps one iteration takes; comparing at equal iterations
  * would favour whichever algorithm spends more steps per iteration.
  */
+import { checkpointScoreAt, type EvalSetting, type KeptCheckpoint } from './checkpoint-evals.ts';
 import type { FinalEval } from './final-eval.ts';
 import type { EvalLine, RunMetrics } from './metrics.ts';
 import { interpolateAt, normalizedArea, pairedDifference, summarize, type CurvePoint, type PairedDifference, type Summary } from './stats.ts';
@@ -29,6 +30,10 @@ export interface RunRecord {
   finalEval?: FinalEval | null;
   /** Why a final-eval.json in the run folder was not used. */
   finalEvalNote?: string;
+  /** The run's checkpoints on disk with their larger evaluations (`compare --equal-steps-eval`), by env steps. */
+  checkpoints?: KeptCheckpoint[];
+  /** Checkpoints or evaluation files that could not be used, and why. */
+  checkpointNotes?: string[];
 }
 
 export interface CurveSummaryPoint {
@@ -62,6 +67,8 @@ export interface ConfigResult {
     success: Summary | null;
     perTask: { task: string; score: Summary | null; success: Summary | null }[];
   } | null;
+  /** Per equal-steps point, the score interpolated between the evaluated checkpoints around it (Comparison.checkpointEval); empty without such evaluations. */
+  checkpointScoreAtSteps: { steps: number; runs: { seed: number; score: number }[]; score: Summary | null }[];
 }
 
 /** One metric of one config against the first config, seed by seed. */
@@ -82,6 +89,8 @@ export interface Comparison {
   commonRange: { from: number; to: number } | null;
   /** The setting every counted run's final evaluation shares; null when no run has one, or they differ (a note says so). */
   finalEval: { split: string; variations: number; episodesPerRun: number } | null;
+  /** The setting of the checkpoint evaluations behind ConfigResult.checkpointScoreAtSteps; null when there are none. */
+  checkpointEval: EvalSetting | null;
   notes: string[];
 }
 
@@ -90,6 +99,8 @@ export interface AggregateOptions {
   atSteps?: number[];
   /** Also use runs that stopped before their last iteration (their last evaluation counts as final). */
   includeUnfinished?: boolean;
+  /** Use checkpoint evaluations on this many variations per task (default: the setting most of them share). */
+  checkpointEvalVariations?: number;
 }
 
 export function evalCurve(evals: EvalLine[], field: 'mean_score' | 'success_rate' = 'mean_score'): CurvePoint[] {
@@ -124,8 +135,22 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
   }
 
   const finalEval = finalEvalSetting(allIncluded, notes);
+  const checkpointEval = checkpointEvalSetting(allIncluded, opts.checkpointEvalVariations, notes);
   // Per-run metrics, shared by the summaries over seeds and the paired differences.
   const scoreAt = (steps: number) => (r: RunRecord) => interpolateAt(curves.get(r)!, steps);
+  const checkpointScore = new Map<RunRecord, Map<number, number>>();
+  if (checkpointEval) {
+    for (const r of allIncluded) {
+      const byStep = new Map<number, number>();
+      for (const steps of equalSteps) {
+        const s = checkpointScoreAt(r.checkpoints ?? [], steps, checkpointEval);
+        if ('score' in s) byStep.set(steps, s.score);
+        else notes.push(`${r.label}/seed${r.seed}: no checkpoint score @ ${fmtSteps(steps)} steps: ${s.missing}`);
+      }
+      checkpointScore.set(r, byStep);
+    }
+  }
+  const checkpointScoreOf = (steps: number) => (r: RunRecord) => checkpointScore.get(r)?.get(steps) ?? null;
   const auc = rangeOk ? (r: RunRecord) => normalizedArea(curves.get(r)!, commonRange.from, commonRange.to) : null;
 
   const configs: ConfigResult[] = split.map(({ label, included, excluded }) => {
@@ -144,6 +169,15 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
       perTask: summarizeTasks(finals.map((e) => e.per_task)),
       curve: meanCurve(included.map((r) => curves.get(r)!)),
       finalEval: finalEval ? summarizeFinalEvals(included.flatMap((r) => (r.finalEval ? [[r.seed, r.finalEval] as const] : []))) : null,
+      checkpointScoreAtSteps: checkpointEval
+        ? equalSteps.map((steps) => {
+            const runs = included.flatMap((r) => {
+              const score = checkpointScoreOf(steps)(r);
+              return score === null ? [] : [{ seed: r.seed, score }];
+            });
+            return { steps, runs, score: summarize(runs.map((x) => x.score)) };
+          })
+        : [],
     };
   });
   for (const c of configs) {
@@ -153,6 +187,9 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
   }
   const metrics: { metric: string; value: (r: RunRecord) => number | null }[] = [];
   if (finalEval) metrics.push({ metric: `score on ${finalEval.variations} ${finalEval.split} variations per task (final checkpoint)`, value: (r) => r.finalEval?.mean_score ?? null });
+  if (checkpointEval) {
+    for (const steps of equalSteps) metrics.push({ metric: `score @ ${fmtSteps(steps)} steps (checkpoints on ${checkpointEval.variations} ${checkpointEval.split} variations per task)`, value: checkpointScoreOf(steps) });
+  }
   for (const steps of equalSteps) metrics.push({ metric: `score @ ${fmtSteps(steps)} steps`, value: scoreAt(steps) });
   if (rangeOk && auc) metrics.push({ metric: `AUC ${fmtSteps(commonRange.from)}–${fmtSteps(commonRange.to)}`, value: auc });
   const bySeed = (runs: RunRecord[], value: (r: RunRecord) => number | null) => {
@@ -171,7 +208,28 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
       if (difference) paired.push({ label: other.label, reference: reference.label, metric, difference });
     }
   }
-  return { configs, paired, equalSteps, commonRange: rangeOk ? commonRange : null, finalEval, notes };
+  return { configs, paired, equalSteps, commonRange: rangeOk ? commonRange : null, finalEval, checkpointEval, notes };
+}
+
+/**
+ * The setting of the checkpoint evaluations to report: `variations` when given, and the split most
+ * of those evaluations share (the first such when tied). Null when no counted run has any.
+ */
+function checkpointEvalSetting(runs: RunRecord[], variations: number | undefined, notes: string[]): EvalSetting | null {
+  for (const r of runs) for (const n of r.checkpointNotes ?? []) notes.push(`${r.label}/seed${r.seed}: ${n}`);
+  const counts = new Map<string, { setting: EvalSetting; n: number }>();
+  for (const r of runs) {
+    for (const c of r.checkpoints ?? []) {
+      const e = c.evaluated;
+      if (!e || (variations !== undefined && e.eval_variations !== variations)) continue;
+      const key = `${e.eval_variations} variations per task of the ${e.eval_split} split`;
+      counts.set(key, { setting: { split: e.eval_split, variations: e.eval_variations }, n: (counts.get(key)?.n ?? 0) + 1 });
+    }
+  }
+  if (counts.size === 0) return null;
+  const ranked = [...counts.entries()].sort((a, b) => b[1].n - a[1].n);
+  if (ranked.length > 1) notes.push(`checkpoint evaluations were made in several settings; the report uses ${ranked[0][0]} (others: ${ranked.slice(1).map(([k]) => k).join('; ')})`);
+  return ranked[0][1].setting;
 }
 
 /** The final-evaluation setting shared by every counted run that has one; notes the runs without. */

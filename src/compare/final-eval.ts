@@ -12,8 +12,11 @@ import { TaskScoreSchema } from './metrics.ts';
 
 export const FINAL_EVAL = 'final-eval.json';
 
-const FinalEvalSchema = z.looseObject({
+/** What `empo2 eval --json` writes (the fields the comparison reads). */
+export const EvalRecordSchema = z.looseObject({
   checkpoint: z.string(),
+  /** Training env steps of the evaluated checkpoint; absent in files written before it was recorded. */
+  train_env_steps: z.number().min(0).optional(),
   eval_split: z.string(),
   eval_variations: z.number().int().positive(),
   episodes: z.number().int().min(0),
@@ -21,7 +24,7 @@ const FinalEvalSchema = z.looseObject({
   success_rate: z.number(),
   per_task: z.array(TaskScoreSchema),
 });
-export type FinalEval = z.infer<typeof FinalEvalSchema>;
+export type FinalEval = z.infer<typeof EvalRecordSchema>;
 
 export function finalEvalFile(runDir: string): string {
   return join(runDir, FINAL_EVAL);
@@ -36,7 +39,7 @@ export function readFinalEval(runDir: string): { record: FinalEval | null; note?
   if (!existsSync(file)) return { record: null };
   let parsed: FinalEval;
   try {
-    const r = FinalEvalSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+    const r = EvalRecordSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
     if (!r.success) return { record: null, note: `${file} is not an evaluation record (${r.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}); it was ignored` };
     parsed = r.data;
   } catch (e) {

@@ -60,6 +60,27 @@ export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
     }
     out.push('', 'Per task:', '', ...taskTable(cmp, (c) => c.finalEval?.perTask ?? []));
   }
+  const atCheckpoints = cmp.checkpointEval;
+  if (atCheckpoints) {
+    out.push(
+      '',
+      `## Score at equal env steps from checkpoints on ${atCheckpoints.variations} ${atCheckpoints.split} variations per task`,
+      '',
+      `For each run, the checkpoint saved at N training env steps, or the last one before N and the first one after, evaluated on the first ${atCheckpoints.variations} variations of every task ` +
+        '(`<run>/checkpoint-evals/`, made by `compare --equal-steps-eval`; the final evaluation counts for the last checkpoint), and the score interpolated linearly in env steps between the two. ' +
+        'Unlike the score @ N steps above, which interpolates the small evaluations logged during training, this compares configs at equal steps with the larger evaluation.',
+    );
+    for (const [i, steps] of cmp.equalSteps.entries()) {
+      const seeds = [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[i]?.runs.map((r) => r.seed) ?? []))].sort((a, b) => a - b);
+      const head = ['config', 'runs', `score @ ${fmtSteps(steps)} steps`, ...seeds.map((s) => `seed ${s}`)];
+      out.push('', row(head), row(head.map(() => '---')));
+      for (const c of cmp.configs) {
+        const at = c.checkpointScoreAtSteps[i];
+        const bySeed = (seed: number) => at?.runs.find((r) => r.seed === seed)?.score.toFixed(1) ?? '–';
+        out.push(row([c.label, `${at?.runs.length ?? 0}/${c.included.length}`, score(at?.score ?? null), ...seeds.map(bySeed)]));
+      }
+    }
+  }
   if (cmp.paired.length > 0) out.push('', ...pairedTable(cmp));
   if (plotFile) out.push('', `Learning curves: ${plotFile} (line: mean over runs; band: min–max over runs).`);
   if (cmp.notes.length > 0) out.push('', '## Notes', '', ...cmp.notes.map((n) => `- ${n}`));
@@ -116,6 +137,7 @@ export function formatResultsCsv(cmp: Comparison): string {
   head.push('auc_from_steps', 'auc_to_steps', ...stat('auc'), ...stat('final_env_steps'), ...stat('wall_seconds'));
   for (const t of tasks) head.push(...stat(`task_${t}_score`), ...stat(`task_${t}_success_rate`));
   head.push('final_eval_variations', 'final_eval_runs', ...stat('final_eval_score'), ...stat('final_eval_success_rate'));
+  head.push('checkpoint_eval_variations', ...cmp.equalSteps.flatMap((st) => stat(`checkpoint_score_at_${st}_steps`)));
   const rows = cmp.configs.map((c) => {
     const cells: (string | number | null)[] = [c.label, c.included.length, c.included.length + c.excluded.length, ...values(c.finalScore), ...values(c.finalSuccess)];
     for (const s of c.scoreAtSteps) cells.push(...values(s.score));
@@ -126,6 +148,7 @@ export function formatResultsCsv(cmp: Comparison): string {
     }
     const e = c.finalEval;
     cells.push(cmp.finalEval?.variations ?? null, e ? e.runs.length : null, ...values(e?.score ?? null), ...values(e?.success ?? null));
+    cells.push(cmp.checkpointEval?.variations ?? null, ...cmp.equalSteps.flatMap((_, i) => values(c.checkpointScoreAtSteps[i]?.score ?? null)));
     return cells;
   });
   return toCsv([head, ...rows]);
@@ -133,7 +156,7 @@ export function formatResultsCsv(cmp: Comparison): string {
 
 /** One row per planned run, counted or not, with the per-run numbers behind the summary. */
 export function formatRunsCsv(cmp: Comparison): string {
-  const head = ['config', 'seed', 'status', 'counted', 'dir', 'iterations', 'final_env_steps', 'final_score', 'final_success_rate', ...cmp.equalSteps.map((s) => `score_at_${s}_steps`), 'auc', 'wall_seconds', 'wall_source', 'note', 'final_eval_variations', 'final_eval_episodes', 'final_eval_score', 'final_eval_success_rate'];
+  const head = ['config', 'seed', 'status', 'counted', 'dir', 'iterations', 'final_env_steps', 'final_score', 'final_success_rate', ...cmp.equalSteps.map((s) => `score_at_${s}_steps`), 'auc', 'wall_seconds', 'wall_source', 'note', 'final_eval_variations', 'final_eval_episodes', 'final_eval_score', 'final_eval_success_rate', ...cmp.equalSteps.map((st) => `checkpoint_score_at_${st}_steps`)];
   const rows: (string | number | null)[][] = [];
   for (const c of cmp.configs) {
     for (const r of [...c.included, ...c.excluded]) {
@@ -159,6 +182,7 @@ export function formatRunsCsv(cmp: Comparison): string {
         r.finalEval?.episodes ?? null,
         r.finalEval?.mean_score ?? null,
         r.finalEval?.success_rate ?? null,
+        ...cmp.equalSteps.map((_, i) => (c.included.includes(r) ? (c.checkpointScoreAtSteps[i]?.runs.find((x) => x.seed === r.seed)?.score ?? null) : null)),
       ]);
     }
   }

@@ -16,6 +16,7 @@ import type { Config } from '../config/schema.ts';
 import { writeJsonAtomic } from '../policy/tfjs/json-file.ts';
 import { latestCheckpoint } from '../trainer/checkpoint.ts';
 import { aggregate, type Comparison, type RunRecord, type RunStatus } from './aggregate.ts';
+import { bracketingCheckpoints, CHECKPOINT_EVALS, checkpointEvalFile, evalOf, keptCheckpoints, type KeptCheckpoint } from './checkpoint-evals.ts';
 import { finalEvalFile, needsFinalEval, readFinalEval } from './final-eval.ts';
 import { readRunMetrics } from './metrics.ts';
 import { writeLearningCurvePlot } from './plot.ts';
@@ -41,6 +42,8 @@ export interface CompareOptions {
   includeUnfinished?: boolean;
   /** After training, evaluate each finished run's last checkpoint on this many variations per task (`<run>/final-eval.json`). */
   finalEval?: number;
+  /** After training, evaluate the checkpoints around each equal-steps point on this many variations per task (`<run>/checkpoint-evals/`). */
+  equalStepsEval?: number;
   log?: (line: string) => void;
   /** Forward Ctrl-C to the runs so each saves a checkpoint (the CLI does; tests do not). */
   handleSignals?: boolean;
@@ -117,8 +120,8 @@ function planRuns(opts: CompareOptions, out: string): { entries: Manifest['confi
   }
   if (opts.seeds.length === 0) throw new ConfigError('compare: --seeds lists no seed');
   if (!Number.isInteger(opts.jobs) || opts.jobs < 1) throw new ConfigError(`compare: --jobs must be a positive integer, got ${opts.jobs}`);
-  if (opts.finalEval !== undefined && !(Number.isInteger(opts.finalEval) && opts.finalEval > 0)) {
-    throw new ConfigError(`compare: --final-eval must be a positive integer (variations per task), got ${opts.finalEval}`);
+  for (const [flag, value] of [['--final-eval', opts.finalEval], ['--equal-steps-eval', opts.equalStepsEval]] as const) {
+    if (value !== undefined && !(Number.isInteger(value) && value > 0)) throw new ConfigError(`compare: ${flag} must be a positive integer (variations per task), got ${value}`);
   }
   for (const s of opts.set) {
     const key = s.slice(0, s.indexOf('=')).trim();
@@ -257,6 +260,7 @@ function collectRun(out: string, label: string, seed: number, targetIterations?:
     note = `${note}; its last attempt ${how}, see ${join(dir, 'train.log')}`;
   }
   const finalEval = readFinalEval(dir);
+  const kept = keptCheckpoints(dir);
   return {
     label,
     seed,
@@ -267,12 +271,19 @@ function collectRun(out: string, label: string, seed: number, targetIterations?:
     ...(note ? { note } : {}),
     finalEval: finalEval.record,
     ...(finalEval.note ? { finalEvalNote: finalEval.note } : {}),
+    checkpoints: kept.checkpoints,
+    ...(kept.notes.length > 0 ? { checkpointNotes: kept.notes } : {}),
   };
 }
 
-async function writeReport(out: string, manifest: Manifest['configs'], opts: { atSteps?: number[]; includeUnfinished?: boolean; log: (l: string) => void }, targets?: Map<string, number>): Promise<Omit<CompareOutcome, 'failed'>> {
-  const groups = manifest.map((e) => ({ label: e.label, runs: e.seeds.map((seed) => collectRun(out, e.label, seed, targets?.get(runDirFor(out, e.label, seed)))) }));
-  const comparison = aggregate(groups, { atSteps: opts.atSteps, includeUnfinished: opts.includeUnfinished });
+type ReportSettings = { atSteps?: number[]; includeUnfinished?: boolean; checkpointEvalVariations?: number };
+
+function collectGroups(out: string, manifest: Manifest['configs'], targets?: Map<string, number>): { label: string; runs: RunRecord[] }[] {
+  return manifest.map((e) => ({ label: e.label, runs: e.seeds.map((seed) => collectRun(out, e.label, seed, targets?.get(runDirFor(out, e.label, seed)))) }));
+}
+
+async function writeReport(out: string, manifest: Manifest['configs'], opts: ReportSettings & { log: (l: string) => void }, targets?: Map<string, number>): Promise<Omit<CompareOutcome, 'failed'>> {
+  const comparison = aggregate(collectGroups(out, manifest, targets), opts);
   const files: CompareOutcome['files'] = {
     markdown: join(out, 'results.md'),
     csv: join(out, 'results.csv'),
@@ -371,19 +382,38 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
       if (result) failed.push({ label: run.label, seed: run.seed, reason: result });
     }
   };
+  const manifest = readManifest(out)!;
+  const targets = new Map(runs.map((r) => [r.dir, r.cfg.train.iterations]));
+  const settings: ReportSettings = { atSteps: opts.atSteps, includeUnfinished: opts.includeUnfinished, checkpointEvalVariations: opts.equalStepsEval };
   try {
     await Promise.all(Array.from({ length: Math.min(opts.jobs, Math.max(1, todo.length)) }, startNext));
+    for (const { run } of todo) failed.push({ label: run.label, seed: run.seed, reason: 'not started (interrupted)' });
+    if (opts.equalStepsEval !== undefined && !stopping) await evaluateAtEqualSteps(opts.equalStepsEval);
   } finally {
     if (opts.handleSignals) {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
     }
   }
-  for (const { run } of todo) failed.push({ label: run.label, seed: run.seed, reason: 'not started (interrupted)' });
 
-  const manifest = readManifest(out)!;
-  const targets = new Map(runs.map((r) => [r.dir, r.cfg.train.iterations]));
-  const report = await writeReport(out, manifest.configs, { atSteps: opts.atSteps, includeUnfinished: opts.includeUnfinished, log }, targets);
+  async function evaluateAtEqualSteps(variations: number): Promise<void> {
+    // The equal-steps points depend on every run's last step count, so these wait until all training is done.
+    const cmp = aggregate(collectGroups(out, manifest.configs, targets), settings);
+    const queue = checkpointsToEvaluate(cmp.configs.flatMap((c) => c.included), cmp.equalSteps, runs, variations);
+    if (queue.length > 0) log(`evaluating ${queue.length} checkpoint(s) around ${cmp.equalSteps.map((st) => `${Math.round(st)}`).join(', ')} env steps on ${variations} variations per task`);
+    const total = queue.length;
+    let done = 0;
+    const evaluateNext = async (): Promise<void> => {
+      while (!stopping && queue.length > 0) {
+        const { run, checkpoint } = queue.shift()!;
+        const why = await evaluateCheckpoint(run, checkpoint, variations, opts.jobs, `[${++done}/${total}]`, log, children);
+        if (why) failed.push({ label: run.label, seed: run.seed, reason: why });
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(opts.jobs, Math.max(1, queue.length)) }, evaluateNext));
+    for (const { run, checkpoint } of queue) failed.push({ label: run.label, seed: run.seed, reason: `evaluation of ${checkpoint.name} not started (interrupted)` });
+  }
+  const report = await writeReport(out, manifest.configs, { ...settings, log }, targets);
   if (failed.length > 0) log(`${failed.length} run(s) did not finish:\n` + failed.map((f) => `  ${f.label} seed ${f.seed}: ${f.reason}`).join('\n'));
   return { ...report, failed };
 }
@@ -453,6 +483,42 @@ async function trainOne(run: PlannedRun, resume: boolean, jobs: number, counter:
   // An interrupted run says so itself; a crash is worth its last lines here.
   const detail = code === 130 ? '' : `: ${lastLines(tail)}`;
   log(`${run.label} seed ${run.seed}: did not finish (${why}) after ${seconds.toFixed(1)} s${detail} (log: ${logFile})`);
+  return why;
+}
+
+/** The checkpoints of this command's counted runs that surround an equal-steps point and lack an evaluation on `variations` variations per task. */
+function checkpointsToEvaluate(counted: RunRecord[], equalSteps: number[], planned: PlannedRun[], variations: number): { run: PlannedRun; checkpoint: KeptCheckpoint }[] {
+  const queue: { run: PlannedRun; checkpoint: KeptCheckpoint }[] = [];
+  for (const record of counted) {
+    // Runs of configs added by earlier invocations are evaluated when their own command is run again.
+    const run = planned.find((p) => p.dir === record.dir);
+    if (!run) continue;
+    for (const steps of equalSteps) {
+      for (const checkpoint of bracketingCheckpoints(record.checkpoints ?? [], steps) ?? []) {
+        const evaluated = evalOf(checkpoint, { split: run.cfg.env.eval_split, variations });
+        if (!evaluated && !queue.some((q) => q.checkpoint.dir === checkpoint.dir)) queue.push({ run, checkpoint });
+      }
+    }
+  }
+  return queue;
+}
+
+/** Evaluates one kept checkpoint of a finished run into `<run>/checkpoint-evals/<checkpoint>.json`. */
+async function evaluateCheckpoint(run: PlannedRun, checkpoint: KeptCheckpoint, variations: number, jobs: number, counter: string, log: (l: string) => void, children: Set<ChildProcess>): Promise<string | null> {
+  const file = checkpointEvalFile(run.dir, checkpoint.name);
+  mkdirSync(join(run.dir, CHECKPOINT_EVALS), { recursive: true });
+  const args = [BIN, 'eval', checkpoint.dir, '--config', join(run.dir, 'config.yaml'), '--set', `env.eval_variations=${variations}`, '--json', file];
+  const logFile = join(run.dir, `${CHECKPOINT_EVALS}.log`);
+  log(`${counter} ${run.label} seed ${run.seed}: evaluating ${checkpoint.name} (${checkpoint.envSteps} env steps) on ${variations} variations per task (log: ${logFile})`);
+  const { code, signal, seconds, tail } = await runChild(args, jobs, logFile, children, `evaluation (${checkpoint.dir})`);
+  const again = keptCheckpoints(run.dir).checkpoints.find((c) => c.name === checkpoint.name);
+  const record = again?.evaluated;
+  if (code === 0 && record && record.eval_variations === variations) {
+    log(`${run.label} seed ${run.seed}: ${checkpoint.name} scored ${record.mean_score.toFixed(1)} over ${record.episodes} episodes, in ${seconds.toFixed(1)} s`);
+    return null;
+  }
+  const why = signal ? `evaluation of ${checkpoint.name} killed by ${signal}` : code === 0 ? `evaluation of ${checkpoint.name} wrote no usable record to ${file}` : `evaluation of ${checkpoint.name} failed with exit code ${code}`;
+  log(`${run.label} seed ${run.seed}: ${why}: ${lastLines(tail)} (log: ${logFile})`);
   return why;
 }
 

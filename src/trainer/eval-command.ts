@@ -1,5 +1,6 @@
 /** `empo2 eval`: load a policy directory (or use a served one) and print the held-out evaluation table. */
-import { basename } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import type { Config } from '../config/schema.ts';
 import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
@@ -12,6 +13,8 @@ import { environmentCount } from './rollout.ts';
 export interface EvalRecord {
   /** Folder name of the checkpoint or model directory evaluated (e.g. iter-000016). */
   checkpoint: string;
+  /** Training env steps at which that checkpoint was saved (absent for a model directory that is not a checkpoint). */
+  train_env_steps?: number;
   eval_split: Config['env']['eval_split'];
   eval_variations: number;
   eval_temperature: number;
@@ -45,6 +48,7 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
     if (output.json) {
       const record: EvalRecord = {
         checkpoint: basename(output.modelDir),
+        ...checkpointSteps(output.modelDir),
         eval_split: cfg.env.eval_split,
         eval_variations: cfg.env.eval_variations,
         eval_temperature: cfg.rollout.eval_temperature,
@@ -60,6 +64,19 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
     return result;
   } finally {
     await Promise.all(envs.map((e) => e.close()));
+  }
+}
+
+/** A checkpoint's env steps from its trainer_state.json (read here rather than through ../trainer/checkpoint.ts, which loads TensorFlow.js). */
+function checkpointSteps(dir: string): { train_env_steps?: number } {
+  const file = join(dir, 'trainer_state.json');
+  if (!existsSync(file)) return {};
+  try {
+    const steps = (JSON.parse(readFileSync(file, 'utf8')) as { envSteps?: unknown }).envSteps;
+    return typeof steps === 'number' ? { train_env_steps: steps } : {};
+  } catch {
+    // The weights evaluate fine without it; the record just cannot say where the checkpoint sits.
+    return {};
   }
 }
 

@@ -1,0 +1,116 @@
+/**
+ * The score at equal environment steps from larger evaluations of saved checkpoints
+ * (`empo2 compare --equal-steps-eval N`).
+ *
+ * The "score @ N steps" column interpolates the evaluations logged during training, which use few
+ * variations per task; the final evaluation (`--final-eval`) is large but compares runs at equal
+ * iterations, and configs spend different numbers of steps per iteration. This takes, for each run,
+ * the two kept checkpoints whose training env steps bracket N, evaluates both on N variations per
+ * task (`<run>/checkpoint-evals/<checkpoint>.json`, written by `empo2 eval --json`) and
+ * interpolates linearly between them. A run's final evaluation counts for its last checkpoint.
+ */
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { checkpointsDir, loadTrainerState } from '../trainer/checkpoint.ts';
+import { EvalRecordSchema, readFinalEval, type FinalEval } from './final-eval.ts';
+import { interpolateAt } from './stats.ts';
+
+export const CHECKPOINT_EVALS = 'checkpoint-evals';
+
+export interface KeptCheckpoint {
+  /** Folder name, e.g. iter-000028. */
+  name: string;
+  dir: string;
+  /** Training environment steps when it was saved (its trainer_state.json). */
+  envSteps: number;
+  /** Its evaluation in `<run>/checkpoint-evals/`, when that file belongs to these weights. */
+  evaluated: FinalEval | null;
+  /** The run's final evaluation, when this is the checkpoint it was made on. */
+  final: FinalEval | null;
+}
+
+export function checkpointEvalFile(runDir: string, checkpoint: string): string {
+  return join(runDir, CHECKPOINT_EVALS, `${checkpoint}.json`);
+}
+
+/**
+ * The run's checkpoints still on disk, by env steps, with their evaluations. An evaluation file
+ * counts when it names the checkpoint and the checkpoint's env steps, so a file left from an
+ * earlier run that was started over in the same folder is not taken for the new weights.
+ */
+export function keptCheckpoints(runDir: string): { checkpoints: KeptCheckpoint[]; notes: string[] } {
+  const root = checkpointsDir(runDir);
+  const notes: string[] = [];
+  if (!existsSync(root)) return { checkpoints: [], notes };
+  const final = readFinalEval(runDir).record;
+  const checkpoints: KeptCheckpoint[] = [];
+  for (const name of readdirSync(root).filter((n) => /^iter-\d+$/.test(n)).sort()) {
+    const dir = join(root, name);
+    let envSteps: number;
+    try {
+      envSteps = loadTrainerState(dir).envSteps;
+    } catch (e) {
+      notes.push(`${(e as Error).message}; that checkpoint was skipped`);
+      continue;
+    }
+    let evaluated: FinalEval | null = null;
+    const file = checkpointEvalFile(runDir, name);
+    if (existsSync(file)) {
+      const r = parseEvalFile(file);
+      if ('note' in r) notes.push(r.note);
+      else if (r.record.checkpoint !== name || r.record.train_env_steps !== envSteps) {
+        notes.push(`${file} evaluated ${r.record.checkpoint} at ${r.record.train_env_steps ?? 'unknown'} env steps, but ${name} holds ${envSteps}; it was ignored`);
+      } else evaluated = r.record;
+    }
+    // readFinalEval already checked that the final evaluation was made on the latest checkpoint.
+    checkpoints.push({ name, dir, envSteps, evaluated, final: final?.checkpoint === name ? final : null });
+  }
+  checkpoints.sort((a, b) => a.envSteps - b.envSteps);
+  return { checkpoints, notes };
+}
+
+function parseEvalFile(file: string): { record: FinalEval } | { note: string } {
+  try {
+    const r = EvalRecordSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+    if (r.success) return { record: r.data };
+    return { note: `${file} is not an evaluation record (${r.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}); it was ignored` };
+  } catch (e) {
+    return { note: `${file} is not valid JSON (${(e as Error).message}); it was ignored` };
+  }
+}
+
+/** The checkpoint saved exactly at `steps`, or the last one before and the first one after; null when the kept ones do not surround it. */
+export function bracketingCheckpoints<T extends { envSteps: number }>(sorted: T[], steps: number): T[] | null {
+  const exact = sorted.filter((c) => c.envSteps === steps);
+  if (exact.length > 0) return [exact.at(-1)!];
+  const before = sorted.filter((c) => c.envSteps < steps).at(-1);
+  const after = sorted.find((c) => c.envSteps > steps);
+  return before && after ? [before, after] : null;
+}
+
+export interface EvalSetting {
+  split: string;
+  variations: number;
+}
+
+export function evalOf(c: KeptCheckpoint, setting: EvalSetting): FinalEval | undefined {
+  return [c.evaluated, c.final].find((e) => e !== null && e.eval_split === setting.split && e.eval_variations === setting.variations) ?? undefined;
+}
+
+/**
+ * Score at `steps` from the evaluated checkpoints around it, linear in env steps between the two;
+ * otherwise the reason there is none (for the notes under the report).
+ */
+export function checkpointScoreAt(checkpoints: KeptCheckpoint[], steps: number, setting: EvalSetting): { score: number } | { missing: string } {
+  const around = bracketingCheckpoints(checkpoints, steps);
+  if (!around) {
+    const kept = checkpoints.map((c) => `${c.name} at ${c.envSteps}`).join(', ') || 'none';
+    return { missing: `no kept checkpoint at or on both sides of ${steps} env steps (kept: ${kept}; train.keep_checkpoints keeps more)` };
+  }
+  const scores = around.map((c) => evalOf(c, setting)?.mean_score);
+  const unevaluated = around.filter((_, i) => scores[i] === undefined);
+  if (unevaluated.length > 0) {
+    return { missing: `${unevaluated.map((c) => c.name).join(' and ')} not evaluated on ${setting.variations} ${setting.split} variations per task` };
+  }
+  return { score: interpolateAt(around.map((c, i) => ({ x: c.envSteps, y: scores[i]! })), steps)! };
+}
