@@ -318,6 +318,10 @@ describe('score at equal steps from evaluated checkpoints', () => {
     expect(none.checkpointEval).toBeNull();
     expect(none.configs[0].checkpointScoreAtSteps).toEqual([]);
     expect(none.notes).toEqual([]);
+    // Asked for 50 variations, a run that ended at the point is scored by its final evaluation alone.
+    const finalOnly = aggregate([{ label: 'A', runs: [withCheckpoints('A', 0, kept([[2, 20, null]], 40))] }], { checkpointEvalVariations: 50 });
+    expect(finalOnly.equalSteps).toEqual([20]);
+    expect(finalOnly.configs[0].checkpointScoreAtSteps[0].runs).toEqual([{ seed: 0, score: 40 }]);
   });
 });
 

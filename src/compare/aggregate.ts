@@ -220,10 +220,12 @@ function checkpointEvalSetting(runs: RunRecord[], variations: number | undefined
   const counts = new Map<string, { setting: EvalSetting; n: number }>();
   for (const r of runs) {
     for (const c of r.checkpoints ?? []) {
-      const e = c.evaluated;
-      if (!e || (variations !== undefined && e.eval_variations !== variations)) continue;
-      const key = `${e.eval_variations} variations per task of the ${e.eval_split} split`;
-      counts.set(key, { setting: { split: e.eval_split, variations: e.eval_variations }, n: (counts.get(key)?.n ?? 0) + 1 });
+      // Final evaluations alone do not turn the section on, except when asked for their setting (runs that all ended at the point).
+      for (const e of variations === undefined ? [c.evaluated] : [c.evaluated, c.final]) {
+        if (!e || (variations !== undefined && e.eval_variations !== variations)) continue;
+        const key = `${e.eval_variations} variations per task of the ${e.eval_split} split`;
+        counts.set(key, { setting: { split: e.eval_split, variations: e.eval_variations }, n: (counts.get(key)?.n ?? 0) + 1 });
+      }
     }
   }
   if (counts.size === 0) return null;
