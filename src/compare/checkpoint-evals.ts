@@ -9,10 +9,11 @@
  * task (`<run>/checkpoint-evals/<checkpoint>.json`, written by `empo2 eval --json`) and
  * interpolates linearly between them. A run's final evaluation counts for its last checkpoint.
  */
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { checkpointsDir, loadTrainerState } from '../trainer/checkpoint.ts';
-import { EvalRecordSchema, readFinalEval, type FinalEval } from './final-eval.ts';
+import { checkpointsDir } from '../trainer/checkpoint.ts';
+import { loadTrainerState } from '../trainer/trainer-state.ts';
+import { readEvalRecord, type FinalEval } from './final-eval.ts';
 import { interpolateAt } from './stats.ts';
 
 export const CHECKPOINT_EVALS = 'checkpoint-evals';
@@ -34,15 +35,26 @@ export function checkpointEvalFile(runDir: string, checkpoint: string): string {
 }
 
 /**
- * The run's checkpoints still on disk, by env steps, with their evaluations. An evaluation file
- * counts when it names the checkpoint and the checkpoint's env steps, so a file left from an
- * earlier run that was started over in the same folder is not taken for the new weights.
+ * The evaluation of checkpoint `name` in `<run>/checkpoint-evals/`, if any. It counts when it names
+ * the checkpoint and the checkpoint's env steps, so a file left from an earlier run that was
+ * started over in the same folder is not taken for the new weights.
  */
-export function keptCheckpoints(runDir: string): { checkpoints: KeptCheckpoint[]; notes: string[] } {
+export function readCheckpointEval(runDir: string, name: string, envSteps: number): { record: FinalEval | null; note?: string } {
+  const file = checkpointEvalFile(runDir, name);
+  if (!existsSync(file)) return { record: null };
+  const r = readEvalRecord(file);
+  if ('note' in r) return { record: null, note: r.note };
+  if (r.record.checkpoint !== name || r.record.train_env_steps !== envSteps) {
+    return { record: null, note: `${file} evaluated ${r.record.checkpoint} at ${r.record.train_env_steps ?? 'unknown'} env steps, but ${name} holds ${envSteps}; it was ignored` };
+  }
+  return { record: r.record };
+}
+
+/** The run's checkpoints still on disk, by env steps, with their evaluations; `final` is the run's final evaluation (readFinalEval), already checked to be of its latest checkpoint. */
+export function keptCheckpoints(runDir: string, final: FinalEval | null): { checkpoints: KeptCheckpoint[]; notes: string[] } {
   const root = checkpointsDir(runDir);
   const notes: string[] = [];
   if (!existsSync(root)) return { checkpoints: [], notes };
-  const final = readFinalEval(runDir).record;
   const checkpoints: KeptCheckpoint[] = [];
   for (const name of readdirSync(root).filter((n) => /^iter-\d+$/.test(n)).sort()) {
     const dir = join(root, name);
@@ -53,30 +65,12 @@ export function keptCheckpoints(runDir: string): { checkpoints: KeptCheckpoint[]
       notes.push(`${(e as Error).message}; that checkpoint was skipped`);
       continue;
     }
-    let evaluated: FinalEval | null = null;
-    const file = checkpointEvalFile(runDir, name);
-    if (existsSync(file)) {
-      const r = parseEvalFile(file);
-      if ('note' in r) notes.push(r.note);
-      else if (r.record.checkpoint !== name || r.record.train_env_steps !== envSteps) {
-        notes.push(`${file} evaluated ${r.record.checkpoint} at ${r.record.train_env_steps ?? 'unknown'} env steps, but ${name} holds ${envSteps}; it was ignored`);
-      } else evaluated = r.record;
-    }
-    // readFinalEval already checked that the final evaluation was made on the latest checkpoint.
-    checkpoints.push({ name, dir, envSteps, evaluated, final: final?.checkpoint === name ? final : null });
+    const evaluated = readCheckpointEval(runDir, name, envSteps);
+    if (evaluated.note) notes.push(evaluated.note);
+    checkpoints.push({ name, dir, envSteps, evaluated: evaluated.record, final: final?.checkpoint === name ? final : null });
   }
   checkpoints.sort((a, b) => a.envSteps - b.envSteps);
   return { checkpoints, notes };
-}
-
-function parseEvalFile(file: string): { record: FinalEval } | { note: string } {
-  try {
-    const r = EvalRecordSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
-    if (r.success) return { record: r.data };
-    return { note: `${file} is not an evaluation record (${r.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}); it was ignored` };
-  } catch (e) {
-    return { note: `${file} is not valid JSON (${(e as Error).message}); it was ignored` };
-  }
 }
 
 /** The checkpoint saved exactly at `steps`, or the last one before and the first one after; null when the kept ones do not surround it. */

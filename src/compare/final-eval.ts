@@ -13,7 +13,7 @@ import { TaskScoreSchema } from './metrics.ts';
 export const FINAL_EVAL = 'final-eval.json';
 
 /** What `empo2 eval --json` writes (the fields the comparison reads). */
-export const EvalRecordSchema = z.looseObject({
+const EvalRecordSchema = z.looseObject({
   checkpoint: z.string(),
   /** Training env steps of the evaluated checkpoint; absent in files written before it was recorded. */
   train_env_steps: z.number().min(0).optional(),
@@ -37,20 +37,26 @@ export function finalEvalFile(runDir: string): string {
 export function readFinalEval(runDir: string): { record: FinalEval | null; note?: string } {
   const file = finalEvalFile(runDir);
   if (!existsSync(file)) return { record: null };
-  let parsed: FinalEval;
-  try {
-    const r = EvalRecordSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
-    if (!r.success) return { record: null, note: `${file} is not an evaluation record (${r.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}); it was ignored` };
-    parsed = r.data;
-  } catch (e) {
-    return { record: null, note: `${file} is not valid JSON (${(e as Error).message}); it was ignored` };
-  }
+  const read = readEvalRecord(file);
+  if ('note' in read) return { record: null, note: read.note };
+  const parsed = read.record;
   const latest = latestCheckpoint(runDir);
   // A run trained on after its final evaluation has a newer last checkpoint than the one evaluated.
   if (!latest || basename(latest) !== parsed.checkpoint) {
     return { record: null, note: `${file} evaluated ${parsed.checkpoint}, but the run's latest checkpoint is ${latest ? basename(latest) : 'missing'}; it was ignored` };
   }
   return { record: parsed };
+}
+
+/** An existing `empo2 eval --json` file, or a note saying why it cannot be used. */
+export function readEvalRecord(file: string): { record: FinalEval } | { note: string } {
+  try {
+    const r = EvalRecordSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+    if (r.success) return { record: r.data };
+    return { note: `${file} is not an evaluation record (${r.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}); it was ignored` };
+  } catch (e) {
+    return { note: `${file} is not valid JSON (${(e as Error).message}); it was ignored` };
+  }
 }
 
 /** Whether a run still needs its final evaluation on `variations` variations per task of `split`. */

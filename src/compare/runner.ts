@@ -16,7 +16,7 @@ import type { Config } from '../config/schema.ts';
 import { writeJsonAtomic } from '../policy/tfjs/json-file.ts';
 import { latestCheckpoint } from '../trainer/checkpoint.ts';
 import { aggregate, type Comparison, type RunRecord, type RunStatus } from './aggregate.ts';
-import { bracketingCheckpoints, CHECKPOINT_EVALS, checkpointEvalFile, evalOf, keptCheckpoints, type KeptCheckpoint } from './checkpoint-evals.ts';
+import { bracketingCheckpoints, CHECKPOINT_EVALS, checkpointEvalFile, evalOf, keptCheckpoints, readCheckpointEval, type KeptCheckpoint } from './checkpoint-evals.ts';
 import { finalEvalFile, needsFinalEval, readFinalEval } from './final-eval.ts';
 import { readRunMetrics } from './metrics.ts';
 import { writeLearningCurvePlot } from './plot.ts';
@@ -260,7 +260,7 @@ function collectRun(out: string, label: string, seed: number, targetIterations?:
     note = `${note}; its last attempt ${how}, see ${join(dir, 'train.log')}`;
   }
   const finalEval = readFinalEval(dir);
-  const kept = keptCheckpoints(dir);
+  const kept = keptCheckpoints(dir, finalEval.record);
   return {
     label,
     seed,
@@ -511,8 +511,7 @@ async function evaluateCheckpoint(run: PlannedRun, checkpoint: KeptCheckpoint, v
   const logFile = join(run.dir, `${CHECKPOINT_EVALS}.log`);
   log(`${counter} ${run.label} seed ${run.seed}: evaluating ${checkpoint.name} (${checkpoint.envSteps} env steps) on ${variations} variations per task (log: ${logFile})`);
   const { code, signal, seconds, tail } = await runChild(args, jobs, logFile, children, `evaluation (${checkpoint.dir})`);
-  const again = keptCheckpoints(run.dir).checkpoints.find((c) => c.name === checkpoint.name);
-  const record = again?.evaluated;
+  const { record } = readCheckpointEval(run.dir, checkpoint.name, checkpoint.envSteps);
   if (code === 0 && record && record.eval_variations === variations) {
     log(`${run.label} seed ${run.seed}: ${checkpoint.name} scored ${record.mean_score.toFixed(1)} over ${record.episodes} episodes, in ${seconds.toFixed(1)} s`);
     return null;

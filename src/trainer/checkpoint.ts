@@ -9,13 +9,10 @@ import { join } from 'node:path';
 import { saveModelDir, loadModelDir, writeJsonAtomic, type LoadedPolicy } from '../policy/tfjs/checkpoint.ts';
 import { readSafetensors, writeSafetensors, toFloat32 } from '../policy/safetensors.ts';
 import type { TfjsEngine } from '../policy/tfjs/engine.ts';
+import { loadTrainerState, type TrainerState } from './trainer-state.ts';
 
-export interface TrainerState {
-  iteration: number;
-  envSteps: number;
-  rngState: number;
-  elapsedSeconds: number;
-}
+export { loadTrainerState, type TrainerState };
+
 
 export function checkpointsDir(runDir: string): string {
   return join(runDir, 'checkpoints');
@@ -78,20 +75,6 @@ export function latestCheckpoint(runDir: string): string | null {
 export interface LoadedCheckpoint extends LoadedPolicy {
   state: TrainerState;
   optimizer: { step: number; tensors: Map<string, { shape: number[]; data: Float32Array }> };
-}
-
-/** The trainer's counters and generator state saved with a checkpoint (whatever engine wrote the policy). */
-export function loadTrainerState(dir: string): TrainerState {
-  const statePath = join(dir, 'trainer_state.json');
-  if (!existsSync(statePath)) throw new Error(`checkpoint ${dir} is incomplete: ${statePath} is missing`);
-  let state: TrainerState;
-  try {
-    state = JSON.parse(readFileSync(statePath, 'utf8')) as TrainerState;
-  } catch (e) {
-    throw new Error(`checkpoint ${dir}: trainer_state.json is corrupt (${(e as Error).message})`);
-  }
-  if (typeof state.iteration !== 'number') throw new Error(`checkpoint ${dir}: trainer_state.json has no iteration`);
-  return state;
 }
 
 export function loadCheckpoint(dir: string): LoadedCheckpoint {

@@ -1,11 +1,11 @@
 /** `empo2 eval`: load a policy directory (or use a served one) and print the held-out evaluation table. */
-import { existsSync, readFileSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { basename } from 'node:path';
 import type { Config } from '../config/schema.ts';
 import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { writeJsonAtomic } from '../policy/tfjs/json-file.ts';
 import type { PolicyEngine } from '../policy/types.ts';
+import { loadTrainerState } from './trainer-state.ts';
 import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
 import { environmentCount } from './rollout.ts';
 
@@ -67,12 +67,10 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
   }
 }
 
-/** A checkpoint's env steps from its trainer_state.json (read here rather than through ../trainer/checkpoint.ts, which loads TensorFlow.js). */
+/** A checkpoint's env steps; nothing for a model directory that is not a checkpoint. */
 function checkpointSteps(dir: string): { train_env_steps?: number } {
-  const file = join(dir, 'trainer_state.json');
-  if (!existsSync(file)) return {};
   try {
-    const steps = (JSON.parse(readFileSync(file, 'utf8')) as { envSteps?: unknown }).envSteps;
+    const steps: unknown = loadTrainerState(dir).envSteps;
     return typeof steps === 'number' ? { train_env_steps: steps } : {};
   } catch {
     // The weights evaluate fine without it; the record just cannot say where the checkpoint sits.
