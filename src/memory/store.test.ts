@@ -31,7 +31,7 @@ describe('TipMemory', () => {
     expect(m.retrieve('t', vec(2, { 0: 1 })).map((r) => r.text)).toEqual(['new exact', 'old exact', 'old less similar']);
   });
 
-  it('leaves out tips about skipped actions before the top-k cut; tips without an action are never skipped', () => {
+  it('leaves out tips whose action the filter rejects before the top-k cut; tips without an action are always kept', () => {
     const m = new TipMemory(2, { capacity: 10, threshold: 0.5, topK: 2 });
     const q = vec(2, { 0: 1 });
     m.add('t', q, 'take key: +20', 20, 'take key');
@@ -39,12 +39,13 @@ describe('TipMemory', () => {
     m.add('t', q, 'an episode tip', 10);
     m.add('t', q, 'go north: 0', 0, 'go north');
     expect(m.retrieve('t', q).map((r) => r.text)).toEqual(['take key: +20', 'open box: +15']);
-    expect(m.retrieve('t', q, undefined, new Set(['take key'])).map((r) => r.text)).toEqual(['open box: +15', 'an episode tip']);
-    expect(m.retrieve('t', q, undefined, new Set(['take key', 'open box'])).map((r) => [r.text, r.action])).toEqual([
+    expect(m.retrieve('t', q, undefined, (a) => a !== 'take key').map((r) => r.text)).toEqual(['open box: +15', 'an episode tip']);
+    expect(m.retrieve('t', q, undefined, (a) => !['take key', 'open box'].includes(a)).map((r) => [r.text, r.action])).toEqual([
       ['an episode tip', null],
       ['go north: 0', 'go north'],
     ]);
-    expect(m.retrieve('t', q, undefined, new Set())).toEqual(m.retrieve('t', q));
+    expect(m.retrieve('t', q, undefined, () => true)).toEqual(m.retrieve('t', q));
+    expect(m.retrieve('t', q, undefined, () => false).map((r) => r.text)).toEqual(['an episode tip']);
   });
 
   it('keeps slots apart', () => {

@@ -97,12 +97,12 @@ export class TipMemory {
 
   /**
    * Retr(s; M): entries with cosine > threshold, the top k by score (ties: more similar, then newer).
-   * Entries about an action in `skipActions` are left out before the top-k cut, so k tips are
-   * still shown when enough others match.
+   * Entries whose action `keepAction` rejects are left out before the top-k cut, so k tips are
+   * still shown when enough others match; entries without an action are always kept.
    */
-  retrieve(slotName: string, query: Float32Array, topK = this.settings.topK, skipActions?: ReadonlySet<string>): RetrievedTip[] {
+  retrieve(slotName: string, query: Float32Array, topK = this.settings.topK, keepAction?: (action: string) => boolean): RetrievedTip[] {
     let hits = this.similar(slotName, query);
-    if (skipActions?.size) hits = hits.filter((h) => h.action === null || !skipActions.has(h.action));
+    if (keepAction) hits = hits.filter((h) => h.action === null || keepAction(h.action));
     hits.sort((a, b) => b.score - a.score || b.similarity - a.similarity || b.order - a.order);
     return hits.slice(0, topK).map(({ text, score, similarity, action }) => ({ text, score, similarity, action }));
   }

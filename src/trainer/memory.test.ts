@@ -71,7 +71,7 @@ describe('MemoryRuntime.write: step credit', () => {
 describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
   // The state after the battery was taken still looks like the state it was taken in, so the best
   // match is the tip to take it again: credit a small tip-copying model cannot earn twice.
-  const query = (taken: string[]) => [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You carry nothing. The red box holds a battery.', taken, oracleAction: () => null }];
+  const query = (taken: string[]) => [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You carry nothing. The red box holds a battery.', taken, validActions: [], oracleAction: () => null }];
 
   it('off (default): the tip about the action already taken stays first', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1']);
@@ -92,8 +92,40 @@ describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
   });
 });
 
+describe('MemoryRuntime.tipSource: memory.valid_actions_only', () => {
+  // The same state as above with the battery still in the box: the memory's best tip (take battery,
+  // +25) is shown only where the environment offers that action.
+  const query = (validActions: string[], taken: string[] = []) => [
+    { episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You carry nothing. The red box holds a battery.', taken, validActions, oracleAction: () => null },
+  ];
+
+  it('off (default): tips are shown whatever the current state accepts', async () => {
+    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1']);
+    await memory.write([episode]);
+    const [tips] = await memory.tipSource()(query(['look around']));
+    expect(tips[0]).toMatch(/took was take battery/);
+  });
+
+  it('on: only tips whose action is valid now are shown, best first among them (ties: the more similar state first)', async () => {
+    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=2', 'memory.valid_actions_only=true']);
+    await memory.write([episode]);
+    const [offered] = await memory.tipSource()(query(['inventory', 'look around', 'take battery']));
+    expect(offered.map((t) => t.match(/took was ([a-z ]+);/)![1])).toEqual(['take battery', 'inventory']);
+    const [notOffered] = await memory.tipSource()(query(['inventory', 'look around']));
+    expect(notOffered.map((t) => t.match(/took was ([a-z ]+);/)![1])).toEqual(['inventory', 'look around']);
+    expect((await memory.tipSource()(query(['go to kitchen'])))[0]).toEqual([]);
+  });
+
+  it('combines with skip_taken_actions: a tip must be valid now and not yet taken', async () => {
+    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=3', 'memory.valid_actions_only=true', 'memory.skip_taken_actions=true']);
+    await memory.write([episode]);
+    const [tips] = await memory.tipSource()(query(['inventory', 'look around', 'take battery', 'open red box'], ['inventory', 'open red box']));
+    expect(tips.map((t) => t.match(/took was ([a-z ]+);/)![1])).toEqual(['take battery', 'look around']);
+  });
+});
+
 describe('MemoryRuntime.tipSource: memory.source=oracle', () => {
-  const query = (action: string | null) => [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You are in the hall.', taken: [], oracleAction: () => action }];
+  const query = (action: string | null) => [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You are in the hall.', taken: [], validActions: [], oracleAction: () => action }];
 
   it("shows the solver's next action as the only tip, in the step-tip wording of the run's credit, whatever the memory holds", async () => {
     const gain = runtime(['memory.step_credit=gain', 'memory.source=oracle']);

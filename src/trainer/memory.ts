@@ -14,7 +14,7 @@ import { TipMemory } from '../memory/store.ts';
 import type { Embedder } from '../memory/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { IM_END, IM_START } from './prompt.ts';
-import type { Episode, RolloutJob, TipSource } from './rollout.ts';
+import type { Episode, RolloutJob, TipQuery, TipSource } from './rollout.ts';
 
 export const MEMORY_FILE = 'memory.json';
 
@@ -102,13 +102,20 @@ export class MemoryRuntime {
       const keys = await this.embed(queries.map((q) => q.state));
       const bestLast = this.cfg.memory.tip_order === 'best_last';
       const out = queries.map((q, i) => {
-        const skip = this.cfg.memory.skip_taken_actions ? new Set(q.taken) : undefined;
-        const texts = this.tips.retrieve(this.slotOf(q.job), keys[i], undefined, skip).map((r) => r.text);
+        const texts = this.tips.retrieve(this.slotOf(q.job), keys[i], undefined, this.actionFilter(q)).map((r) => r.text);
         return bestLast ? texts.reverse() : texts;
       });
       this.seconds += (performance.now() - t0) / 1000;
       return out;
     };
+  }
+
+  /** Which per-step tips may be shown in this state (memory.skip_taken_actions, memory.valid_actions_only). */
+  private actionFilter(q: TipQuery): ((action: string) => boolean) | undefined {
+    const taken = this.cfg.memory.skip_taken_actions ? new Set(q.taken) : null;
+    const valid = this.cfg.memory.valid_actions_only ? new Set(q.validActions) : null;
+    if (!taken && !valid) return undefined;
+    return (action) => !taken?.has(action) && (!valid || valid.has(action));
   }
 
   /**
