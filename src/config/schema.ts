@@ -122,7 +122,7 @@ export const MemorySchema = strict({
   step_credit: z.enum(['final', 'to_go', 'gain']).default('final').describe("per-step entries: score each action by the episode's final score (reference), by the points scored from that step on (to_go), or by the points that step scored (gain); step-level credit is for a small model that copies the best tip"),
   source: z.enum(['memory', 'oracle']).default('memory').describe("where memory rollouts get their tips: the tip memory (paper), or, as a diagnostic upper bound, one tip naming the environment's scripted next action (built-in environment only)"),
   skip_taken_actions: z.boolean().default(false).describe('not in the paper: leave out per-step tips about an action the episode has already taken (a small model that copies the best tip otherwise goes back to steps already credited)'),
-  valid_actions_only: z.boolean().default(false).describe("not in the paper: show only per-step tips whose action the environment accepts in the current state (the paper's LLM judges whether a tip applies; a small model that copies the best tip cannot)"),
+  valid_actions_only: z.boolean().default(false).describe("not in the paper: show only per-step tips whose action the environment accepts in the current state, where it lists its valid actions (the paper's LLM judges whether a tip applies; a small model that copies the best tip cannot)"),
 });
 
 export const OptimSchema = strict({

@@ -116,6 +116,12 @@ describe('MemoryRuntime.tipSource: memory.valid_actions_only', () => {
     expect((await memory.tipSource()(query(['go to kitchen'])))[0]).toEqual([]);
   });
 
+  it('on, in a state that lists no valid actions (free-text environments): tips are not filtered', async () => {
+    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1', 'memory.valid_actions_only=true']);
+    await memory.write([episode]);
+    expect((await memory.tipSource()(query([])))[0][0]).toMatch(/took was take battery/);
+  });
+
   it('combines with skip_taken_actions: a tip must be valid now and not yet taken', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=3', 'memory.valid_actions_only=true', 'memory.skip_taken_actions=true']);
     await memory.write([episode]);

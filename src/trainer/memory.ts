@@ -110,10 +110,14 @@ export class MemoryRuntime {
     };
   }
 
-  /** Which per-step tips may be shown in this state (memory.skip_taken_actions, memory.valid_actions_only). */
+  /**
+   * Which per-step tips may be shown in this state (memory.skip_taken_actions, memory.valid_actions_only).
+   * A state that lists no valid actions (an environment that takes free text) has nothing to check
+   * a tip against, so its tips are not filtered for validity.
+   */
   private actionFilter(q: TipQuery): ((action: string) => boolean) | undefined {
     const taken = this.cfg.memory.skip_taken_actions ? new Set(q.taken) : null;
-    const valid = this.cfg.memory.valid_actions_only ? new Set(q.validActions) : null;
+    const valid = this.cfg.memory.valid_actions_only && q.validActions.length > 0 ? new Set(q.validActions) : null;
     if (!taken && !valid) return undefined;
     return (action) => !taken?.has(action) && (!valid || valid.has(action));
   }
