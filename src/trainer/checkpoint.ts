@@ -13,7 +13,6 @@ import { loadTrainerState, type TrainerState } from './trainer-state.ts';
 
 export { loadTrainerState, type TrainerState };
 
-
 export function checkpointsDir(runDir: string): string {
   return join(runDir, 'checkpoints');
 }

@@ -11,7 +11,7 @@ import { NoveltyList } from '../memory/novelty.ts';
 import { TrajectorySummaryReflector } from '../memory/reflector.ts';
 import { TipMemory } from '../memory/store.ts';
 import { MemoryRuntime, ORACLE_TIP_SUMMARY } from './memory.ts';
-import type { Episode, StepRecord } from './rollout.ts';
+import type { Episode, StepRecord, TipQuery } from './rollout.ts';
 
 function step(observation: string, action: string, reward: number, score: number): StepRecord {
   return { observation, prompt: [], tipSpan: null, response: [], logprobs: [], action, reward, score };
@@ -33,6 +33,11 @@ const episode: Episode = {
   score: 35,
   success: false,
 };
+
+/** One tip query for episode 0 of the power task; fields not given are empty. */
+function tipQuery(state: string, fields: Partial<Pick<TipQuery, 'taken' | 'validActions' | 'oracleAction'>> = {}): TipQuery[] {
+  return [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state, taken: [], validActions: [], oracleAction: () => null, ...fields }];
+}
 
 function runtime(overrides: string[]): MemoryRuntime {
   const cfg = loadConfig(null, ['algo.name=empo2', 'algo.p=1', 'memory.reflector=summary', 'memory.dim=256', ...overrides]);
@@ -71,7 +76,7 @@ describe('MemoryRuntime.write: step credit', () => {
 describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
   // The state after the battery was taken still looks like the state it was taken in, so the best
   // match is the tip to take it again: credit a small tip-copying model cannot earn twice.
-  const query = (taken: string[]) => [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You carry nothing. The red box holds a battery.', taken, validActions: [], oracleAction: () => null }];
+  const query = (taken: string[]) => tipQuery('You carry nothing. The red box holds a battery.', { taken });
 
   it('off (default): the tip about the action already taken stays first', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1']);
@@ -95,9 +100,7 @@ describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
 describe('MemoryRuntime.tipSource: memory.valid_actions_only', () => {
   // The same state as above with the battery still in the box: the memory's best tip (take battery,
   // +25) is shown only where the environment offers that action.
-  const query = (validActions: string[], taken: string[] = []) => [
-    { episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You carry nothing. The red box holds a battery.', taken, validActions, oracleAction: () => null },
-  ];
+  const query = (validActions: string[], taken: string[] = []) => tipQuery('You carry nothing. The red box holds a battery.', { taken, validActions });
 
   it('off (default): tips are shown whatever the current state accepts', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1']);
@@ -131,7 +134,7 @@ describe('MemoryRuntime.tipSource: memory.valid_actions_only', () => {
 });
 
 describe('MemoryRuntime.tipSource: memory.source=oracle', () => {
-  const query = (action: string | null) => [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state: 'You are in the hall.', taken: [], validActions: [], oracleAction: () => action }];
+  const query = (action: string | null) => tipQuery('You are in the hall.', { oracleAction: () => action });
 
   it("shows the solver's next action as the only tip, in the step-tip wording of the run's credit, whatever the memory holds", async () => {
     const gain = runtime(['memory.step_credit=gain', 'memory.source=oracle']);
