@@ -13,7 +13,10 @@ import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { latestCheckpoint } from './checkpoint.ts';
 import { MEMORY_FILE } from './memory.ts';
-import { train } from './trainer.ts';
+import { createEngine, train } from './trainer.ts';
+import { evaluateEngine, type EvalRecord } from './eval-command.ts';
+import { TIP_OPEN } from './prompt.ts';
+import type { PolicyEngine } from '../policy/types.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-modes-'));
@@ -148,4 +151,54 @@ describe('EMPO² modes end to end', () => {
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p_end=0.3'])).toThrow(/algo\.p_end: 0\.3 with algo\.name=grpo/);
     expect(() => loadConfig(null, ['algo.intrinsic=novelty'])).toThrow(/algo\.intrinsic: novelty with algo\.name=grpo/);
   });
+});
+
+describe('empo2 eval with train.eval_with_memory', () => {
+  /** The engine of `dir`, with every prompt it is asked to continue decoded into `seen`. */
+  async function recordingEngine(cfg: Config, dir: string, seen: string[]): Promise<PolicyEngine> {
+    const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: dir } }, 'fresh');
+    return {
+      tokenizer: engine.tokenizer,
+      generate: (prompts, opts) => {
+        seen.push(...prompts.map((p) => engine.tokenizer.decode(p)));
+        return engine.generate(prompts, opts);
+      },
+      logprobs: (b, t) => engine.logprobs(b, t),
+      trainStep: (b, o, t, lr) => engine.trainStep(b, o, t, lr),
+      save: (d) => engine.save(d),
+      dispose: () => engine.dispose(),
+    };
+  }
+
+  it("shows tips from the checkpoint's memory (and says so in --json), shows none without the switch, and refuses a checkpoint without a memory", async () => {
+    const dir = join(root, 'eval-memory');
+    // Evaluated on the training layouts, where the state texts match the memory's keys.
+    const cfg = config(dir, 1, ['algo.p=1', 'algo.q=1', 'env.eval_split=train', 'env.eval_variations=2']);
+    await train(cfg, { resume: false, log: () => {} });
+    const checkpoint = latestCheckpoint(dir)!;
+    const tips = TipMemory.fromJSON(JSON.parse(readFileSync(join(checkpoint, MEMORY_FILE), 'utf8')).tips).size();
+    expect(tips).toBeGreaterThan(0);
+
+    const run = async (withMemory: boolean, modelDir = checkpoint) => {
+      const seen: string[] = [];
+      const engine = await recordingEngine(cfg, checkpoint, seen);
+      const json = join(root, `eval-${withMemory}.json`);
+      try {
+        await evaluateEngine(engine, { ...cfg, train: { ...cfg.train, eval_with_memory: withMemory } }, { column: 'checkpoint', json, modelDir });
+      } finally {
+        engine.dispose();
+      }
+      return { seen, record: JSON.parse(readFileSync(json, 'utf8')) as EvalRecord };
+    };
+    const shown = await run(true);
+    expect(shown.seen.some((p) => p.includes(TIP_OPEN))).toBe(true);
+    expect(shown.record.with_memory).toEqual({ tips });
+    const plain = await run(false);
+    expect(plain.seen.length).toBeGreaterThan(0);
+    expect(plain.seen.some((p) => p.includes(TIP_OPEN))).toBe(false);
+    expect(plain.record.with_memory).toBeUndefined();
+
+    await expect(run(true, root)).rejects.toThrow(ConfigError);
+    await expect(run(true, root)).rejects.toThrow(`train.eval_with_memory is set, but ${root} has no ${MEMORY_FILE}`);
+  }, 60_000);
 });

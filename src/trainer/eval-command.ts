@@ -1,12 +1,15 @@
 /** `empo2 eval`: load a policy directory (or use a served one) and print the held-out evaluation table. */
-import { basename } from 'node:path';
-import type { Config } from '../config/schema.ts';
+import { existsSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import { ConfigError } from '../config/load.ts';
+import { resolveAlgo, type Config } from '../config/schema.ts';
 import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { writeJsonAtomic } from '../policy/tfjs/json-file.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { loadTrainerState } from './trainer-state.ts';
 import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
+import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { environmentCount } from './rollout.ts';
 
 /** What `empo2 eval --json` writes: the result plus what was evaluated and how, so a reader can tell a stale file. */
@@ -24,6 +27,8 @@ export interface EvalRecord {
   episodes: number;
   mean_score: number;
   success_rate: number;
+  /** Tips from the checkpoint's memory were shown (train.eval_with_memory); absent when they were not. */
+  with_memory?: { tips: number };
 }
 
 export interface EvalOutput {
@@ -43,7 +48,9 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
   const envs: Env[] = [probe];
   try {
     while (envs.length < environmentCount(cfg, tasks.length * cfg.env.eval_variations)) envs.push(await createEnv(cfg.env));
-    const result = await evaluate(engine, envs, tasks, cfg, 0);
+    const memory = cfg.train.eval_with_memory ? await checkpointMemory(cfg, engine, output.modelDir) : undefined;
+    if (memory) console.log(`showing tips from ${join(output.modelDir, MEMORY_FILE)} (${memory.tips.size()} tips; read, not written)`);
+    const result = await evaluate(engine, envs, tasks, cfg, 0, memory);
     console.log(formatEvalTable(result, null).replace(/iter 0/g, output.column));
     if (output.json) {
       const record: EvalRecord = {
@@ -58,6 +65,7 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
         episodes: result.summary.episodes,
         mean_score: result.summary.mean_score,
         success_rate: result.summary.success_rate,
+        ...(memory ? { with_memory: { tips: memory.tips.size() } } : {}),
       };
       writeJsonAtomic(output.json, record);
     }
@@ -65,6 +73,17 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
   } finally {
     await Promise.all(envs.map((e) => e.close()));
   }
+}
+
+/**
+ * The memory saved with a checkpoint, for train.eval_with_memory. Loaded here rather than silently
+ * skipped: a table said to be "with memory" must not have been made without it.
+ */
+async function checkpointMemory(cfg: Config, engine: PolicyEngine, dir: string): Promise<MemoryRuntime> {
+  if (!existsSync(join(dir, MEMORY_FILE))) throw new ConfigError(`train.eval_with_memory is set, but ${dir} has no ${MEMORY_FILE} (only runs that keep a tip memory save one)`);
+  const algo = resolveAlgo(cfg);
+  if (!algo.memory) throw new ConfigError(`train.eval_with_memory is set, but algo ${cfg.algo.name} with p = ${cfg.algo.p} keeps no tip memory; pass the run's config or set algo.p > 0`);
+  return MemoryRuntime.create(cfg, algo, engine, dir);
 }
 
 /** A checkpoint's env steps; nothing for a model directory that is not a checkpoint. */
