@@ -368,6 +368,16 @@ describe('report from run folders (--report-only)', () => {
     for (const text of ['training environment steps', 'held-out mean score (0–100)', 'min–max over runs', '>A<', '>B<']) expect(svg).toContain(text);
   });
 
+  it('the plot legend shows long labels that share a prefix in full', async () => {
+    const out = join(root, 'long-labels');
+    const labels = ['empo2-rehearsal-valid-actions-only', 'empo2-rehearsal-valid-actions-only-paper-ratio'];
+    for (const label of labels) writeRun(out, label, 0, 1, [evalLine([0, 0, 10]), evalLine([1, 5, 20])]);
+    const r = await reportCompare({ out, log: () => {} });
+    const svg = readFileSync(r.files.svg!, 'utf8');
+    for (const label of labels) expect(svg).toContain(`>${label}<`);
+    expect(svg).not.toContain('…');
+  });
+
   it('wall time comes from compare\'s own record (summed over attempts); a crashed run is named with its log', async () => {
     const out = join(root, 'attempts');
     writeRun(out, 'A', 0, 1, [evalLine([0, 0, 10]), trainLine(1, 7), evalLine([1, 5, 20])]);

@@ -31,8 +31,10 @@ export function learningCurveSpec(cmp: Comparison, title = 'Held-out mean score 
     height: 360,
     background: 'white',
     padding: 12,
-    // The legend takes its symbols from the faint band otherwise.
-    config: { legend: { symbolOpacity: 1, symbolType: 'stroke', symbolStrokeWidth: 3 } },
+    // The legend takes its symbols from the faint band otherwise. Labels are never cut short:
+    // compare labels often share a long prefix (empo2-rehearsal-valid, empo2-rehearsal-valid-paper)
+    // and Vega's default 160 px limit made them read the same.
+    config: { legend: { symbolOpacity: 1, symbolType: 'stroke', symbolStrokeWidth: 3, labelLimit: 0 } },
     data: { values },
     layer: [
       {
