@@ -39,13 +39,19 @@ describe('TipMemory', () => {
     m.add('t', q, 'an episode tip', 10);
     m.add('t', q, 'go north: 0', 0, 'go north');
     expect(m.retrieve('t', q).map((r) => r.text)).toEqual(['take key: +20', 'open box: +15']);
-    expect(m.retrieve('t', q, undefined, (a) => a !== 'take key').map((r) => r.text)).toEqual(['open box: +15', 'an episode tip']);
-    expect(m.retrieve('t', q, undefined, (a) => !['take key', 'open box'].includes(a)).map((r) => [r.text, r.action])).toEqual([
+    expect(m.retrieve('t', q, undefined, { keepAction: (a) => a !== 'take key' }).map((r) => r.text)).toEqual(['open box: +15', 'an episode tip']);
+    expect(m.retrieve('t', q, undefined, { keepAction: (a) => !['take key', 'open box'].includes(a) }).map((r) => [r.text, r.action])).toEqual([
       ['an episode tip', null],
       ['go north: 0', 'go north'],
     ]);
-    expect(m.retrieve('t', q, undefined, () => true)).toEqual(m.retrieve('t', q));
-    expect(m.retrieve('t', q, undefined, () => false).map((r) => r.text)).toEqual(['an episode tip']);
+    expect(m.retrieve('t', q, undefined, { keepAction: () => true })).toEqual(m.retrieve('t', q));
+    expect(m.retrieve('t', q, undefined, { keepAction: () => false }).map((r) => r.text)).toEqual(['an episode tip']);
+    // minScore: strictly above; it applies to episode tips too, and before the top-k cut.
+    expect(m.retrieve('t', q, 10, { minScore: 0 }).map((r) => r.text)).toEqual(['take key: +20', 'open box: +15', 'an episode tip']);
+    expect(m.retrieve('t', q, 10, { minScore: 10 }).map((r) => r.text)).toEqual(['take key: +20', 'open box: +15']);
+    expect(m.retrieve('t', q, undefined, { keepAction: (a) => a !== 'take key', minScore: 0 }).map((r) => r.text)).toEqual(['open box: +15', 'an episode tip']);
+    expect(m.retrieve('t', q, 10, { keepAction: (a) => a === 'go north', minScore: 0 }).map((r) => r.text)).toEqual(['an episode tip']);
+    expect(m.retrieve('t', q, 10, { minScore: null })).toEqual(m.retrieve('t', q, 10));
   });
 
   it('keeps slots apart', () => {

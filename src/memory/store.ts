@@ -59,6 +59,11 @@ class Slot {
   }
 }
 
+export interface RetrievalFilter {
+  keepAction?: (action: string) => boolean;
+  minScore?: number | null;
+}
+
 export class TipMemory {
   private readonly slots = new Map<string, Slot>();
   private counter = 0;
@@ -97,12 +102,15 @@ export class TipMemory {
 
   /**
    * Retr(s; M): entries with cosine > threshold, the top k by score (ties: more similar, then newer).
-   * Entries whose action `keepAction` rejects are left out before the top-k cut, so k tips are
-   * still shown when enough others match; entries without an action are always kept.
+   * Entries the filter rejects are left out before the top-k cut, so k tips are still shown when
+   * enough others match: those whose action `keepAction` rejects (entries without an action are
+   * kept) and those whose score is not above `minScore`.
    */
-  retrieve(slotName: string, query: Float32Array, topK = this.settings.topK, keepAction?: (action: string) => boolean): RetrievedTip[] {
+  retrieve(slotName: string, query: Float32Array, topK = this.settings.topK, filter: RetrievalFilter = {}): RetrievedTip[] {
+    const { keepAction, minScore } = filter;
     let hits = this.similar(slotName, query);
     if (keepAction) hits = hits.filter((h) => h.action === null || keepAction(h.action));
+    if (minScore !== undefined && minScore !== null) hits = hits.filter((h) => h.score > minScore);
     hits.sort((a, b) => b.score - a.score || b.similarity - a.similarity || b.order - a.order);
     return hits.slice(0, topK).map(({ text, score, similarity, action }) => ({ text, score, similarity, action }));
   }

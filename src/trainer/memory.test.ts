@@ -133,6 +133,38 @@ describe('MemoryRuntime.tipSource: memory.valid_actions_only', () => {
   });
 });
 
+describe('MemoryRuntime.tipSource: memory.min_tip_score', () => {
+  const query = tipQuery('You carry nothing. The red box holds a battery.');
+  const actions = (tips: string[]) => tips.map((t) => t.match(/took was ([a-z ]+);/)![1]);
+
+  it('off (default): tips about steps that scored nothing fill the top k', async () => {
+    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4']);
+    await memory.write([episode]);
+    expect(actions((await memory.tipSource()(query))[0])).toEqual(['take battery', 'inventory', 'look around']);
+  });
+
+  it('0 with gain credit: only tips about actions that raised the score are shown', async () => {
+    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4', 'memory.min_tip_score=0']);
+    await memory.write([episode]);
+    expect(actions((await memory.tipSource()(query))[0])).toEqual(['take battery']);
+  });
+
+  it('is strict (a tip scored exactly the bound is left out) and applies with the action filters', async () => {
+    const at = async (bound: number, taken: string[] = []) => {
+      const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4', `memory.min_tip_score=${bound}`, 'memory.skip_taken_actions=true']);
+      await memory.write([episode]);
+      return actions((await memory.tipSource()(tipQuery('You carry nothing. The red box holds a battery.', { taken })))[0]);
+    };
+    expect(await at(24.9)).toEqual(['take battery']);
+    expect(await at(25)).toEqual([]);
+    expect(await at(0, ['take battery'])).toEqual([]);
+  });
+
+  it('is checked in the config: a non-number is refused by name', () => {
+    expect(() => loadConfig(null, ['memory.min_tip_score=lots'])).toThrow(/memory\.min_tip_score/);
+  });
+});
+
 describe('MemoryRuntime.tipSource: memory.source=oracle', () => {
   const query = (action: string | null) => tipQuery('You are in the hall.', { oracleAction: () => action });
 

@@ -102,7 +102,8 @@ export class MemoryRuntime {
       const keys = await this.embed(queries.map((q) => q.state));
       const bestLast = this.cfg.memory.tip_order === 'best_last';
       const out = queries.map((q, i) => {
-        const texts = this.tips.retrieve(this.slotOf(q.job), keys[i], undefined, this.actionFilter(q)).map((r) => r.text);
+        const filter = { keepAction: this.actionFilter(q), minScore: this.cfg.memory.min_tip_score };
+        const texts = this.tips.retrieve(this.slotOf(q.job), keys[i], undefined, filter).map((r) => r.text);
         return bestLast ? texts.reverse() : texts;
       });
       this.seconds += (performance.now() - t0) / 1000;
