@@ -123,6 +123,7 @@ export const MemorySchema = strict({
   source: z.enum(['memory', 'oracle']).default('memory').describe("where memory rollouts get their tips: the tip memory (paper), or, as a diagnostic upper bound, one tip naming the environment's scripted next action (built-in environment only)"),
   skip_taken_actions: z.boolean().default(false).describe('not in the paper: leave out per-step tips about an action the episode has already taken (a small model that copies the best tip otherwise goes back to steps already credited)'),
   valid_actions_only: z.boolean().default(false).describe("not in the paper: show only per-step tips whose action the environment accepts in the current state, where it lists its valid actions (the paper's LLM judges whether a tip applies; a small model that copies the best tip cannot)"),
+  match_progress: z.boolean().default(false).describe("not in the paper: show a per-step tip only in states where the episode has reached the score it had before that tip's step; observations that do not say what the agent carries otherwise show 'go to hallway (+50)', written while carrying the item, in the same room before the item was found"),
   min_tip_score: z.number().nullable().default(null).describe("not in the paper: show only tips whose score (a per-step tip's credit, an episode tip's final score) is above this (null: all); with step_credit gain, 0 leaves out tips about actions that scored nothing, which a small model reads as 'avoid this' although walking and opening, which every solution needs, never score"),
 });
 

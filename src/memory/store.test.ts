@@ -54,6 +54,20 @@ describe('TipMemory', () => {
     expect(m.retrieve('t', q, 10, { minScore: null })).toEqual(m.retrieve('t', q, 10));
   });
 
+  it('progress filter: keeps entries written at the same score so far, and entries with none recorded', () => {
+    const m = new TipMemory(2, { capacity: 10, threshold: 0.5, topK: 10 });
+    const q = vec(2, { 0: 1 });
+    m.add('t', q, 'go to hallway: +50 (carrying it)', 50, 'go to hallway', 50);
+    m.add('t', q, 'open crate: +20', 20, 'open crate', 0);
+    m.add('t', q, 'an episode tip', 10);
+    const texts = (progress: number | null) => m.retrieve('t', q, 10, { progress }).map((r) => r.text);
+    expect(texts(null)).toEqual(['go to hallway: +50 (carrying it)', 'open crate: +20', 'an episode tip']);
+    expect(texts(0)).toEqual(['open crate: +20', 'an episode tip']);
+    expect(texts(50)).toEqual(['go to hallway: +50 (carrying it)', 'an episode tip']);
+    expect(texts(20)).toEqual(['an episode tip']);
+    expect(m.entries('t').map((e) => e.progress)).toEqual([50, 0, null]);
+  });
+
   it('keeps slots apart', () => {
     const m = new TipMemory(2, { capacity: 10, threshold: 0.5, topK: 10 });
     m.add('boil', vec(2, { 0: 1 }), 'a boil tip', 1);
@@ -105,6 +119,20 @@ describe('TipMemory', () => {
     const plain = new TipMemory(2);
     plain.add('t', vec(2, { 0: 1 }), 'x', 1);
     expect(plain.toJSON().slots.t).not.toHaveProperty('actions');
+    expect(plain.toJSON().slots.t).not.toHaveProperty('progress');
+  });
+
+  it('round-trips the progress of per-step tips; a memory saved without it reads as progress-less', () => {
+    const m = new TipMemory(2, { capacity: 10, threshold: 0.5, topK: 10 });
+    m.add('t', vec(2, { 0: 1 }), 'take key: +20', 20, 'take key', 15);
+    m.add('t', vec(2, { 0: 1 }), 'an episode tip', 10);
+    const saved = JSON.parse(JSON.stringify(m.toJSON()));
+    expect(saved.slots.t.progress).toEqual([15, null]);
+    const copy = TipMemory.fromJSON(saved);
+    expect(copy.entries('t').map((e) => e.progress)).toEqual([15, null]);
+    expect(copy.retrieve('t', vec(2, { 0: 1 }), 10, { progress: 0 }).map((r) => r.text)).toEqual(['an episode tip']);
+    delete saved.slots.t.progress;
+    expect(TipMemory.fromJSON(saved).entries('t').map((e) => e.progress)).toEqual([null, null]);
   });
 
   it('refuses bad input clearly', () => {
@@ -120,5 +148,8 @@ describe('TipMemory', () => {
     const badActions = good.toJSON();
     badActions.slots.t.actions = ['a', 'b'];
     expect(() => TipMemory.fromJSON(badActions, 'memory.json')).toThrow(/slot "t" has 2 actions for 1 tips/);
+    const badProgress = good.toJSON();
+    badProgress.slots.t.progress = ['ten' as unknown as number];
+    expect(() => TipMemory.fromJSON(badProgress, 'memory.json')).toThrow(/slot "t" has 1 progress values for 1 tips, or values that are not numbers/);
   });
 });

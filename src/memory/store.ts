@@ -32,6 +32,8 @@ export interface MemoryEntry {
   text: string;
   score: number;
   action: string | null;
+  /** The score the episode had reached before a per-step tip's step (null: not recorded). */
+  progress: number | null;
   /** Insertion counter: larger is newer. */
   order: number;
 }
@@ -41,6 +43,8 @@ class Slot {
   readonly texts: (string | null)[];
   readonly actions: (string | null)[];
   readonly scores: Float64Array;
+  /** NaN where the entry has no recorded progress. */
+  readonly progress: Float64Array;
   readonly orders: Float64Array;
   /** Next write position in the ring. */
   head = 0;
@@ -55,6 +59,7 @@ class Slot {
     this.texts = new Array(capacity).fill(null);
     this.actions = new Array(capacity).fill(null);
     this.scores = new Float64Array(capacity);
+    this.progress = new Float64Array(capacity).fill(NaN);
     this.orders = new Float64Array(capacity);
   }
 }
@@ -62,6 +67,8 @@ class Slot {
 export interface RetrievalFilter {
   keepAction?: (action: string) => boolean;
   minScore?: number | null;
+  /** Keep entries written at this progress (score so far), and those with none recorded. */
+  progress?: number | null;
 }
 
 export class TipMemory {
@@ -79,9 +86,11 @@ export class TipMemory {
 
   /**
    * Stores a tip; returns false when the slot already holds the same text (stored once). `action`
-   * names the step a per-step tip is about, so retrieval can leave out actions already taken.
+   * names the step a per-step tip is about, so retrieval can leave out actions already taken;
+   * `progress` the score the episode had reached before that step, so retrieval can keep to states
+   * at the same point of the task.
    */
-  add(slotName: string, key: Float32Array, text: string, score: number, action: string | null = null): boolean {
+  add(slotName: string, key: Float32Array, text: string, score: number, action: string | null = null, progress: number | null = null): boolean {
     if (key.length !== this.dim) throw new Error(`TipMemory.add: key has ${key.length} dimensions, memory has ${this.dim}`);
     let slot = this.slots.get(slotName);
     if (!slot) this.slots.set(slotName, (slot = new Slot(this.settings.capacity, this.dim)));
@@ -93,6 +102,7 @@ export class TipMemory {
     slot.texts[at] = text;
     slot.actions[at] = action;
     slot.scores[at] = score;
+    slot.progress[at] = progress ?? NaN;
     slot.orders[at] = this.counter++;
     slot.contents.add(text);
     slot.head = (at + 1) % slot.capacity;
@@ -104,13 +114,15 @@ export class TipMemory {
    * Retr(s; M): entries with cosine > threshold, the top k by score (ties: more similar, then newer).
    * Entries the filter rejects are left out before the top-k cut, so k tips are still shown when
    * enough others match: those whose action `keepAction` rejects (entries without an action are
-   * kept) and those whose score is not above `minScore`.
+   * kept), those whose score is not above `minScore`, and those written at another `progress`
+   * (entries without one are kept).
    */
   retrieve(slotName: string, query: Float32Array, topK = this.settings.topK, filter: RetrievalFilter = {}): RetrievedTip[] {
-    const { keepAction, minScore } = filter;
+    const { keepAction, minScore, progress } = filter;
     let hits = this.similar(slotName, query);
     if (keepAction) hits = hits.filter((h) => h.action === null || keepAction(h.action));
     if (minScore !== undefined && minScore !== null) hits = hits.filter((h) => h.score > minScore);
+    if (progress !== undefined && progress !== null) hits = hits.filter((h) => Number.isNaN(h.progress) || h.progress === progress);
     hits.sort((a, b) => b.score - a.score || b.similarity - a.similarity || b.order - a.order);
     return hits.slice(0, topK).map(({ text, score, similarity, action }) => ({ text, score, similarity, action }));
   }
@@ -120,7 +132,7 @@ export class TipMemory {
     return this.similar(slotName, query).length;
   }
 
-  private similar(slotName: string, query: Float32Array): (RetrievedTip & { order: number })[] {
+  private similar(slotName: string, query: Float32Array): (RetrievedTip & { order: number; progress: number })[] {
     if (query.length !== this.dim) throw new Error(`TipMemory.retrieve: query has ${query.length} dimensions, memory has ${this.dim}`);
     const slot = this.slots.get(slotName);
     if (!slot || slot.size === 0) return [];
@@ -128,13 +140,13 @@ export class TipMemory {
     for (let i = 0; i < query.length; i++) if (query[i] !== 0) nz.push(i);
     if (nz.length === 0) return [];
     const qv = nz.map((i) => query[i]);
-    const out: (RetrievedTip & { order: number })[] = [];
+    const out: (RetrievedTip & { order: number; progress: number })[] = [];
     const dim = this.dim;
     for (let e = 0; e < slot.size; e++) {
       const base = e * dim;
       let dot = 0;
       for (let j = 0; j < nz.length; j++) dot += slot.keys[base + nz[j]] * qv[j];
-      if (dot > this.settings.threshold) out.push({ text: slot.texts[e]!, score: slot.scores[e], similarity: dot, action: slot.actions[e], order: slot.orders[e] });
+      if (dot > this.settings.threshold) out.push({ text: slot.texts[e]!, score: slot.scores[e], similarity: dot, action: slot.actions[e], order: slot.orders[e], progress: slot.progress[e] });
     }
     return out;
   }
@@ -148,7 +160,10 @@ export class TipMemory {
     const slot = this.slots.get(slotName);
     if (!slot) return [];
     const out: MemoryEntry[] = [];
-    for (let e = 0; e < slot.size; e++) out.push({ text: slot.texts[e]!, score: slot.scores[e], action: slot.actions[e], order: slot.orders[e] });
+    for (let e = 0; e < slot.size; e++) {
+      const progress = Number.isNaN(slot.progress[e]) ? null : slot.progress[e];
+      out.push({ text: slot.texts[e]!, score: slot.scores[e], action: slot.actions[e], progress, order: slot.orders[e] });
+    }
     return out.sort((a, b) => a.order - b.order);
   }
 
@@ -167,12 +182,14 @@ export class TipMemory {
       const keys = new Float32Array(idx.length * this.dim);
       idx.forEach((e, i) => keys.set(slot.keys.subarray(e * this.dim, (e + 1) * this.dim), i * this.dim));
       const actions = idx.map((e) => slot.actions[e]);
+      const progress = idx.map((e) => (Number.isNaN(slot.progress[e]) ? null : slot.progress[e]));
       slots[name] = {
         texts: idx.map((e) => slot.texts[e]!),
         scores: idx.map((e) => slot.scores[e]),
         keys: Buffer.from(keys.buffer, keys.byteOffset, keys.byteLength).toString('base64'),
         // Left out when no entry has one, so memories written before actions were kept read the same.
         ...(actions.some((a) => a !== null) ? { actions } : {}),
+        ...(progress.some((p) => p !== null) ? { progress } : {}),
       };
     }
     return { format: 'empo2-tip-memory', version: 1, dim: this.dim, settings: this.settings, slots };
@@ -188,10 +205,13 @@ export class TipMemory {
       if (s.actions !== undefined && (!Array.isArray(s.actions) || s.actions.length !== s.texts.length || s.actions.some((a) => a !== null && typeof a !== 'string'))) {
         throw new Error(`${where}: slot "${name}" has ${Array.isArray(s.actions) ? `${s.actions.length} actions for ${s.texts.length} tips, or actions that are not strings` : 'an actions field that is not a list'}`);
       }
+      if (s.progress !== undefined && (!Array.isArray(s.progress) || s.progress.length !== s.texts.length || s.progress.some((p) => p !== null && !Number.isFinite(p)))) {
+        throw new Error(`${where}: slot "${name}" has ${Array.isArray(s.progress) ? `${s.progress.length} progress values for ${s.texts.length} tips, or values that are not numbers` : 'a progress field that is not a list'}`);
+      }
       const bytes = Buffer.from(s.keys, 'base64');
       if (bytes.byteLength !== s.texts.length * d.dim * 4) throw new Error(`${where}: slot "${name}" keys hold ${bytes.byteLength} bytes, expected ${s.texts.length * d.dim * 4}`);
       const keys = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
-      s.texts.forEach((text, i) => memory.add(name, keys.subarray(i * d.dim, (i + 1) * d.dim), text, s.scores[i], s.actions?.[i] ?? null));
+      s.texts.forEach((text, i) => memory.add(name, keys.subarray(i * d.dim, (i + 1) * d.dim), text, s.scores[i], s.actions?.[i] ?? null, s.progress?.[i] ?? null));
     }
     return memory;
   }
@@ -202,5 +222,5 @@ export interface SerializedMemory {
   version: 1;
   dim: number;
   settings: MemorySettings;
-  slots: Record<string, { texts: string[]; scores: number[]; keys: string; actions?: (string | null)[] }>;
+  slots: Record<string, { texts: string[]; scores: number[]; keys: string; actions?: (string | null)[]; progress?: (number | null)[] }>;
 }

@@ -35,8 +35,8 @@ const episode: Episode = {
 };
 
 /** One tip query for episode 0 of the power task; fields not given are empty. */
-function tipQuery(state: string, fields: Partial<Pick<TipQuery, 'taken' | 'validActions' | 'oracleAction'>> = {}): TipQuery[] {
-  return [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state, taken: [], validActions: [], oracleAction: () => null, ...fields }];
+function tipQuery(state: string, fields: Partial<Pick<TipQuery, 'taken' | 'scoreSoFar' | 'validActions' | 'oracleAction'>> = {}): TipQuery[] {
+  return [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state, taken: [], scoreSoFar: 0, validActions: [], oracleAction: () => null, ...fields }];
 }
 
 function runtime(overrides: string[]): MemoryRuntime {
@@ -162,6 +162,30 @@ describe('MemoryRuntime.tipSource: memory.min_tip_score', () => {
 
   it('is checked in the config: a non-number is refused by name', () => {
     expect(() => loadConfig(null, ['memory.min_tip_score=lots'])).toThrow(/memory\.min_tip_score/);
+  });
+});
+
+describe('MemoryRuntime.tipSource: memory.match_progress', () => {
+  // Scores before each step: open red box 0, inventory 10, take battery 10, look around 35.
+  const query = (scoreSoFar: number) => tipQuery('You carry nothing. The red box holds a battery.', { scoreSoFar });
+  const actions = (tips: string[]) => tips.map((t) => t.match(/took was ([a-z ]+);/)![1]);
+
+  it('write records, per step, the score reached before it', async () => {
+    expect((await written('gain')).map((e) => e.progress)).toEqual([0, 10, 10, 35]);
+  });
+
+  it('off (default): tips from any point of the episode are shown', async () => {
+    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4']);
+    await memory.write([episode]);
+    expect(actions((await memory.tipSource()(query(35)))[0])).toEqual(['take battery', 'inventory', 'look around']);
+  });
+
+  it('on: only tips written at the score the episode has now', async () => {
+    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4', 'memory.match_progress=true']);
+    await memory.write([episode]);
+    expect(actions((await memory.tipSource()(query(10)))[0])).toEqual(['take battery', 'inventory']);
+    expect(actions((await memory.tipSource()(query(35)))[0])).toEqual(['look around']);
+    expect((await memory.tipSource()(query(0)))[0]).toEqual([]);
   });
 });
 

@@ -102,7 +102,7 @@ export class MemoryRuntime {
       const keys = await this.embed(queries.map((q) => q.state));
       const bestLast = this.cfg.memory.tip_order === 'best_last';
       const out = queries.map((q, i) => {
-        const filter = { keepAction: this.actionFilter(q), minScore: this.cfg.memory.min_tip_score };
+        const filter = { keepAction: this.actionFilter(q), minScore: this.cfg.memory.min_tip_score, progress: this.cfg.memory.match_progress ? q.scoreSoFar : null };
         const texts = this.tips.retrieve(this.slotOf(q.job), keys[i], undefined, filter).map((r) => r.text);
         return bestLast ? texts.reverse() : texts;
       });
@@ -171,7 +171,7 @@ export class MemoryRuntime {
         e.steps.forEach((s, t) => {
           const before = t > 0 ? e.steps[t - 1].score : 0;
           const score = credit === 'final' ? e.score : credit === 'to_go' ? e.score - before : s.score - before;
-          if (this.tips.add(slot, keys[t], stepTipText(reflections[i], s.action, score, credit), score, s.action)) added++;
+          if (this.tips.add(slot, keys[t], stepTipText(reflections[i], s.action, score, credit), score, s.action, before)) added++;
         });
       } else {
         const [key] = await this.embed([e.finalObservation]);

@@ -12,7 +12,7 @@ import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import type { GenerateOptions, Generation, PolicyEngine } from '../policy/types.ts';
 import { MemoryRuntime } from './memory.ts';
-import { environmentCount, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
+import { environmentCount, rolloutSettings, runEpisodesInChunks, type RolloutJob, type TipQuery } from './rollout.ts';
 
 const cfg = loadConfig(null, ['env.tasks=[fetch,power]', 'env.max_steps=5', 'rollout.constrained=true']);
 
@@ -67,6 +67,22 @@ describe('runEpisodesInChunks', () => {
     expect([...usesAsked].sort()).toEqual([0, 1, 2, 3, 4]);
     expect([...asked].sort()).toEqual([0, 2, 4]);
     expect(seeds).toEqual([0, 2, 4]);
+  });
+
+  it('asks the memory with the actions taken and the score reached before each step', async () => {
+    const asked: TipQuery[] = [];
+    const memory = { uses: () => true, tips: async (queries: TipQuery[]) => queries.map((q) => (asked.push(q), [])) };
+    const { episodes } = await runEpisodesInChunks(await envs(2), new HashPolicy() as unknown as PolicyEngine, jobs, () => settings(), memory);
+    for (const [i, e] of episodes.entries()) {
+      const mine = asked.filter((q) => q.episode === i);
+      expect(mine).toHaveLength(e.steps.length);
+      mine.forEach((q, t) => {
+        expect(q.taken).toEqual(e.steps.slice(0, t).map((st) => st.action));
+        expect(q.scoreSoFar).toBe(t > 0 ? e.steps[t - 1].score : 0);
+        expect(q.state).toBe(e.steps[t].observation);
+      });
+    }
+    expect(episodes.some((e) => e.score > 0)).toBe(true);
   });
 
   it('environmentCount caps the instances at env.max_instances and leaves them uncapped by default', () => {

@@ -52,6 +52,8 @@ export interface TipQuery {
   state: string;
   /** Actions the episode has taken so far. */
   taken: readonly string[];
+  /** The score the episode has reached so far (0 before its first step). */
+  scoreSoFar: number;
   /** Actions the environment accepts in the current state. */
   validActions: readonly string[];
   /** The environment's scripted next action, where it has a solver (`Env.oracleAction`). */
@@ -124,7 +126,7 @@ export async function runEpisodes(
     if (memory) {
       const tm = performance.now();
       const asking = active.filter((e) => memory.uses(e.index));
-      const answers = asking.length ? await memory.tips(asking.map((e) => ({ episode: e.index, job: e.job, state: e.turns[e.turns.length - 1].observation, taken: e.steps.map((st) => st.action), validActions: e.valid, oracleAction: () => oracleOf(e.env)() }))) : [];
+      const answers = asking.length ? await memory.tips(asking.map((e) => ({ episode: e.index, job: e.job, state: e.turns[e.turns.length - 1].observation, taken: e.steps.map((st) => st.action), scoreSoFar: e.steps.at(-1)?.score ?? 0, validActions: e.valid, oracleAction: () => oracleOf(e.env)() }))) : [];
       const byEpisode = new Map(asking.map((e, k) => [e.index, answers[k] ?? []]));
       tips = active.map((e) => byEpisode.get(e.index) ?? []);
       stats.memorySeconds += (performance.now() - tm) / 1000;
