@@ -53,6 +53,7 @@ describe('empo2 adapt', () => {
     for (const r of results) expect(r.scores).toHaveLength(2);
     const saved = JSON.parse(readFileSync(join(out, 'adapt.json'), 'utf8'));
     expect(saved.trials.map((t: { mean_score: number }) => t.mean_score)).toEqual(results.map((r) => r.mean_score));
+    expect(saved.memory).toEqual(cfg.memory);
     expect(readFileSync(join(out, 'adapt.md'), 'utf8')).toMatch(/\| 3 \| /);
     expect(lines.some((l) => l.startsWith('trial 3/3: mean score'))).toBe(true);
     // Frozen weights: the checkpoint and the engine's parameters are unchanged.

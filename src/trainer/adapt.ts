@@ -41,7 +41,8 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
   const log = o.log ?? ((l: string) => console.log(l));
   if (!Number.isInteger(o.trials) || o.trials < 1) throw new Error(`--trials must be a positive integer, got ${o.trials}`);
   if (!Number.isInteger(o.variations) || o.variations < 1) throw new Error(`--variations must be a positive integer, got ${o.variations}`);
-  // The memory is always on here, whatever algorithm trained the checkpoint.
+  // The memory is always on here, whatever algorithm trained the checkpoint. adapt.json records the
+  // memory settings, since retrieval filters (not in the paper) change what every trial is shown.
   const memCfg: Config = { ...cfg, algo: { ...cfg.algo, name: 'empo2', p: 1, intrinsic: 'none' } };
   const memory = await MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, o.memoryFrom);
   const probe = await createEnv({ ...cfg.env, tasks: null });
@@ -88,7 +89,7 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
     await Promise.all(envs.map((e) => e.close()));
   }
   const table = ['| trial | mean score | success | tips per step | memory entries |', '|---|---|---|---|---|', ...results.map((r) => `| ${r.trial} | ${r.mean_score.toFixed(1)} | ${(r.success_rate * 100).toFixed(0)}% | ${r.tips_shown_per_step.toFixed(1)} | ${r.memory_size} |`)].join('\n');
-  writeFileSync(join(o.outDir, 'adapt.json'), JSON.stringify({ task: o.task, split: o.split, variations, trials: results }, null, 2) + '\n');
+  writeFileSync(join(o.outDir, 'adapt.json'), JSON.stringify({ task: o.task, split: o.split, variations, memory: cfg.memory, trials: results }, null, 2) + '\n');
   writeFileSync(join(o.outDir, 'adapt.md'), table + '\n');
   writeFileSync(join(o.outDir, 'memory.json'), JSON.stringify(memory.toJSON()));
   log('\n' + table + `\n(saved in ${o.outDir}: adapt.json, adapt.md, memory.json)`);
