@@ -299,14 +299,22 @@ class Engine:
             # The hidden state before each response token predicts it.
             keep[b, len(s.prompt) - 1 : n - 1] = True
             targets.extend(s.response)
-        with self._autocast():
-            out = self.model(
-                input_ids=ids.to(self.device),
-                attention_mask=attention.to(self.device),
-                logits_to_keep=keep.to(self.device),
-                use_cache=False,
-            )
-        logits = out.logits.float()  # [n, V]: boolean logits_to_keep flattens row-major, i.e. in sequence order
+        keep = keep.to(self.device)
+
+        # Only response positions reach the output layer (a [B, L, V] logits tensor of a 150k-token
+        # vocabulary would dwarf the model). A pre-hook on the output layer picks them, rather than a
+        # boolean logits_to_keep, which only recent transformers releases accept; the head still runs
+        # inside the model's forward, as FSDP needs. h[keep] flattens row-major: sequence order.
+        def responses_only(_module: torch.nn.Module, args: tuple) -> tuple:
+            return (args[0][keep],) + tuple(args[1:])
+
+        hook = self._causal_lm().get_output_embeddings().register_forward_pre_hook(responses_only)
+        try:
+            with self._autocast():
+                out = self.model(input_ids=ids.to(self.device), attention_mask=attention.to(self.device), logits_to_keep=0, use_cache=False)
+        finally:
+            hook.remove()
+        logits = out.logits.float()  # [n, V]
         if temperature != 1:
             logits = logits / temperature
         target = torch.tensor(targets, dtype=torch.long, device=self.device)
