@@ -7,7 +7,7 @@ import { loadConfig } from '../config/load.ts';
 import { showMemory } from '../memory/show.ts';
 import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
-import { adapt } from './adapt.ts';
+import { adapt, stepKey, tipUse, type ShownTips } from './adapt.ts';
 import { latestCheckpoint } from './checkpoint.ts';
 import { createEngine, train } from './trainer.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
@@ -63,6 +63,45 @@ describe('empo2 adapt', () => {
     engine.dispose();
     // The adapted memory holds the checkpoint's slot and the new task's.
     expect(showMemory(join(out, 'memory.json'), { limit: 1, json: false })).toMatch(/## clue[\s\S]*## fetch/);
+  });
+
+  it('reports whether the agent acted on its tips, and, with the oracle as the memory, that every best tip is the solver\'s action', async () => {
+    const dir = latestCheckpoint(runDir)!;
+    const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: dir } }, 'fresh');
+    const plain = await adapt(engine, cfg, { task: 'fetch', trials: 2, variations: 2, split: 'test', memoryFrom: null, outDir: join(root, 'use'), log: () => {} });
+    // Trial 1 is shown nothing: no tip to follow, and every step counts as one without tips.
+    expect(plain[0].tips_followed).toBeNull();
+    expect(plain[0].best_tip_is_solver).toBeNull();
+    expect(plain[0].solver_action_share!.with_tips).toBeNull();
+    expect(plain[0].solver_action_share!.without_tips).toBeGreaterThanOrEqual(0);
+    expect(readFileSync(join(root, 'use', 'adapt.md'), 'utf8')).toMatch(/\| tips followed \| best tip = solver's action \|/);
+    const oracleCfg = { ...cfg, memory: { ...cfg.memory, source: 'oracle' as const } };
+    const guided = await adapt(engine, oracleCfg, { task: 'fetch', trials: 1, variations: 2, split: 'test', memoryFrom: null, outDir: join(root, 'use-oracle'), log: () => {} });
+    expect(guided[0].best_tip_is_solver).toBe(1);
+    // The only tip is the solver's action, so following it and taking the solver's action are the same steps.
+    expect(guided[0].tips_followed).toBe(guided[0].solver_action_share!.with_tips);
+    expect(guided[0].solver_action_share!.without_tips).toBeNull();
+    engine.dispose();
+  });
+
+  it('tipUse: hand-counted shares of tips followed and of best tips naming the solver\'s action', () => {
+    const step = (action: string) => ({ action }) as never;
+    const episodes = [
+      { group: 0, steps: [step('go to hall'), step('open box'), step('take key')] },
+      { group: 1, steps: [step('look around'), step('take key')] },
+    ];
+    const shown = new Map<string, ShownTips>([
+      [stepKey(0, 0), { tipActions: [], solver: 'go to hall' }], // untipped, took the solver's action
+      [stepKey(0, 1), { tipActions: ['take key', 'open box'], solver: 'open box' }], // followed the second tip; best tip is not the solver's
+      [stepKey(0, 2), { tipActions: ['take key'], solver: 'take key' }], // followed; best tip = solver
+      [stepKey(1, 0), { tipActions: [null], solver: 'go to hall' }], // an episode tip: tipped, but it names no action
+      [stepKey(1, 1), { tipActions: ['go to hall'], solver: 'go to hall' }], // not followed; best tip = solver
+    ]);
+    // Followed: 2 of the 3 steps whose tips name an action. Best = solver: 2 of 4 tipped steps.
+    // Solver's action taken: with tips 2 of 4 (steps 0:1, 0:2); without tips 1 of 1.
+    expect(tipUse(episodes, shown, true)).toEqual({ tips_followed: 2 / 3, best_tip_is_solver: 2 / 4, solver_action_share: { with_tips: 2 / 4, without_tips: 1 } });
+    expect(tipUse(episodes, shown, false)).toEqual({ tips_followed: 2 / 3, best_tip_is_solver: null, solver_action_share: null });
+    expect(() => tipUse([{ group: 2, steps: [step('wait')] }], shown, true)).toThrow(/no record of what step 0 of group 2 was shown/);
   });
 
   it('with a new draw each trial the trials differ in their samples, so the memory keeps growing', async () => {

@@ -12,7 +12,7 @@ import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { MemoryRuntime } from './memory.ts';
-import { environmentCount, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
+import { environmentCount, rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob } from './rollout.ts';
 
 export interface AdaptOptions {
   task: string;
@@ -35,6 +35,62 @@ export interface TrialResult {
   scores: number[];
   memory_size: number;
   tips_shown_per_step: number;
+  /** Of the steps that were shown tips naming an action, the share whose action was one of them (null: no such step). */
+  tips_followed: number | null;
+  /**
+   * Environments with a scripted solver only (the built-in one): of the steps shown tips, the share
+   * whose best tip named the solver's next action, and the share of steps, with and without tips,
+   * whose action was the solver's. Says whether the memory is right and whether the agent uses it.
+   */
+  best_tip_is_solver: number | null;
+  solver_action_share: { with_tips: number | null; without_tips: number | null } | null;
+}
+
+/** What one step was shown: the actions of its tips, best first, and the solver's next action (undefined without a solver). */
+export interface ShownTips {
+  tipActions: (string | null)[];
+  solver: string | null | undefined;
+}
+
+/** The tip-use shares of one trial, from what each step was shown (keyed by `stepKey`) and the actions taken. */
+export function tipUse(episodes: readonly Pick<Episode, 'group' | 'steps'>[], shown: ReadonlyMap<string, ShownTips>, hasSolver: boolean): Pick<TrialResult, 'tips_followed' | 'best_tip_is_solver' | 'solver_action_share'> {
+  let named = 0;
+  let followed = 0;
+  let tipped = 0;
+  let bestIsSolver = 0;
+  const solverTaken = { with: 0, without: 0 };
+  let untipped = 0;
+  for (const e of episodes) {
+    e.steps.forEach((step, t) => {
+      const s = shown.get(stepKey(e.group, t));
+      if (!s) throw new Error(`tipUse: no record of what step ${t} of group ${e.group} was shown`);
+      const actions = s.tipActions.filter((a): a is string => a !== null);
+      if (actions.length) {
+        named++;
+        if (actions.includes(step.action)) followed++;
+      }
+      const tookSolver = s.solver !== undefined && s.solver !== null && step.action === s.solver;
+      if (s.tipActions.length) {
+        tipped++;
+        if (s.solver !== undefined && s.solver !== null && s.tipActions[0] === s.solver) bestIsSolver++;
+        if (tookSolver) solverTaken.with++;
+      } else {
+        untipped++;
+        if (tookSolver) solverTaken.without++;
+      }
+    });
+  }
+  const share = (a: number, b: number) => (b ? a / b : null);
+  return {
+    tips_followed: share(followed, named),
+    best_tip_is_solver: hasSolver ? share(bestIsSolver, tipped) : null,
+    solver_action_share: hasSolver ? { with_tips: share(solverTaken.with, tipped), without_tips: share(solverTaken.without, untipped) } : null,
+  };
+}
+
+/** One step of one episode in a trial: adapt gives every variation its own group. */
+export function stepKey(group: number, step: number): string {
+  return `${group}:${step}`;
 }
 
 export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions): Promise<TrialResult[]> {
@@ -51,6 +107,7 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
     throw new Error(`unknown task "${o.task}" for environment ${cfg.env.name} (tasks: ${probe.tasks().join(', ')})`);
   }
   const variations = probe.variations(o.task, o.split).slice(0, o.variations);
+  const hasSolver = typeof probe.oracleAction === 'function';
   const envs: Env[] = [probe];
   while (envs.length < environmentCount(cfg, variations.length)) envs.push(await createEnv({ ...cfg.env, tasks: null }));
   const jobs: RolloutJob[] = variations.map((variation, i) => ({ task: o.task, variation, group: i }));
@@ -61,7 +118,8 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
     for (let trial = 1; trial <= o.trials; trial++) {
       let tipsShown = 0;
       let steps = 0;
-      const source = memory.tipSource();
+      const shown = new Map<string, ShownTips>();
+      const source = memory.tipSource((q, tipActions) => shown.set(stepKey(q.job.group, q.taken.length), { tipActions, solver: hasSolver ? q.oracleAction() : undefined }));
       const counted = async (queries: Parameters<typeof source>[0]) => {
         const tips = await source(queries);
         tipsShown += tips.reduce((a, t) => a + t.length, 0);
@@ -81,18 +139,32 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
         // Entries in the slots this adaptation uses (one per task, or one per variation).
         memory_size: [...new Set(jobs.map((j) => memory.slotOf(j)))].reduce((n, slot) => n + memory.tips.size(slot), 0),
         tips_shown_per_step: tipsShown / Math.max(1, steps),
+        ...tipUse(episodes, shown, hasSolver),
       };
       results.push(r);
-      log(`trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${(r.success_rate * 100).toFixed(0)}% | ${r.tips_shown_per_step.toFixed(1)} tips per step | ${r.memory_size} tips in memory`);
+      const solverNote = r.best_tip_is_solver === null ? '' : ` | best tip = solver's action ${pct(r.best_tip_is_solver)}`;
+      log(`trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${(r.success_rate * 100).toFixed(0)}% | ${r.tips_shown_per_step.toFixed(1)} tips per step | tips followed ${pct(r.tips_followed)}${solverNote} | ${r.memory_size} tips in memory`);
     }
   } finally {
     await Promise.all(envs.map((e) => e.close()));
   }
-  const table = ['| trial | mean score | success | tips per step | memory entries |', '|---|---|---|---|---|', ...results.map((r) => `| ${r.trial} | ${r.mean_score.toFixed(1)} | ${(r.success_rate * 100).toFixed(0)}% | ${r.tips_shown_per_step.toFixed(1)} | ${r.memory_size} |`)].join('\n');
+  const solverColumns = hasSolver ? ["best tip = solver's action", "solver's action taken (with / without tips)"] : [];
+  const table = [
+    `| trial | mean score | success | tips per step | tips followed | ${[...solverColumns, 'memory entries'].join(' | ')} |`,
+    `|---|---|---|---|---|${solverColumns.map(() => '---|').join('')}---|`,
+    ...results.map((r) => {
+      const solver = r.solver_action_share ? [pct(r.best_tip_is_solver), `${pct(r.solver_action_share.with_tips)} / ${pct(r.solver_action_share.without_tips)}`] : [];
+      return `| ${r.trial} | ${r.mean_score.toFixed(1)} | ${(r.success_rate * 100).toFixed(0)}% | ${r.tips_shown_per_step.toFixed(1)} | ${[pct(r.tips_followed), ...solver, r.memory_size].join(' | ')} |`;
+    }),
+  ].join('\n');
   writeFileSync(join(o.outDir, 'adapt.json'), JSON.stringify({ task: o.task, split: o.split, variations, memory: cfg.memory, trials: results }, null, 2) + '\n');
   writeFileSync(join(o.outDir, 'adapt.md'), table + '\n');
   writeFileSync(join(o.outDir, 'memory.json'), JSON.stringify(memory.toJSON()));
   log('\n' + table + `\n(saved in ${o.outDir}: adapt.json, adapt.md, memory.json)`);
   memory.dispose();
   return results;
+}
+
+function pct(x: number | null): string {
+  return x === null ? '–' : `${(x * 100).toFixed(0)}%`;
 }

@@ -10,7 +10,7 @@ import { noveltyReward, retrievalReward } from '../algo/intrinsic.ts';
 import { HashedNgramEmbedder } from '../memory/hashed.ts';
 import { NoveltyList } from '../memory/novelty.ts';
 import { PolicyReflector, TrajectorySummaryReflector, stepTipText, type Reflector, type Trajectory } from '../memory/reflector.ts';
-import { TipMemory } from '../memory/store.ts';
+import { TipMemory, type RetrievedTip } from '../memory/store.ts';
 import type { Embedder } from '../memory/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { IM_END, IM_START } from './prompt.ts';
@@ -94,16 +94,28 @@ export class MemoryRuntime {
     return texts.map((t) => this.cache.get(t)!);
   }
 
-  /** Retr(s; M) for the rollout: the top-k tips of the episode's slot for its current state. */
-  tipSource(): TipSource {
-    if (this.cfg.memory.source === 'oracle') return async (queries) => queries.map((q) => oracleTips(q.oracleAction(), this.cfg.memory.step_credit));
+  /**
+   * Retr(s; M) for the rollout: the top-k tips of the episode's slot for its current state.
+   * `observe`, if given, sees every query with the actions of the tips it got, best first (what
+   * `empo2 adapt` reports: whether the agent acted on its tips).
+   */
+  tipSource(observe?: (query: TipQuery, tipActions: (string | null)[]) => void): TipSource {
+    if (this.cfg.memory.source === 'oracle')
+      return async (queries) =>
+        queries.map((q) => {
+          const action = q.oracleAction();
+          observe?.(q, action === null ? [] : [action]);
+          return oracleTips(action, this.cfg.memory.step_credit);
+        });
     return async (queries) => {
       const t0 = performance.now();
       const keys = await this.embed(queries.map((q) => q.state));
       const bestLast = this.cfg.memory.tip_order === 'best_last';
       const out = queries.map((q, i) => {
         const filter = { keepAction: this.actionFilter(q), minScore: this.cfg.memory.min_tip_score, progress: this.cfg.memory.match_progress ? q.scoreSoFar : null };
-        const texts = this.tips.retrieve(this.slotOf(q.job), keys[i], undefined, filter).map((r) => r.text);
+        const hits: RetrievedTip[] = this.tips.retrieve(this.slotOf(q.job), keys[i], undefined, filter);
+        observe?.(q, hits.map((h) => h.action));
+        const texts = hits.map((r) => r.text);
         return bestLast ? texts.reverse() : texts;
       });
       this.seconds += (performance.now() - t0) / 1000;
