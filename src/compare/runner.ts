@@ -419,7 +419,7 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
 }
 
 /** Runs `node <args>` as a child in its own process group, appending its output to `logFile`; resolves when it exits. */
-async function runChild(
+export async function runChild(
   args: string[],
   jobs: number,
   logFile: string,
