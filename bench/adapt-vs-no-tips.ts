@@ -95,8 +95,9 @@ const pct = (x: number) => (Number.isFinite(x) ? `${(x * 100).toFixed(0)}%` : '�
 const interval = (d: ReturnType<typeof pairedDifference>) => (d ? `${f1(d.mean)} [${d.ci95 ? `${f1(d.ci95[0])}, ${f1(d.ci95[1])}` : '–'}], ${d.wins} ahead / ${d.losses} behind` : '–');
 
 const pairs = tasks.flatMap((task) => seeds.map((seed) => ({ task, seed })));
-const key = new Map(pairs.map((p, i) => [`${p.task}/${p.seed}`, i]));
-const byPair = (f: (p: { task: string; seed: number }) => number, only?: string) => new Map(pairs.filter((p) => !only || p.task === only).map((p) => [key.get(`${p.task}/${p.seed}`)!, f(p)]));
+// pairedDifference pairs by numeric key: a pair's index in `pairs` is that key.
+const byPair = (f: (p: { task: string; seed: number }) => number, only?: string) =>
+  new Map(pairs.flatMap((p, i): [number, number][] => (!only || p.task === only ? [[i, f(p)]] : [])));
 const firstMismatch = pairs.filter((p) => trialsOf('tips', p.task, p.seed)[0].mean_score !== trialsOf('no-tips', p.task, p.seed)[0].mean_score);
 
 const lines: string[] = [];
