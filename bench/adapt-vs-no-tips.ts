@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
 import { parseSeeds, runChild } from '../src/compare/runner.ts';
-import { pairedDifference, summarize } from '../src/compare/stats.ts';
+import { formatPairedDifference, pairedDifference, summarize } from '../src/compare/stats.ts';
 import type { TrialResult } from '../src/trainer/adapt.ts';
 
 const { values: a } = parseArgs({
@@ -90,9 +90,7 @@ for (const r of runs) {
 const trialsOf = (arm: Arm, task: string, seed: number) => results.get(join(a.out!, arm, task, `seed${seed}`))!;
 const later = (ts: TrialResult[]) => ts.slice(1).reduce((s, t) => s + t.mean_score, 0) / (ts.length - 1);
 const mean = (xs: number[]) => (xs.length ? xs.reduce((s, x) => s + x, 0) / xs.length : NaN);
-const f1 = (x: number) => (Number.isFinite(x) ? (x > 0 ? '+' : '') + x.toFixed(1) : '–');
 const pct = (x: number) => (Number.isFinite(x) ? `${(x * 100).toFixed(0)}%` : '–');
-const interval = (d: ReturnType<typeof pairedDifference>) => (d ? `${f1(d.mean)} [${d.ci95 ? `${f1(d.ci95[0])}, ${f1(d.ci95[1])}` : '–'}], ${d.wins} ahead / ${d.losses} behind` : '–');
 
 const pairs = tasks.flatMap((task) => seeds.map((seed) => ({ task, seed })));
 // pairedDifference pairs by numeric key: a pair's index in `pairs` is that key.
@@ -108,7 +106,7 @@ lines.push(`|---|---|${'---|'.repeat(trials)}---|`);
 for (const arm of Object.keys(ARMS) as Arm[]) {
   const per = Array.from({ length: trials }, (_, t) => mean(pairs.map((p) => trialsOf(arm, p.task, p.seed)[t].mean_score)));
   const rise = pairedDifference(byPair((p) => trialsOf(arm, p.task, p.seed)[0].mean_score), byPair((p) => later(trialsOf(arm, p.task, p.seed))));
-  lines.push(`| ${arm} | ${pairs.length} | ${per.map((x) => x.toFixed(1)).join(' | ')} | ${interval(rise)} |`);
+  lines.push(`| ${arm} | ${pairs.length} | ${per.map((x) => x.toFixed(1)).join(' | ')} | ${formatPairedDifference(rise)} |`);
 }
 lines.push('');
 lines.push(`Tips − no tips, mean of trials 2–${trials}, paired by (task, seed), 95% t-interval:`);
@@ -118,7 +116,7 @@ lines.push('|---|---|---|---|---|');
 for (const only of [undefined, ...tasks]) {
   const control = byPair((p) => later(trialsOf('no-tips', p.task, p.seed)), only);
   const arm = byPair((p) => later(trialsOf('tips', p.task, p.seed)), only);
-  lines.push(`| ${only ?? 'all'} | ${arm.size} | ${mean([...control.values()]).toFixed(1)} | ${mean([...arm.values()]).toFixed(1)} | ${interval(pairedDifference(control, arm))} |`);
+  lines.push(`| ${only ?? 'all'} | ${arm.size} | ${mean([...control.values()]).toFixed(1)} | ${mean([...arm.values()]).toFixed(1)} | ${formatPairedDifference(pairedDifference(control, arm))} |`);
 }
 lines.push('');
 const diag = (pick: (t: TrialResult) => number | null | undefined) => {

@@ -12,7 +12,7 @@ import { bracketingCheckpoints, checkpointScoreAt, type KeptCheckpoint } from '.
 import type { FinalEval } from './final-eval.ts';
 import { parseMetrics } from './metrics.ts';
 import { reportCompare, parseSeeds, parseSteps, configDifferences } from './runner.ts';
-import { interpolateAt, normalizedArea, pairedDifference, summarize } from './stats.ts';
+import { formatPairedDifference, interpolateAt, normalizedArea, pairedDifference, summarize } from './stats.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-compare-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -113,6 +113,13 @@ describe('stats', () => {
     const one = pairedDifference(new Map([[0, 5]]), new Map([[0, 5]]))!;
     expect([one.mean, one.std, one.ci95, one.ties]).toEqual([0, null, null, 1]);
     expect(pairedDifference(new Map([[0, 1]]), new Map([[1, 1]]))).toBeNull();
+  });
+
+  it('formatPairedDifference: signed mean and interval to one decimal, then seeds ahead / behind', () => {
+    // The four-seed case above: mean 2.5, interval [0.44574, 4.55426].
+    expect(formatPairedDifference(pairedDifference(new Map([[0, 10], [1, 10], [2, 10], [3, 10]]), new Map([[0, 11], [1, 12], [2, 13], [3, 14]])))).toBe('+2.5 [+0.4, +4.6], 4 ahead / 0 behind');
+    expect(formatPairedDifference(pairedDifference(new Map([[0, 3]]), new Map([[0, 1]])))).toBe('-2.0 [–], 0 ahead / 1 behind');
+    expect(formatPairedDifference(null)).toBe('–');
   });
 });
 

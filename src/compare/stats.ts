@@ -94,3 +94,10 @@ export function pairedDifference(reference: ReadonlyMap<number, number>, other: 
   const ci95: [number, number] | null = halfWidth === null ? null : [mean - halfWidth, mean + halfWidth];
   return { seeds, diffs, mean, std, ci95, wins: diffs.filter((d) => d > 0).length, losses: diffs.filter((d) => d < 0).length, ties: diffs.filter((d) => d === 0).length };
 }
+
+/** `+1.2 [-0.3, +2.7], 5 ahead / 2 behind`, one decimal, for the benches' paired reports. */
+export function formatPairedDifference(d: PairedDifference | null): string {
+  if (!d) return '–';
+  const f1 = (x: number) => (x > 0 ? '+' : '') + x.toFixed(1);
+  return `${f1(d.mean)} [${d.ci95 ? `${f1(d.ci95[0])}, ${f1(d.ci95[1])}` : '–'}], ${d.wins} ahead / ${d.losses} behind`;
+}
