@@ -27,6 +27,7 @@ describe('trajectory-summary reflector', () => {
   });
   it('the per-step entry carries the action and the final score (reference format)', () => {
     expect(stepTipText('Tip.', 'go to garage', 40)).toBe('Tip. The action you took was go to garage; you finally scored 40/100.');
+    expect(stepTipText('', 'go to garage', 40, 'gain')).toBe('The action you took was go to garage; it raised your score by 40 points.');
   });
   it('the policy reflector prompt shows the trajectory, the score and asks for one sentence under 100 words', () => {
     const p = reflectionPrompt(trajectory, 2);

@@ -113,9 +113,9 @@ export function reflectionPrompt(t: Trajectory, historySteps: number): string {
  */
 export type StepCredit = 'final' | 'to_go' | 'gain';
 
-/** The per-step entry of the reference: the tip, the action taken at that step and its score (`credit` says which). */
+/** The per-step entry of the reference: the tip, the action taken at that step and its score (`credit` says which). An empty tip leaves only the action and its score. */
 export function stepTipText(tip: string, action: string, score: number, credit: StepCredit = 'final'): string {
-  const taken = `${tip} The action you took was ${action};`;
+  const taken = `${tip ? `${tip} ` : ''}The action you took was ${action};`;
   switch (credit) {
     case 'final':
       return `${taken} you finally scored ${fmt(score)}/100.`;

@@ -73,6 +73,32 @@ describe('MemoryRuntime.write: step credit', () => {
   });
 });
 
+describe('MemoryRuntime.write: memory.step_tip_reflection', () => {
+  it('true (reference): each step entry starts with the episode summary; false: the action and its score alone', async () => {
+    const withSummary = runtime(['memory.step_credit=gain']);
+    await withSummary.write([episode]);
+    const summary = (await new TrajectorySummaryReflector().reflect([{ ...episode, task: episode.description }]))[0];
+    const long = [...withSummary.tips.entries('power')].sort((a, b) => a.order - b.order);
+    expect(long[2].text).toBe(`${summary} The action you took was take battery; it raised your score by 25 points.`);
+    const bare = runtime(['memory.step_credit=gain', 'memory.step_tip_reflection=false']);
+    expect(await bare.write([episode])).toBe(4);
+    const short = [...bare.tips.entries('power')].sort((a, b) => a.order - b.order);
+    expect(short.map((e) => e.text)).toEqual([
+      'The action you took was open red box; it raised your score by 10 points.',
+      'The action you took was inventory; it did not change your score.',
+      'The action you took was take battery; it raised your score by 25 points.',
+      'The action you took was look around; it did not change your score.',
+    ]);
+    expect(short.map((e) => e.score)).toEqual(long.map((e) => e.score));
+  });
+
+  it('applies to the oracle tip too', async () => {
+    const q = tipQuery('anywhere', { oracleAction: () => 'take battery' });
+    expect(await runtime(['memory.source=oracle', 'memory.step_credit=gain']).tipSource()(q)).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was take battery; it raised your score by 20 points.`]]);
+    expect(await runtime(['memory.source=oracle', 'memory.step_credit=gain', 'memory.step_tip_reflection=false']).tipSource()(q)).toEqual([['The action you took was take battery; it raised your score by 20 points.']]);
+  });
+});
+
 describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
   // The state after the battery was taken still looks like the state it was taken in, so the best
   // match is the tip to take it again: credit a small tip-copying model cannot earn twice.

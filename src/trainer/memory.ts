@@ -39,8 +39,8 @@ const ORACLE_TIP_POINTS = 20;
 export const ORACLE_TIP_SUMMARY = 'A solver that can see the whole world suggests this step.';
 
 /** `memory.source: oracle`: the solver's next action as the only tip (none once it has no action). */
-export function oracleTips(action: string | null, credit: Config['memory']['step_credit']): string[] {
-  return action === null ? [] : [stepTipText(ORACLE_TIP_SUMMARY, action, ORACLE_TIP_POINTS, credit)];
+export function oracleTips(action: string | null, credit: Config['memory']['step_credit'], reflection = true): string[] {
+  return action === null ? [] : [stepTipText(reflection ? ORACLE_TIP_SUMMARY : '', action, ORACLE_TIP_POINTS, credit)];
 }
 
 export class MemoryRuntime {
@@ -105,7 +105,7 @@ export class MemoryRuntime {
         queries.map((q) => {
           const action = q.oracleAction();
           observe?.(q, action === null ? [] : [action]);
-          return oracleTips(action, this.cfg.memory.step_credit);
+          return oracleTips(action, this.cfg.memory.step_credit, this.cfg.memory.step_tip_reflection);
         });
     return async (queries) => {
       const t0 = performance.now();
@@ -183,7 +183,8 @@ export class MemoryRuntime {
         e.steps.forEach((s, t) => {
           const before = t > 0 ? e.steps[t - 1].score : 0;
           const score = credit === 'final' ? e.score : credit === 'to_go' ? e.score - before : s.score - before;
-          if (this.tips.add(slot, keys[t], stepTipText(reflections[i], s.action, score, credit), score, s.action, before)) added++;
+          const text = stepTipText(this.cfg.memory.step_tip_reflection ? reflections[i] : '', s.action, score, credit);
+          if (this.tips.add(slot, keys[t], text, score, s.action, before)) added++;
         });
       } else {
         const [key] = await this.embed([e.finalObservation]);

@@ -38,7 +38,7 @@ describe('warm-up examples', () => {
     for (let i = 0; i < 200; i++) {
       if (i % 25 === 0) await new Promise((r) => setImmediate(r));
       for (const bestLast of [true, false]) {
-        const x = makeExample(state, ['Final 0/100.'], ['take key', 'go to cellar'], { maxTips: 3, bestLast, credit: 'final', prompt: { history: 2, showValidActions: false, system: '' } }, tok, rng);
+        const x = makeExample(state, ['Final 0/100.'], ['take key', 'go to cellar'], { maxTips: 3, bestLast, credit: 'final', reflection: true, prompt: { history: 2, showValidActions: false, system: '' } }, tok, rng);
         const tips = shownTips(tok.decode(x.prompt));
         expect(state.valid).toContain(x.action);
         expect(tok.decode(x.response)).toBe(x.action + '<|im_end|>');
@@ -68,6 +68,21 @@ describe('warm-up examples', () => {
     expect(counts.follow).toBeGreaterThan(75);
     expect(counts.avoid).toBeGreaterThan(25);
     await env.close();
+    engine.dispose();
+  });
+
+  it('memory.step_tip_reflection false: the made-up tips carry no summary, as the memory would write them', async () => {
+    const { engine } = await createEngine(cfg, 'fresh');
+    const tok = engine.tokenizer;
+    const state = { task: 'unlock', description: 'Unlock the door.', turns: [{ observation: 'You are in the hall.' }], valid: ['go to attic', 'open box'] };
+    const rng = new Rng(5);
+    let shown = 0;
+    for (let i = 0; i < 20; i++) {
+      const text = tok.decode(makeExample(state, ['Final 0/100.'], ['take key'], { maxTips: 2, bestLast: true, credit: 'gain', reflection: false, prompt: { history: 2, showValidActions: false, system: '' } }, tok, rng).prompt);
+      expect(text).not.toContain('Final 0/100.');
+      shown += text.split(`${TIP_OPEN} The action you took was `).length - 1;
+    }
+    expect(shown).toBeGreaterThan(10);
     engine.dispose();
   });
 

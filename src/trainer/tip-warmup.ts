@@ -40,6 +40,8 @@ export interface TipWarmupSettings {
   bestLast: boolean;
   /** What a tip's score means (memory.step_credit): the made-up tips are written the way the memory writes them. */
   credit: StepCredit;
+  /** Whether a tip starts with an episode summary (memory.step_tip_reflection): the made-up tips look like the memory's. */
+  reflection: boolean;
   prompt: PromptSettings;
   seed: number;
 }
@@ -101,7 +103,7 @@ export function makeExample(
   state: RecordedState,
   summaries: readonly string[],
   otherActions: readonly string[],
-  s: Pick<TipWarmupSettings, 'maxTips' | 'prompt' | 'bestLast' | 'credit'>,
+  s: Pick<TipWarmupSettings, 'maxTips' | 'prompt' | 'bestLast' | 'credit' | 'reflection'>,
   tokenizer: { encode(text: string): number[]; tokenToId(t: string): number | undefined },
   rng: Rng,
 ): WarmupExample {
@@ -125,7 +127,7 @@ export function makeExample(
     action = pool[rng.int(pool.length)];
     if (n > 0) followsTip = false;
   }
-  const texts = tips.map((t) => stepTipText(t.summary, t.action, t.score, s.credit));
+  const texts = tips.map((t) => stepTipText(s.reflection ? t.summary : '', t.action, t.score, s.credit));
   if (s.bestLast) texts.reverse();
   const { ids } = encodePrompt(tokenizer, state.description, state.turns, state.valid, s.prompt, texts);
   return { prompt: ids, response: [...tokenizer.encode(action), endTokenIds(tokenizer)[0]], action, followsTip, valid: state.valid };
@@ -256,6 +258,7 @@ export function tipWarmupSettings(cfg: Config): TipWarmupSettings {
     maxTips: cfg.memory.top_k,
     bestLast: cfg.memory.tip_order === 'best_last',
     credit: cfg.memory.step_credit,
+    reflection: cfg.memory.step_tip_reflection,
     prompt: { history: cfg.prompt.history, showValidActions: cfg.prompt.show_valid_actions, system: cfg.prompt.system },
     seed: cfg.seed,
   };
