@@ -6,7 +6,7 @@
  *
  *   npx tsx bench/oracle-tips.ts --checkpoint warm=models/tipreader-explore-gain --checkpoint empo2-s0=runs/a \
  *     [-c configs/builtin-explore-adapt.yaml] [--tasks power,clue,unlock,fetch,boil,sort] [--trained power,clue,unlock] \
- *     [--variations 30] [--jobs 2] [--out /tmp/oracle-tips]
+ *     [--variations 30] [--jobs 2] [--out /tmp/oracle-tips] [--set memory.key=value ...]
  *
  * Each run is an `empo2 adapt --trials 1 --fresh-memory` child writing <out>/<name>/<task>-<source>/adapt.json
  * (source `memory`: the fresh memory is empty, so no tip is shown); runs already there are kept
@@ -29,6 +29,7 @@ const { values: a } = parseArgs({
     variations: { type: 'string', default: '30' },
     jobs: { type: 'string', default: '2' },
     out: { type: 'string', default: '/tmp/oracle-tips' },
+    set: { type: 'string', short: 's', multiple: true, default: [] },
   },
 });
 const checkpoints = a.checkpoint!.map((spec) => {
@@ -60,7 +61,7 @@ await Promise.all(
   todo.map((r) =>
     limit(async () => {
       mkdirSync(r.out, { recursive: true });
-      const args = [BIN, 'adapt', '-c', a.config!, '--checkpoint', r.dir, '--task', r.task, '--trials', '1', '--variations', a.variations!, '--fresh-memory', '--set', `memory.source=${r.source}`, '--out', r.out];
+      const args = [BIN, 'adapt', '-c', a.config!, '--checkpoint', r.dir, '--task', r.task, '--trials', '1', '--variations', a.variations!, '--fresh-memory', ...a.set!.flatMap((s) => ['--set', s]), '--set', `memory.source=${r.source}`, '--out', r.out];
       const res = await runChild(args, Number(a.jobs), join(r.out, 'log.txt'), children, `${r.name} ${r.task} ${r.source}`);
       if (res.code !== 0) throw new Error(`${r.name} ${r.task} ${r.source} failed (exit ${res.code ?? res.signal}); see ${join(r.out, 'log.txt')}`);
       console.log(`[${++done}/${todo.length}] ${r.name} ${r.task} ${r.source}: ${res.seconds.toFixed(0)} s`);
@@ -81,7 +82,7 @@ const groups = [
 ].filter((g) => g.tasks.length);
 
 const lines = [
-  `Config \`${a.config}\`, ${a.variations} test variations per task, one trial, frozen weights: no tips → the solver's next action as the one tip. Gain = with − without.`,
+  `Config \`${a.config}\`${a.set!.length ? ` + ${a.set!.map((s) => `\`${s}\``).join(' ')}` : ''}, ${a.variations} test variations per task, one trial, frozen weights: no tips → the solver's next action as the one tip. Gain = with − without.`,
   '',
   `| checkpoint | ${tasks.join(' | ')} | ${groups.map((g) => `${g.label}: without → with (gain)`).join(' | ')} | oracle tip taken |`,
   `|---|${'---|'.repeat(tasks.length + groups.length)}---|`,
