@@ -69,12 +69,15 @@ await Promise.all(
   ),
 );
 
-const trialOf = (name: string, task: string, source: Source): TrialResult => {
-  const file = join(dirOf(name, task, source), 'adapt.json');
-  const saved = JSON.parse(readFileSync(file, 'utf8')) as { trials: TrialResult[] };
-  if (!saved.trials?.length) throw new Error(`${file}: no trials`);
-  return saved.trials[0];
-};
+const trials = new Map(
+  runs.map((r) => {
+    const file = join(r.out, 'adapt.json');
+    const saved = JSON.parse(readFileSync(file, 'utf8')) as { trials: TrialResult[] };
+    if (!saved.trials?.length) throw new Error(`${file}: no trials`);
+    return [r.out, saved.trials[0]] as const;
+  }),
+);
+const trialOf = (name: string, task: string, source: Source): TrialResult => trials.get(dirOf(name, task, source))!;
 const mean = (xs: number[]) => xs.reduce((s, x) => s + x, 0) / xs.length;
 const groups = [
   { label: 'trained tasks', tasks: tasks.filter((t) => trained.has(t)) },

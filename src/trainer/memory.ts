@@ -173,7 +173,9 @@ export class MemoryRuntime {
       score: e.score,
       success: e.success,
     }));
-    const reflections = await this.reflector.reflect(trajectories);
+    // Per-step tips without the reflection never read it: skip the reflector (a generation pass for the policy reflector).
+    const reflect = !this.cfg.memory.per_step_entries || this.cfg.memory.step_tip_reflection;
+    const reflections = reflect ? await this.reflector.reflect(trajectories) : trajectories.map(() => '');
     let added = 0;
     for (const [i, e] of episodes.entries()) {
       const slot = this.slotOf(e);
@@ -183,8 +185,7 @@ export class MemoryRuntime {
         e.steps.forEach((s, t) => {
           const before = t > 0 ? e.steps[t - 1].score : 0;
           const score = credit === 'final' ? e.score : credit === 'to_go' ? e.score - before : s.score - before;
-          const text = stepTipText(this.cfg.memory.step_tip_reflection ? reflections[i] : '', s.action, score, credit);
-          if (this.tips.add(slot, keys[t], text, score, s.action, before)) added++;
+          if (this.tips.add(slot, keys[t], stepTipText(reflections[i], s.action, score, credit), score, s.action, before)) added++;
         });
       } else {
         const [key] = await this.embed([e.finalObservation]);
