@@ -20,6 +20,12 @@ export interface GenerateOptions extends SampleOptions {
   seed: number;
   /** Per prompt: the only texts the response may be (constrained decoding), or null for free text. */
   allowedTexts?: (readonly string[] | null)[];
+  /**
+   * Per prompt: the sequence it continues (e.g. one episode), or null. An engine that keeps KV caches
+   * holds, per key, the cache of its last prompt + response, and prefills only the tokens after the
+   * longest common prefix of that and the new prompt. Results are the same with or without keys.
+   */
+  cacheKeys?: (string | null)[];
 }
 
 export interface Generation {
@@ -33,6 +39,13 @@ export interface Generation {
 export interface ScoredSequence {
   prompt: number[];
   response: number[];
+  /**
+   * A packed episode (prompt₁ response₁ obs₂ response₂ …, everything after prompt₁ in `response`): 1 for
+   * the policy's tokens, 0 for context tokens (observations, chat headers) that only condition later ones.
+   * Only policy tokens are scored, and every per-token array (log-probs out; advantages, old log-probs,
+   * masks in) has one value per policy token, in order. Absent: every response token is the policy's.
+   */
+  policyTokens?: number[];
 }
 
 export interface TrainSequence extends ScoredSequence {
@@ -64,5 +77,7 @@ export interface PolicyEngine {
   /** One optimiser step on the whole batch (gradients accumulated over micro-batches). */
   trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature?: number, lr?: number): Promise<TrainStats>;
   save(dir: string): Promise<void>;
+  /** Drops the KV caches kept for these `cacheKeys` (an episode ended). Engines without caches omit it. */
+  releaseCache?(keys: readonly string[]): void;
   dispose(): void;
 }
