@@ -315,6 +315,22 @@ describe('loading other byte-level BPE tokenizers', () => {
     for (const text of makeRandomTexts(50, 9)) expect(qwen.decode(qwen.encode(text))).toBe(text.normalize('NFC'));
   });
 
+  it('splits digits one by one as Rust tokenizers does (any Unicode number, not only ASCII 0-9)', () => {
+    // Trained without the digit split, the vocabulary holds merges across digits ("٣٤", "12").
+    const base = trainByteLevelBPE(Array(20).fill('٣٤ ٣٤٥ x²³ ½¼ 12 123'), { vocabSize: 320, specialTokens: [] });
+    const digitsFirst = Tokenizer.fromJSON({
+      ...base,
+      pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'Digits', individual_digits: true }, base.pre_tokenizer] },
+    });
+    // Each digit is encoded on its own: the ids are those of the digits encoded one at a time.
+    const oneByOne = (text: string) => [...text].flatMap((c) => digitsFirst.encode(c));
+    expect(digitsFirst.encode('123')).toEqual(oneByOne('123'));
+    expect(digitsFirst.encode('123').length).toBe(3);
+    // char::is_numeric is \p{N}: Arabic-Indic digits, superscripts and fractions are numbers too.
+    for (const text of ['٣٤٥', '²³', '½¼']) expect(digitsFirst.encode(text), text).toEqual(oneByOne(text));
+    expect(digitsFirst.decode(digitsFirst.encode('x²³ ٣٤٥'))).toBe('x²³ ٣٤٥');
+  });
+
   it('adds BOS only when a Llama-3-style post-processor asks and addSpecialTokens is not false', () => {
     const json = qwenStyle();
     json.added_tokens = [{ id: 600, content: '<|begin_of_text|>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }];

@@ -412,9 +412,10 @@ type AnyClass = abstract new (...args: never[]) => unknown;
  * The package's bundled .d.ts files import without file extensions, which NodeNext resolution
  * rejects, so its exports arrive untyped; these are the ones used here, typed by hand.
  */
-const { Tokenizer: HfTokenizer, ByteLevelPreTokenizer, SequencePreTokenizer } = tokenizersLibrary as unknown as {
+const { Tokenizer: HfTokenizer, ByteLevelPreTokenizer, DigitsPreTokenizer, SequencePreTokenizer } = tokenizersLibrary as unknown as {
   Tokenizer: new (tokenizerJSON: object, tokenizerConfig: object) => HfTokenizerApi;
   ByteLevelPreTokenizer: AnyClass;
+  DigitsPreTokenizer: AnyClass;
   SequencePreTokenizer: AnyClass;
 };
 
@@ -459,14 +460,21 @@ function checkTokenizerJSON(json: unknown, source: string): asserts json is Json
   });
 }
 
-/** Gives every ByteLevel pre-tokenizer (alone or in a Sequence) the Oniguruma-faithful GPT2_SPLIT. */
-function installGpt2Split(preTokenizer: unknown): void {
+/**
+ * Gives the library's pre-tokenizers the patterns Rust `tokenizers` uses, alone or in a Sequence:
+ * ByteLevel the Oniguruma-faithful GPT2_SPLIT, and Digits Rust's `char::is_numeric` (\p{N}: "²",
+ * "٣" and "½" are digits too) where the library has JavaScript's ASCII-only `\d`.
+ */
+function installRustPatterns(preTokenizer: unknown): void {
   if (preTokenizer instanceof ByteLevelPreTokenizer) {
     const byteLevel = preTokenizer as unknown as { pattern?: unknown };
     if (byteLevel.pattern instanceof RegExp) byteLevel.pattern = GPT2_SPLIT;
+  } else if (preTokenizer instanceof DigitsPreTokenizer) {
+    const digits = preTokenizer as unknown as { pattern?: unknown; config?: { individual_digits?: boolean } };
+    if (digits.pattern instanceof RegExp) digits.pattern = digits.config?.individual_digits ? /\P{N}+|\p{N}/gu : /\P{N}+|\p{N}+/gu;
   } else if (preTokenizer instanceof SequencePreTokenizer) {
     const inner = (preTokenizer as unknown as { tokenizers?: unknown }).tokenizers;
-    if (Array.isArray(inner)) inner.forEach(installGpt2Split);
+    if (Array.isArray(inner)) inner.forEach(installRustPatterns);
   }
 }
 
@@ -512,7 +520,7 @@ export class Tokenizer implements TextTokenizer {
     try {
       // No clean-up of spaces before punctuation: decoding must give back the exact text.
       this.hf = new HfTokenizer(complete, { clean_up_tokenization_spaces: false });
-      installGpt2Split(this.hf.pre_tokenizer);
+      installRustPatterns(this.hf.pre_tokenizer);
     } catch (err) {
       throw new Error(`${source}: cannot build tokenizer: ${(err as Error).message}`);
     }
