@@ -21,6 +21,12 @@ function withConfig(cmd: Command, configHelp: string): Command {
     .addHelpText('after', optionsHelp);
 }
 
+/** A model argument as a directory: a .gguf file becomes its cached import (made on first use). */
+async function modelArgument(path: string): Promise<string> {
+  const { resolveModelPath } = await import('../policy/gguf/model-path.ts');
+  return resolveModelPath(path);
+}
+
 function configFrom(opts: { config?: string; set: string[]; runDir?: string; seed?: string; iterations?: string }, base?: string): ReturnType<typeof loadConfig> {
   const overrides = [...opts.set];
   if (opts.runDir) overrides.push(`run_dir=${opts.runDir}`);
@@ -49,13 +55,14 @@ withConfig(program.command('train').description('train a policy (default: the ti
   });
 
 withConfig(program.command('eval').description('evaluate a checkpoint or model directory on held-out variations'), "YAML or JSON config (default: the run's config.yaml when present)")
-  .argument('<path>', 'a run directory (its latest checkpoint) or a model directory')
+  .argument('<path>', 'a run directory (its latest checkpoint), a model directory or a .gguf file')
   .option('--remote <url>', 'generate through this OpenAI-compatible server (empo2 serve, vLLM...); <path> then only supplies tokenizer.json')
   .option('--remote-model <name>', 'with --remote: the model name to request (default: the first one the server lists)')
   .option('--remote-timeout <seconds>', 'with --remote: time limit per request attempt', '120')
   .option('--json <file>', 'also write the result (with the checkpoint name and evaluation settings) to this JSON file')
-  .action(async (path: string, opts) => {
+  .action(async (given: string, opts) => {
     const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
+    const path = await modelArgument(given);
     const runConfig = join(path, 'config.yaml');
     const cfg = configFrom(opts, existsSync(runConfig) ? runConfig : undefined);
     const modelDir = existsSync(join(path, 'checkpoints')) ? latestCheckpoint(path) : path;
@@ -69,6 +76,20 @@ withConfig(program.command('eval').description('evaluate a checkpoint or model d
     }
     const { evaluateModelDir } = await import('../trainer/eval-command.ts');
     await evaluateModelDir(modelDir, cfg, { json: opts.json });
+  });
+
+program
+  .command('import-gguf')
+  .description('convert a Llama- or Qwen2-architecture GGUF file (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K) to a Hugging Face model directory usable as model.path')
+  .argument('<file>', 'the .gguf file')
+  .requiredOption('--out <dir>', 'the model directory to write (config.json, model.safetensors, tokenizer.json, tokenizer_config.json, generation_config.json)')
+  .option('--replace', 'replace --out when it already exists')
+  .action(async (file: string, opts) => {
+    const { importGguf } = await import('../policy/gguf/import.ts');
+    const started = Date.now();
+    const result = await importGguf(file, opts.out, { replace: !!opts.replace, log: (l) => console.log(l) });
+    const types = Object.entries(result.types).map(([t, n]) => `${n} ${t}`).join(', ');
+    console.log(`imported ${file} (${result.architecture}, ${result.parameters.toLocaleString()} parameters; tensors: ${types}) into ${result.dir} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
   });
 
 program
@@ -102,7 +123,7 @@ program
 program
   .command('serve')
   .description('serve a policy as an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions) with log-probs and token ids; see src/serve/README.md')
-  .argument('<path>', 'a run directory (its latest checkpoint) or a model directory')
+  .argument('<path>', 'a run directory (its latest checkpoint), a model directory or a .gguf file')
   .option('--host <host>', 'interface to listen on (default loopback only; 0.0.0.0 exposes it to the network)', '127.0.0.1')
   .option('--port <port>', 'port (0 picks a free one)', '8000')
   .option('--served-model-name <name>', 'model id to list and accept (default: the directory name)')
@@ -154,7 +175,7 @@ withConfig(
     .description('memory-only adaptation: frozen weights, tip memory on, K trials on a task (e.g. one never trained on); score per trial printed and saved'),
   "YAML or JSON config (default: the run's config.yaml when present)",
 )
-  .requiredOption('--checkpoint <path>', 'a run directory (its latest checkpoint) or a checkpoint / model directory')
+  .requiredOption('--checkpoint <path>', 'a run directory (its latest checkpoint), a checkpoint / model directory or a .gguf file')
   .requiredOption('--task <name>', 'task to adapt to')
   .option('--trials <k>', 'trials (memory grows after each)', '5')
   .option('--variations <n>', 'held-out variations played in each trial', '10')
@@ -166,7 +187,7 @@ withConfig(
   .option('--remote-model <name>', 'with --remote: the model name to request')
   .action(async (opts) => {
     const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
-    const path: string = opts.checkpoint;
+    const path = await modelArgument(opts.checkpoint);
     const isRun = existsSync(join(path, 'checkpoints'));
     const runConfig = isRun ? join(path, 'config.yaml') : join(path, '..', '..', 'config.yaml');
     const cfg = configFrom(opts, existsSync(runConfig) ? runConfig : undefined);

@@ -30,7 +30,7 @@ export const TorchSchema = strict({
 export const ModelSchema = strict({
   engine: z.enum(['tfjs', 'torch']).default('tfjs').describe('policy engine: tfjs (in process, TypeScript) or torch (the PyTorch worker in workers/torch, for GPUs)'),
   torch: TorchSchema.prefault({}).describe('settings of the PyTorch worker (model.engine: torch)'),
-  path: z.string().nullable().default(null).describe('directory with config.json, model.safetensors, tokenizer.json (null: build the default tiny model)'),
+  path: z.string().nullable().default(null).describe('directory with config.json, model.safetensors, tokenizer.json, or a .gguf file (imported once into <name>-hf/ beside it) (null: build the default tiny model)'),
   hidden_size: z.number().int().positive().default(96).describe('default tiny model: width'),
   intermediate_size: z.number().int().positive().default(256).describe('default tiny model: MLP width'),
   num_hidden_layers: z.number().int().positive().default(2).describe('default tiny model: layers'),

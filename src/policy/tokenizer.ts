@@ -22,7 +22,7 @@ import type { TextTokenizer } from './types.ts';
  * stand for themselves; the others (controls, space, soft hyphen...) are moved to U+0100 and up,
  * so every token is a readable string with no whitespace in it (space becomes "Ġ").
  */
-const BYTE_TO_SYMBOL: readonly string[] = (() => {
+export const BYTE_TO_SYMBOL: readonly string[] = (() => {
   const visible = (b: number) => (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
   const symbols: string[] = new Array(256);
   let shifted = 0;

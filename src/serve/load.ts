@@ -1,11 +1,13 @@
 /**
  * What `empo2 serve <path>` serves: a model directory (config.json, model.safetensors,
- * tokenizer.json) or a run directory, whose latest checkpoint is a model directory.
+ * tokenizer.json), a .gguf file (imported once, see policy/gguf/model-path.ts) or a run
+ * directory, whose latest checkpoint is a model directory.
  */
 import { existsSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
+import { resolveModelPath } from '../policy/gguf/model-path.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { latestCheckpoint } from '../trainer/checkpoint.ts';
 import { END_OF_TEXT, IM_END, endTokenIds } from '../trainer/prompt.ts';
@@ -35,7 +37,7 @@ export interface ServedModel {
 
 export async function loadServedModel(path: string): Promise<ServedModel> {
   await initBackend();
-  const modelDir = resolveModelDir(path);
+  const modelDir = resolveModelDir(await resolveModelPath(path));
   const { model, tokenizer } = loadModelDir(modelDir);
   // Same end tokens as the trainer's engine, so served samples end where training samples did.
   const ends = endTokenIds(tokenizer);

@@ -15,6 +15,7 @@ import type { Env } from '../envs/types.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { nativeMatMulStatus } from '../policy/tfjs/native-matmul.ts';
 import { loadModelDir, saveModelDir } from '../policy/tfjs/checkpoint.ts';
+import { resolveModelPath } from '../policy/gguf/model-path.ts';
 import { Tokenizer } from '../policy/tokenizer.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
@@ -65,7 +66,7 @@ export async function createEngine(cfg: Config, from: 'fresh' | string): Promise
     engine.optimizer.importState(loaded.optimizer.step, loaded.optimizer.tensors);
     return { engine, loaded };
   }
-  const { model, tokenizer } = cfg.model.path ? loadModelDir(cfg.model.path) : buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
+  const { model, tokenizer } = cfg.model.path ? loadModelDir(await resolveModelPath(cfg.model.path)) : buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
   const e = endTokenIds(tokenizer);
   if (e.length === 0) throw new Error(`the tokenizer has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
   return { engine: new TfjsEngine(model, tokenizer, engineOptions(e, e[e.length - 1])) };
@@ -93,7 +94,7 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
   }
   const { TorchEngine } = await import('../policy/torch/engine.ts');
   // The worker loads a directory: the default tiny model is built once and saved for it.
-  let baseDir = cfg.model.path;
+  let baseDir = cfg.model.path && (await resolveModelPath(cfg.model.path));
   if (!baseDir) {
     baseDir = join(cfg.run_dir, 'initial-model');
     if (!existsSync(join(baseDir, 'config.json'))) {

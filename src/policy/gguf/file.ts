@@ -142,6 +142,9 @@ export async function openGguf(path: string): Promise<GgufFile> {
     throw new Error(`${path}: not a readable GGUF file (${fileSize} bytes; truncated or corrupt header?): ${(e as Error).message}`);
   }
   if (!parsed.littleEndian) throw new Error(`${path}: big-endian GGUF files are not supported`);
+  // The reader pads a short read with nothing and parses on; a header that ends past the file is cut off.
+  const headerEnd = parsed.tensorInfoByteRange[1];
+  if (headerEnd > fileSize) throw new Error(`${path}: not a readable GGUF file (${fileSize} bytes; truncated or corrupt header?): the header needs ${headerEnd} bytes`);
   const metadata = new GgufMetadata(parsed.typedMetadata, path);
   const dataStart = Number(parsed.tensorDataOffset);
   const tensors: GgufTensor[] = [];
