@@ -3,10 +3,10 @@
  * `<arch>.*` keys llama.cpp's converter writes) and tensor directory, for the two architectures
  * the engine implements: "llama" (Llama 2/3, SmolLM, Mistral-style dense models) and "qwen2"
  * (Qwen2 / Qwen2.5). Whatever the model code would not reproduce (mixture of experts, partial
- * rotary embeddings, rotary factors stored as a tensor, unusual YaRN settings) is refused with the
- * key or tensor named, rather than imported into a model that computes something else.
+ * rotary embeddings, rotary factors that are not Llama 3's, unusual YaRN settings) is refused with
+ * the key or tensor named, rather than imported into a model that computes something else.
  */
-import type { GgufFile } from './file.ts';
+import { readTensor, type GgufFile } from './file.ts';
 
 export const ARCHITECTURES = { llama: 'LlamaForCausalLM', qwen2: 'Qwen2ForCausalLM' } as const;
 export type GgufArchitecture = keyof typeof ARCHITECTURES;
@@ -58,15 +58,53 @@ function ropeScaling(file: GgufFile, arch: string): Record<string, unknown> | nu
   }
 }
 
+/**
+ * Llama 3.1-style rotary scaling from the per-dimension factors llama.cpp's converter stores in
+ * `rope_freqs.weight` instead of the config's rope_scaling. Its formula: factor 1 for wavelengths
+ * below L / high_freq_factor, `factor` above L / low_freq_factor, and 1 / ((1 − s) / factor + s)
+ * in between, with s = (L / wavelength − low) / (high − low). `factor` is the largest entry; s is
+ * linear in 1 / wavelength, so the entries in between give (high − low) / L and low / L, and
+ * L = 8192 (the converter's default) fixes the three; any L with the same ratios gives the same
+ * frequencies. The recomputed factors must match every stored one, else the tensor is refused.
+ */
+export function llama3ScalingFromFactors(factors: Float32Array, theta: number, headDim: number, what: string): Record<string, unknown> | null {
+  const half = headDim / 2;
+  if (factors.length !== half) throw new Error(`${what} has ${factors.length} entries; heads of ${headDim} dimensions need ${half}`);
+  const factor = Math.max(...factors);
+  if (factors.every((f) => Math.abs(f - 1) < 1e-6)) return null;
+  // As the converter computes them: float32 inverse frequencies, wavelengths in double.
+  const wavelength = [...factors.keys()].map((i) => (2 * Math.PI) / Math.fround(1 / Math.fround(theta ** Math.fround((2 * i) / headDim))));
+  const between = [...factors.keys()].filter((i) => factors[i] > 1 + 1e-6 && factors[i] < factor * (1 - 1e-6));
+  const refuse = (why: string) => new Error(`${what} does not hold Llama 3 rotary factors (${why}); the import converts only those`);
+  if (between.length < 2) throw refuse(`${between.length} entries lie between 1 and the largest, ${factor}; two are needed to recover the frequency band`);
+  // Least squares of s = a / wavelength + b over the entries in between.
+  const xs = between.map((i) => 1 / wavelength[i]);
+  const ys = between.map((i) => (1 / factors[i] - 1 / factor) / (1 - 1 / factor));
+  const mean = (v: number[]) => v.reduce((a, b) => a + b, 0) / v.length;
+  const mx = mean(xs);
+  const my = mean(ys);
+  const a = xs.reduce((acc, x, k) => acc + (x - mx) * (ys[k] - my), 0) / xs.reduce((acc, x) => acc + (x - mx) ** 2, 0);
+  const b = my - a * mx;
+  const context = 8192;
+  const round = (v: number) => Number(v.toPrecision(6));
+  const low = round((-b * context) / a);
+  const high = round(low + context / a);
+  if (!(low > 0 && high > low)) throw refuse(`the band fitted has low_freq_factor ${low} and high_freq_factor ${high}`);
+  factors.forEach((stored, i) => {
+    const w = wavelength[i];
+    const s = (context / w - low) / (high - low);
+    const expected = w < context / high ? 1 : w > context / low ? factor : 1 / ((1 - s) / factor + s);
+    if (Math.abs(expected - stored) > 1e-5 * stored) throw refuse(`entry ${i} is ${stored}, the Llama 3 formula with factor ${factor}, low_freq_factor ${low}, high_freq_factor ${high} gives ${expected}`);
+  });
+  return { rope_type: 'llama3', factor, low_freq_factor: low, high_freq_factor: high, original_max_position_embeddings: context };
+}
+
 export function configFromGguf(file: GgufFile): ImportedConfig {
   const m = file.metadata;
   const arch = architectureOf(file);
   const key = (k: string) => `${arch}.${k}`;
   const experts = m.optionalCount(key('expert_count')) ?? 0;
   if (experts > 0) throw new Error(`${file.path}: metadata "${key('expert_count')}" is ${experts}: mixture-of-experts models are not supported`);
-  if (file.byName.has('rope_freqs.weight')) {
-    throw new Error(`${file.path}: tensor "rope_freqs.weight" holds per-dimension rotary factors (Llama 3.1-style rope scaling), which the import does not convert`);
-  }
   const hidden = m.count(key('embedding_length'));
   const heads = m.count(key('attention.head_count'));
   const kvHeads = m.optionalCount(key('attention.head_count_kv')) ?? heads;
@@ -77,6 +115,14 @@ export function configFromGguf(file: GgufFile): ImportedConfig {
   if (valueDim !== undefined && valueDim !== headDim) throw new Error(`${file.path}: metadata "${key('attention.value_length')}" ${valueDim} differs from the key length ${headDim}; not implemented`);
   const rotaryDims = m.optionalCount(key('rope.dimension_count'));
   if (rotaryDims !== undefined && rotaryDims !== headDim) throw new Error(`${file.path}: metadata "${key('rope.dimension_count')}" is ${rotaryDims} but heads have ${headDim} dimensions: partial rotary embeddings are not implemented`);
+
+  const ropeTheta = m.optionalNumber(key('rope.freq_base')) ?? 10000;
+  let scaling = ropeScaling(file, arch);
+  const ropeFactors = file.byName.get('rope_freqs.weight');
+  if (ropeFactors) {
+    if (scaling) throw new Error(`${file.path}: both metadata "${key('rope.scaling.type')}" and tensor "rope_freqs.weight" scale the rotary embeddings`);
+    scaling = llama3ScalingFromFactors(readTensor(file, ropeFactors), ropeTheta, headDim, `${file.path}: tensor "rope_freqs.weight"`);
+  }
 
   const embedding = file.byName.get('token_embd.weight');
   if (!embedding) throw new Error(`${file.path}: tensor "token_embd.weight" is missing`);
@@ -109,8 +155,8 @@ export function configFromGguf(file: GgufFile): ImportedConfig {
     head_dim: headDim,
     max_position_embeddings: m.count(key('context_length')),
     rms_norm_eps: m.number(key('attention.layer_norm_rms_epsilon')),
-    rope_theta: m.optionalNumber(key('rope.freq_base')) ?? 10000,
-    rope_scaling: ropeScaling(file, arch),
+    rope_theta: ropeTheta,
+    rope_scaling: scaling,
     hidden_act: 'silu',
     // llama.cpp writes the output projection only when it is not the embedding matrix.
     tie_word_embeddings: !file.byName.has('output.weight'),

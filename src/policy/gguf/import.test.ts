@@ -32,7 +32,8 @@ interface TinyReference {
   strings: string[];
   conversations: ChatMessage[][];
   sequences: number[][];
-  models: Record<string, { file: string; logits: number[][][]; ids: number[][]; chat: string[] }>;
+  long_sequence: number[];
+  models: Record<string, { file: string; logits: number[][][]; ids: number[][]; chat: string[]; rope?: Record<string, unknown> }>;
 }
 
 /** `node bin/empo2.js ...args` from the repository root. */
@@ -102,6 +103,35 @@ describe.skipIf(!gate.available)(`GGUF import matches transformers loading the s
       }
     });
   }
+
+  for (const [name, ropeType] of [['tiny-llama3-rope', 'llama3'], ['tiny-llama-linear-rope', 'linear']] as const) {
+    it(`${name}: ${ropeType} rotary scaling (${ropeType === 'llama3' ? 'a rope_freqs tensor' : 'metadata'}) becomes rope_scaling; logits of the original model over 300 positions`, async () => {
+      const m = ref.models[name];
+      const dir = join(work, `${name}-hf`);
+      await importGguf(m.file, dir);
+      const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+      expect(config.rope_scaling).toEqual(ropeType === 'llama3' ? { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 } : { rope_type: 'linear', factor: 4 });
+      const { model } = loadModelDir(dir);
+      try {
+        const reference = (m.logits as unknown as number[][]).flat();
+        expect(worstRelative(sequenceLogits(model, ref.long_sequence), reference)).toBeLessThan(TOL);
+        // Without the scaling the same weights are far off: the comparison above tests it.
+        const { Qwen2Model } = await import('../tfjs/qwen2.ts');
+        const unscaled = new Qwen2Model({ ...model.config, rope_scaling: null }, model.params);
+        expect(worstRelative(sequenceLogits(unscaled, ref.long_sequence), reference)).toBeGreaterThan(100 * TOL);
+      } finally {
+        model.dispose();
+      }
+    });
+  }
+
+  it('refuses rotary factors that are not Llama 3\'s, naming the tensor', async () => {
+    const { llama3ScalingFromFactors } = await import('./config.ts');
+    const factors = Float32Array.from({ length: 32 }, (_, i) => 1 + i / 4);
+    expect(() => llama3ScalingFromFactors(factors, 10000, 64, 'x.gguf: tensor "rope_freqs.weight"')).toThrow(/x\.gguf: tensor "rope_freqs\.weight" does not hold Llama 3 rotary factors \(/);
+    expect(() => llama3ScalingFromFactors(new Float32Array(31).fill(1), 10000, 64, 'w')).toThrow(/w has 31 entries; heads of 64 dimensions need 32/);
+    expect(llama3ScalingFromFactors(new Float32Array(32).fill(1), 10000, 64, 'w')).toBeNull();
+  });
 
   it('the Llama rotary permutation matters: without undoing it the logits are far off', async () => {
     const dir = join(work, 'tiny-llama-check');

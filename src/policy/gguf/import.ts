@@ -111,6 +111,8 @@ function planTensors(file: GgufFile, config: Record<string, unknown>, where: str
   const permuted = modelConfig.model_type === 'llama';
   const plan: PlannedTensor[] = [];
   for (const source of file.tensors) {
+    // Llama 3's rotary factors: turned into config.json's rope_scaling by configFromGguf.
+    if (source.name === 'rope_freqs.weight') continue;
     const name = hfTensorName(source.name);
     if (name === undefined) throw new Error(`${where}: tensor "${source.name}" has no counterpart in a ${modelConfig.architectures?.[0]} checkpoint`);
     const shape = expected.get(name);

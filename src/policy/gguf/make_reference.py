@@ -128,6 +128,14 @@ TINY = {
         'token_embd': Q.F16, 'attn_q': Q.Q5_1, 'attn_k': Q.Q8_0, 'attn_v': Q.BF16, 'attn_output': Q.Q6_K,
         'ffn_gate': Q.Q4_K, 'ffn_up': Q.Q5_K, 'ffn_down': Q.Q4_0}),
 }
+# Rotary scaling as llama.cpp's converter writes it: Llama 3's as per-dimension factors in a
+# rope_freqs tensor, linear as metadata. Weights stay float32, so the reference is the original
+# transformers model itself (transformers' GGUF loader reads neither).
+SCALED = {
+    'tiny-llama3-rope': {'rope_type': 'llama3', 'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
+                         'original_max_position_embeddings': 8192},
+    'tiny-llama-linear-rope': {'rope_type': 'linear', 'factor': 4.0},
+}
 # Random K-quant blocks: scales giving weights of about 0.05.
 MAGNITUDE = {Q.Q2_K: 1e-3, Q.Q3_K: 5e-4, Q.Q4_K: 5e-5, Q.Q5_K: 2.5e-5, Q.Q6_K: 1e-5}
 
@@ -136,6 +144,27 @@ def llama_cpp_permute(weights, n_head):
     """convert_hf_to_gguf.py's LlamaModel.permute: rows regrouped for llama.cpp's rotary kernel."""
     return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
             .swapaxes(1, 2).reshape(weights.shape))
+
+
+def llama3_rope_factors(rope, theta, dim):
+    """convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors for rope_type llama3."""
+    import math
+    import torch
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor, low, high = rope['factor'], rope['low_freq_factor'], rope['high_freq_factor']
+    old_context_len = 8192  # the converter reads it from the top level of config.json, where Llama 3.1 has none
+    low_wavelen, high_wavelen = old_context_len / low, old_context_len / high
+    factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            factors.append(1)
+        elif wavelen > low_wavelen:
+            factors.append(factor)
+        else:
+            smooth = (old_context_len / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
 
 
 def train_tokenizer():
@@ -179,6 +208,12 @@ def write_tiny(path, spec, model, tokens, merges, n_heads, n_kv_heads):
     writer.add_eos_token_id(tokens.index('<|im_end|>'))
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHATML)
+    rope = spec.get('rope')
+    if rope and rope['rope_type'] == 'linear':
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(rope['factor'])
+    if rope and rope['rope_type'] == 'llama3':
+        writer.add_tensor('rope_freqs.weight', llama3_rope_factors(rope, 10000.0, cfg.hidden_size // n_heads))
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH_NAMES_INV[arch] if hasattr(gguf, 'MODEL_ARCH_NAMES_INV') else
                                      {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch], cfg.num_hidden_layers)
     for hf_name, tensor in model.state_dict().items():
@@ -285,6 +320,21 @@ def tiny(out):
             'ids': [tok.encode(s, add_special_tokens=True) for s in TEST_STRINGS],
             'chat': [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in CONVERSATIONS],
         }
+    long_sequence = [int(t) for t in np.random.default_rng(3).integers(3, len(tokens), 300)]
+    result['long_sequence'] = long_sequence
+    for name, rope in SCALED.items():
+        config = LlamaConfig(vocab_size=len(tokens), hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16384,
+                             rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=dict(rope), tie_word_embeddings=False)
+        model = LlamaForCausalLM(config).float().eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn_like(p) * (0.1 if p.ndim > 1 else 0.05) + (1.0 if p.ndim == 1 and p.shape[0] == 256 else 0.0))
+        path = os.path.join(out, f'{name}.gguf')
+        write_tiny(path, dict(arch='llama', pre='llama-bpe', tie=False, types={}, rope=rope), model, tokens, merges, 4, 2)
+        with torch.no_grad():
+            logits = model(torch.tensor([long_sequence])).logits[0]
+        result['models'][name] = {'file': path, 'rope': rope, 'logits': logits.tolist()}
     write_refused(out, tokens, merges)
     with open(os.path.join(out, 'tiny.json'), 'w') as f:
         json.dump(result, f)
