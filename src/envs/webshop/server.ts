@@ -37,6 +37,11 @@ interface ShopperSession {
 
 const GOALS_PER_PAGE = 20;
 const MAX_BODY_BYTES = 64 * 1024;
+/** Longer actions (a pasted page as a search) would be repeated in every later page of the session. */
+const MAX_ACTION_CHARS = 1000;
+
+/** A form body over MAX_BODY_BYTES: answered with 413, the rest of the body left unread. */
+class FormTooLarge extends Error {}
 
 function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
@@ -193,13 +198,16 @@ function renderHome(env: WebShopEnv, split: Split, pageNo: number): string {
 
 function readForm(req: IncomingMessage): Promise<URLSearchParams> {
   return new Promise((resolve, reject) => {
+    const tooLarge = () => new FormTooLarge(`form body larger than ${MAX_BODY_BYTES} bytes`);
+    if (Number(req.headers['content-length']) > MAX_BODY_BYTES) return reject(tooLarge());
     let size = 0;
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => {
       size += c.length;
       if (size > MAX_BODY_BYTES) {
-        reject(new Error(`form body larger than ${MAX_BODY_BYTES} bytes`));
-        req.destroy();
+        // Reject but keep the socket: the answer is a 413 page, sent before the connection closes.
+        chunks.length = 0;
+        reject(tooLarge());
       } else chunks.push(c);
     });
     req.on('end', () => resolve(new URLSearchParams(Buffer.concat(chunks).toString('utf8'))));
@@ -263,6 +271,13 @@ export async function startWebShopServer(opts: WebShopServerOptions = {}): Promi
         const query = form.get('query');
         const action = query !== null ? `search[${query}]` : form.get('action');
         if (!action) return send(res, 400, page('Bad request', '<p class="error">The form sent no action.</p>'));
+        if (action.length > MAX_ACTION_CHARS) {
+          return send(res, 400, page('Bad request', `<p class="error">The action is longer than ${MAX_ACTION_CHARS} characters.</p><a href="/s/${match[1]}">back</a>`));
+        }
+        // The history holds at most the step limit's actions: a finished episode takes no more.
+        if (s.env.done()) {
+          return send(res, 409, page('Episode over', `<p class="error">This episode is over (${s.history.length} actions); it takes no more actions.</p><a href="/">Pick another goal</a>`));
+        }
         s.history.push(action);
         s.last = await s.env.step(action);
         return redirect(res, `/s/${match[1]}`);
@@ -273,6 +288,11 @@ export async function startWebShopServer(opts: WebShopServerOptions = {}): Promi
 
   const server = createServer((req, res) => {
     handle(req, res).catch((err: Error) => {
+      if (err instanceof FormTooLarge && !res.headersSent) {
+        // The unread rest of the body would otherwise be parsed as the next request.
+        res.setHeader('connection', 'close');
+        return send(res, 413, page('Form too large', `<p class="error">${escapeHtml(err.message)}.</p><a href="/">back</a>`));
+      }
       if (!res.headersSent) send(res, 500, page('Error', `<p class="error">${escapeHtml(err.message)}</p>`));
       else res.end();
     });
