@@ -26,6 +26,11 @@ export interface GenerateOptions extends SampleOptions {
    * longest common prefix of that and the new prompt. Results are the same with or without keys.
    */
   cacheKeys?: (string | null)[];
+  /**
+   * Given, the engine lets the event loop turn between tokens (a server keeps answering other
+   * requests meanwhile) and, once it is aborted, stops and rejects with its reason.
+   */
+  signal?: AbortSignal;
 }
 
 export interface Generation {

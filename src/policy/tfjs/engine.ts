@@ -13,6 +13,7 @@ import { TokenTrie } from '../constrained.ts';
 import { sampleToken } from '../sampling.ts';
 import { objectiveTerms, type ObjectiveConfig } from '../../algo/objective.ts';
 import { Rng } from '../../util/rng.ts';
+import { turnEventLoop } from '../../util/event-loop.ts';
 import type { Generation, GenerateOptions, PolicyEngine, ScoredSequence, TextTokenizer, TrainSequence, TrainStats } from '../types.ts';
 
 const MASKED = -1e9;
@@ -80,6 +81,7 @@ export class TfjsEngine implements PolicyEngine {
     const useCache = opts.useCache ?? true;
 
     let cache: LayerCache[] | undefined;
+    opts.signal?.throwIfAborted();
     let logits = this.prefill(prompts, L, useCache, (c) => (cache = c));
     for (let step = 0; step < opts.maxTokens; step++) {
       const V = logits.length / B;
@@ -103,6 +105,13 @@ export class TfjsEngine implements PolicyEngine {
         }
       }
       if (out.every((r) => r.done) || step === opts.maxTokens - 1) break;
+      if (opts.signal) {
+        await turnEventLoop();
+        if (opts.signal.aborted) {
+          if (cache) for (const c of cache) tf.dispose([c.k, c.v]);
+          throw opts.signal.reason;
+        }
+      }
       const last = out.map((r) => (r.tokens.length > 0 ? r.tokens[r.tokens.length - 1] : this.options.padToken));
       logits = useCache
         ? this.decodeStep(prompts, L, step, last, cache!, (c) => (cache = c))
