@@ -7,19 +7,56 @@
  * so merging would make a seeded request's sample depend on which other requests came with it.
  * Alone, a request with prompts P and seed s gets exactly what `engine.generate(P, {seed: s})`
  * gives in process.
+ *
+ * A request whose client has gone (its signal aborted) is dropped before its turn, and an engine
+ * call stops between tokens once every request in it has gone. The engine lets the event loop turn
+ * between tokens, so requests keep arriving (and clients keep hanging up) during a long call.
  */
 import { randomInt } from 'node:crypto';
 import type { GenerateOptions, Generation, PolicyEngine, ScoredSequence } from '../policy/types.ts';
 
-interface GenerateTask {
+/** An engine and the limits requests to it are checked against; a weight swap replaces all three. */
+export interface ServedEngine {
+  engine: PolicyEngine;
+  /** Token ids must be below this (the model's vocab_size). */
+  vocabSize: number;
+  /** Prompt plus generated tokens may not exceed this (the model's max_position_embeddings). */
+  maxModelLen: number;
+}
+
+/** What a request brings besides its work. */
+export interface TaskControl {
+  /** Aborted when the client has gone. */
+  signal?: AbortSignal;
+  /**
+   * Run just before the task, against the engine that will run it (a weight swap queued ahead may
+   * have changed the limits since the request was checked); throwing refuses the task.
+   */
+  check?: (served: ServedEngine) => void;
+}
+
+export interface QueueOptions {
+  /** A merged batch grows only while rows × (longest prompt + max_tokens) stays within this. */
+  maxBatchTokens?: number;
+  /** Requests waiting beyond this are refused with QueueFullError. */
+  maxPending?: number;
+}
+
+export class QueueFullError extends Error {
+  constructor(readonly limit: number) {
+    super(`${limit} requests are already waiting for the engine; try again later`);
+  }
+}
+
+interface GenerateTask extends TaskControl {
   kind: 'generate';
   prompts: number[][];
-  opts: Omit<GenerateOptions, 'seed'> & { seed: number | null };
+  opts: Omit<GenerateOptions, 'seed' | 'signal'> & { seed: number | null };
   resolve: (g: Generation[]) => void;
   reject: (e: unknown) => void;
 }
 
-interface ScoreTask {
+interface ScoreTask extends TaskControl {
   kind: 'score';
   batch: ScoredSequence[];
   resolve: (lp: number[][]) => void;
@@ -28,7 +65,7 @@ interface ScoreTask {
 
 interface SwapTask {
   kind: 'swap';
-  load: () => Promise<PolicyEngine>;
+  load: () => Promise<ServedEngine>;
   resolve: (v: void) => void;
   reject: (e: unknown) => void;
 }
@@ -40,38 +77,58 @@ export interface QueueStats {
   generateCalls: number;
   /** Generation requests served (each may hold several prompts). */
   generateRequests: number;
+  /** engine.generate calls stopped because every request in them had gone. */
+  cancelledCalls: number;
+  /** Requests dropped before their turn because their client had gone. */
+  droppedRequests: number;
 }
 
 export class EngineQueue {
   private pending: Task[] = [];
   private running = false;
-  readonly stats: QueueStats = { generateCalls: 0, generateRequests: 0 };
+  private idleWaiters: (() => void)[] = [];
+  readonly stats: QueueStats = { generateCalls: 0, generateRequests: 0, cancelledCalls: 0, droppedRequests: 0 };
 
-  constructor(private engine: PolicyEngine) {}
+  constructor(
+    private served: ServedEngine,
+    private readonly options: QueueOptions = {},
+  ) {}
 
   /**
    * Replaces the engine between calls, in request order (weights pushed by a trainer): calls
    * queued before the swap run on the old weights, later ones on the new. The old engine is
    * disposed. If loading fails, the old engine stays.
    */
-  swapEngine(load: () => Promise<PolicyEngine>): Promise<void> {
+  swapEngine(load: () => Promise<ServedEngine>): Promise<void> {
     return new Promise((resolve, reject) => this.push({ kind: 'swap', load, resolve, reject }));
   }
 
-  get current(): PolicyEngine {
-    return this.engine;
+  get current(): ServedEngine {
+    return this.served;
+  }
+
+  /** Tasks waiting for their turn (not the one running). */
+  get pendingCount(): number {
+    return this.pending.length;
+  }
+
+  /** Resolves once no task is waiting or running. */
+  idle(): Promise<void> {
+    return this.running ? new Promise((resolve) => this.idleWaiters.push(resolve)) : Promise.resolve();
   }
 
   /** `opts.seed` null: the server picks a random seed and the request may share a batch. */
-  generate(prompts: number[][], opts: GenerateTask['opts']): Promise<Generation[]> {
-    return new Promise((resolve, reject) => this.push({ kind: 'generate', prompts, opts, resolve, reject }));
+  generate(prompts: number[][], opts: GenerateTask['opts'], control: TaskControl = {}): Promise<Generation[]> {
+    return new Promise((resolve, reject) => this.push({ kind: 'generate', prompts, opts, resolve, reject, ...control }));
   }
 
-  score(batch: ScoredSequence[]): Promise<number[][]> {
-    return new Promise((resolve, reject) => this.push({ kind: 'score', batch, resolve, reject }));
+  score(batch: ScoredSequence[], control: TaskControl = {}): Promise<number[][]> {
+    return new Promise((resolve, reject) => this.push({ kind: 'score', batch, resolve, reject, ...control }));
   }
 
   private push(task: Task): void {
+    const limit = this.options.maxPending;
+    if (task.kind !== 'swap' && limit !== undefined && this.pending.filter((t) => t.kind !== 'swap').length >= limit) throw new QueueFullError(limit);
     this.pending.push(task);
     if (!this.running) {
       this.running = true;
@@ -83,36 +140,73 @@ export class EngineQueue {
   private async drain(): Promise<void> {
     while (this.pending.length > 0) {
       const first = this.pending.shift()!;
-      if (first.kind === 'score') {
-        await settle(first, () => this.engine.logprobs(first.batch));
-      } else if (first.kind === 'swap') {
+      if (first.kind === 'swap') {
         await settle(first, async () => {
           const next = await first.load();
-          const old = this.engine;
-          this.engine = next;
-          old.dispose();
+          const old = this.served;
+          this.served = next;
+          old.engine.dispose();
         });
+      } else if (this.refused(first)) {
+        // Dropped or refused: nothing ran.
+      } else if (first.kind === 'score') {
+        await settle(first, () => this.served.engine.logprobs(first.batch));
       } else {
-        const group = [first];
-        if (first.opts.seed === null) {
-          const key = batchKey(first);
-          // Requests behind a weight swap must not be served by the old weights.
-          const swapAt = this.pending.findIndex((t) => t.kind === 'swap');
-          const before = swapAt < 0 ? this.pending : this.pending.slice(0, swapAt);
-          const after = swapAt < 0 ? [] : this.pending.slice(swapAt);
-          this.pending = before.filter((t) => {
-            if (t.kind === 'generate' && t.opts.seed === null && batchKey(t) === key) {
-              group.push(t);
-              return false;
-            }
-            return true;
-          }).concat(after);
-        }
-        await this.runGroup(group);
+        await this.runGroup(this.gatherGroup(first));
       }
       await new Promise<void>((r) => setImmediate(r));
     }
     this.running = false;
+    for (const wake of this.idleWaiters.splice(0)) wake();
+  }
+
+  /** Rejects a task whose client has gone or that fails its check; true if it did. */
+  private refused(task: GenerateTask | ScoreTask): boolean {
+    if (task.signal?.aborted) {
+      this.stats.droppedRequests++;
+      task.reject(task.signal.reason);
+      return true;
+    }
+    try {
+      task.check?.(this.served);
+    } catch (e) {
+      task.reject(e);
+      return true;
+    }
+    return false;
+  }
+
+  /** `first` and the waiting requests it can share an engine call with. */
+  private gatherGroup(first: GenerateTask): GenerateTask[] {
+    const group = [first];
+    if (first.opts.seed !== null) return group;
+    const key = batchKey(first);
+    const budget = this.options.maxBatchTokens ?? Number.POSITIVE_INFINITY;
+    let rows = first.prompts.length;
+    let longest = longestPrompt(first);
+    // Requests behind a weight swap must not be served by the old weights.
+    const swapAt = this.pending.findIndex((t) => t.kind === 'swap');
+    const before = swapAt < 0 ? this.pending : this.pending.slice(0, swapAt);
+    const after = swapAt < 0 ? [] : this.pending.slice(swapAt);
+    const kept: Task[] = [];
+    for (const t of before) {
+      if (t.kind !== 'generate' || t.opts.seed !== null || batchKey(t) !== key) {
+        kept.push(t);
+        continue;
+      }
+      const nextRows = rows + t.prompts.length;
+      const nextLongest = Math.max(longest, longestPrompt(t));
+      if (nextRows * (nextLongest + first.opts.maxTokens) > budget) {
+        kept.push(t);
+        continue;
+      }
+      if (this.refused(t)) continue; // answered: its client has gone or it failed its check
+      group.push(t);
+      rows = nextRows;
+      longest = nextLongest;
+    }
+    this.pending = kept.concat(after);
+    return group;
   }
 
   private async runGroup(group: GenerateTask[]): Promise<void> {
@@ -122,17 +216,37 @@ export class EngineQueue {
     const { seed, ...rest } = group[0].opts;
     this.stats.generateCalls++;
     this.stats.generateRequests += group.length;
+    // The call stops once every request in it has gone; a request that goes alone is answered at once.
+    const stop = new AbortController();
+    let live = group.length;
+    const gone = new Map<GenerateTask, () => void>();
+    for (const t of group) {
+      if (!t.signal) continue;
+      const onAbort = () => {
+        t.reject(t.signal!.reason);
+        if (--live === 0) stop.abort(t.signal!.reason);
+      };
+      gone.set(t, onAbort);
+      t.signal.addEventListener('abort', onAbort, { once: true });
+    }
     try {
-      const gens = await this.engine.generate(prompts, { ...rest, allowedTexts, seed: seed ?? randomInt(0, 2 ** 31 - 1) });
+      const gens = await this.served.engine.generate(prompts, { ...rest, allowedTexts, seed: seed ?? randomInt(0, 2 ** 31 - 1), signal: stop.signal });
       let at = 0;
       for (const t of group) {
         t.resolve(gens.slice(at, at + t.prompts.length));
         at += t.prompts.length;
       }
     } catch (e) {
+      if (stop.signal.aborted) this.stats.cancelledCalls++;
       for (const t of group) t.reject(e);
+    } finally {
+      for (const [t, onAbort] of gone) t.signal!.removeEventListener('abort', onAbort);
     }
   }
+}
+
+function longestPrompt(t: GenerateTask): number {
+  return Math.max(...t.prompts.map((p) => p.length));
 }
 
 function batchKey(t: GenerateTask): string {

@@ -215,7 +215,7 @@ describe('EngineQueue', () => {
 
   it('merges waiting unseeded requests with equal settings, keeps seeded and different ones apart', async () => {
     const { engine, calls } = recordingEngine();
-    const q = new EngineQueue(engine);
+    const q = new EngineQueue({ engine, vocabSize: 10, maxModelLen: 100 });
     const base = { temperature: 1, topP: 1, maxTokens: 4 };
     const results = await Promise.all([
       q.generate([[1], [2]], { ...base, seed: null }),
@@ -228,12 +228,12 @@ describe('EngineQueue', () => {
     expect(calls.map((c) => c.prompts.map((p) => p[0]))).toEqual([[1, 2, 3, 6], [4], [5]]);
     expect(calls[0].opts.allowedTexts).toEqual([null, null, ['a', 'b'], null]);
     expect(calls[1].opts.seed).toBe(7);
-    expect(q.stats).toEqual({ generateCalls: 3, generateRequests: 5 });
+    expect(q.stats).toEqual({ generateCalls: 3, generateRequests: 5, cancelledCalls: 0, droppedRequests: 0 });
   });
 
   it('rejects every request of a failed batch', async () => {
     const engine = { ...recordingEngine().engine, generate: async () => Promise.reject(new Error('out of memory')) };
-    const q = new EngineQueue(engine);
+    const q = new EngineQueue({ engine, vocabSize: 10, maxModelLen: 100 });
     const outcomes = await Promise.allSettled([q.generate([[1]], { temperature: 1, topP: 1, maxTokens: 1, seed: null }), q.generate([[2]], { temperature: 1, topP: 1, maxTokens: 1, seed: null })]);
     expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
   });
@@ -256,7 +256,7 @@ describe('empo2 serve (command line)', () => {
     });
     const models = (await (await fetch(url + '/v1/models')).json()) as any;
     expect(models.data[0].id).toBe('cli-model');
-    const r = await fetch(url + '/v1/chat/completions', { method: 'POST', body: JSON.stringify({ messages: [{ role: 'user', content: 'look' }], max_tokens: 3, seed: 1 }) });
+    const r = await fetch(url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ messages: [{ role: 'user', content: 'look' }], max_tokens: 3, seed: 1 }) });
     expect(r.status).toBe(200);
     const exited = new Promise<number | null>((r2) => child.on('exit', (code) => r2(code)));
     child.kill('SIGINT');

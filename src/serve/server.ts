@@ -9,13 +9,20 @@
  * `allowed_texts` constrains the response to one of the given texts. Log-probs of generated tokens
  * are those the engine sampled from: softmax(logits / temperature), before top-p and before the
  * allowed-text constraint. Echoed prompt log-probs are at temperature 1.
+ *
+ * One request cannot stall the server: its work is bounded (limits.ts), generation yields between
+ * tokens and stops when its clients hang up (queue.ts). Web pages cannot drive it (access.ts).
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { isIP, type AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
-import type { Generation, PolicyEngine } from '../policy/types.ts';
-import { EngineQueue } from './queue.ts';
-import { renderChatML } from './chat.ts';
+import { realpathSync } from 'node:fs';
+import { isAbsolute, relative, resolve, sep } from 'node:path';
+import type { Generation, PolicyEngine, TextTokenizer } from '../policy/types.ts';
+import { checkAccess, checkJsonContentType, type AccessRules } from './access.ts';
+import { EngineQueue, QueueFullError, type ServedEngine } from './queue.ts';
+import { messageText, renderChatML } from './chat.ts';
+import { DEFAULT_MAX_REQUEST_TOKENS, checkPrompt, checkTextFits, checkWork, longestTokenBytes } from './limits.ts';
 import { ChatRequestSchema, CompletionRequestSchema, RequestError, errorBody, parseRequest, type ChatRequest, type CompletionRequest } from './protocol.ts';
 
 export interface ServeOptions {
@@ -32,12 +39,26 @@ export interface ServeOptions {
   /** Chat requests without max_tokens generate at most this many tokens. */
   defaultChatMaxTokens?: number;
   maxBodyBytes?: number;
+  /** The work one request may ask for: prompts × (longest prompt + max_tokens), in tokens. */
+  maxRequestTokens?: number;
+  /** Requests waiting for the engine beyond this are answered 503. */
+  maxQueuedRequests?: number;
+  /** When set, every request must carry `Authorization: Bearer <apiKey>`; required by loadWeights. */
+  apiKey?: string;
+  /** Host names clients may reach the server under, besides its IP addresses (and localhost on loopback). */
+  allowedHosts?: string[];
   log?: (line: string) => void;
   /**
    * Enables POST /v1/empo2/load_weights {"path": dir}: a trainer pushes its current policy (a model
-   * directory) so the next requests sample from it. Off unless given: it reads any path the server can.
+   * directory under one of `roots`) so the next requests sample from it. Needs `apiKey`.
    */
-  loadWeights?: (dir: string) => Promise<PolicyEngine>;
+  loadWeights?: WeightUpdates;
+}
+
+export interface WeightUpdates {
+  /** Only directories under these (after resolving symbolic links) are loaded. */
+  roots: string[];
+  load: (dir: string) => Promise<ServedEngine>;
 }
 
 export interface RunningServer {
@@ -51,19 +72,40 @@ export interface RunningServer {
 const COMPLETION_DEFAULT_MAX_TOKENS = 16; // OpenAI's default for /v1/completions
 
 export async function startServer(o: ServeOptions): Promise<RunningServer> {
-  const queue = new EngineQueue(o.engine);
+  if (o.loadWeights && !o.apiKey) throw new Error('weight updates (load_weights) need an API key: give --api-key or set EMPO2_API_KEY');
+  const weightRoots = (o.loadWeights?.roots ?? []).map((root) => {
+    try {
+      return realpathSync(root);
+    } catch {
+      throw new Error(`weight root ${root} does not exist`);
+    }
+  });
+  if (o.loadWeights && weightRoots.length === 0) throw new Error('weight updates (load_weights) need at least one root directory to load from (--weights-root)');
+  const maxRequestTokens = o.maxRequestTokens ?? DEFAULT_MAX_REQUEST_TOKENS;
+  longestTokenBytes(o.engine.tokenizer); // a pass over the vocabulary, done before the first request
+  const queue = new EngineQueue(
+    { engine: o.engine, vocabSize: o.vocabSize ?? o.engine.tokenizer.vocabSize, maxModelLen: o.maxModelLen ?? Number.POSITIVE_INFINITY },
+    { maxBatchTokens: maxRequestTokens, maxPending: o.maxQueuedRequests ?? 256 },
+  );
   const created = Math.floor(Date.now() / 1000);
+  const allowedHosts = new Set((o.allowedHosts ?? []).map((h) => h.toLowerCase()));
+  // A host given by name (`--host myhost.lan`) is one of the names the server answers to.
+  if (o.host && !isIP(o.host)) allowedHosts.add(o.host.toLowerCase());
   const ctx: Ctx = {
     ...o,
     queue,
-    vocabSize: o.vocabSize ?? o.engine.tokenizer.vocabSize,
-    maxModelLen: o.maxModelLen ?? Number.POSITIVE_INFINITY,
+    weightRoots,
+    maxRequestTokens,
     defaultChatMaxTokens: o.defaultChatMaxTokens ?? 256,
+    maxBodyBytes: o.maxBodyBytes ?? 16 << 20,
+    access: { boundAddress: '', allowedHosts, apiKey: o.apiKey },
   };
   const server = createServer((req, res) => {
     void handle(ctx, created, req, res).catch((e: unknown) => {
-      const err = e instanceof RequestError ? e : new RequestError(500, `internal error: ${(e as Error).message}`, null, 'server_error');
-      if (err.status >= 500) o.log?.(`error: ${(e as Error).stack ?? String(e)}`);
+      const err = e instanceof RequestError ? e : e instanceof QueueFullError ? new RequestError(503, e.message, null, 'server_error') : new RequestError(500, `internal error: ${(e as Error).message}`, null, 'server_error');
+      if (err.status >= 500 && !(e instanceof QueueFullError)) o.log?.(`error: ${(e as Error).stack ?? String(e)}`);
+      if (err.status === 401) res.setHeader('WWW-Authenticate', 'Bearer');
+      if (err.status === 503) res.setHeader('Retry-After', '1');
       send(res, err.status, errorBody(err));
     });
   });
@@ -77,6 +119,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     });
   });
   const addr = server.address() as AddressInfo;
+  ctx.access.boundAddress = addr.address;
   const hostForUrl = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   return {
     url: `http://${hostForUrl}:${addr.port}`,
@@ -91,35 +134,72 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   };
 }
 
+/** Whether `dir` is `root` or inside it (both real paths). */
+function isUnder(root: string, dir: string): boolean {
+  const rel = relative(root, dir);
+  return rel === '' || (rel !== '..' && !rel.startsWith(`..${sep}`) && !isAbsolute(rel));
+}
+
 async function loadWeights(ctx: Ctx, body: unknown): Promise<unknown> {
-  if (!ctx.loadWeights) throw new RequestError(403, 'weight updates are off: start the server with --allow-weight-updates', null);
+  const updates = ctx.loadWeights;
+  if (!updates) throw new RequestError(403, 'weight updates are off: start the server with --allow-weight-updates', null);
   const path = (body as { path?: unknown } | null)?.path;
   if (typeof path !== 'string' || path.length === 0) throw new RequestError(400, 'path must be a non-empty string (a model directory)', 'path');
-  const load = ctx.loadWeights;
+  // One answer for every failure, so that a client learns nothing about paths it cannot load
+  // (whether they exist, what they hold); the server's log has the reason.
+  const refuse = (why: string) => {
+    ctx.log?.(`load_weights ${JSON.stringify(path)} refused: ${why}`);
+    return new RequestError(400, `cannot load weights from ${JSON.stringify(path)}: give a model or run directory under one of the server's weight roots (its log says what failed)`, 'path');
+  };
+  let dir: string;
   try {
-    await ctx.queue.swapEngine(() => load(path));
+    dir = realpathSync(resolve(path));
   } catch (e) {
-    throw new RequestError(400, `cannot load ${path}: ${(e as Error).message}`, 'path');
+    throw refuse((e as Error).message);
   }
-  ctx.engine = ctx.queue.current;
-  ctx.log?.(`loaded weights from ${path}`);
+  if (!ctx.weightRoots.some((root) => isUnder(root, dir))) throw refuse(`${dir} is not under a weight root (${ctx.weightRoots.join(', ')})`);
+  try {
+    await ctx.queue.swapEngine(() => updates.load(dir));
+  } catch (e) {
+    throw refuse((e as Error).message);
+  }
+  ctx.log?.(`loaded weights from ${dir}`);
   return { object: 'empo2.load_weights', path, loaded: true };
 }
 
 interface Ctx extends ServeOptions {
   queue: EngineQueue;
-  vocabSize: number;
-  maxModelLen: number;
+  weightRoots: string[];
+  maxRequestTokens: number;
   defaultChatMaxTokens: number;
+  maxBodyBytes: number;
+  access: AccessRules;
 }
 
 async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  checkAccess(ctx.access, req);
+  // Aborted when the client hangs up before its answer: its work is dropped or stopped.
+  const client = new AbortController();
+  res.on('close', () => {
+    if (!res.writableFinished) client.abort(new Error('the client closed the connection'));
+  });
+  const signal = client.signal;
   const path = (req.url ?? '/').split('?')[0].replace(/\/+$/, '');
+  const body = async () => {
+    checkJsonContentType(req);
+    return readJson(req, ctx.maxBodyBytes);
+  };
   const routes: Record<string, { method: string; run: () => Promise<unknown> }> = {
-    '/v1/models': { method: 'GET', run: async () => ({ object: 'list', data: [{ id: ctx.modelName, object: 'model', created, owned_by: 'empo2', ...(Number.isFinite(ctx.maxModelLen) ? { max_model_len: ctx.maxModelLen } : {}) }] }) },
-    '/v1/completions': { method: 'POST', run: async () => completions(ctx, parseRequest(CompletionRequestSchema, await readJson(req, ctx.maxBodyBytes ?? 16 << 20))) },
-    '/v1/chat/completions': { method: 'POST', run: async () => chat(ctx, parseRequest(ChatRequestSchema, await readJson(req, ctx.maxBodyBytes ?? 16 << 20))) },
-    '/v1/empo2/load_weights': { method: 'POST', run: async () => loadWeights(ctx, await readJson(req, ctx.maxBodyBytes ?? 16 << 20)) },
+    '/v1/models': {
+      method: 'GET',
+      run: async () => {
+        const { maxModelLen } = ctx.queue.current;
+        return { object: 'list', data: [{ id: ctx.modelName, object: 'model', created, owned_by: 'empo2', ...(Number.isFinite(maxModelLen) ? { max_model_len: maxModelLen } : {}) }] };
+      },
+    },
+    '/v1/completions': { method: 'POST', run: async () => completions(ctx, parseRequest(CompletionRequestSchema, await body()), signal) },
+    '/v1/chat/completions': { method: 'POST', run: async () => chat(ctx, parseRequest(ChatRequestSchema, await body()), signal) },
+    '/v1/empo2/load_weights': { method: 'POST', run: async () => loadWeights(ctx, await body()) },
   };
   const route = routes[path];
   if (!route) throw new RequestError(404, `no route ${req.method} ${path} (routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions)`, null);
@@ -131,6 +211,7 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
 }
 
 async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
+  if (Number(req.headers['content-length']) > limit) throw new RequestError(413, `request body over ${limit} bytes`, null);
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req) {
@@ -147,7 +228,7 @@ async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
 }
 
 function send(res: ServerResponse, status: number, body: unknown): void {
-  if (res.headersSent) return;
+  if (res.headersSent || res.destroyed) return;
   const text = JSON.stringify(body);
   res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
   res.end(text);
@@ -175,15 +256,6 @@ function samplingOf(r: CompletionRequest | ChatRequest): Sampling {
   };
 }
 
-function checkPrompt(ctx: Ctx, ids: number[], param: (j: number | null) => string, maxTokens: number): void {
-  if (ids.length === 0) throw new RequestError(400, `"${param(null)}" encodes to no tokens`, param(null));
-  const bad = ids.findIndex((id) => id >= ctx.vocabSize);
-  if (bad >= 0) throw new RequestError(400, `"${param(bad)}": token id ${ids[bad]} is outside the vocabulary (size ${ctx.vocabSize})`, param(bad));
-  if (ids.length + maxTokens > ctx.maxModelLen) {
-    throw new RequestError(400, `prompt (${ids.length} tokens) plus max_tokens (${maxTokens}) exceeds the model's context of ${ctx.maxModelLen} tokens`, 'max_tokens');
-  }
-}
-
 /** Response text as OpenAI returns it: cut before the first stop string. */
 function cutAtStop(text: string, stop: string[]): string {
   let end = text.length;
@@ -194,30 +266,53 @@ function cutAtStop(text: string, stop: string[]): string {
   return text.slice(0, end);
 }
 
-function tokenLabel(ctx: Ctx, id: number, asIds: boolean): string {
-  return asIds ? `token_id:${id}` : ctx.engine.tokenizer.decode([id]);
+function tokenLabel(tok: TextTokenizer, id: number, asIds: boolean): string {
+  return asIds ? `token_id:${id}` : tok.decode([id]);
+}
+
+/**
+ * Character offset of each token in the decoded text of `ids`, in one pass (decoding every prefix
+ * took 27 s for a 4,090-token echo). A token that starts inside a character gets that character's
+ * offset.
+ */
+function textOffsets(tok: TextTokenizer, ids: number[]): number[] {
+  const stream = (tok as { streamDecoder?: () => { push(id: number): string } }).streamDecoder?.();
+  const offsets: number[] = new Array(ids.length);
+  let length = 0;
+  ids.forEach((id, k) => {
+    offsets[k] = length;
+    length += stream ? stream.push(id).length : tok.decode([id]).length;
+  });
+  return offsets;
 }
 
 function usage(promptTokens: number, completionTokens: number) {
   return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
 }
 
-async function completions(ctx: Ctx, r: CompletionRequest) {
+async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) {
   checkModel(ctx, r.model);
-  const tok = ctx.engine.tokenizer;
+  const served = ctx.queue.current;
+  const tok = served.engine.tokenizer;
   const maxTokens = r.max_tokens ?? COMPLETION_DEFAULT_MAX_TOKENS;
   const p = r.prompt;
   // Normalise the four prompt shapes to token ids, remembering how to name an element in errors.
+  // Texts are measured before they are tokenised: one that cannot fit is not worth the time.
   let prompts: number[][];
   let texts: (string | null)[];
   let param: (i: number, j: number | null) => string;
+  const encodeAll = (all: string[], name: (i: number) => string): number[][] => {
+    const least = all.map((t, i) => checkTextFits(served, t, maxTokens, name(i)));
+    checkWork(all.length, Math.max(...least), maxTokens, ctx.maxRequestTokens, 'prompt');
+    return all.map((t) => tok.encode(t));
+  };
   if (typeof p === 'string') {
-    prompts = [tok.encode(p)];
     texts = [p];
+    prompts = encodeAll([p], () => 'prompt');
     param = () => 'prompt';
   } else if (typeof p[0] === 'string') {
     texts = p as string[];
-    prompts = texts.map((t) => tok.encode(t!));
+    prompts = encodeAll(p as string[], (i) => `prompt[${i}]`);
     param = (i) => `prompt[${i}]`;
   } else if (typeof p[0] === 'number') {
     prompts = [p as number[]];
@@ -228,7 +323,10 @@ async function completions(ctx: Ctx, r: CompletionRequest) {
     texts = prompts.map(() => null);
     param = (i, j) => (j === null ? `prompt[${i}]` : `prompt[${i}][${j}]`);
   }
-  prompts.forEach((ids, i) => checkPrompt(ctx, ids, (j) => param(i, j), maxTokens));
+  checkWork(prompts.length, Math.max(...prompts.map((ids) => ids.length)), maxTokens, ctx.maxRequestTokens, 'prompt');
+  // Checked now for a prompt answer, and again by the engine that runs it (a weight swap may come first).
+  const check = (s: ServedEngine) => prompts.forEach((ids, i) => checkPrompt(s, ids, (j) => param(i, j), maxTokens));
+  check(served);
 
   let allowedTexts: (string[] | null)[] | undefined;
   const a = r.allowed_texts;
@@ -242,9 +340,9 @@ async function completions(ctx: Ctx, r: CompletionRequest) {
   const gens: Generation[] =
     maxTokens === 0
       ? prompts.map(() => ({ tokens: [], logprobs: [], text: '', finish: 'length' }))
-      : await ctx.queue.generate(prompts, { temperature: s.temperature, topP: s.topP, maxTokens, stop: s.stop, allowedTexts, seed: s.seed });
+      : await ctx.queue.generate(prompts, { temperature: s.temperature, topP: s.topP, maxTokens, stop: s.stop, allowedTexts, seed: s.seed }, { signal, check });
   const wantLogprobs = r.logprobs != null;
-  const echoScores = r.echo && wantLogprobs ? await ctx.queue.score(prompts.map((ids) => ({ prompt: ids.slice(0, 1), response: ids.slice(1) }))) : null;
+  const echoScores = r.echo && wantLogprobs ? await ctx.queue.score(prompts.map((ids) => ({ prompt: ids.slice(0, 1), response: ids.slice(1) })), { signal, check }) : null;
   const asIds = !!r.return_tokens_as_token_ids;
 
   const choices = gens.map((g, i) => {
@@ -254,9 +352,7 @@ async function completions(ctx: Ctx, r: CompletionRequest) {
     if (wantLogprobs) {
       const ids = r.echo ? [...prompts[i], ...g.tokens] : g.tokens;
       const tokenLogprobs: (number | null)[] = r.echo ? [null, ...echoScores![i], ...g.logprobs] : g.logprobs;
-      // Character offset of each token in the returned text (prompt included when echoed).
-      const offsets = ids.map((_, k) => tok.decode(ids.slice(0, k)).length);
-      logprobs = { tokens: ids.map((id) => tokenLabel(ctx, id, asIds)), token_logprobs: tokenLogprobs, top_logprobs: null, text_offset: offsets };
+      logprobs = { tokens: ids.map((id) => tokenLabel(tok, id, asIds)), token_logprobs: tokenLogprobs, top_logprobs: null, text_offset: textOffsets(tok, ids) };
     }
     return {
       index: i,
@@ -278,27 +374,41 @@ async function completions(ctx: Ctx, r: CompletionRequest) {
   };
 }
 
-async function chat(ctx: Ctx, r: ChatRequest) {
+async function chat(ctx: Ctx, r: ChatRequest, signal: AbortSignal) {
   checkModel(ctx, r.model);
-  const tok = ctx.engine.tokenizer;
-  const prompt = tok.encode(renderChatML(r.messages));
-  const maxTokens = r.max_completion_tokens ?? r.max_tokens ?? Math.max(1, Math.min(ctx.defaultChatMaxTokens, ctx.maxModelLen - prompt.length));
-  checkPrompt(ctx, prompt, () => 'messages', maxTokens);
+  const served = ctx.queue.current;
+  const tok = served.engine.tokenizer;
+  const explicitMax = r.max_completion_tokens ?? r.max_tokens ?? null;
+  // Before tokenising: the longest message alone must be able to fit.
+  const lengths = r.messages.map((m) => Buffer.byteLength(messageText(m), 'utf8'));
+  const longest = lengths.indexOf(Math.max(...lengths));
+  checkTextFits(served, messageText(r.messages[longest]), explicitMax ?? 1, `messages[${longest}].content`);
+  const rendered = renderChatML(r.messages);
+  checkTextFits(served, rendered, explicitMax ?? 1, 'messages');
+  const prompt = tok.encode(rendered);
+  const maxTokens = explicitMax ?? Math.max(1, Math.min(ctx.defaultChatMaxTokens, served.maxModelLen - prompt.length));
+  checkWork(1, prompt.length, maxTokens, ctx.maxRequestTokens, 'messages');
+  const check = (s: ServedEngine) => checkPrompt(s, prompt, () => 'messages', maxTokens);
+  check(served);
   const s = samplingOf(r);
-  const [g] = await ctx.queue.generate([prompt], {
-    temperature: s.temperature,
-    topP: s.topP,
-    maxTokens,
-    stop: s.stop,
-    allowedTexts: r.allowed_texts ? [r.allowed_texts] : undefined,
-    seed: s.seed,
-  });
+  const [g] = await ctx.queue.generate(
+    [prompt],
+    {
+      temperature: s.temperature,
+      topP: s.topP,
+      maxTokens,
+      stop: s.stop,
+      allowedTexts: r.allowed_texts ? [r.allowed_texts] : undefined,
+      seed: s.seed,
+    },
+    { signal, check },
+  );
   const asIds = !!r.return_tokens_as_token_ids;
   const tokenizer = tok as { tokenBytes?: (id: number) => Uint8Array };
   const logprobs = r.logprobs
     ? {
         content: g.tokens.map((id, k) => {
-          const label = tokenLabel(ctx, id, asIds);
+          const label = tokenLabel(tok, id, asIds);
           const bytes = tokenizer.tokenBytes ? tokenizer.tokenBytes(id) : new TextEncoder().encode(tok.decode([id]));
           return { token: label, logprob: g.logprobs[k], bytes: [...bytes], top_logprobs: [] };
         }),

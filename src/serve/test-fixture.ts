@@ -12,7 +12,7 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import type { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { createEngine } from '../trainer/trainer.ts';
 import { loadServedModel } from './load.ts';
-import { startServer, type RunningServer } from './server.ts';
+import { startServer, type RunningServer, type ServeOptions } from './server.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 export interface ServedFixture {
@@ -35,7 +35,8 @@ export function tinyConfig(runDir: string): Config {
   ]);
 }
 
-export async function startServedFixture(modelName = 'tiny'): Promise<ServedFixture> {
+/** `options` go to startServer as they are (limits, API key, weight updates). */
+export async function startServedFixture(modelName = 'tiny', options: Partial<ServeOptions> = {}): Promise<ServedFixture> {
   await initBackend();
   const root = mkdtempSync(join(tmpdir(), 'empo2-serve-'));
   const cfg = tinyConfig(join(root, 'run'));
@@ -45,7 +46,7 @@ export async function startServedFixture(modelName = 'tiny'): Promise<ServedFixt
   built.dispose();
   const served = await loadServedModel(modelDir);
   const { engine: local } = await createEngine({ ...cfg, model: { ...cfg.model, path: modelDir } }, 'fresh');
-  const server = await startServer({ engine: served.engine, modelName, port: 0, vocabSize: served.vocabSize, maxModelLen: served.maxModelLen });
+  const server = await startServer({ engine: served.engine, modelName, port: 0, vocabSize: served.vocabSize, maxModelLen: served.maxModelLen, ...options });
   return {
     cfg,
     modelDir,
@@ -53,7 +54,7 @@ export async function startServedFixture(modelName = 'tiny'): Promise<ServedFixt
     server,
     close: async () => {
       await server.close();
-      served.engine.dispose();
+      server.queue.current.engine.dispose();
       local.dispose();
       rmSync(root, { recursive: true, force: true });
     },

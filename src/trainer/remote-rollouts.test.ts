@@ -41,10 +41,13 @@ beforeAll(async () => {
   await engine.save(modelDir);
   engine.dispose();
   const served = await loadServedModel(modelDir);
-  server = await startServer({ engine: served.engine, modelName: 'tiny', port: 0, loadWeights: async (dir) => (await loadServedModel(dir)).engine });
+  // The trainer's client sends $EMPO2_API_KEY, which weight updates require.
+  process.env.EMPO2_API_KEY = 'remote-rollouts-test-key';
+  server = await startServer({ engine: served.engine, modelName: 'tiny', port: 0, apiKey: process.env.EMPO2_API_KEY, loadWeights: { roots: [root], load: loadServedModel } });
 });
 afterAll(async () => {
   await server?.close();
+  delete process.env.EMPO2_API_KEY;
   rmSync(root, { recursive: true, force: true });
 });
 
@@ -72,7 +75,8 @@ describe('rollouts through a remote server', () => {
 
   it('the server refuses weight pushes unless allowed, and names a bad path', async () => {
     const plain = await startServer({ engine: (await loadServedModel(modelDir)).engine, modelName: 'tiny', port: 0 });
-    const post = (url: string, body: unknown) => fetch(`${url}/v1/empo2/load_weights`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const post = (url: string, body: unknown) =>
+      fetch(`${url}/v1/empo2/load_weights`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${process.env.EMPO2_API_KEY}` }, body: JSON.stringify(body) });
     const refused = await post(plain.url, { path: modelDir });
     expect(refused.status).toBe(403);
     await plain.close();

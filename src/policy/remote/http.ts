@@ -4,12 +4,16 @@
  * other 4xx answers, which mean the request itself is wrong and would fail the same way again.
  */
 
+/** The API key `empo2 serve` requires and the clients here send when none is given. */
+export const API_KEY_ENV = 'EMPO2_API_KEY';
+
 export interface HttpSettings {
   timeoutMs: number;
   /** Extra attempts after the first. */
   retries: number;
   /** First wait; each later wait doubles, capped at 30 s. */
   backoffMs: number;
+  /** Sent as a bearer token; default $EMPO2_API_KEY. */
   apiKey?: string;
   /** Told of each failed attempt that will be retried. */
   onRetry?: (message: string) => void;
@@ -61,7 +65,8 @@ export async function requestJson(url: string, body: unknown | undefined, s: Htt
 async function attemptOnce(url: string, body: unknown | undefined, s: HttpSettings): Promise<unknown> {
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
-  if (s.apiKey) headers.Authorization = `Bearer ${s.apiKey}`;
+  const apiKey = s.apiKey ?? process.env[API_KEY_ENV];
+  if (apiKey) headers.Authorization = `Bearer ${apiKey}`;
   // One signal for the whole attempt, so a server that stalls mid-body also times out.
   const res = await fetch(url, {
     method: body === undefined ? 'GET' : 'POST',
