@@ -73,7 +73,7 @@ export const RolloutSchema = strict({
     model: z.string().nullable().default(null).describe('model name to request (null: the first one the server lists)'),
     timeout_s: z.number().positive().default(120).describe('time limit per request attempt'),
     retries: z.number().int().min(0).default(3).describe('extra attempts on connection errors, time-outs and 5xx'),
-    sync: z.enum(['load_weights', 'none']).default('load_weights').describe("after each update push the policy to the server (empo2 serve --allow-weight-updates), or not (the server's weights go stale)"),
+    sync: z.enum(['load_weights', 'none']).default('load_weights').describe("after each update push the policy to the server (empo2 serve --allow-weight-updates --weights-root <runs>, with $EMPO2_API_KEY set in both), or not (the server's weights go stale)"),
   })
     .nullable()
     .default(null)

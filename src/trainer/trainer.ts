@@ -142,7 +142,8 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
 /**
  * Rollouts through an OpenAI-compatible server while the update runs here. With sync
  * `load_weights` the trainer writes its policy to <run>/rollout-policy after every update and asks
- * the server (empo2 serve --allow-weight-updates) to load it, so samples stay on-policy.
+ * the server (empo2 serve --allow-weight-updates --weights-root <runs>, the key in $EMPO2_API_KEY) to load
+ * it, so samples stay on-policy.
  */
 async function createRemoteRollouts(cfg: Config, engine: PolicyEngine): Promise<{ engine: PolicyEngine; sync: () => Promise<void> }> {
   const r = cfg.rollout.remote!;
