@@ -5,6 +5,7 @@
  * purchase; success is reward 1 (score 100).
  */
 import type { Env, ResetResult, Split, StepResult } from '../types.ts';
+import { parseRewardRevision } from './reward.ts';
 import { ShopSession, type ShopOptions } from './shop.ts';
 import { loadWorld, type World, type WorldOptions } from './world.ts';
 
@@ -29,6 +30,7 @@ export class WebShopEnv implements Env {
     const limit = opts.maxSteps ?? DEFAULT_MAX_STEPS;
     if (!Number.isInteger(limit) || limit < 1) throw new Error(`webshop maxSteps must be a positive integer, got ${limit}`);
     this.stepLimit = limit;
+    parseRewardRevision(opts.rewardRevision); // refuse an unknown name before loading any data
     this.world = loadWorld(opts);
   }
 

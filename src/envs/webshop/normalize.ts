@@ -4,7 +4,7 @@
  * equal. Matching is by substring, as in the original ("standard" contains "tan"); kept as is
  * because the reward must equal the original's.
  */
-const COLOR_SET = [
+export const COLOR_SET = [
   'alabaster', 'apricot', 'aqua', 'ash', 'asphalt', 'azure', 'banana', 'beige', 'black', 'blue',
   'blush', 'bordeaux', 'bronze', 'brown', 'burgundy', 'camel', 'camo', 'caramel', 'champagne',
   'charcoal', 'cheetah', 'chestnut', 'chocolate', 'christmas', 'coffee', 'cognac', 'copper', 'coral',

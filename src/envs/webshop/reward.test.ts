@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { tokenSetRatio } from './fuzzy.ts';
 import { normalizeColor } from './normalize.ts';
-import { computeReward, typeReward } from './reward.ts';
+import { computeReward, parseRewardRevision, REWARD_REVISIONS, typeReward, type RewardRevision } from './reward.ts';
 import { loadWorld } from './world.ts';
 
 const world = loadWorld();
@@ -30,12 +30,32 @@ describe('WebShop reward on hand-built purchases of real products', () => {
     expect(r.info.w_att! + r.info.w_option! + r.info.w_price!).toBeCloseTo(1, 12);
   });
 
-  it('a wrong size is compared exactly and costs one option of seven parts', () => {
+  it('v2-6ba9969 compares a size exactly: a wrong size costs one option of seven parts', () => {
     const wrongSize = product.options.size.find((s) => s !== '3x-large' && !texts.some((t) => t.includes(s)))!;
     expect(wrongSize).toBeDefined();
-    const r = computeReward(product, goal, price, { color: 'black', size: wrongSize });
+    const r = computeReward(product, goal, price, { color: 'black', size: wrongSize }, 'v2-6ba9969');
     expect(r.reward).toBe((4 + 1 + 1) / 7);
     expect(r.info.r_option).toBe(0.5);
+  });
+
+  it('master compares a size fuzzily with the goal\'s (name, value) pair: "large" matches "3x-large", "small" does not', () => {
+    // str(('size', '3x-large')) -> tokens {size, 3x, large}: "large" is a subset, so token_set_ratio is 100.
+    expect(computeReward(product, goal, price, { color: 'black', size: 'large' }).reward).toBe(1);
+    expect(computeReward(product, goal, price, { color: 'black', size: 'large' }, 'v2-6ba9969').reward).toBe(6 / 7);
+    const small = computeReward(product, goal, price, { color: 'black', size: 'small' });
+    expect(small.reward).toBe(6 / 7);
+    expect(small.info.r_option).toBe(0.5);
+  });
+
+  it('master: a chosen value the goal does not name is not rescued by the product text', () => {
+    // Goal 20 wants color "r.brown2070": the chosen value normalises to "brown", the goal pair stays
+    // ('color', 'r.brown2070'), the two share no word; v2-6ba9969 normalises both sides to "brown".
+    const g = world.goals[20];
+    const p = byAsin.get(g.asin)!;
+    expect(g.goal_options).toEqual({ color: 'r.brown2070', size: '7' });
+    const chosen = { color: 'r.brown2070', size: '7' };
+    expect(computeReward(p, g, world.prices.get(g.asin)!, chosen).info.r_option).toBe(0.5);
+    expect(computeReward(p, g, world.prices.get(g.asin)!, chosen, 'v2-6ba9969').info.r_option).toBe(1);
   });
 
   it('a wrong colour costs one option; an unchosen option counts as missing', () => {
@@ -43,8 +63,10 @@ describe('WebShop reward on hand-built purchases of real products', () => {
       (c) => tokenSetRatio('black', normalizeColor(c)) <= 85 && !texts.some((t) => t.includes(normalizeColor(c))),
     )!;
     expect(wrongColor).toBeDefined();
-    expect(computeReward(product, goal, price, { color: wrongColor, size: '3x-large' }).reward).toBe(6 / 7);
-    expect(computeReward(product, goal, price, {}).reward).toBe((4 + 0 + 1) / 7);
+    for (const revision of REWARD_REVISIONS) {
+      expect(computeReward(product, goal, price, { color: wrongColor, size: '3x-large' }, revision).reward, revision).toBe(6 / 7);
+      expect(computeReward(product, goal, price, {}, revision).reward, revision).toBe((4 + 0 + 1) / 7);
+    }
   });
 
   it('over the price limit loses the price part', () => {
@@ -99,20 +121,67 @@ describe('WebShop reward on hand-built purchases of real products', () => {
   });
 });
 
-describe('reward parity with the Python reference (thefuzz 0.19.0, same nouns)', () => {
+describe('human goal with options ["pink"]: the goal product with colour and size chosen', () => {
+  // Human goal 6 (B08G14B779, pink cupcake toppers): the product offers a colour and a size, the
+  // goal names only "pink". v2-6ba9969 counts per chosen option and lets the size count through
+  // the product text, 2 matches for 1 goal option; master counts per goal option.
+  const human = loadWorld({ goals: 'human' });
+  const g = human.goals.find((x) => JSON.stringify(x.goal_options) === '["pink"]' && human.catalogue.byAsin.get(x.asin)!.options.size)!;
+  const p = human.catalogue.byAsin.get(g.asin)!;
+  const chosen = { color: 'pink', size: p.options.size[0] };
+
+  it('scores 1 with the default (master) reward, never above', () => {
+    expect(Object.keys(p.options).sort()).toEqual(['color', 'size']);
+    const r = computeReward(p, g, human.prices.get(g.asin)!, chosen);
+    expect(r.reward).toBe(1);
+    expect(r.info.r_option).toBe(1);
+  });
+
+  it('scores 4/3 with v2-6ba9969, as that commit\'s get_reward does (recorded in the parity fixture)', () => {
+    expect(computeReward(p, g, human.prices.get(g.asin)!, chosen, 'v2-6ba9969').reward).toBeCloseTo(4 / 3, 12);
+  });
+});
+
+describe('reward parity with WebShop\'s original get_reward, both revisions (same nouns)', () => {
   const fixturePath = join(dirname(fileURLToPath(import.meta.url)), 'parity', 'reward-fixture.json');
   const fixture = JSON.parse(readFileSync(fixturePath, 'utf8')) as Array<{
-    goalIndex: number; kind: string; purchased: string; price: number; priceUpper: number; options: Record<string, string>; reward: number;
+    source: 'synthetic' | 'human'; goalIndex: number; kind: string; purchased: string; price: number; priceUpper: number;
+    options: Record<string, string>; reward: Record<RewardRevision, number>;
   }>;
+  const worlds = { synthetic: world, human: loadWorld({ goals: 'human' }) };
 
-  it(`all ${fixture.length} recorded purchases get the reference reward`, () => {
-    expect(fixture.length).toBeGreaterThan(400);
-    const kinds = new Set(fixture.map((c) => c.kind));
-    expect([...kinds]).toEqual(expect.arrayContaining(['exact', 'no-options', 'over-price', 'other-product']));
-    for (const c of fixture) {
-      const g = { ...world.goals[c.goalIndex], price_upper: c.priceUpper };
-      const r = computeReward(byAsin.get(c.purchased)!, g, c.price, c.options);
-      expect(r.reward, `goal ${c.goalIndex} ${c.kind} ${c.purchased}`).toBe(c.reward);
-    }
+  it('the fixture covers both goal sources, the revisions\' disagreements and rewards above 1', () => {
+    expect(fixture.length).toBeGreaterThan(2000);
+    expect(new Set(fixture.map((c) => c.source))).toEqual(new Set(['synthetic', 'human']));
+    expect([...new Set(fixture.map((c) => c.kind))]).toEqual(
+      expect.arrayContaining(['exact', 'no-options', 'wrong-size', 'wrong-color', 'over-price', 'other-product']),
+    );
+    expect(fixture.filter((c) => c.reward.master !== c.reward['v2-6ba9969']).length).toBeGreaterThan(1000);
+    expect(Math.max(...fixture.map((c) => c.reward.master))).toBe(1);
+    expect(Math.max(...fixture.map((c) => c.reward['v2-6ba9969']))).toBeGreaterThan(1);
+  });
+
+  for (const revision of REWARD_REVISIONS) {
+    it(`${revision}: every recorded purchase gets the original's reward`, () => {
+      let mismatches = 0;
+      const examples: string[] = [];
+      for (const c of fixture) {
+        const w = worlds[c.source];
+        const g = { ...w.goals[c.goalIndex], price_upper: c.priceUpper };
+        const r = computeReward(w.catalogue.byAsin.get(c.purchased)!, g, c.price, c.options, revision).reward;
+        if (Math.abs(r - c.reward[revision]) > 1e-12) {
+          mismatches++;
+          if (examples.length < 5) examples.push(`${c.source} goal ${c.goalIndex} ${c.kind} ${c.purchased}: ${r} vs ${c.reward[revision]}`);
+        }
+      }
+      expect(examples).toEqual([]);
+      expect(mismatches).toBe(0);
+    });
+  }
+
+  it('an unknown revision name is refused, naming the setting and the known names', () => {
+    expect(() => parseRewardRevision('v2')).toThrow('webshop rewardRevision must be one of master, v2-6ba9969; got "v2"');
+    expect(() => parseRewardRevision(3, 'env.options.rewardRevision')).toThrow(/^env\.options\.rewardRevision must be one of/);
+    expect(parseRewardRevision(undefined)).toBe('master');
   });
 });

@@ -7,7 +7,7 @@
  */
 import type { Product } from './data.ts';
 import type { Goal } from './goals.ts';
-import { computeReward, type RewardResult } from './reward.ts';
+import { computeReward, parseRewardRevision, type RewardResult, type RewardRevision } from './reward.ts';
 import { SEARCH_RETURN_N } from './search.ts';
 import type { World } from './world.ts';
 
@@ -61,6 +61,8 @@ export interface ShopOptions {
   searchAnywhere?: boolean;
   /** Offer the item page's "Attributes" tab (WebShop's show_attrs). */
   showAttributes?: boolean;
+  /** Which revision of WebShop's reward scores a purchase (default master, as published numbers use). */
+  rewardRevision?: RewardRevision;
 }
 
 export class ShopSession {
@@ -74,11 +76,15 @@ export class ShopSession {
   private visited = new Set<string>();
   private purchase: { asin: string; options: Record<string, string>; price: number; result: RewardResult } | null = null;
 
+  private readonly rewardRevision: RewardRevision;
+
   constructor(
     private readonly world: World,
     readonly goal: Goal,
     private readonly opts: ShopOptions = {},
-  ) {}
+  ) {
+    this.rewardRevision = parseRewardRevision(opts.rewardRevision);
+  }
 
   get kind(): PageKind {
     return this.page;
@@ -252,7 +258,7 @@ export class ShopSession {
     if (target === BUTTON.buy.toLowerCase()) {
       const product = this.product();
       const price = this.world.prices.get(product.asin)!;
-      const result = computeReward(product, this.goal, price, this.options);
+      const result = computeReward(product, this.goal, price, this.options, this.rewardRevision);
       this.purchase = { asin: product.asin, options: { ...this.options }, price, result };
       this.page = 'done';
       return { valid: true, done: true, reward: result };
