@@ -53,6 +53,10 @@ class SimulatorLost(Exception):
     """The JVM behind the py4j gateway is gone; this bridge cannot serve any further request."""
 
 
+class SimulatorRefused(Exception):
+    """py4j failed on one request, but the JVM is alive and answers: only that request failed."""
+
+
 class Bridge:
     def __init__(self):
         # envStepLimit is set per episode in reset(); the constructor value is irrelevant.
@@ -149,10 +153,24 @@ class Bridge:
         try:
             return handler(request)
         except Py4JError as error:
-            # A dead JVM (killed, crashed, out of memory) surfaces as a py4j error. A Java
-            # exception raised by a live simulator would also be a Py4JError, but after one
-            # the simulator's state is unknown either way, so the bridge is replaced.
-            raise SimulatorLost(str(error)) from error
+            # A dead JVM (killed, crashed, out of memory) surfaces as a py4j error, and so does
+            # a request py4j could not send (text it cannot encode) or a Java exception from a
+            # live simulator. Only the first makes this bridge useless; ask the JVM to tell.
+            if not self.simulator_answers():
+                raise SimulatorLost(str(error)) from error
+            # py4j logs the underlying reason (e.g. a UnicodeEncodeError) on stderr and keeps
+            # only this generic message.
+            raise SimulatorRefused(f"the simulator could not take this request, but its JVM still answers: {error}") from error
+
+    def simulator_answers(self):
+        java = getattr(self.env._gateway, "java_process", None)
+        if java is not None and java.poll() is not None:
+            return False
+        try:
+            self.env.server.getCompleted()
+            return True
+        except Py4JError:
+            return False
 
     def close(self):
         java = getattr(self.env._gateway, "java_process", None)

@@ -20,6 +20,10 @@
  *   returns done = true, reward 0, the last score, info.outcome = 'simulator_error' and
  *   info.simulatorError, and the next reset() starts a fresh simulator. Nothing is thrown,
  *   so one bad simulator cannot stop a training run.
+ * - an action a live simulator could not carry out (the bridge saw a py4j error but the JVM
+ *   still answers) is a refused step: reward 0, nothing changes, info.refused says why, and
+ *   the episode goes on. Unpaired UTF-16 surrogates, which py4j cannot send, are replaced by
+ *   U+FFFD before an action leaves this adapter, so they never get that far.
  * - Calling step() before reset() or after done is a programming error and throws.
  */
 import type { Env, ResetResult, Split, StepResult } from '../types.ts';
@@ -276,7 +280,10 @@ export class ScienceWorldEnv implements Env {
     }
     if (typeof action !== 'string') throw new Error(`ScienceWorldEnv.step() needs a string action, got ${typeof action}`);
 
-    const correction = this.correction.enabled ? correctAction(action, episode.validActions) : { action, corrected: false, similarity: 1 };
+    // A sampled byte-level token can leave half of a UTF-16 surrogate pair in the text; py4j
+    // cannot encode that for the JVM. U+FFFD in its place makes it an ordinary unknown action.
+    const text = toWellFormed(action);
+    const correction = this.correction.enabled ? correctAction(text, episode.validActions) : { action: text, corrected: false, similarity: 1 };
     const historyAction = this.correction.history === 'corrected' ? correction.action : action;
     const actionInfo = { action: correction.action, originalAction: action, corrected: correction.corrected, historyAction };
 
@@ -287,8 +294,9 @@ export class ScienceWorldEnv implements Env {
         if (!simulator?.alive) throw new SimulatorError('the simulator of this episode is no longer running', 'died');
         result = await simulator.call<BridgeStep>('step', { action: correction.action }, this.stepTimeoutMs);
       } catch (error) {
-        if (!(error instanceof SimulatorError) && !(error instanceof SimulatorRequestError)) throw error;
-        // Whatever went wrong, the simulator's state is no longer trustworthy: replace it.
+        if (error instanceof SimulatorRequestError) return this.refused(episode, actionInfo, error);
+        if (!(error instanceof SimulatorError)) throw error;
+        // The simulator died or hung: its state is gone or untrustworthy, so replace it.
         this.discardSimulator();
         episode.done = true;
         episode.stepsTaken++;
@@ -361,6 +369,26 @@ export class ScienceWorldEnv implements Env {
     await simulator?.close();
   }
 
+  /**
+   * The simulator is alive but could not carry out this action (the bridge checked that the JVM
+   * still answers): like an unknown action, the step counts, nothing changes and the episode
+   * goes on with the same simulator.
+   */
+  private refused(episode: Episode, actionInfo: Record<string, unknown>, error: SimulatorRequestError): StepResult {
+    episode.stepsTaken++;
+    const outcome: EpisodeOutcome = episode.stepsTaken >= episode.maxSteps ? 'step_limit' : 'running';
+    episode.done = outcome !== 'running';
+    if (episode.done) episode.validActions = [];
+    return {
+      observation: `The simulator could not carry out that action (${error.message.split('\n')[0]}).`,
+      reward: 0,
+      done: episode.done,
+      score: episode.score,
+      validActions: [...episode.validActions],
+      info: { ...actionInfo, outcome, truncated: episode.done, refused: error.message, stepsTaken: episode.stepsTaken },
+    };
+  }
+
   private outcomeOf(result: BridgeStep, episode: Episode): EpisodeOutcome {
     if (result.score < 0) return 'failure';
     if (result.simulatorCompleted) return 'success';
@@ -413,6 +441,10 @@ export class ScienceWorldEnv implements Env {
   private assertOpen(): void {
     if (this.closed) throw new Error('ScienceWorldEnv is closed');
   }
+}
+
+function toWellFormed(text: string): string {
+  return (text as string & { toWellFormed(): string }).toWellFormed();
 }
 
 function positiveMs(value: number, name: string): number {
