@@ -3,13 +3,16 @@
  * official Python API -> JVM) versus the official Python API called directly on the same jar,
  * and pool scaling with K = 1, 2 simulators.
  *
- *   npx tsx bench/scienceworld.ts [--episodes 21] [--rounds 3]
+ *   npx tsx bench/scienceworld.ts [--episodes 21] [--rounds 3]     (--episodes 0: no pool scaling)
  *
  * Workload: the gold action sequences of a fixed set of test variations, fetched once and then
  * replayed verbatim by both sides, so both execute the same simulator work. The two sides take
- * turns: one untimed warm-up pass each (JVM JIT), then --rounds timed passes each, alternating,
- * and the fastest pass of each side is compared. Only step() calls are timed there. Pool
- * scaling times whole episodes (reset included), wall clock.
+ * turns: one untimed warm-up pass each (JVM JIT), then --rounds timed passes each, alternating
+ * which side goes first, and the fastest pass of each side is compared. Only step() calls are
+ * timed there. Each step is also timed on its own and grouped by how many valid actions it
+ * returned (the part of a step's answer that grows: up to ~1,500 actions, ~70 KB of JSON), to
+ * show where a difference between the sides comes from. Pool scaling times whole episodes (reset
+ * included), wall clock.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
@@ -49,31 +52,37 @@ from scienceworld import ScienceWorldEnv
 episodes = json.load(open(sys.argv[1]))
 env = ScienceWorldEnv("", envStepLimit=100000)
 def run():
-    steps, seconds = 0, 0.0
+    steps, seconds, per_step, valid = 0, 0.0, [], []
     for episode in episodes:
         env.load(episode["task"], episode["variation"], "easy")
         env.lastStepScore = 0
         env.step("look around")
         for action in episode["actions"]:
             started = time.perf_counter()
-            _, _, done, _ = env.step(action)
-            seconds += time.perf_counter() - started
+            _, _, done, info = env.step(action)
+            took = time.perf_counter() - started
+            seconds += took
+            per_step.append(took)
+            valid.append(len(info["valid"]))
             steps += 1
             if done:
                 break
-    return steps, seconds
+    return {"steps": steps, "seconds": seconds, "perStep": per_step, "valid": valid}
 print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:
     if line.strip() != "run":
         break
-    steps, seconds = run()
-    print(json.dumps({"steps": steps, "seconds": seconds}), flush=True)
+    print(json.dumps(run()), flush=True)
 env.close()
 `;
 
 interface Pass {
   steps: number;
   seconds: number;
+  /** Seconds of each step, in workload order. */
+  perStep: number[];
+  /** Valid actions each step returned. */
+  valid: number[];
 }
 
 /** Drives the Python baseline process one pass at a time. */
@@ -107,20 +116,59 @@ class PythonBaseline {
   }
 }
 
-async function adapterRun(env: ScienceWorldEnv, episodes: Episode[]): Promise<{ steps: number; seconds: number }> {
+async function adapterRun(env: ScienceWorldEnv, episodes: Episode[]): Promise<Pass> {
   let steps = 0;
   let seconds = 0;
+  const perStep: number[] = [];
+  const valid: number[] = [];
   for (const episode of episodes) {
     await env.reset(episode.task, episode.variation);
     for (const action of episode.actions) {
       const started = performance.now();
       const result = await env.step(action);
-      seconds += (performance.now() - started) / 1000;
+      const took = (performance.now() - started) / 1000;
+      seconds += took;
+      perStep.push(took);
+      valid.push(result.validActions.length);
       steps++;
       if (result.done) break;
     }
   }
-  return { steps, seconds };
+  return { steps, seconds, perStep, valid };
+}
+
+/** Buckets of a step's valid-action count, for the per-step comparison. */
+const VALID_BUCKETS: Array<[string, number, number]> = [
+  ['< 300', 0, 300],
+  ['300-999', 300, 1000],
+  ['>= 1000', 1000, Infinity],
+];
+
+/**
+ * Per bucket of valid-action count: each pass's mean time of the steps in that bucket, the
+ * fastest pass of each side. Steps are grouped by their own count, so passes need not take
+ * identical steps (an episode can end a tick apart between runs).
+ */
+function perStepComparison(python: Pass[], ours: Pass[]): string[] {
+  const bucketMean = (pass: Pass, low: number, high: number): number | undefined => {
+    const times = pass.perStep.filter((_, i) => pass.valid[i] >= low && pass.valid[i] < high);
+    return times.length > 0 ? times.reduce((sum, t) => sum + t, 0) / times.length : undefined;
+  };
+  const fastest = (passes: Pass[], low: number, high: number) =>
+    Math.min(...passes.map((p) => bucketMean(p, low, high)).filter((m): m is number => m !== undefined));
+  const lines = [`per step, by valid actions the step returned (fastest of ${python.length} python / ${ours.length} adapter passes):`];
+  for (const [label, low, high] of VALID_BUCKETS) {
+    const steps = python[0].valid.filter((v) => v >= low && v < high);
+    if (steps.length === 0) continue;
+    const py = fastest(python, low, high);
+    const ad = fastest(ours, low, high);
+    const meanValid = steps.reduce((sum, v) => sum + v, 0) / steps.length;
+    lines.push(
+      `  ${label.padEnd(8)} valid actions: ${String(steps.length).padStart(3)} steps (mean ${meanValid.toFixed(0)} actions), ` +
+        `python ${(1000 * py).toFixed(1)} ms/step, adapter ${(1000 * ad).toFixed(1)} ms/step, ratio adapter/API ${(py / ad).toFixed(3)} (steps/s)`,
+    );
+  }
+  return lines;
 }
 
 async function poolRun(size: number, episodes: Episode[]): Promise<{ steps: number; seconds: number; rssMiB: number }> {
@@ -188,10 +236,17 @@ async function main(): Promise<void> {
   const adapterPasses: Pass[] = [];
   try {
     await Promise.all([baseline.ready(), env.start()]);
-    // Pass 0 warms each JVM's JIT and is not counted.
+    // Pass 0 warms each JVM's JIT and is not counted. The side that goes first alternates.
     for (let round = 0; round <= rounds; round++) {
-      const python = await baseline.pass();
-      const ours = await adapterRun(env, episodes);
+      let python: Pass;
+      let ours: Pass;
+      if (round % 2 === 0) {
+        python = await baseline.pass();
+        ours = await adapterRun(env, episodes);
+      } else {
+        ours = await adapterRun(env, episodes);
+        python = await baseline.pass();
+      }
       if (round > 0) {
         pythonPasses.push(python);
         adapterPasses.push(ours);
@@ -215,9 +270,12 @@ async function main(): Promise<void> {
   console.log(`python API direct : ${pythonRate.toFixed(1)} steps/s  (${((1000 * python.seconds) / python.steps).toFixed(2)} ms/step)`);
   console.log(`our adapter       : ${oursRate.toFixed(1)} steps/s  (${((1000 * ours.seconds) / ours.steps).toFixed(2)} ms/step)`);
   console.log(`ratio adapter/API : ${(oursRate / pythonRate).toFixed(3)}`);
+  for (const line of perStepComparison(pythonPasses, adapterPasses)) console.log(line);
 
-  // 4. Pool scaling.
+  // 3. Pool scaling.
   const count = Number(values.episodes);
+  if (!Number.isInteger(count) || count < 0) throw new Error(`--episodes must be a non-negative integer, got '${values.episodes}'`);
+  if (count === 0) return;
   const scaled = Array.from({ length: count }, (_, index) => episodes[index % episodes.length]);
   console.log(`\npool scaling: ${count} episodes, reset + gold replay, wall clock`);
   let single = 0;
