@@ -42,6 +42,8 @@ class Seq:
     old_logprobs: Optional[list[float]] = None
     mask: Optional[list[float]] = None
     ref_logprobs: Optional[list[float]] = None
+    # Whether the token-level low-probability (delta) mask applies to this sequence.
+    low_prob_mask: bool = True
 
 
 @dataclass
@@ -478,6 +480,7 @@ class Engine:
                     flat(lambda s: s.mask),
                     flat(lambda s: s.ref_logprobs if s.ref_logprobs is not None else s.old_logprobs) if cfg.kl_coef > 0 else None,
                     cfg,
+                    flat(lambda s: [1.0 if s.low_prob_mask else 0.0] * len(s.response)) if cfg.low_prob_delta is not None else None,
                 )
                 (terms.loss_sum * loss_scale).backward()
                 stats += torch.stack([terms.loss_sum, terms.tokens, terms.clipped, terms.ratio_sum, terms.kl_sum]).detach().double()

@@ -41,10 +41,16 @@ def objective_terms(
     mask: torch.Tensor,
     ref_logp: Optional[torch.Tensor],
     cfg: ObjectiveConfig,
+    low_prob_scope: Optional[torch.Tensor] = None,
 ) -> ObjectiveTerms:
+    """`low_prob_scope`: 1 where the delta mask applies, 0 where it does not (EMPO2 masks only
+    off-policy tokens); None: everywhere."""
     if cfg.low_prob_delta is not None:
         # A comparison carries no gradient, so the mask itself is never trained.
-        mask = mask * (logp >= math.log(cfg.low_prob_delta)).to(logp.dtype)
+        keep = (logp >= math.log(cfg.low_prob_delta)).to(logp.dtype)
+        if low_prob_scope is not None:
+            keep = torch.maximum(keep, (low_prob_scope == 0).to(logp.dtype))
+        mask = mask * keep
     ratio = torch.exp(logp - old_logp)
     unclipped = ratio * advantages
     clipped_ratio = torch.clamp(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high)

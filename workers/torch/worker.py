@@ -131,6 +131,7 @@ def parse_batch(engine: Engine, req: dict[str, Any], op: str, training: bool, kl
                 if len(values) != len(response):
                     raise RequestError(f"{w}.{key} has {len(values)} values but the response has {len(response)} tokens")
                 setattr(seq, key, [float(x) for x in values])
+            seq.low_prob_mask = field(item, "low_prob_mask", w, lambda v: isinstance(v, bool), "true or false", True)
         seqs.append(seq)
     return seqs
 

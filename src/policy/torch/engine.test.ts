@@ -241,6 +241,63 @@ describe.skipIf(!gate.available)(`TorchEngine agrees with TfjsEngine (${gate.lab
     reloaded.model.dispose();
   });
 
+  it(`the δ mask applies only where a sample asks for it (EMPO²: off-policy samples): mixed batches agree (max |Δw| < ${WEIGHT_TOL})`, async () => {
+    // δ above a third of the tokens' probabilities, halfway between two that are well apart, so that
+    // the two engines' log-probs (within 1e-4 of each other) fall on the same side of it.
+    const current = await ts.logprobs(batch);
+    const sorted = current.flat().sort((a, b) => a - b);
+    let k = Math.floor(sorted.length / 3);
+    while (sorted[k + 1] - sorted[k] < 1e-3) k++;
+    const delta = Math.exp((sorted[k] + sorted[k + 1]) / 2);
+    const withDelta: ObjectiveConfig = { ...OBJECTIVE, lowProbDelta: delta };
+    const below = (i: number) => current[i].filter((lp, j) => batch[i].mask[j] === 1 && lp < Math.log(delta)).length;
+    // Off-policy (masked) and on-policy (unmasked) samples alike hold tokens below δ.
+    const mixed: TrainSequence[] = batch.map((s, i) => ({ ...s, lowProbMask: i % 2 === 1 }));
+    expect(mixed.filter((s, i) => s.lowProbMask && below(i) > 0).length).toBeGreaterThan(0);
+    expect(mixed.filter((s, i) => !s.lowProbMask && below(i) > 0).length).toBeGreaterThan(0);
+    // One more batch: the same sequences with the flag left out (the default: masked).
+    const unflagged: TrainSequence[] = batch.map(({ lowProbMask: _, ...s }) => s);
+    for (const b of [mixed, unflagged]) {
+      const a = await ts.trainStep(b, withDelta);
+      const t = await torch.trainStep(b, withDelta);
+      expectStatsClose(a, t);
+      const counted = b.reduce((n, s, i) => n + s.mask.reduce((x, y) => x + y, 0) - (s.lowProbMask === false ? 0 : below(i)), 0);
+      // Not exact for both: the first step moved the weights before the second scored its tokens.
+      if (b === mixed) expect(a.tokens).toBe(counted);
+    }
+    const dir = tempDir();
+    await torch.save(dir);
+    expect(maxWeightDiff(tfjsWeights(ts), savedWeights(dir))).toBeLessThan(WEIGHT_TOL);
+  });
+
+  it('random batches under the default objective (δ 1e-3, off-policy scope): same counted tokens and loss in both engines', async () => {
+    // The issue's measurement: random mixes of masked and unmasked samples, old log-probs near the
+    // current ones, advantages of both signs; lr 0 so every batch scores the same weights.
+    const defaults: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: 1e-3 };
+    let seed = 12345;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const pool = batch.map((s) => ({ prompt: s.prompt, response: s.response }));
+    const current = await ts.logprobs(pool);
+    let differingBefore = 0;
+    for (let k = 0; k < 20; k++) {
+      const b: TrainSequence[] = pool.map((s, i) => ({
+        ...s,
+        advantages: s.response.map(() => rand() * 2 - 1),
+        oldLogprobs: current[i].map((lp) => lp + (rand() - 0.5)),
+        mask: s.response.map(() => 1),
+        lowProbMask: rand() < 0.5,
+      }));
+      const a = await ts.trainStep(b, defaults, 1, 0);
+      const t = await torch.trainStep(b, defaults, 1, 0);
+      expect(t.tokens, `batch ${k}`).toBe(a.tokens);
+      expect(Math.abs(a.loss - t.loss) / Math.max(1e-6, Math.abs(a.loss)), `batch ${k}`).toBeLessThan(LOSS_REL_TOL);
+      const everyTokenMasked = await ts.trainStep(b.map((s) => ({ ...s, lowProbMask: true })), defaults, 1, 0);
+      if (everyTokenMasked.tokens !== a.tokens) differingBefore++;
+    }
+    // The batches exercise the scope: masking every sample (the worker's old behaviour) changes the count.
+    expect(differingBefore).toBeGreaterThan(0);
+  });
+
   it('sampling: seeded, reproducible, and the reported log-probs are the policy\'s own (temperature 0.9, top-p 0.9)', async () => {
     const prompts = [prompt('go'), prompt('You are in the hall. You see a red box.'), prompt('look')];
     const opts = { temperature: 0.9, topP: 0.9, maxTokens: 8, seed: 5 };
@@ -284,6 +341,8 @@ describe.skipIf(!gate.available)(`TorchEngine agrees with TfjsEngine (${gate.lab
     const bad = { ...batch[0], advantages: [1] };
     await expect(torch.trainStep([bad], OBJECTIVE)).rejects.toThrow(/train_step\.batch\[0\]\.advantages has 1 values but the response has \d+ tokens/);
     await expect(torch.trainStep(batch, { ...OBJECTIVE, clipLow: 1.5 })).rejects.toThrow(/objective\.clip_low must be a number in \[0, 1\)/);
+    const flagged = { ...batch[0], lowProbMask: 'yes' as unknown as boolean };
+    await expect(torch.trainStep([flagged], OBJECTIVE)).rejects.toThrow(/train_step\.batch\[0\]\.low_prob_mask must be true or false \(got "yes"\)/);
     const a = await ts.logprobs(batch.slice(0, 1));
     const b = await torch.logprobs(batch.slice(0, 1));
     expect(maxAbsDiff(a[0], b[0])).toBeLessThan(LOGPROB_TOL);

@@ -367,6 +367,7 @@ export class TorchEngine implements PolicyEngine {
         old_logprobs: s.oldLogprobs,
         mask: s.mask,
         ref_logprobs: s.refLogprobs ?? null,
+        low_prob_mask: s.lowProbMask ?? true,
       })),
       objective: {
         clip_low: objective.clipLow,
