@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { loadConfig, describeOptions, ConfigError } from '../config/load.ts';
 import { API_KEY_ENV } from '../policy/remote/http.ts';
 import { DEFAULT_MAX_REQUEST_TOKENS } from '../serve/limits.ts';
+import { checkOutputDir, checkOutputFile } from './output-paths.ts';
 
 const program = new Command();
 program.name('empo2').description('Train LLM agents to explore with EMPO² (memory-augmented hybrid on/off-policy RL)').showHelpAfterError();
@@ -63,6 +64,7 @@ withConfig(program.command('eval').description('evaluate a checkpoint or model d
   .option('--remote-timeout <seconds>', 'with --remote: time limit per request attempt', '120')
   .option('--json <file>', 'also write the result (with the checkpoint name and evaluation settings) to this JSON file')
   .action(async (given: string, opts) => {
+    if (opts.json) checkOutputFile(opts.json, '--json');
     const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
     const path = await modelArgument(given);
     const runConfig = join(path, 'config.yaml');
@@ -181,6 +183,7 @@ program
   .option('--final-eval <n>', "after training, evaluate each run's last checkpoint once more on n variations per task (less noisy than the evaluations during training); finished runs without it get it too")
   .option('--equal-steps-eval <n>', 'after training, evaluate on n variations per task the kept checkpoints just before and after each equal-steps point, and report the score interpolated between them')
   .action(async (opts) => {
+    if (opts.out && !opts.reportOnly) checkOutputDir(opts.out, '--out');
     const { compareCommand } = await import('../compare/command.ts');
     process.exitCode = await compareCommand(opts);
   });
@@ -210,6 +213,7 @@ withConfig(
     const dir = isRun ? latestCheckpoint(path) : path;
     if (!dir || !existsSync(dir)) throw new ConfigError(`--checkpoint ${path}: no checkpoint there`);
     if (!['train', 'dev', 'test'].includes(opts.split)) throw new ConfigError(`--split must be train, dev or test, got "${opts.split}"`);
+    if (opts.out) checkOutputDir(opts.out, '--out');
     const { adapt } = await import('../trainer/adapt.ts');
     let engine: import('../policy/types.ts').PolicyEngine;
     if (opts.remote) {
@@ -249,6 +253,7 @@ withConfig(
     const cfg = configFrom(opts);
     const examples = opts.examples !== undefined ? Number(opts.examples) : cfg.model.tip_warmup_examples || 6000;
     if (!Number.isInteger(examples) || examples <= 0) throw new ConfigError(`--examples: expected a positive integer, got "${opts.examples}"`);
+    checkOutputDir(opts.out, '--out');
     const { warmupModelDir } = await import('../trainer/tip-warmup.ts');
     await warmupModelDir({ ...cfg, model: { ...cfg.model, tip_warmup_examples: examples } }, opts.out);
   });
