@@ -61,6 +61,23 @@ describe('loadConfig', () => {
     expect(e2.message).toContain('rollout.group_size');
   });
 
+  it('absurd sizes are refused up front, naming the key (they used to hang or fail far from their cause)', () => {
+    expect(errorOf(() => loadConfig(null, ['rollout.group_size=1e8'])).message).toMatch(/rollout\.group_size: .*<=\s*1024/);
+    expect(errorOf(() => loadConfig(null, ['model.hidden_size=1e6'])).message).toMatch(/model\.hidden_size: .*<=\s*16384/);
+    expect(errorOf(() => loadConfig(null, ['model.vocab_size=1e9'])).message).toContain('model.vocab_size');
+    // Each within bounds, together too many episodes per iteration.
+    const e = errorOf(() => loadConfig(null, ['rollout.group_size=1024', 'rollout.tasks_per_batch=1024']));
+    expect(e.message).toContain('rollout.group_size: 1024 rollouts x rollout.tasks_per_batch 1024 = 1,048,576 episodes per iteration; at most 16,384');
+    expect(() => loadConfig(null, ['rollout.group_size=16', 'rollout.tasks_per_batch=1024'])).not.toThrow();
+  });
+
+  it('a default model whose heads do not divide its width is refused, naming the keys', () => {
+    expect(errorOf(() => loadConfig(null, ['model.hidden_size=100', 'model.num_attention_heads=3'])).message).toContain('model.hidden_size: 100 is not a multiple of model.num_attention_heads (3)');
+    expect(errorOf(() => loadConfig(null, ['model.num_attention_heads=4', 'model.num_key_value_heads=3'])).message).toContain('model.num_key_value_heads: 3 does not divide model.num_attention_heads (4)');
+    // A pretrained model.path brings its own shape.
+    expect(() => loadConfig(null, ['model.path=/some/model', 'model.hidden_size=100', 'model.num_attention_heads=3'])).not.toThrow();
+  });
+
   it('overrides parse numbers (incl. exponent form), booleans, null, strings and lists', () => {
     const cfg = loadConfig(null, ['optim.lr=1e-4', 'rollout.group_size=3', 'rollout.constrained=false', 'algo.dual_clip=null', 'run_dir=runs/x', 'env.tasks=[fetch, boil]']);
     expect(cfg.optim.lr).toBe(1e-4);

@@ -31,12 +31,13 @@ export const ModelSchema = strict({
   engine: z.enum(['tfjs', 'torch']).default('tfjs').describe('policy engine: tfjs (in process, TypeScript) or torch (the PyTorch worker in workers/torch, for GPUs)'),
   torch: TorchSchema.prefault({}).describe('settings of the PyTorch worker (model.engine: torch)'),
   path: z.string().nullable().default(null).describe('directory with config.json, model.safetensors, tokenizer.json, or a .gguf file (imported once into <name>-hf/ beside it) (null: build the default tiny model)'),
-  hidden_size: z.number().int().positive().default(96).describe('default tiny model: width'),
-  intermediate_size: z.number().int().positive().default(256).describe('default tiny model: MLP width'),
-  num_hidden_layers: z.number().int().positive().default(2).describe('default tiny model: layers'),
-  num_attention_heads: z.number().int().positive().default(4).describe('default tiny model: query heads'),
-  num_key_value_heads: z.number().int().positive().default(2).describe('default tiny model: key/value heads (grouped-query attention)'),
-  vocab_size: z.number().int().min(300).default(512).describe('default tiny model: byte-level BPE vocabulary size, trained on environment text'),
+  // Upper bounds: about the largest published models' sizes, far beyond what the in-process engine holds.
+  hidden_size: z.number().int().positive().max(16_384).default(96).describe('default tiny model: width'),
+  intermediate_size: z.number().int().positive().max(65_536).default(256).describe('default tiny model: MLP width'),
+  num_hidden_layers: z.number().int().positive().max(256).default(2).describe('default tiny model: layers'),
+  num_attention_heads: z.number().int().positive().max(256).default(4).describe('default tiny model: query heads'),
+  num_key_value_heads: z.number().int().positive().max(256).default(2).describe('default tiny model: key/value heads (grouped-query attention)'),
+  vocab_size: z.number().int().min(300).max(262_144).default(512).describe('default tiny model: byte-level BPE vocabulary size, trained on environment text'),
   tie_word_embeddings: z.boolean().default(true).describe('default tiny model: share input and output embeddings'),
   tip_warmup_examples: z.number().int().min(0).default(0).describe('tiny model: supervised tip-reading warm-up on this many synthetic prompts before RL (0: none); teaches following and avoiding memories, never the task (src/trainer/tip-warmup.ts)'),
   tip_warmup_epochs: z.number().int().positive().default(3).describe('passes over the tip warm-up examples'),
@@ -61,8 +62,8 @@ export const PromptSchema = strict({
 });
 
 export const RolloutSchema = strict({
-  group_size: z.number().int().positive().default(4).describe('N: rollouts per task (the GRPO group; the paper uses 8)'),
-  tasks_per_batch: z.number().int().positive().default(8).describe('(task, variation) groups per iteration (more groups of fewer rollouts: steadier updates for the tiny model)'),
+  group_size: z.number().int().positive().max(1024).default(4).describe('N: rollouts per task (the GRPO group; the paper uses 8)'),
+  tasks_per_batch: z.number().int().positive().max(16_384).default(8).describe('(task, variation) groups per iteration (more groups of fewer rollouts: steadier updates for the tiny model)'),
   temperature: z.number().min(0).default(1.0).describe('sampling temperature for training rollouts'),
   top_p: z.number().gt(0).max(1).default(1.0).describe('nucleus sampling for training rollouts'),
   eval_temperature: z.number().min(0).default(0.7).describe('sampling temperature for evaluation (0: greedy; the paper uses 0.4 with a 7B model, which makes the tiny default policy repeat itself)'),
@@ -186,9 +187,25 @@ export function resolveAlgo(cfg: Config): ResolvedAlgo {
   return { p, pEnd, drawsModes, q: cfg.algo.q, intrinsic, memory: drawsModes || intrinsic === 'retrieval' };
 }
 
+/**
+ * Most episodes one iteration may roll out (rollout.tasks_per_batch × rollout.group_size). Every one
+ * holds an environment (one JVM each for ScienceWorld unless env.max_instances caps them) and its
+ * whole trajectory in memory until the update.
+ */
+export const MAX_EPISODES_PER_ITERATION = 16_384;
+
 /** Cross-field rules the per-field schema cannot express; returns "key: problem" lines. */
 export function configProblems(cfg: Config): string[] {
   const out: string[] = [];
+  const episodes = cfg.rollout.tasks_per_batch * cfg.rollout.group_size;
+  if (episodes > MAX_EPISODES_PER_ITERATION) {
+    out.push(`rollout.group_size: ${cfg.rollout.group_size} rollouts x rollout.tasks_per_batch ${cfg.rollout.tasks_per_batch} = ${episodes.toLocaleString('en')} episodes per iteration; at most ${MAX_EPISODES_PER_ITERATION.toLocaleString('en')}`);
+  }
+  if (cfg.model.path === null) {
+    const m = cfg.model;
+    if (m.hidden_size % m.num_attention_heads !== 0) out.push(`model.hidden_size: ${m.hidden_size} is not a multiple of model.num_attention_heads (${m.num_attention_heads})`);
+    if (m.num_attention_heads % m.num_key_value_heads !== 0) out.push(`model.num_key_value_heads: ${m.num_key_value_heads} does not divide model.num_attention_heads (${m.num_attention_heads})`);
+  }
   if (cfg.algo.name === 'grpo') {
     if (cfg.algo.p !== null && cfg.algo.p > 0) out.push(`algo.p: ${cfg.algo.p} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
     if (cfg.algo.p_end !== null && cfg.algo.p_end > 0) out.push(`algo.p_end: ${cfg.algo.p_end} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);

@@ -47,7 +47,7 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
   const tasks = cfg.env.tasks ?? probe.tasks();
   const envs: Env[] = [probe];
   try {
-    while (envs.length < environmentCount(cfg, tasks.length * cfg.env.eval_variations)) envs.push(await createEnv(cfg.env));
+    while (envs.length < environmentCount(cfg, evaluationEpisodes(probe, tasks, cfg))) envs.push(await createEnv(cfg.env));
     const memory = cfg.train.eval_with_memory ? await checkpointMemory(cfg, engine, output.modelDir) : undefined;
     if (memory) console.log(`showing tips from ${join(output.modelDir, MEMORY_FILE)} (${memory.tips.size()} tips; read, not written)`);
     const result = await evaluate(engine, envs, tasks, cfg, 0, memory);
@@ -73,6 +73,11 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
   } finally {
     await Promise.all(envs.map((e) => e.close()));
   }
+}
+
+/** Episodes of one held-out evaluation: env.eval_variations caps each task's split, it does not pad it. */
+export function evaluationEpisodes(env: Env, tasks: readonly string[], cfg: Config): number {
+  return tasks.reduce((n, t) => n + Math.min(cfg.env.eval_variations, env.variations(t, cfg.env.eval_split).length), 0);
 }
 
 /**

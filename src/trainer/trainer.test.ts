@@ -17,7 +17,7 @@ import { Rng } from '../util/rng.ts';
 import { latestCheckpoint, loadCheckpoint } from './checkpoint.ts';
 import { grpoUpdate, type GrpoSettings } from './grpo.ts';
 import type { Episode, StepRecord } from './rollout.ts';
-import { createEngine, train } from './trainer.ts';
+import { checkTinyModelFits, createEngine, train } from './trainer.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-trainer-'));
@@ -30,7 +30,11 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
  * and the "iteration 3 trains" check below fails, pick another seed where it does.
  */
 function tinyConfig(runDir: string, iterations: number): Config {
-  return loadConfig(null, [
+  return loadConfig(null, tinyConfigOverrides(runDir, iterations));
+}
+
+function tinyConfigOverrides(runDir: string, iterations: number): string[] {
+  return [
     `run_dir=${runDir}`,
     'seed=2',
     ...TINY_MODEL,
@@ -42,7 +46,7 @@ function tinyConfig(runDir: string, iterations: number): Config {
     `train.iterations=${iterations}`,
     'train.checkpoint_every=1',
     'train.eval_every=1',
-  ]);
+  ];
 }
 
 interface MetricLine {
@@ -157,6 +161,24 @@ describe('train() end to end', () => {
     const w2 = weightsOf(join(runDir, 'checkpoints', 'iter-000002'));
     const w3 = weightsOf(join(runDir, 'checkpoints', 'iter-000003'));
     expect([...w2].some(([k, x]) => x.some((v, i) => v !== w3.get(k)![i]))).toBe(true);
+  });
+
+  it('env.eval_variations beyond the split evaluates every variation of it (no environment per missing one)', async () => {
+    const dir = join(root, 'all-variations');
+    const cfg = loadConfig(null, [...tinyConfigOverrides(dir, 1), 'env.eval_variations=1000000000', 'env.max_steps=2']);
+    const started = performance.now();
+    await train(cfg, { resume: false, log: () => {} });
+    const evals = metrics(dir).filter((m) => m.type === 'eval');
+    expect(evals.map((m) => m.episodes)).toEqual([50, 50]); // the built-in test split holds 50 variations of fetch
+    expect(performance.now() - started).toBeLessThan(60_000);
+  }, 60_000);
+
+  it('a default tiny model too large to train is refused up front, naming its sizes', () => {
+    const cfg = loadConfig(null, ['model.hidden_size=16384', 'model.intermediate_size=65536', 'model.num_hidden_layers=64']);
+    const started = performance.now();
+    expect(() => checkTinyModelFits(cfg)).toThrow(/model\.hidden_size=16384, model\.intermediate_size=65536, model\.num_hidden_layers=64, model\.vocab_size=512: the default tiny model would have [\d,]+ parameters/);
+    expect(performance.now() - started).toBeLessThan(1000);
+    expect(() => checkTinyModelFits(loadConfig(null))).not.toThrow();
   });
 
   it('with env.max_instances 2 (below the group of 3) the rollouts run in chunks and the run trains as usual', async () => {

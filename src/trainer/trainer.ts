@@ -5,21 +5,23 @@
  * checkpoint stays intact either way, since checkpoints are written atomically).
  */
 import { appendFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { stringify as toYaml } from 'yaml';
+import { ConfigError } from '../config/load.ts';
 import { resolveAlgo, type Config } from '../config/schema.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { drawMode, scheduledP, usesMemory, type Mode } from '../algo/modes.ts';
 import { createEnv, environmentCorpus } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
-import { initBackend } from '../policy/tfjs/backend.ts';
+import { initBackend, tf } from '../policy/tfjs/backend.ts';
 import { nativeMatMulStatus } from '../policy/tfjs/native-matmul.ts';
 import { loadModelDir, saveModelDir } from '../policy/tfjs/checkpoint.ts';
 import { resolveModelPath } from '../policy/gguf/model-path.ts';
 import { Tokenizer } from '../policy/tokenizer.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
-import { countParameters } from '../policy/tfjs/qwen2.ts';
+import { countParameters, type ModelConfig } from '../policy/tfjs/qwen2.ts';
 import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
 import { buildWarmupExamples, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
 import { Rng } from '../util/rng.ts';
@@ -29,6 +31,7 @@ import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { IM_END, END_OF_TEXT, endTokenIds } from './prompt.ts';
 import { environmentCount, oracleOf, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
 import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
+import { evaluationEpisodes } from './eval-command.ts';
 
 export interface TrainOptions {
   resume: boolean;
@@ -49,6 +52,25 @@ export interface TrainResult {
 const optimizerSettings = (cfg: Config) => ({ lr: cfg.optim.lr, beta1: cfg.optim.beta1, beta2: cfg.optim.beta2, eps: cfg.optim.eps, weightDecay: cfg.optim.weight_decay });
 const loraSettings = (cfg: Config) => (cfg.model.lora ? { r: cfg.model.lora.r, alpha: cfg.model.lora.alpha, dropout: cfg.model.lora.dropout, targetModules: cfg.model.lora.target_modules } : null);
 
+/**
+ * Refuses a default tiny model that cannot be held, before the corpus and tokenizer are built for
+ * it: every weight needs 16 bytes while training (value, gradient, two AdamW moments), and the
+ * WebAssembly backend keeps all tensors in one heap of at most 4 GiB.
+ */
+export function checkTinyModelFits(cfg: Config): void {
+  const m = cfg.model;
+  const config = { model_type: 'qwen2', vocab_size: m.vocab_size, hidden_size: m.hidden_size, intermediate_size: m.intermediate_size, num_hidden_layers: m.num_hidden_layers, num_attention_heads: m.num_attention_heads, num_key_value_heads: m.num_key_value_heads, tie_word_embeddings: m.tie_word_embeddings } as ModelConfig;
+  const parameters = countParameters(config);
+  const wasm = tf.getBackend() === 'wasm';
+  const limit = wasm ? 4 * 2 ** 30 : totalmem();
+  if (parameters * 16 <= limit) return;
+  const sizes = (['hidden_size', 'intermediate_size', 'num_hidden_layers', 'vocab_size'] as const).map((k) => `model.${k}=${m[k]}`).join(', ');
+  throw new ConfigError(
+    `${sizes}: the default tiny model would have ${parameters.toLocaleString('en')} parameters, ${(parameters * 16 / 2 ** 30).toFixed(1)} GiB to train ` +
+      `(weights, gradients and AdamW moments), more than the ${wasm ? '4 GiB WebAssembly heap of the tfjs engine' : `${(limit / 2 ** 30).toFixed(0)} GiB of memory of this machine`}; make it smaller, or give a pretrained model.path`,
+  );
+}
+
 export async function createEngine(cfg: Config, from: 'fresh' | string): Promise<{ engine: TfjsEngine; loaded?: ReturnType<typeof loadCheckpoint> }> {
   const engineOptions = (endTokens: number[], pad: number) => ({
     optimizer: optimizerSettings(cfg),
@@ -66,6 +88,7 @@ export async function createEngine(cfg: Config, from: 'fresh' | string): Promise
     engine.optimizer.importState(loaded.optimizer.step, loaded.optimizer.tensors);
     return { engine, loaded };
   }
+  if (!cfg.model.path) checkTinyModelFits(cfg);
   const { model, tokenizer } = cfg.model.path ? loadModelDir(await resolveModelPath(cfg.model.path)) : buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
   const e = endTokenIds(tokenizer);
   if (e.length === 0) throw new Error(`the tokenizer has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
@@ -98,6 +121,7 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
   if (!baseDir) {
     baseDir = join(cfg.run_dir, 'initial-model');
     if (!existsSync(join(baseDir, 'config.json'))) {
+      checkTinyModelFits(cfg);
       const tiny = buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
       await saveModelDir(baseDir, tiny.model, tiny.tokenizer);
       tiny.model.dispose();
@@ -189,7 +213,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const trainVariations = new Map(tasks.map((t) => [t, probe.variations(t, 'train').slice(0, cfg.env.train_variations ?? undefined)]));
   const batchSize = cfg.rollout.tasks_per_batch * cfg.rollout.group_size;
   const envs: Env[] = [probe];
-  while (envs.length < environmentCount(cfg, Math.max(batchSize, tasks.length * cfg.env.eval_variations))) envs.push(await createEnv(cfg.env));
+  while (envs.length < environmentCount(cfg, Math.max(batchSize, evaluationEpisodes(probe, tasks, cfg)))) envs.push(await createEnv(cfg.env));
 
   if (!resumeFrom && cfg.model.tip_warmup_examples > 0) {
     const ws = tipWarmupSettings(cfg);
