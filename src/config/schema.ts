@@ -213,3 +213,48 @@ export function configProblems(cfg: Config): string[] {
   }
   return out;
 }
+
+/**
+ * Options a `--resume` may set differently from the run's config.yaml: how long to train, how and
+ * how often to evaluate and save, and where and with how many resources the same computation runs.
+ * Everything else (the model, the algorithm, the data, the seed) was fixed when the run started;
+ * the policy and optimiser come from the checkpoint, so a different value would be ignored or would
+ * silently make the run a mixture of two configs.
+ */
+export const RESUMABLE_OPTIONS = [
+  'run_dir',
+  'train.iterations',
+  'train.eval_every',
+  'train.checkpoint_every',
+  'train.keep_checkpoints',
+  'train.eval_with_memory',
+  'env.eval_split',
+  'env.eval_variations',
+  'env.max_instances',
+  'rollout.eval_temperature',
+  'rollout.remote.base_url',
+  'rollout.remote.timeout_s',
+  'rollout.remote.retries',
+  'model.torch.device',
+  'model.torch.threads',
+  'model.torch.launcher',
+  'model.torch.gradient_checkpointing',
+  'optim.micro_batch_tokens',
+] as const;
+
+/** "key: value in the run, value now" for every option that differs and that a resume may not change. */
+export function resumeConflicts(saved: Config, requested: Config): string[] {
+  const allowed = new Set<string>(RESUMABLE_OPTIONS);
+  const out: string[] = [];
+  const walk = (a: unknown, b: unknown, key: string) => {
+    if (allowed.has(key)) return;
+    const isSection = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+    if (isSection(a) && isSection(b)) {
+      for (const k of [...new Set([...Object.keys(a), ...Object.keys(b)])].sort()) walk(a[k], b[k], key ? `${key}.${k}` : k);
+      return;
+    }
+    if (JSON.stringify(a) !== JSON.stringify(b)) out.push(`${key}: ${JSON.stringify(a)} in the run, ${JSON.stringify(b)} now`);
+  };
+  walk(saved, requested, '');
+  return out;
+}

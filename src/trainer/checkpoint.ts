@@ -50,6 +50,43 @@ export async function saveCheckpoint(
   return final;
 }
 
+const TEMPORARY = /^.+\.tmp-(\d+)$/;
+
+/** Where the trainer writes under a temporary name: the run folder and its checkpoints folder. */
+const temporaryHomes = (runDir: string) => [runDir, checkpointsDir(runDir)].filter((d) => existsSync(d));
+
+/**
+ * What a process killed in the middle of a write left behind: temporary checkpoint folders
+ * (`iter-N.tmp-PID`, tens of GB for a large model) and other `NAME.tmp-PID` files and folders of the
+ * run. Those of a process that still runs (other than this one) are not stale: it may be writing them.
+ */
+export function staleTemporaryFiles(runDir: string): string[] {
+  return temporaryHomes(runDir).flatMap((dir) =>
+    readdirSync(dir)
+      .filter((n) => {
+        const pid = TEMPORARY.exec(n)?.[1];
+        return pid !== undefined && (Number(pid) === process.pid || !processRuns(Number(pid)));
+      })
+      .map((n) => join(dir, n)),
+  );
+}
+
+/** Removes what staleTemporaryFiles finds and returns it; complete checkpoints are never touched. */
+export function removeStaleTemporaryFiles(runDir: string): string[] {
+  const stale = staleTemporaryFiles(runDir);
+  for (const path of stale) rmSync(path, { recursive: true, force: true });
+  return stale;
+}
+
+function processRuns(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM'; // it exists, but belongs to someone else
+  }
+}
+
 function pruneCheckpoints(root: string, keep: number, latest: string): void {
   const all = readdirSync(root)
     .filter((n) => /^iter-\d+$/.test(n))

@@ -4,10 +4,11 @@
  * hand-made episodes against a recording engine.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, statSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadConfig } from '../config/load.ts';
+import { ConfigError, loadConfig } from '../config/load.ts';
 import type { Config } from '../config/schema.ts';
 import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
@@ -139,7 +140,25 @@ describe('train() end to end', () => {
   });
 
   it('resume to 3 iterations continues at iteration 3 and ends exactly where an uninterrupted 3-iteration run ends', async () => {
+    // What a kill -9 while iteration 3 wrote its checkpoint leaves: a temporary checkpoint folder
+    // and pointer of a process that is gone, and metrics lines for iteration 3 (the last one torn).
+    const checkpoints = join(runDir, 'checkpoints');
+    const dead = spawnSync('true').pid!;
+    mkdirSync(join(checkpoints, `iter-000003.tmp-${dead}`));
+    writeFileSync(join(checkpoints, `iter-000003.tmp-${dead}`, 'model.safetensors'), 'half a file');
+    writeFileSync(join(checkpoints, `latest.json.tmp-${dead}`), '{"checkpoint": "iter-0000');
+    // A process that still runs may be writing its own: left alone.
+    const running = join(checkpoints, `iter-000003.tmp-${process.ppid}`);
+    mkdirSync(running);
+    appendFileSync(join(runDir, 'metrics.jsonl'), JSON.stringify({ type: 'train', iteration: 3, loss: 99 }) + '\n' + JSON.stringify({ type: 'eval', iteration: 3, mean_score: 99 }) + '\n{"type": "tra');
     await train(tinyConfig(runDir, 3), { resume: true, log: (l) => resumeLogs.push(l) });
+    expect(readdirSync(checkpoints).sort()).toEqual([`iter-000001`, `iter-000002`, `iter-000003`, `iter-000003.tmp-${process.ppid}`, 'latest.json']);
+    expect(resumeLogs).toContain(`removed ${join(checkpoints, `iter-000003.tmp-${dead}`)}, left by a process that stopped while writing it`);
+    rmSync(running, { recursive: true });
+    // The eval table still compares with the evaluation logged at iteration 0.
+    const table = readFileSync(join(runDir, 'eval.md'), 'utf8');
+    expect(table).toContain('score (iter 0)');
+    expect(table).toContain('score (iter 3)');
     expect(resumeLogs.some((l) => l.includes(`resuming from ${join(runDir, 'checkpoints', 'iter-000002')}`))).toBe(true);
     expect(resumeLogs.some((l) => l.startsWith('iter 1/') || l.startsWith('iter 2/'))).toBe(false);
     expect(resumeLogs.some((l) => l.startsWith('iter 3/3 |'))).toBe(true);
@@ -161,6 +180,35 @@ describe('train() end to end', () => {
     const w2 = weightsOf(join(runDir, 'checkpoints', 'iter-000002'));
     const w3 = weightsOf(join(runDir, 'checkpoints', 'iter-000003'));
     expect([...w2].some(([k, x]) => x.some((v, i) => v !== w3.get(k)![i]))).toBe(true);
+  });
+
+  it('resuming the finished run does nothing: no evaluation, no new line, the same before/after table', async () => {
+    const before = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8');
+    const table = readFileSync(join(runDir, 'eval.md'), 'utf8');
+    const logs: string[] = [];
+    const result = await train(tinyConfig(runDir, 3), { resume: true, log: (l) => logs.push(l) });
+    expect(readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')).toBe(before);
+    expect(readFileSync(join(runDir, 'eval.md'), 'utf8')).toBe(table);
+    expect(logs.some((l) => l.startsWith('eval @'))).toBe(false);
+    expect(logs).toContain('the run already finished its 3 iterations; raise train.iterations to train it longer');
+    expect(result.finalEval.summary.mean_score).toBe(metrics(runDir).filter((m) => m.type === 'eval').at(-1)!.mean_score);
+    expect(result.initialEval!.iteration).toBe(0);
+  });
+
+  it('a resume refuses options that contradict the run, naming each, and a shorter run; run length and evaluation may change', async () => {
+    const resume = (...sets: string[]) => {
+      const cfg = loadConfig(null, [...tinyConfigOverrides(runDir, 3), ...sets]);
+      return train(cfg, { resume: true, log: () => {} });
+    };
+    const err = await resume('model.hidden_size=64', 'model.path=/somewhere/else', 'env.eval_variations=2', 'train.iterations=3').catch((e: Error) => e);
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as Error).message).toContain('model.hidden_size: 32 in the run, 64 now');
+    expect((err as Error).message).toContain('model.path: null in the run, "/somewhere/else" now');
+    expect((err as Error).message).not.toContain('env.eval_variations:');
+    expect((err as Error).message).toMatch(/A resume may change only: .*train\.iterations.*env\.eval_variations/);
+    await expect(resume('algo.clip_low=0.1')).rejects.toThrow('algo.clip_low: 0.2 in the run, 0.1 now');
+    await expect(resume('train.iterations=2')).rejects.toThrow("train.iterations is 2, but the run's latest checkpoint is at iteration 3");
+    expect(latestCheckpoint(runDir)).toBe(join(runDir, 'checkpoints', 'iter-000003'));
   });
 
   it('env.eval_variations beyond the split evaluates every variation of it (no environment per missing one)', async () => {

@@ -4,12 +4,12 @@
  * at the next iteration boundary after saving; a second Ctrl-C exits at once (the last complete
  * checkpoint stays intact either way, since checkpoints are written atomically).
  */
-import { appendFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { stringify as toYaml } from 'yaml';
-import { ConfigError } from '../config/load.ts';
-import { resolveAlgo, type Config } from '../config/schema.ts';
+import { ConfigError, loadConfig } from '../config/load.ts';
+import { RESUMABLE_OPTIONS, resolveAlgo, resumeConflicts, type Config } from '../config/schema.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { drawMode, scheduledP, usesMemory, type Mode } from '../algo/modes.ts';
 import { createEnv, environmentCorpus } from '../envs/index.ts';
@@ -25,7 +25,8 @@ import { countParameters, type ModelConfig } from '../policy/tfjs/qwen2.ts';
 import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
 import { buildWarmupExamples, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
 import { Rng } from '../util/rng.ts';
-import { latestCheckpoint, loadCheckpoint, loadTrainerState, saveCheckpoint, type TrainerState } from './checkpoint.ts';
+import { latestCheckpoint, loadCheckpoint, loadTrainerState, removeStaleTemporaryFiles, saveCheckpoint, type TrainerState } from './checkpoint.ts';
+import { MetricsLog } from './metrics-log.ts';
 import { grpoUpdate } from './grpo.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { IM_END, END_OF_TEXT, endTokenIds } from './prompt.ts';
@@ -123,8 +124,13 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
     if (!existsSync(join(baseDir, 'config.json'))) {
       checkTinyModelFits(cfg);
       const tiny = buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
-      await saveModelDir(baseDir, tiny.model, tiny.tokenizer);
+      // Written aside and renamed, so a kill in the middle never leaves a directory that looks complete.
+      const tmp = `${baseDir}.tmp-${process.pid}`;
+      rmSync(tmp, { recursive: true, force: true });
+      await saveModelDir(tmp, tiny.model, tiny.tokenizer);
       tiny.model.dispose();
+      rmSync(baseDir, { recursive: true, force: true });
+      renameSync(tmp, baseDir);
     }
   }
   const lora = loraSettings(cfg);
@@ -196,6 +202,8 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const resumeFrom = opts.resume ? latestCheckpoint(runDir) : null;
   if (opts.resume && !resumeFrom) throw new Error(`--resume: no checkpoint in ${join(runDir, 'checkpoints')}`);
   if (!opts.resume && latestCheckpoint(runDir)) throw new Error(`${runDir} already holds a run; use --resume to continue it or choose another run_dir`);
+  if (resumeFrom) checkResumeConfig(cfg, runDir, loadTrainerState(resumeFrom).iteration, log);
+  for (const path of removeStaleTemporaryFiles(runDir)) log(`removed ${path}, left by a process that stopped while writing it`);
   const trainingEngine = await createTrainingEngine(cfg, resumeFrom ?? 'fresh');
   const engine = trainingEngine.engine;
   const remoteRollouts = cfg.rollout.remote ? await createRemoteRollouts(cfg, engine) : null;
@@ -205,7 +213,10 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const state: TrainerState = trainingEngine.state ?? { iteration: 0, envSteps: 0, rngState: new Rng(cfg.seed).getState(), elapsedSeconds: 0 };
   const rng = new Rng(0);
   rng.setState(state.rngState);
-  if (!resumeFrom) writeFileSync(join(runDir, 'config.yaml'), toYaml(cfg));
+  // On resume, the settings a resume may change (checkResumeConfig) are the run's from now on.
+  writeTextAtomic(join(runDir, 'config.yaml'), toYaml(cfg));
+  const metricsPath = join(runDir, 'metrics.jsonl');
+  const metrics = resumeFrom ? MetricsLog.resume(metricsPath, state.iteration, log) : MetricsLog.fresh(metricsPath, log);
 
   const probe = await createEnv(cfg.env);
   if (memory && cfg.memory.source === 'oracle') oracleOf(probe); // fail before training, not at the first memory rollout
@@ -245,10 +256,9 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   };
   if (opts.handleSignals) process.on('SIGINT', onSigint);
 
-  const metricsPath = join(runDir, 'metrics.jsonl');
   const runEval = async (iteration: number) => {
     const r = await evaluate(engine, envs, tasks, cfg, iteration, cfg.train.eval_with_memory && memory ? memory : undefined);
-    appendFileSync(metricsPath, JSON.stringify({ type: 'eval', iteration, train_env_steps: state.envSteps, ...r.summary, per_task: r.perTask }) + '\n');
+    metrics.append({ type: 'eval', iteration, train_env_steps: state.envSteps, ...r.summary, per_task: r.perTask });
     log(`eval @ iter ${iteration}: mean score ${r.summary.mean_score.toFixed(1)} | success ${(r.summary.success_rate * 100).toFixed(1)}% | ${r.summary.episodes} episodes on ${cfg.env.eval_split}`);
     return r;
   };
@@ -257,8 +267,10 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     await remoteRollouts.sync();
     log(`rollouts through ${cfg.rollout.remote!.base_url} (weights pushed after every update: ${cfg.rollout.remote!.sync === 'load_weights' ? 'yes' : 'no'})`);
   }
-  let initialEval: EvalResult | null = null;
-  if (state.iteration === 0) initialEval = await runEval(0);
+  // The "before" of the before/after table; on resume, the one logged when the run started.
+  let initialEval = metrics.evalAt(0);
+  if (!initialEval && state.iteration === 0) initialEval = await runEval(0);
+  if (state.iteration >= cfg.train.iterations) log(`the run already finished its ${state.iteration} iterations; raise train.iterations to train it longer`);
 
   const started = performance.now() - state.elapsedSeconds * 1000;
   const firstIteration = state.iteration + 1;
@@ -320,20 +332,17 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       const rolloutTokPerS = (stats.promptTokens + stats.generatedTokens) / Math.max(1e-9, stats.policySeconds);
       const trainTokPerS = update.tokens / Math.max(1e-9, (t2 - t1) / 1000);
       const eta = (cfg.train.iterations - it) * ((t2 - t0) / 1000);
-      appendFileSync(
-        metricsPath,
-        JSON.stringify({
-          type: 'train', iteration: it, env_steps: state.envSteps, mean_score: meanScore, success_rate: success,
-          loss: update.loss, clip_fraction: update.clipFraction, mean_ratio: update.meanRatio, grad_norm: update.gradNorm, kl: update.kl,
-          sequences: update.sequences, trained_tokens: update.tokens, rollout_seconds: (t1 - t0) / 1000, update_seconds: (t2 - t1) / 1000,
-          rollout_tokens_per_s: rolloutTokPerS, mean_prompt_tokens: stats.promptTokens / Math.max(1, stats.envSteps), elapsed_seconds: state.elapsedSeconds,
-          modes: countModes(modes), score_by_mode: byMode, off_policy_sequences: update.offPolicySequences, off_policy_mean_weight: update.offPolicyMeanWeight, dropped_low_prob: update.droppedLowProb,
-          intrinsic_mean: intrinsic ? intrinsic.flat().reduce((a, b) => a + b, 0) / Math.max(1, episodes.length) : 0,
-          memory_seconds: memorySeconds, memory_share_of_rollout: memorySeconds / Math.max(1e-9, (t1 - t0) / 1000),
-          tips_added: tipsAdded, memory_size: memory ? memory.tips.size() : 0,
-          ...(rehearsalNll !== null ? { tip_rehearsal_nll: rehearsalNll } : {}),
-        }) + '\n',
-      );
+      metrics.append({
+        type: 'train', iteration: it, env_steps: state.envSteps, mean_score: meanScore, success_rate: success,
+        loss: update.loss, clip_fraction: update.clipFraction, mean_ratio: update.meanRatio, grad_norm: update.gradNorm, kl: update.kl,
+        sequences: update.sequences, trained_tokens: update.tokens, rollout_seconds: (t1 - t0) / 1000, update_seconds: (t2 - t1) / 1000,
+        rollout_tokens_per_s: rolloutTokPerS, mean_prompt_tokens: stats.promptTokens / Math.max(1, stats.envSteps), elapsed_seconds: state.elapsedSeconds,
+        modes: countModes(modes), score_by_mode: byMode, off_policy_sequences: update.offPolicySequences, off_policy_mean_weight: update.offPolicyMeanWeight, dropped_low_prob: update.droppedLowProb,
+        intrinsic_mean: intrinsic ? intrinsic.flat().reduce((a, b) => a + b, 0) / Math.max(1, episodes.length) : 0,
+        memory_seconds: memorySeconds, memory_share_of_rollout: memorySeconds / Math.max(1e-9, (t1 - t0) / 1000),
+        tips_added: tipsAdded, memory_size: memory ? memory.tips.size() : 0,
+        ...(rehearsalNll !== null ? { tip_rehearsal_nll: rehearsalNll } : {}),
+      });
       log(
         `iter ${it}/${cfg.train.iterations}${algo.drawsModes ? ` [${describeModes(modes, cfg.rollout.group_size, drawnPer('rollout'))}]` : ''} | env steps ${state.envSteps} | score ${meanScore.toFixed(1)}${describeScores(byMode)} | success ${(success * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)}${rehearsalNll !== null ? ` | tip NLL ${rehearsalNll.toFixed(2)}` : ''} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
           `rollout ${((t1 - t0) / 1000).toFixed(1)}s (${rolloutTokPerS.toFixed(0)} tok/s) | update ${((t2 - t1) / 1000).toFixed(1)}s (${trainTokPerS.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`,
@@ -361,7 +370,8 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   }
   let finalEval = lastEval;
   if (!interrupted) {
-    finalEval = await runEval(state.iteration);
+    // A finished run that is resumed (or one stopped between its final checkpoint and evaluation) keeps its logged evaluation.
+    finalEval = metrics.evalAt(state.iteration) ?? (await runEval(state.iteration));
     const table = formatEvalTable(finalEval, initialEval);
     writeFileSync(join(runDir, 'eval.md'), table + '\n');
     log('\n' + table);
@@ -370,6 +380,36 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   memory?.dispose();
   await trainingEngine.close();
   return { runDir, iterations: state.iteration, initialEval, finalEval: finalEval!, interrupted };
+}
+
+/**
+ * A resume continues the run as it was configured: options other than RESUMABLE_OPTIONS must equal
+ * the run's config.yaml (the checkpoint's weights and optimiser would otherwise be silently kept
+ * under a config that says something else), and the run cannot be shortened below its checkpoint.
+ */
+function checkResumeConfig(cfg: Config, runDir: string, checkpointIteration: number, log: (line: string) => void): void {
+  if (cfg.train.iterations < checkpointIteration) {
+    throw new ConfigError(`--resume: train.iterations is ${cfg.train.iterations}, but the run's latest checkpoint is at iteration ${checkpointIteration}; a run cannot be shortened (evaluate an earlier checkpoint instead)`);
+  }
+  const savedPath = join(runDir, 'config.yaml');
+  if (!existsSync(savedPath)) {
+    log(`--resume: ${savedPath} is missing, so the options cannot be checked against the run's`);
+    return;
+  }
+  const conflicts = resumeConflicts(loadConfig(savedPath), cfg);
+  if (conflicts.length > 0) {
+    throw new ConfigError(
+      `--resume: these options differ from the run's (${savedPath}) and cannot change in the middle of a run:\n` +
+        conflicts.map((c) => `  - ${c}`).join('\n') +
+        `\nA resume may change only: ${RESUMABLE_OPTIONS.join(', ')}. Start a new run (another run_dir) to change the others.`,
+    );
+  }
+}
+
+function writeTextAtomic(path: string, text: string): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, text);
+  renameSync(tmp, path);
 }
 
 function countModes(modes: readonly Mode[]): Record<Mode, number> {

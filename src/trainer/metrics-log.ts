@@ -1,0 +1,92 @@
+/**
+ * `metrics.jsonl`: a `train` line per iteration and an `eval` line per evaluation, appended as the
+ * run goes. A run resumed from the checkpoint of iteration k redoes every iteration after k, so the
+ * lines written after that checkpoint (by the attempt that was interrupted) are dropped first; the
+ * file then holds one line of each type per iteration, and the iteration-0 evaluation stays the
+ * "before" of the run's before/after table however often it is resumed.
+ */
+import { appendFileSync, existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import type { EvalResult } from './evaluate.ts';
+
+export interface MetricsLine {
+  type: 'train' | 'eval';
+  iteration: number;
+  [key: string]: unknown;
+}
+
+export class MetricsLog {
+  private constructor(
+    readonly path: string,
+    private readonly lines: MetricsLine[],
+  ) {}
+
+  /**
+   * A fresh run. Lines left by an attempt that never saved a checkpoint describe weights that no
+   * longer exist: they are moved to `<path>.abandoned` (replacing an older one) rather than mixed in.
+   */
+  static fresh(path: string, log: (line: string) => void): MetricsLog {
+    if (existsSync(path)) {
+      renameSync(path, `${path}.abandoned`);
+      log(`${path} held lines from an attempt that saved no checkpoint; moved to ${path}.abandoned`);
+    }
+    return new MetricsLog(path, []);
+  }
+
+  /** Continues a run from the checkpoint of `iteration`, dropping what came after it. */
+  static resume(path: string, iteration: number, log: (line: string) => void): MetricsLog {
+    if (!existsSync(path)) return new MetricsLog(path, []);
+    const text = readFileSync(path, 'utf8');
+    const rows = text.split('\n');
+    if (rows.at(-1) === '') rows.pop();
+    const kept: string[] = [];
+    const lines: MetricsLine[] = [];
+    let dropped = 0;
+    rows.forEach((row, i) => {
+      let line: MetricsLine;
+      try {
+        line = JSON.parse(row) as MetricsLine;
+      } catch (e) {
+        // Only a write cut short by a kill leaves a partial last line.
+        if (i === rows.length - 1 && !text.endsWith('\n')) {
+          dropped++;
+          return;
+        }
+        throw new Error(`${path}:${i + 1} is not a JSON line (${(e as Error).message}); repair or remove that line to resume`);
+      }
+      if (typeof line.iteration === 'number' && line.iteration > iteration) {
+        dropped++;
+        return;
+      }
+      kept.push(row);
+      lines.push(line);
+    });
+    if (dropped > 0) {
+      const tmp = `${path}.tmp-${process.pid}`;
+      writeFileSync(tmp, kept.map((r) => r + '\n').join(''));
+      renameSync(tmp, path);
+      log(`${path}: dropped ${dropped} line(s) written after the checkpoint of iteration ${iteration}; those iterations are redone`);
+    }
+    return new MetricsLog(path, lines);
+  }
+
+  append(line: MetricsLine): void {
+    appendFileSync(this.path, JSON.stringify(line) + '\n');
+    this.lines.push(line);
+  }
+
+  /** The evaluation logged at `iteration`, if there is one (the last, should there be several). */
+  evalAt(iteration: number): EvalResult | null {
+    const line = [...this.lines].reverse().find((l) => l.type === 'eval' && l.iteration === iteration);
+    if (!line) return null;
+    return {
+      iteration,
+      perTask: line.per_task as EvalResult['perTask'],
+      summary: {
+        episodes: line.episodes as number,
+        mean_score: line.mean_score as number,
+        success_rate: line.success_rate as number,
+        env_steps: line.env_steps as number,
+      },
+    };
+  }
+}
