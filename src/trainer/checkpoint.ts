@@ -78,6 +78,13 @@ export function removeStaleTemporaryFiles(runDir: string): string[] {
   return stale;
 }
 
+/** This process's own half-written files, for an exit in the middle of a write. */
+export function removeOwnTemporaryFiles(runDir: string): void {
+  for (const dir of temporaryHomes(runDir)) {
+    for (const n of readdirSync(dir)) if (TEMPORARY.exec(n)?.[1] === String(process.pid)) rmSync(join(dir, n), { recursive: true, force: true });
+  }
+}
+
 function processRuns(pid: number): boolean {
   try {
     process.kill(pid, 0);

@@ -2,7 +2,7 @@
  * The training loop: sample (task, variation) groups, roll out N episodes each, take a GRPO
  * update, log a JSON line, evaluate on held-out variations now and then, checkpoint. Ctrl-C stops
  * at the next iteration boundary after saving; a second Ctrl-C exits at once (the last complete
- * checkpoint stays intact either way, since checkpoints are written atomically).
+ * checkpoint stays intact either way, since checkpoints are written atomically; ./interrupt.ts).
  */
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { totalmem } from 'node:os';
@@ -25,7 +25,8 @@ import { countParameters, type ModelConfig } from '../policy/tfjs/qwen2.ts';
 import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
 import { buildWarmupExamples, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
 import { Rng } from '../util/rng.ts';
-import { latestCheckpoint, loadCheckpoint, loadTrainerState, removeStaleTemporaryFiles, saveCheckpoint, type TrainerState } from './checkpoint.ts';
+import { latestCheckpoint, loadCheckpoint, loadTrainerState, removeOwnTemporaryFiles, removeStaleTemporaryFiles, saveCheckpoint, type TrainerState } from './checkpoint.ts';
+import { InterruptHandling, policyCalls } from './interrupt.ts';
 import { MetricsLog } from './metrics-log.ts';
 import { grpoUpdate } from './grpo.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
@@ -205,9 +206,11 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   if (resumeFrom) checkResumeConfig(cfg, runDir, loadTrainerState(resumeFrom).iteration, log);
   for (const path of removeStaleTemporaryFiles(runDir)) log(`removed ${path}, left by a process that stopped while writing it`);
   const trainingEngine = await createTrainingEngine(cfg, resumeFrom ?? 'fresh');
-  const engine = trainingEngine.engine;
+  // Every policy call lets the event loop turn, so Ctrl-C is seen within one call (./interrupt.ts).
+  let interrupts: InterruptHandling | null = null;
+  const engine = policyCalls(trainingEngine.engine, trainingEngine.engine instanceof TfjsEngine, () => interrupts);
   const remoteRollouts = cfg.rollout.remote ? await createRemoteRollouts(cfg, engine) : null;
-  const rolloutEngine: PolicyEngine = remoteRollouts?.engine ?? engine;
+  const rolloutEngine: PolicyEngine = remoteRollouts ? policyCalls(remoteRollouts.engine, false, () => interrupts) : engine;
   const algo = resolveAlgo(cfg);
   const memory = algo.memory || algo.intrinsic !== 'none' ? await MemoryRuntime.create(cfg, algo, engine, resumeFrom) : null;
   const state: TrainerState = trainingEngine.state ?? { iteration: 0, envSteps: 0, rngState: new Rng(cfg.seed).getState(), elapsedSeconds: 0 };
@@ -232,7 +235,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     log(`tip warm-up: ${examples.length} synthetic prompts from random-action episodes on the train split of ${tasks.join(', ')}, ${ws.epochs} epochs`);
     const report = await runTipWarmup(engine, examples, ws, log);
     // RL starts with fresh AdamW moments, as it would from a pretrained checkpoint.
-    if (engine instanceof TfjsEngine) engine.optimizer.importState(0, new Map());
+    if (trainingEngine.engine instanceof TfjsEngine) trainingEngine.engine.optimizer.importState(0, new Map());
     writeFileSync(join(runDir, 'tip-warmup.json'), JSON.stringify(report, null, 2) + '\n');
   }
   const rehearsal = cfg.model.tip_rehearsal > 0 ? await TipRehearsal.build(probe, tasks, engine.tokenizer, cfg) : null;
@@ -245,16 +248,9 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   );
   log(`env ${cfg.env.name}: ${tasks.length} tasks (${tasks.join(', ')}) | ${cfg.rollout.tasks_per_batch} groups x ${cfg.rollout.group_size} rollouts per iteration | ${cfg.train.iterations} iterations` + (resumeFrom ? ` | resuming from ${resumeFrom}` : ''));
 
-  let stopRequested = false;
-  const onSigint = () => {
-    if (stopRequested) {
-      log('second interrupt: exiting now (the last complete checkpoint is intact)');
-      process.exit(130);
-    }
-    stopRequested = true;
-    log('interrupt: finishing this iteration, saving a checkpoint, then stopping (Ctrl-C again to exit at once)');
-  };
-  if (opts.handleSignals) process.on('SIGINT', onSigint);
+  // A second Ctrl-C may land in the middle of a checkpoint write: its temporary folder goes too.
+  if (opts.handleSignals) interrupts = new InterruptHandling(log, () => removeOwnTemporaryFiles(runDir));
+  const stopRequested = () => interrupts?.stopRequested ?? false;
 
   const runEval = async (iteration: number) => {
     const r = await evaluate(engine, envs, tasks, cfg, iteration, cfg.train.eval_with_memory && memory ? memory : undefined);
@@ -350,11 +346,11 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       await turnEventLoop(); // so that Ctrl-C is seen between iterations
       const last = it === cfg.train.iterations;
       if (cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last) lastEval = await runEval(it);
-      if (it % cfg.train.checkpoint_every === 0 || last || stopRequested) {
+      if (it % cfg.train.checkpoint_every === 0 || last || stopRequested()) {
         const where = await saveCheckpoint(runDir, trainingEngine.checkpointWriter, state, cfg.train.keep_checkpoints, memory ? { [MEMORY_FILE]: JSON.stringify(memory.toJSON()) } : {});
         log(`checkpoint ${where}`);
       }
-      if (stopRequested && !last) {
+      if (stopRequested() && !last) {
         interrupted = true;
         break;
       }
@@ -366,7 +362,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     await trainingEngine.close().catch(() => undefined);
     throw e;
   } finally {
-    if (opts.handleSignals) process.off('SIGINT', onSigint);
+    interrupts?.dispose();
   }
   let finalEval = lastEval;
   if (!interrupted) {

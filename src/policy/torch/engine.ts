@@ -107,6 +107,23 @@ interface WireGeneration {
 
 const STDERR_TAIL_LINES = 40;
 
+/**
+ * Workers run in their own process group, so a Ctrl-C in the terminal reaches only the trainer,
+ * which decides what to do (finish the iteration, or exit); when this process exits they are ended
+ * here rather than left to finish their current call.
+ */
+const liveWorkers = new Set<ChildProcessWithoutNullStreams>();
+let exitHookInstalled = false;
+function endWorkersOnExit(child: ChildProcessWithoutNullStreams): void {
+  liveWorkers.add(child);
+  child.once('exit', () => liveWorkers.delete(child));
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on('exit', () => {
+    for (const c of liveWorkers) c.kill('SIGTERM');
+  });
+}
+
 /** A worker process and its request/response plumbing. */
 class WorkerConnection {
   private readonly pending = new Map<number, Pending>();
@@ -264,6 +281,7 @@ export class TorchEngine implements PolicyEngine {
     }
     const child = spawn(command, args, {
       stdio: ['pipe', 'pipe', 'pipe'],
+      detached: true,
       env: {
         ...process.env,
         PYTHONUNBUFFERED: '1',
@@ -274,6 +292,7 @@ export class TorchEngine implements PolicyEngine {
         TOKENIZERS_PARALLELISM: 'false',
       },
     });
+    endWorkersOnExit(child);
     const worker = new WorkerConnection(child, [command, ...args].join(' '), options.onLog);
     try {
       const ready = await worker.waitReady(options.startTimeoutMs ?? 600_000);
