@@ -16,6 +16,7 @@ import { countParameters } from '../src/policy/tfjs/qwen2.ts';
 import { createEngine } from '../src/trainer/trainer.ts';
 import { rolloutSettings, runEpisodes } from '../src/trainer/rollout.ts';
 import { nativeMatMulStatus } from '../src/policy/tfjs/native-matmul.ts';
+import { promptSettings } from '../src/trainer/prompt-style.ts';
 
 const backend = await initBackend();
 const cfg = ConfigSchema.parse({ run_dir: '/tmp/empo2-bench' });
@@ -32,7 +33,7 @@ for (let i = 0; i < 32; i++) {
   const first = await env.reset(task, env.variations(task, 'train')[i]);
   let text = `<|im_start|>user\nTask: ${first.task}\n${first.observation}<|im_end|>\n<|im_start|>assistant\n`;
   let valid = first.validActions;
-  for (let t = 0; t < (cfg.prompt.history ?? 4); t++) {
+  for (let t = 0; t < (promptSettings(cfg).history ?? 4); t++) {
     const a = rng.pick(valid);
     const r = await env.step(a);
     text += `${a}<|im_end|>\n<|im_start|>user\n${r.observation}<|im_end|>\n<|im_start|>assistant\n`;

@@ -56,9 +56,17 @@ export const ModelSchema = strict({
 });
 
 export const PromptSchema = strict({
-  history: z.number().int().min(0).nullable().default(2).describe("past (observation, action) turns kept in the prompt (null: the whole episode, the paper's full chat history)"),
-  show_valid_actions: z.boolean().default(false).describe('list the valid actions in each user turn'),
-  system: z.string().default('').describe('system message (empty: none)'),
+  style: z
+    .enum(['auto', 'plain', 'instruct'])
+    .default('auto')
+    .describe("auto: instruct for a model.path whose directory has a chat template, plain otherwise; plain: the tiny model's fixed ChatML prompt; instruct: the model's own chat template, a system prompt, the valid actions in every turn and the full history, built token-in/token-out"),
+  history: z
+    .union([z.number().int().min(0), z.null(), z.literal('auto')])
+    .default('auto')
+    .describe("past (observation, action) turns kept in the prompt (null: the whole episode, the paper's full chat history; auto: null for the instruct style, 2 for plain)"),
+  show_valid_actions: z.boolean().nullable().default(null).describe('list the valid actions in each user turn (null: yes for the instruct style, no for plain)'),
+  max_listed_actions: z.number().int().positive().default(64).describe('instruct style: list the valid actions only in turns with at most this many (ScienceWorld offers thousands)'),
+  system: z.string().nullable().default(null).describe('system message (null: the instruct style\'s own, none for plain; empty: none)'),
 });
 
 export const RolloutSchema = strict({

@@ -12,6 +12,7 @@ import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { MemoryRuntime } from './memory.ts';
+import { EpisodeProgress } from './progress.ts';
 import { environmentCount, rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob } from './rollout.ts';
 
 export interface AdaptOptions {
@@ -128,7 +129,9 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
       };
       // Same sampling seed every trial by default: score changes then come from the memory, not from a luckier draw.
       const seed = 424_242 + cfg.seed + (o.sameSeed === false ? 7919 * trial : 0);
-      const { episodes } = await runEpisodesInChunks(envs, engine, jobs, (start) => rolloutSettings(cfg, true, seed + start), { tips: counted, uses: () => true });
+      const progress = new EpisodeProgress(jobs, { label: `trial ${trial}/${o.trials}` });
+      const { episodes } = await runEpisodesInChunks(envs, engine, jobs, (start) => rolloutSettings(cfg, true, seed + start), { tips: counted, uses: () => true }, progress);
+      progress.finish();
       await memory.write(episodes);
       const scores = episodes.map((e) => e.score);
       const r: TrialResult = {

@@ -8,7 +8,7 @@ import type { Env } from '../envs/types.ts';
 import { writeJsonAtomic } from '../policy/tfjs/json-file.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { loadTrainerState } from './trainer-state.ts';
-import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
+import { evaluate, formatEvalTable, timing, type EvalResult } from './evaluate.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { environmentCount } from './rollout.ts';
 
@@ -50,8 +50,9 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
     while (envs.length < environmentCount(cfg, evaluationEpisodes(probe, tasks, cfg))) envs.push(await createEnv(cfg.env));
     const memory = cfg.train.eval_with_memory ? await checkpointMemory(cfg, engine, output.modelDir) : undefined;
     if (memory) console.log(`showing tips from ${join(output.modelDir, MEMORY_FILE)} (${memory.tips.size()} tips; read, not written)`);
-    const result = await evaluate(engine, envs, tasks, cfg, 0, memory);
+    const result = await evaluate(engine, envs, tasks, cfg, 0, memory, 'eval');
     console.log(formatEvalTable(result, null).replace(/iter 0/g, output.column));
+    console.log(timing(result.summary));
     if (output.json) {
       const record: EvalRecord = {
         checkpoint: basename(output.modelDir),

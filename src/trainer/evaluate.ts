@@ -5,6 +5,7 @@
 import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
+import { EpisodeProgress } from './progress.ts';
 import { rolloutSettings, runEpisodesInChunks, type RolloutJob, type TipSource } from './rollout.ts';
 
 export interface TaskResult {
@@ -17,7 +18,7 @@ export interface TaskResult {
 export interface EvalResult {
   iteration: number;
   perTask: TaskResult[];
-  summary: { episodes: number; mean_score: number; success_rate: number; env_steps: number };
+  summary: { episodes: number; mean_score: number; success_rate: number; env_steps: number; seconds: number };
 }
 
 /** `memory`: show tips during evaluation (off by default: the paper evaluates without memory). */
@@ -28,7 +29,10 @@ export async function evaluate(
   cfg: Config,
   iteration: number,
   memory?: { tipSource(): TipSource },
+  /** Show progress under this label (episodes, steps, elapsed, ETA). */
+  progressLabel?: string,
 ): Promise<EvalResult> {
+  const t0 = performance.now();
   const jobs: RolloutJob[] = [];
   for (const task of tasks) {
     for (const variation of envs[0].variations(task, cfg.env.eval_split).slice(0, cfg.env.eval_variations)) jobs.push({ task, variation, group: jobs.length });
@@ -38,7 +42,9 @@ export async function evaluate(
   const successes = new Map<string, number>();
   // Seeded apart from training so evaluation never replays a training draw.
   const withTips = memory ? { tips: memory.tipSource(), uses: () => true } : undefined;
-  const { episodes, stats } = await runEpisodesInChunks(envs, engine, jobs, (start) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start), withTips);
+  const progress = progressLabel ? new EpisodeProgress(jobs, { label: progressLabel }) : undefined;
+  const { episodes, stats } = await runEpisodesInChunks(envs, engine, jobs, (start) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start), withTips, progress);
+  progress?.finish();
   const envSteps = stats.envSteps;
   for (const e of episodes) {
     scores.set(e.task, [...(scores.get(e.task) ?? []), e.score]);
@@ -50,7 +56,8 @@ export async function evaluate(
   }
   const all = [...scores.values()].flat();
   const won = [...successes.values()].reduce((a, b) => a + b, 0);
-  return { iteration, perTask, summary: { episodes: all.length, mean_score: mean(all), success_rate: all.length ? won / all.length : 0, env_steps: envSteps } };
+  const seconds = (performance.now() - t0) / 1000;
+  return { iteration, perTask, summary: { episodes: all.length, mean_score: mean(all), success_rate: all.length ? won / all.length : 0, env_steps: envSteps, seconds } };
 }
 
 function mean(xs: number[]): number {
@@ -79,4 +86,9 @@ export function formatEvalTable(final: EvalResult, initial: EvalResult | null): 
 
 function pct(x: number): string {
   return `${(x * 100).toFixed(1)}%`;
+}
+
+/** Wall time of an evaluation, per episode and per step: what a real model costs on this machine. */
+export function timing(s: EvalResult['summary']): string {
+  return `${s.episodes} episodes, ${s.env_steps} steps in ${s.seconds.toFixed(1)} s: ${(s.seconds / Math.max(1, s.episodes)).toFixed(2)} s per episode, ${(s.seconds / Math.max(1, s.env_steps)).toFixed(3)} s per step`;
 }

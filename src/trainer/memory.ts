@@ -14,6 +14,8 @@ import { TipMemory, type RetrievedTip } from '../memory/store.ts';
 import type { Embedder } from '../memory/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { IM_END, IM_START } from './prompt.ts';
+import { promptSettings } from './prompt-style.ts';
+import type { ChatMessage } from '../policy/chat-template.ts';
 import type { Episode, RolloutJob, TipQuery, TipSource } from './rollout.ts';
 
 export const MEMORY_FILE = 'memory.json';
@@ -31,7 +33,10 @@ function chatML(messages: { role: string; content: string }[]): string {
 export function createReflector(cfg: Config, engine: PolicyEngine, seed: number): Reflector {
   const kind = cfg.memory.reflector === 'auto' ? (cfg.model.path ? 'policy' : 'summary') : cfg.memory.reflector;
   if (kind === 'summary') return new TrajectorySummaryReflector();
-  return new PolicyReflector(engine, chatML, { maxTokens: cfg.memory.reflection_max_tokens, temperature: cfg.rollout.eval_temperature, seed, historySteps: 12 });
+  // The policy reflects in the chat template it acts in.
+  const template = promptSettings(cfg).template;
+  const render = template ? (messages: ChatMessage[]) => template.render(messages, { addGenerationPrompt: true }) : chatML;
+  return new PolicyReflector(engine, render, { maxTokens: cfg.memory.reflection_max_tokens, temperature: cfg.rollout.eval_temperature, seed, historySteps: 12 });
 }
 
 /** Points the oracle tip claims, in the step-tip format the warm-up taught the model to follow. */

@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { sampleCorpus } from '../envs/builtin/index.ts';
 import { Tokenizer, trainByteLevelBPE } from '../policy/tokenizer.ts';
 import { Rng } from '../util/rng.ts';
-import { CHAT_SPECIAL_TOKENS, encodePrompt, removeTips, renderPrompt, renderTipBlock, TIP_CLOSE, TIP_OPEN, type PromptSettings, type Turn } from './prompt.ts';
+import { ChatTemplate } from '../policy/chat-template.ts';
+import { CHAT_SPECIAL_TOKENS, encodePrompt, parseAction, removeTips, renderPrompt, renderTipBlock, startDialogue, TIP_CLOSE, TIP_OPEN, type EncodedPrompt, type PromptSettings, type Turn } from './prompt.ts';
 
 const tokenizer = Tokenizer.fromJSON(trainByteLevelBPE(sampleCorpus(60), { vocabSize: 400, specialTokens: CHAT_SPECIAL_TOKENS }), 'test tokenizer');
 
@@ -63,5 +64,99 @@ describe('tips in the prompt (spec §3-4)', () => {
   it('removeTips refuses a span outside the prompt', () => {
     expect(() => removeTips([1, 2, 3], [2, 5])).toThrow(/outside a prompt of 3 tokens/);
     expect(removeTips([1, 2, 3], null)).toEqual([1, 2, 3]);
+  });
+});
+
+// The chat template SmolLM2-135M-Instruct ships (ChatML with a default system turn), and a Llama-3-like
+// one that trims message contents, as real models' templates do.
+const SMOLLM2_TEMPLATE =
+  "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}" +
+  "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+const TRIMMING_TEMPLATE =
+  "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n\n' + message['content'] | trim + '<|im_end|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n\n' }}{% endif %}";
+
+describe('the instruct style: the model chat template, token-in/token-out', () => {
+  const template = ChatTemplate.fromTokenizerConfig({ chat_template: SMOLLM2_TEMPLATE }, 'test template');
+  const imEnd = tokenizer.tokenToId('<|im_end|>')!;
+  const settings = (history: number | null = null): PromptSettings => ({ history, showValidActions: true, system: 'Be brief.', template, maxListedActions: 3 });
+
+  /** Plays `steps` turns with random responses, returning each turn's tip-free prompt, its response and the prompt with tips. */
+  function play(rng: Rng, s: PromptSettings, steps: number, text: (rng: Rng) => string) {
+    const d = startDialogue(tokenizer, s, { task: 'find the key', observation: text(rng), validActions: ['go to kitchen', 'open box'] });
+    const turns: { plain: EncodedPrompt; tipped: EncodedPrompt; response: number[] }[] = [];
+    for (let t = 0; t < steps; t++) {
+      const tipped = d.prompt(['tip ' + text(rng)]);
+      const plain = d.prompt();
+      const answer = text(rng);
+      // A response ends at its first end token, or is cut by the length limit without one.
+      const body = tokenizer.encode(answer).filter((x) => x !== imEnd);
+      const response = [...body, ...(rng.next() < 0.8 ? [imEnd] : [])];
+      turns.push({ plain, tipped, response });
+      d.advance({ tokens: response, text: tokenizer.decode(body) }, answer.trim(), text(rng), rng.next() < 0.5 ? ['look around'] : ['a', 'b', 'c', 'd']);
+    }
+    return turns;
+  }
+
+  it("each turn's tip-free prompt extends the previous one plus the response as sampled (full history)", () => {
+    const rng = new Rng(11);
+    for (let trial = 0; trial < 40; trial++) {
+      const turns = play(rng, settings(), 6, (r) => randomText(r, 4));
+      for (let t = 1; t < turns.length; t++) {
+        const before = [...turns[t - 1].plain.ids, ...turns[t - 1].response];
+        expect(turns[t].plain.ids.slice(0, before.length)).toEqual(before);
+      }
+      for (const turn of turns) expect(removeTips(turn.tipped.ids, turn.tipped.tipSpan)).toEqual(turn.plain.ids);
+    }
+  });
+
+  it('the prompt is the text the template renders, the tips at the end of the current user turn', () => {
+    const d = startDialogue(tokenizer, settings(), { task: 'T', observation: 'first', validActions: ['look around', 'go to attic'] });
+    d.advance({ tokens: [...tokenizer.encode('look around'), imEnd], text: 'look around' }, 'look around', 'second', ['a', 'b', 'c', 'd']);
+    expect(tokenizer.decode(d.prompt(['tip one']).ids)).toBe(
+      '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nTask: T\n\nfirst\n\nValid actions: look around, go to attic<|im_end|>\n' +
+        '<|im_start|>assistant\nlook around<|im_end|>\n' +
+        // Four valid actions are over maxListedActions (3): not listed.
+        '<|im_start|>user\nsecond\n\nMemories from your earlier exploration of this task:\n<tip> tip one </tip>\n\n<|im_end|>\n<|im_start|>assistant\n',
+    );
+  });
+
+  it('a history window re-renders the kept turns (task first) and the tips still cut out exactly', () => {
+    const rng = new Rng(5);
+    const turns = play(rng, settings(1), 5, (r) => randomText(r, 3));
+    for (const turn of turns) {
+      expect(removeTips(turn.tipped.ids, turn.tipped.tipSpan)).toEqual(turn.plain.ids);
+      expect(tokenizer.decode(turn.plain.ids)).toContain('Task: find the key');
+      expect(tokenizer.decode(turn.plain.ids).split('<|im_start|>user').length - 1).toBeLessThanOrEqual(2);
+    }
+  });
+
+  it('works with a template that trims contents (the extension holds where the text does)', () => {
+    const trimming = ChatTemplate.fromTokenizerConfig({ chat_template: TRIMMING_TEMPLATE }, 'trimming template');
+    const rng = new Rng(3);
+    const turns = play(rng, { ...settings(), template: trimming }, 4, () => 'plain words here');
+    for (let t = 1; t < turns.length; t++) {
+      const before = [...turns[t - 1].plain.ids, ...turns[t - 1].response];
+      expect(turns[t].plain.ids.slice(0, before.length)).toEqual(before);
+    }
+  });
+
+  it('refuses a template that drops or repeats the user message', () => {
+    const dropping = ChatTemplate.fromTokenizerConfig({ chat_template: "{% for m in messages %}{{ m['role'] }}{% endfor %}" }, 'dropping template');
+    const d = startDialogue(tokenizer, { ...settings(), template: dropping }, { task: 'T', observation: 'o', validActions: [] });
+    expect(() => d.prompt()).toThrow(/dropping template: the chat template must render the user message once/);
+  });
+});
+
+describe('parseAction: the action in a free-text answer', () => {
+  it.each([
+    ['go to kitchen', 'go to kitchen'],
+    ['  Go to kitchen.\n', 'Go to kitchen'],
+    ['Action: open red box', 'open red box'],
+    ['**Action:** take key\nBecause the key opens the door.', 'take key'],
+    ['"look around"', 'look around'],
+    ['\n\n`inventory`', 'inventory'],
+    ['', ''],
+  ])('%j -> %j', (answer, action) => {
+    expect(parseAction(answer)).toBe(action);
   });
 });

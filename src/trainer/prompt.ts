@@ -1,9 +1,18 @@
 /**
- * The agent's prompt: a ChatML conversation (the format of Qwen2.5-Instruct, the paper's model)
- * where each user turn is an observation and each assistant turn the action taken. Only the last
- * `history` turns are kept; the task description opens the first kept user turn so it is never
- * cut away.
+ * The agent's prompt, in one of two styles:
+ *  - plain (the tiny model's): a fixed ChatML conversation where each user turn is an observation and
+ *    each assistant turn the action taken, the last `history` turns kept, re-rendered from text at
+ *    every step; the task description opens the first kept user turn so it is never cut away;
+ *  - instruct (real instruction-tuned models): the model's own chat template, a system prompt with the
+ *    rules and the answer format, the valid actions in every user turn, the full history by default,
+ *    built token-in/token-out: each step's prompt is the previous prompt, the sampled response tokens
+ *    as they were sampled (never re-tokenised) and the newly rendered text, so consecutive prompts of an
+ *    episode extend each other (what prefix reuse and packed training rely on).
+ * Both put retrieved tips in the current user turn as one removable block of tokens.
  */
+import type { ChatMessage, ChatTemplate } from '../policy/chat-template.ts';
+import type { TextTokenizer } from '../policy/types.ts';
+
 export const IM_START = '<|im_start|>';
 export const IM_END = '<|im_end|>';
 export const END_OF_TEXT = '<|endoftext|>';
@@ -25,6 +34,10 @@ export interface PromptSettings {
   history: number | null;
   showValidActions: boolean;
   system: string;
+  /** instruct: the model's chat template (absent: the plain style). */
+  template?: ChatTemplate;
+  /** instruct: list the valid actions only when there are at most this many (ScienceWorld has thousands). */
+  maxListedActions?: number;
 }
 
 export function renderPrompt(task: string, turns: readonly Turn[], validActions: readonly string[], s: PromptSettings): string {
@@ -93,4 +106,138 @@ export function removeTips(ids: readonly number[], tipSpan: readonly [number, nu
   const [start, end] = tipSpan;
   if (!(0 <= start && start <= end && end <= ids.length)) throw new Error(`removeTips: span [${start}, ${end}) outside a prompt of ${ids.length} tokens`);
   return [...ids.slice(0, start), ...ids.slice(end)];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dialogues: one episode's prompts, step by step
+// ---------------------------------------------------------------------------------------------
+
+/** What a rollout needs from a prompt style: the prompt of the current turn, and moving to the next. */
+export interface Dialogue {
+  /** The current turn's prompt with `tips` as a removable block (`tipSpan`). */
+  prompt(tips?: readonly string[]): EncodedPrompt;
+  /**
+   * Records the current turn's response (`tokens` as sampled, `text` its decoding without the end
+   * token), the action taken and the observation it led to, which opens the next turn.
+   */
+  advance(response: { tokens: readonly number[]; text: string }, action: string, observation: string, validActions: readonly string[]): void;
+}
+
+export interface DialogueStart {
+  task: string;
+  observation: string;
+  validActions: readonly string[];
+}
+
+export function startDialogue(tokenizer: TextTokenizer, s: PromptSettings, start: DialogueStart): Dialogue {
+  return s.template ? new InstructDialogue(tokenizer, s, s.template, start) : new PlainDialogue(tokenizer, s, start);
+}
+
+class PlainDialogue implements Dialogue {
+  private readonly turns: Turn[];
+  private valid: readonly string[];
+
+  constructor(
+    private readonly tokenizer: TextTokenizer,
+    private readonly s: PromptSettings,
+    private readonly start: DialogueStart,
+  ) {
+    this.turns = [{ observation: start.observation }];
+    this.valid = start.validActions;
+  }
+
+  prompt(tips: readonly string[] = []): EncodedPrompt {
+    return encodePrompt(this.tokenizer, this.start.task, this.turns, this.valid, this.s, tips);
+  }
+
+  advance(_response: { tokens: readonly number[]; text: string }, action: string, observation: string, validActions: readonly string[]): void {
+    this.turns[this.turns.length - 1].action = action;
+    this.turns.push({ observation });
+    this.valid = validActions;
+  }
+}
+
+/** Stands where the tip block goes while the template is rendered; never in real text. */
+const TIP_SLOT = '\u0000tip-slot\u0000';
+
+interface InstructTurn {
+  observation: string;
+  validActions: readonly string[];
+  /** The response as the model wrote it (the assistant message), once answered. */
+  response?: string;
+}
+
+class InstructDialogue implements Dialogue {
+  private readonly turns: InstructTurn[];
+  /** The current turn's tip-free prompt (ids and text), once `prompt` has run. */
+  private current: { ids: number[]; text: string } | null = null;
+  /** The previous turn's tip-free prompt plus its response, which the next prompt extends. */
+  private previous: { ids: number[]; text: string } | null = null;
+
+  constructor(
+    private readonly tokenizer: TextTokenizer,
+    private readonly s: PromptSettings,
+    private readonly template: ChatTemplate,
+    private readonly start: DialogueStart,
+  ) {
+    this.turns = [{ observation: start.observation, validActions: start.validActions }];
+  }
+
+  prompt(tips: readonly string[] = []): EncodedPrompt {
+    const text = this.template.render(this.messages(), { addGenerationPrompt: true });
+    const at = text.indexOf(TIP_SLOT);
+    if (at < 0 || text.indexOf(TIP_SLOT, at + 1) >= 0) throw new Error(`${this.template.source}: the chat template must render the user message once and unchanged`);
+    const head = text.slice(0, at);
+    const tail = text.slice(at + TIP_SLOT.length);
+    // Token-in/token-out: extend the previous prompt + response where the new text does.
+    const p = this.previous;
+    const headIds = p && head.startsWith(p.text) ? [...p.ids, ...this.tokenizer.encode(head.slice(p.text.length))] : this.tokenizer.encode(head);
+    const tailIds = this.tokenizer.encode(tail);
+    this.current = { ids: [...headIds, ...tailIds], text: head + tail };
+    if (tips.length === 0) return { ids: this.current.ids, tipSpan: null };
+    const tipIds = this.tokenizer.encode(renderTipBlock(tips));
+    return { ids: [...headIds, ...tipIds, ...tailIds], tipSpan: [headIds.length, headIds.length + tipIds.length] };
+  }
+
+  advance(response: { tokens: readonly number[]; text: string }, _action: string, observation: string, validActions: readonly string[]): void {
+    if (!this.current) this.prompt();
+    const c = this.current!;
+    this.previous = { ids: [...c.ids, ...response.tokens], text: c.text + this.tokenizer.decode([...response.tokens]) };
+    this.current = null;
+    this.turns[this.turns.length - 1].response = response.text;
+    this.turns.push({ observation, validActions });
+  }
+
+  private messages(): ChatMessage[] {
+    const kept = this.s.history === null ? this.turns : this.turns.slice(Math.max(0, this.turns.length - 1 - this.s.history));
+    const messages: ChatMessage[] = this.s.system ? [{ role: 'system', content: this.s.system }] : [];
+    kept.forEach((turn, i) => {
+      let user = i === 0 ? `Task: ${this.start.task}\n\n${turn.observation}` : turn.observation;
+      const listed = this.s.showValidActions && turn.validActions.length > 0 && turn.validActions.length <= (this.s.maxListedActions ?? Infinity);
+      if (listed) user += `\n\nValid actions: ${turn.validActions.join(', ')}`;
+      const isCurrent = i === kept.length - 1;
+      messages.push({ role: 'user', content: isCurrent ? user + TIP_SLOT : user });
+      if (!isCurrent) messages.push({ role: 'assistant', content: turn.response ?? '' });
+    });
+    return messages;
+  }
+}
+
+/** The system prompt of the instruct style when the config gives none. */
+export const INSTRUCT_SYSTEM_PROMPT =
+  'You are an agent acting in a text-based environment to complete a task. ' +
+  'Each turn you see what happened and the actions you can take. ' +
+  'Answer with exactly one action, written as it appears in the list, and nothing else.';
+
+/**
+ * The action in a free-text answer: its first non-empty line, without an "Action:" label, quotes
+ * or a final full stop (instruct models often dress the action up).
+ */
+export function parseAction(answer: string): string {
+  const line = answer.split('\n').map((l) => l.trim()).find((l) => l.length > 0) ?? '';
+  return line
+    .replace(/^(?:>\s*)?(?:\*\*)?(?:next\s+)?action\s*:\s*(?:\*\*)?\s*/i, '')
+    .replace(/^[`"'“‘]+|[`"'”’]+$/g, '')
+    .replace(/\.$/, '')
+    .trim();
 }

@@ -6,7 +6,8 @@ import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import { SUCCESS_SCORE } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import { encodePrompt, type PromptSettings, type Turn } from './prompt.ts';
+import { parseAction, startDialogue, type Dialogue, type PromptSettings, type Turn } from './prompt.ts';
+import { promptSettings } from './prompt-style.ts';
 
 export interface RolloutJob {
   task: string;
@@ -72,6 +73,15 @@ export interface RolloutSettings {
   seed: number;
 }
 
+/** Told as episodes run (`empo2 eval` / `adapt` progress); episode indices are positions in the jobs. */
+export interface ProgressSink {
+  /** An episode started; it ends after at most `limit` steps. */
+  started(episode: number, limit: number): void;
+  /** These episodes each took one step. */
+  stepped(episodes: readonly number[]): void;
+  ended(episode: number, score: number): void;
+}
+
 export interface RolloutStats {
   envSteps: number;
   generatedTokens: number;
@@ -92,15 +102,20 @@ export function oracleOf(env: Env): () => string | null {
   return env.oracleAction.bind(env);
 }
 
+/** Cache keys unique within the process, so engines never mix two episodes' KV caches. */
+let nextEpisodeKey = 0;
+
 export async function runEpisodes(
   envs: Env[],
   engine: PolicyEngine,
   jobs: RolloutJob[],
   s: RolloutSettings,
   memory?: { tips: TipSource; uses: (episode: number) => boolean },
+  progress?: ProgressSink,
 ): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
   if (envs.length < jobs.length) throw new Error(`runEpisodes: ${jobs.length} jobs but only ${envs.length} environments`);
   const stats = emptyStats();
+  const tokenizer = engine.tokenizer;
   const live = await Promise.all(
     jobs.map(async (job, i) => {
       const env = envs[i];
@@ -110,6 +125,8 @@ export async function runEpisodes(
         job,
         env,
         task: first.task,
+        dialogue: startDialogue(tokenizer, s.prompt, { task: first.task, observation: first.observation, validActions: first.validActions }) as Dialogue,
+        cacheKey: `episode-${nextEpisodeKey++}`,
         turns: [{ observation: first.observation }] as Turn[],
         valid: first.validActions,
         steps: [] as StepRecord[],
@@ -119,55 +136,71 @@ export async function runEpisodes(
       };
     }),
   );
-  const tokenizer = engine.tokenizer;
-  for (let t = 0; live.some((e) => !e.done); t++) {
-    const active = live.filter((e) => !e.done);
-    let tips: string[][] = active.map(() => []);
-    if (memory) {
-      const tm = performance.now();
-      const asking = active.filter((e) => memory.uses(e.index));
-      const answers = asking.length ? await memory.tips(asking.map((e) => ({ episode: e.index, job: e.job, state: e.turns[e.turns.length - 1].observation, taken: e.steps.map((st) => st.action), scoreSoFar: e.steps.at(-1)?.score ?? 0, validActions: e.valid, oracleAction: () => oracleOf(e.env)() }))) : [];
-      const byEpisode = new Map(asking.map((e, k) => [e.index, answers[k] ?? []]));
-      tips = active.map((e) => byEpisode.get(e.index) ?? []);
-      stats.memorySeconds += (performance.now() - tm) / 1000;
-    }
-    const encoded = active.map((e, i) => encodePrompt(tokenizer, e.task, e.turns, e.valid, s.prompt, tips[i]));
-    const prompts = encoded.map((x) => x.ids);
-    const t0 = performance.now();
-    const gens = await engine.generate(prompts, {
-      temperature: s.temperature,
-      topP: s.topP,
-      maxTokens: s.maxTokens,
-      seed: s.seed * 100_003 + t,
-      allowedTexts: s.constrained ? active.map((e) => e.valid) : undefined,
-    });
-    const t1 = performance.now();
-    const results = await Promise.all(active.map((e, i) => e.env.step(gens[i].text.trim())));
-    stats.policySeconds += (t1 - t0) / 1000;
-    stats.envSeconds += (performance.now() - t1) / 1000;
-    active.forEach((e, i) => {
-      const g = gens[i];
-      const r = results[i];
-      const action = g.text.trim();
-      e.steps.push({
-        observation: e.turns[e.turns.length - 1].observation,
-        prompt: prompts[i],
-        tipSpan: encoded[i].tipSpan,
-        response: g.tokens,
-        logprobs: g.logprobs,
-        action,
-        reward: r.reward,
-        score: r.score,
+  for (const e of live) progress?.started(e.index, e.limit);
+  // Plain prompts are the tiny model's: its actions are its whole answer, as it was trained.
+  const actionOf = (text: string) => (s.prompt.template ? parseAction(text) : text.trim());
+  try {
+    for (let t = 0; live.some((e) => !e.done); t++) {
+      const active = live.filter((e) => !e.done);
+      let tips: string[][] = active.map(() => []);
+      if (memory) {
+        const tm = performance.now();
+        const asking = active.filter((e) => memory.uses(e.index));
+        const answers = asking.length ? await memory.tips(asking.map((e) => ({ episode: e.index, job: e.job, state: e.turns[e.turns.length - 1].observation, taken: e.steps.map((st) => st.action), scoreSoFar: e.steps.at(-1)?.score ?? 0, validActions: e.valid, oracleAction: () => oracleOf(e.env)() }))) : [];
+        const byEpisode = new Map(asking.map((e, k) => [e.index, answers[k] ?? []]));
+        tips = active.map((e) => byEpisode.get(e.index) ?? []);
+        stats.memorySeconds += (performance.now() - tm) / 1000;
+      }
+      const encoded = active.map((e, i) => e.dialogue.prompt(tips[i]));
+      const prompts = encoded.map((x) => x.ids);
+      const t0 = performance.now();
+      const gens = await engine.generate(prompts, {
+        temperature: s.temperature,
+        topP: s.topP,
+        maxTokens: s.maxTokens,
+        seed: s.seed * 100_003 + t,
+        allowedTexts: s.constrained ? active.map((e) => e.valid) : undefined,
+        cacheKeys: active.map((e) => e.cacheKey),
       });
-      e.turns[e.turns.length - 1].action = action;
-      e.turns.push({ observation: r.observation });
-      e.valid = r.validActions;
-      e.score = r.score;
-      stats.envSteps++;
-      stats.generatedTokens += g.tokens.length;
-      stats.promptTokens += prompts[i].length;
-      if (r.done || e.steps.length >= e.limit) e.done = true;
-    });
+      const t1 = performance.now();
+      const actions = gens.map((g) => actionOf(g.text));
+      const results = await Promise.all(active.map((e, i) => e.env.step(actions[i])));
+      stats.policySeconds += (t1 - t0) / 1000;
+      stats.envSeconds += (performance.now() - t1) / 1000;
+      const ended: string[] = [];
+      active.forEach((e, i) => {
+        const g = gens[i];
+        const r = results[i];
+        const action = actions[i];
+        e.steps.push({
+          observation: e.turns[e.turns.length - 1].observation,
+          prompt: prompts[i],
+          tipSpan: encoded[i].tipSpan,
+          response: g.tokens,
+          logprobs: g.logprobs,
+          action,
+          reward: r.reward,
+          score: r.score,
+        });
+        e.dialogue.advance(g, action, r.observation, r.validActions);
+        e.turns[e.turns.length - 1].action = action;
+        e.turns.push({ observation: r.observation });
+        e.valid = r.validActions;
+        e.score = r.score;
+        stats.envSteps++;
+        stats.generatedTokens += g.tokens.length;
+        stats.promptTokens += prompts[i].length;
+        if (r.done || e.steps.length >= e.limit) {
+          e.done = true;
+          ended.push(e.cacheKey);
+          progress?.ended(e.index, e.score);
+        }
+      });
+      if (ended.length) engine.releaseCache?.(ended);
+      progress?.stepped(active.map((e) => e.index));
+    }
+  } finally {
+    engine.releaseCache?.(live.filter((e) => !e.done).map((e) => e.cacheKey));
   }
   const episodes = live.map((e) => ({
     ...e.job,
@@ -193,6 +226,7 @@ export async function runEpisodesInChunks(
   jobs: RolloutJob[],
   settingsFor: (start: number) => RolloutSettings,
   memory?: { tips: TipSource; uses: (episode: number) => boolean },
+  progress?: ProgressSink,
 ): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
   if (envs.length === 0) throw new Error('runEpisodesInChunks: no environments');
   const episodes: Episode[] = [];
@@ -203,7 +237,12 @@ export async function runEpisodesInChunks(
       tips: (queries: Parameters<TipSource>[0]) => memory.tips(queries.map((q) => ({ ...q, episode: q.episode + start }))),
       uses: (episode: number) => memory.uses(episode + start),
     };
-    const part = await runEpisodes(envs, engine, chunk, settingsFor(start), shifted);
+    const shiftedProgress: ProgressSink | undefined = progress && {
+      started: (episode, limit) => progress.started(episode + start, limit),
+      stepped: (episodes) => progress.stepped(episodes.map((e) => e + start)),
+      ended: (episode, score) => progress.ended(episode + start, score),
+    };
+    const part = await runEpisodes(envs, engine, chunk, settingsFor(start), shifted, shiftedProgress);
     episodes.push(...part.episodes);
     for (const key of Object.keys(stats) as (keyof RolloutStats)[]) stats[key] += part.stats[key];
   }
@@ -217,7 +256,7 @@ export function environmentCount(cfg: Config, wanted: number): number {
 
 export function rolloutSettings(cfg: Config, evaluation: boolean, seed: number): RolloutSettings {
   return {
-    prompt: { history: cfg.prompt.history, showValidActions: cfg.prompt.show_valid_actions, system: cfg.prompt.system },
+    prompt: promptSettings(cfg),
     temperature: evaluation ? cfg.rollout.eval_temperature : cfg.rollout.temperature,
     topP: evaluation ? 1 : cfg.rollout.top_p,
     maxTokens: cfg.rollout.max_tokens,

@@ -28,6 +28,7 @@ import { saveModelDir } from '../policy/tfjs/checkpoint.ts';
 import type { PolicyEngine, TrainSequence } from '../policy/types.ts';
 import { Rng } from '../util/rng.ts';
 import { encodePrompt, endTokenIds, type PromptSettings, type Turn } from './prompt.ts';
+import { promptSettings } from './prompt-style.ts';
 
 export interface TipWarmupSettings {
   examples: number;
@@ -259,7 +260,7 @@ export function tipWarmupSettings(cfg: Config): TipWarmupSettings {
     bestLast: cfg.memory.tip_order === 'best_last',
     credit: cfg.memory.step_credit,
     reflection: cfg.memory.step_tip_reflection,
-    prompt: { history: cfg.prompt.history, showValidActions: cfg.prompt.show_valid_actions, system: cfg.prompt.system },
+    prompt: promptSettings(cfg),
     seed: cfg.seed,
   };
 }

@@ -11,6 +11,7 @@ import { stringify as toYaml } from 'yaml';
 import { ConfigError, loadConfig } from '../config/load.ts';
 import { RESUMABLE_OPTIONS, resolveAlgo, resumeConflicts, type Config } from '../config/schema.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
+import { formatDuration } from '../util/duration.ts';
 import { drawMode, scheduledP, usesMemory, type Mode } from '../algo/modes.ts';
 import { createEnv, environmentCorpus } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
@@ -32,7 +33,7 @@ import { grpoUpdate } from './grpo.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { IM_END, END_OF_TEXT, endTokenIds } from './prompt.ts';
 import { environmentCount, oracleOf, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
-import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
+import { evaluate, formatEvalTable, timing, type EvalResult } from './evaluate.ts';
 import { evaluationEpisodes } from './eval-command.ts';
 
 export interface TrainOptions {
@@ -253,9 +254,9 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const stopRequested = () => interrupts?.stopRequested ?? false;
 
   const runEval = async (iteration: number) => {
-    const r = await evaluate(engine, envs, tasks, cfg, iteration, cfg.train.eval_with_memory && memory ? memory : undefined);
+    const r = await evaluate(engine, envs, tasks, cfg, iteration, cfg.train.eval_with_memory && memory ? memory : undefined, `eval @ iter ${iteration}`);
     metrics.append({ type: 'eval', iteration, train_env_steps: state.envSteps, ...r.summary, per_task: r.perTask });
-    log(`eval @ iter ${iteration}: mean score ${r.summary.mean_score.toFixed(1)} | success ${(r.summary.success_rate * 100).toFixed(1)}% | ${r.summary.episodes} episodes on ${cfg.env.eval_split}`);
+    log(`eval @ iter ${iteration}: mean score ${r.summary.mean_score.toFixed(1)} | success ${(r.summary.success_rate * 100).toFixed(1)}% | ${r.summary.episodes} episodes on ${cfg.env.eval_split} | ${timing(r.summary)}`);
     return r;
   };
 
@@ -443,12 +444,5 @@ function describeModes(modes: readonly Mode[], groupSize: number, perRollout: bo
     .filter(([, n]) => n > 0)
     .map(([m, n]) => `${MODE_SHORT[m as Mode]} ${n}`)
     .join(', ');
-}
-
-export function formatDuration(seconds: number): string {
-  if (!Number.isFinite(seconds) || seconds < 0) return '?';
-  const m = Math.floor(seconds / 60);
-  const s = Math.round(seconds % 60);
-  return m > 0 ? `${m}m${String(s).padStart(2, '0')}s` : `${s}s`;
 }
 

@@ -1,0 +1,42 @@
+import { describe, expect, it } from 'vitest';
+import { EpisodeProgress } from './progress.ts';
+
+const jobs = [
+  { task: 'fetch', variation: 250, group: 0 },
+  { task: 'fetch', variation: 251, group: 1 },
+  { task: 'boil', variation: 250, group: 2 },
+];
+
+describe('episode progress', () => {
+  it('off a terminal: one line per task once all its episodes have ended', () => {
+    const lines: string[] = [];
+    const p = new EpisodeProgress(jobs, { label: 'eval', terminal: false, write: (t) => lines.push(t) });
+    jobs.forEach((_, i) => p.started(i, 10));
+    p.stepped([0, 1, 2]);
+    p.ended(0, 20);
+    expect(lines).toEqual([]);
+    p.stepped([1, 2]);
+    p.ended(1, 40);
+    p.ended(2, 100);
+    p.finish();
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatch(/^eval: fetch done, 2 episodes, mean score 30\.0 \| 2\/3 episodes, 5 steps, \d+s elapsed\n$/);
+    expect(lines[1]).toMatch(/^eval: boil done, 1 episodes, mean score 100\.0 \| 3\/3 episodes, 5 steps/);
+  });
+
+  it('on a terminal: one line updated in place with episodes, steps, elapsed and ETA', () => {
+    const out: string[] = [];
+    const p = new EpisodeProgress(jobs, { label: 'trial 1/5', terminal: true, write: (t) => out.push(t), intervalMs: 0 });
+    jobs.forEach((_, i) => p.started(i, 10));
+    p.stepped([0, 1, 2]);
+    expect(out.at(-1)).toMatch(/^\r\x1b\[2Ktrial 1\/5: 0\/3 episodes \| 3 steps \| \d+s elapsed \| ETA \d+s$/);
+    p.ended(0, 0);
+    // One ended episode counts whole, the others by steps over their limit: (1 + 0.1 + 0.1) / 3.
+    expect(p.fraction()).toBeCloseTo(1.2 / 3, 10);
+    p.ended(1, 0);
+    p.ended(2, 0);
+    p.finish();
+    expect(out.at(-2)).toMatch(/3\/3 episodes/);
+    expect(out.at(-1)).toBe('\n');
+  });
+});

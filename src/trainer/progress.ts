@@ -1,0 +1,96 @@
+/**
+ * Progress of a long batch of episodes (`empo2 eval`, `empo2 adapt`): on a terminal one line that
+ * updates in place (episodes done / total, steps, elapsed, ETA); otherwise (logs, CI) a line per
+ * task once all its episodes have ended.
+ */
+import { formatDuration } from '../util/duration.ts';
+import type { ProgressSink, RolloutJob } from './rollout.ts';
+
+export interface ProgressOptions {
+  /** What is running, e.g. "eval" or "trial 2/5". */
+  label: string;
+  /** Where lines go (default: stderr). */
+  write?: (text: string) => void;
+  /** Update one line in place (default: whether stderr is a terminal). */
+  terminal?: boolean;
+  /** Least time between two in-place updates. */
+  intervalMs?: number;
+}
+
+export class EpisodeProgress implements ProgressSink {
+  private readonly t0 = performance.now();
+  private readonly limits = new Map<number, number>();
+  private readonly stepsOf = new Map<number, number>();
+  private readonly ended_ = new Set<number>();
+  private readonly scores = new Map<string, number[]>();
+  private readonly perTask = new Map<string, number>();
+  private totalSteps = 0;
+  private lastDraw = 0;
+  private readonly write: (text: string) => void;
+  private readonly terminal: boolean;
+
+  constructor(
+    private readonly jobs: readonly RolloutJob[],
+    private readonly opts: ProgressOptions,
+  ) {
+    this.write = opts.write ?? ((t) => process.stderr.write(t));
+    this.terminal = opts.terminal ?? Boolean(process.stderr.isTTY);
+    for (const j of jobs) this.perTask.set(j.task, (this.perTask.get(j.task) ?? 0) + 1);
+  }
+
+  started(episode: number, limit: number): void {
+    this.limits.set(episode, limit);
+    this.stepsOf.set(episode, 0);
+  }
+
+  stepped(episodes: readonly number[]): void {
+    for (const e of episodes) this.stepsOf.set(e, (this.stepsOf.get(e) ?? 0) + 1);
+    this.totalSteps += episodes.length;
+    this.draw(false);
+  }
+
+  ended(episode: number, score: number): void {
+    this.ended_.add(episode);
+    const task = this.jobs[episode].task;
+    const scores = this.scores.get(task) ?? [];
+    scores.push(score);
+    this.scores.set(task, scores);
+    if (!this.terminal && scores.length === this.perTask.get(task)) {
+      const mean = scores.reduce((a, b) => a + b, 0) / scores.length;
+      this.write(`${this.opts.label}: ${task} done, ${scores.length} episodes, mean score ${mean.toFixed(1)} | ${this.ended_.size}/${this.jobs.length} episodes, ${this.totalSteps} steps, ${formatDuration(this.elapsed())} elapsed\n`);
+    }
+    this.draw(true);
+  }
+
+  /** Ends the in-place line (call once the batch is over). */
+  finish(): void {
+    if (this.terminal && this.lastDraw > 0) {
+      this.draw(true);
+      this.write('\n');
+    }
+  }
+
+  /** Share of the work done: ended episodes count whole, running ones by steps over their limit. */
+  fraction(): number {
+    let done = 0;
+    for (let e = 0; e < this.jobs.length; e++) {
+      if (this.ended_.has(e)) done += 1;
+      else if (this.limits.has(e)) done += Math.min(1, (this.stepsOf.get(e) ?? 0) / Math.max(1, this.limits.get(e)!));
+    }
+    return done / Math.max(1, this.jobs.length);
+  }
+
+  private elapsed(): number {
+    return (performance.now() - this.t0) / 1000;
+  }
+
+  private draw(force: boolean): void {
+    if (!this.terminal) return;
+    const now = performance.now();
+    if (!force && now - this.lastDraw < (this.opts.intervalMs ?? 250)) return;
+    this.lastDraw = now;
+    const f = this.fraction();
+    const eta = f > 0 ? (this.elapsed() * (1 - f)) / f : NaN;
+    this.write(`\r\x1b[2K${this.opts.label}: ${this.ended_.size}/${this.jobs.length} episodes | ${this.totalSteps} steps | ${formatDuration(this.elapsed())} elapsed | ETA ${f > 0 ? formatDuration(eta) : '?'}`);
+  }
+}
