@@ -77,6 +77,7 @@ export const RolloutSchema = strict({
   eval_temperature: z.number().min(0).default(0.7).describe('sampling temperature for evaluation (0: greedy; the paper uses 0.4 with a 7B model, which makes the tiny default policy repeat itself)'),
   max_tokens: z.number().int().positive().default(32).describe('maximum tokens of one action'),
   constrained: z.boolean().default(true).describe("decode only the environment's valid actions"),
+  reuse_prefix: z.boolean().default(true).describe("keep each episode's KV cache between its steps and prefill only the new tokens (engines that keep caches; results do not depend on it)"),
   remote: strict({
     base_url: z.string().min(1).describe('the server, e.g. http://127.0.0.1:8000 (empo2 serve, vLLM, SGLang, ...)'),
     model: z.string().nullable().default(null).describe('model name to request (null: the first one the server lists)'),
@@ -145,6 +146,7 @@ export const OptimSchema = strict({
   eps: z.number().positive().default(1e-8).describe('AdamW ε'),
   max_grad_norm: z.number().min(0).default(1.0).describe('clip the global gradient norm (0: off)'),
   micro_batch_tokens: z.number().int().positive().default(16384).describe('padded tokens per forward/backward pass (memory bound; results do not depend on it)'),
+  pack_episodes: z.boolean().nullable().default(null).describe("train an episode's steps as one sequence where its prompts extend each other, instead of one sequence per step (same log-probs, far less work with the full history; null: on for the instruct prompt style)"),
 });
 
 export const TrainSchema = strict({

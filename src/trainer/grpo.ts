@@ -19,6 +19,7 @@ import type { Rng } from '../util/rng.ts';
 import type { Mode } from '../algo/modes.ts';
 import type { Episode } from './rollout.ts';
 import { removeTips } from './prompt.ts';
+import { packEpisodeSteps } from './packing.ts';
 
 export interface UpdateEpisode extends Episode {
   /** How the episode was rolled out and is to be updated (default: plain). */
@@ -43,6 +44,8 @@ export interface GrpoSettings {
   /** Decoupled: cap of the importance weight (null: w = 1). */
   offPolicyWeightCap?: number | null;
   lr?: number;
+  /** Train each episode's steps as packed sequences where its prompts extend each other (packing.ts). */
+  pack?: boolean;
 }
 
 export interface UpdateStats extends TrainStats {
@@ -54,6 +57,9 @@ export interface UpdateStats extends TrainStats {
   offPolicySequences: number;
   /** Decoupled off-policy ratio: mean importance weight w over off-policy tokens (null otherwise). */
   offPolicyMeanWeight: number | null;
+  /** Steps trained (before packing), and how many of them went into a packed sequence with another step. */
+  steps: number;
+  packedSteps: number;
 }
 
 export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: GrpoSettings, rng: Rng): Promise<UpdateStats> {
@@ -62,6 +68,8 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
 
   let droppedLowProb = 0;
   let offPolicySequences = 0;
+  let steps = 0;
+  let packedSteps = 0;
   const samples: TrainSequence[] = [];
   const offPolicySamples: TrainSequence[] = [];
   episodes.forEach((episode, i) => {
@@ -69,22 +77,26 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
     if (s.skipZeroAdvantage && s.objective.klCoef === 0 && Math.abs(A) < 1e-9) return;
     const offPolicy = episode.mode === 'tips-off-policy';
     const masked = offPolicy || s.maskScope === 'all';
+    const stepSamples: TrainSequence[] = [];
     for (const step of episode.steps) {
       if (step.response.length === 0) continue;
       const keep = !masked || s.seqMinLogprob === null || sequenceLowProbKeep(step.logprobs, s.seqMinLogprob);
       if (!keep) droppedLowProb++;
       if (offPolicy) offPolicySequences++;
-      const sample: TrainSequence = {
+      stepSamples.push({
         prompt: offPolicy ? removeTips(step.prompt, step.tipSpan) : step.prompt,
         response: step.response,
         advantages: step.response.map(() => A),
         oldLogprobs: step.logprobs,
         mask: step.response.map(() => (keep ? 1 : 0)),
         lowProbMask: masked,
-      };
-      samples.push(sample);
-      if (offPolicy) offPolicySamples.push(sample);
+      });
     }
+    steps += stepSamples.length;
+    const sequences = s.pack ? packEpisodeSteps(stepSamples) : stepSamples;
+    for (const seq of sequences) if (seq.policyTokens) packedSteps += countSteps(seq.policyTokens);
+    samples.push(...sequences);
+    if (offPolicy) offPolicySamples.push(...sequences);
   });
 
   let offPolicyMeanWeight: number | null = null;
@@ -133,5 +145,16 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
     droppedLowProb,
     offPolicySequences,
     offPolicyMeanWeight,
+    steps,
+    packedSteps,
   };
+}
+
+/** Responses in a packed sequence: runs of policy tokens. */
+function countSteps(policyTokens: readonly number[]): number {
+  let n = 0;
+  policyTokens.forEach((x, i) => {
+    if (x === 1 && (i === 0 || policyTokens[i - 1] === 0)) n++;
+  });
+  return n;
 }

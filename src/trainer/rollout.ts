@@ -71,6 +71,8 @@ export interface RolloutSettings {
   constrained: boolean;
   maxSteps: number | null;
   seed: number;
+  /** Pass per-episode cache keys so the engine can reuse each episode's KV cache. */
+  reusePrefix?: boolean;
 }
 
 /** Told as episodes run (`empo2 eval` / `adapt` progress); episode indices are positions in the jobs. */
@@ -100,6 +102,14 @@ function emptyStats(): RolloutStats {
 export function oracleOf(env: Env): () => string | null {
   if (!env.oracleAction) throw new Error(`memory.source: oracle needs an environment with a scripted solver (the built-in one); ${env.name} has none`);
   return env.oracleAction.bind(env);
+}
+
+/** A valid action with a slot to fill in (WebShop's `search[<your query>]`) cannot be decoded from a list. */
+const SLOT = /<[^<>]+>/;
+
+/** What constrained decoding may produce in a state: its valid actions, or free text where one has a slot. */
+export function constrainedTo(valid: readonly string[]): readonly string[] | null {
+  return valid.some((a) => SLOT.test(a)) ? null : valid;
 }
 
 /** Cache keys unique within the process, so engines never mix two episodes' KV caches. */
@@ -159,8 +169,8 @@ export async function runEpisodes(
         topP: s.topP,
         maxTokens: s.maxTokens,
         seed: s.seed * 100_003 + t,
-        allowedTexts: s.constrained ? active.map((e) => e.valid) : undefined,
-        cacheKeys: active.map((e) => e.cacheKey),
+        allowedTexts: s.constrained ? active.map((e) => constrainedTo(e.valid)) : undefined,
+        cacheKeys: s.reusePrefix === false ? undefined : active.map((e) => e.cacheKey),
       });
       const t1 = performance.now();
       const actions = gens.map((g) => actionOf(g.text));
@@ -263,5 +273,6 @@ export function rolloutSettings(cfg: Config, evaluation: boolean, seed: number):
     constrained: cfg.rollout.constrained,
     maxSteps: cfg.env.max_steps,
     seed,
+    reusePrefix: cfg.rollout.reuse_prefix,
   };
 }

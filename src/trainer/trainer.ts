@@ -32,6 +32,7 @@ import { MetricsLog } from './metrics-log.ts';
 import { grpoUpdate } from './grpo.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { IM_END, END_OF_TEXT, endTokenIds } from './prompt.ts';
+import { promptSettings } from './prompt-style.ts';
 import { environmentCount, oracleOf, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
 import { evaluate, formatEvalTable, timing, type EvalResult } from './evaluate.ts';
 import { evaluationEpisodes } from './eval-command.ts';
@@ -310,6 +311,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
           maskScope: cfg.algo.low_prob_scope,
           offPolicyRatio: cfg.algo.off_policy_ratio,
           offPolicyWeightCap: cfg.algo.off_policy_weight_cap,
+          pack: cfg.optim.pack_episodes ?? promptSettings(cfg).template !== undefined,
         },
         rng,
       );
@@ -332,7 +334,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       metrics.append({
         type: 'train', iteration: it, env_steps: state.envSteps, mean_score: meanScore, success_rate: success,
         loss: update.loss, clip_fraction: update.clipFraction, mean_ratio: update.meanRatio, grad_norm: update.gradNorm, kl: update.kl,
-        sequences: update.sequences, trained_tokens: update.tokens, rollout_seconds: (t1 - t0) / 1000, update_seconds: (t2 - t1) / 1000,
+        sequences: update.sequences, trained_tokens: update.tokens, packed_share: update.packedSteps / Math.max(1, update.steps), rollout_seconds: (t1 - t0) / 1000, update_seconds: (t2 - t1) / 1000,
         rollout_tokens_per_s: rolloutTokPerS, mean_prompt_tokens: stats.promptTokens / Math.max(1, stats.envSteps), elapsed_seconds: state.elapsedSeconds,
         modes: countModes(modes), score_by_mode: byMode, off_policy_sequences: update.offPolicySequences, off_policy_mean_weight: update.offPolicyMeanWeight, dropped_low_prob: update.droppedLowProb,
         intrinsic_mean: intrinsic ? intrinsic.flat().reduce((a, b) => a + b, 0) / Math.max(1, episodes.length) : 0,
