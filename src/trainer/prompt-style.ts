@@ -6,6 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
 import { ChatTemplate } from '../policy/chat-template.ts';
+import { ggufCacheDir, isGgufPath } from '../policy/gguf/model-path.ts';
 import { INSTRUCT_SYSTEM_PROMPT, type PromptSettings } from './prompt.ts';
 
 const templates = new Map<string, ChatTemplate | null>();
@@ -23,10 +24,18 @@ export function chatTemplateIn(dir: string): ChatTemplate | null {
   return templates.get(dir)!;
 }
 
+/** The directory of `model.path`: a .gguf file's import (made when the engine was created). */
+function modelDir(path: string): string {
+  if (!isGgufPath(path)) return path;
+  const dir = ggufCacheDir(path);
+  if (!existsSync(join(dir, 'config.json'))) throw new Error(`model.path ${path}: not imported yet (expected ${dir}); create the engine first, or run empo2 import-gguf`);
+  return dir;
+}
+
 /** The prompt settings of a run: the style's defaults for what the config leaves to it. */
 export function promptSettings(cfg: Config): PromptSettings {
   const p = cfg.prompt;
-  const template = p.style !== 'plain' && cfg.model.path ? chatTemplateIn(cfg.model.path) : null;
+  const template = p.style !== 'plain' && cfg.model.path ? chatTemplateIn(modelDir(cfg.model.path)) : null;
   if (p.style === 'instruct' && !template) {
     throw new Error(`prompt.style: instruct needs the model's chat template, and ${cfg.model.path ? `model.path ${cfg.model.path} has none (no chat_template.jinja, chat_template.json or chat_template in tokenizer_config.json)` : 'the default tiny model has none (set model.path)'}`);
   }
