@@ -86,6 +86,8 @@ export class MetricsLog {
         mean_score: line.mean_score as number,
         success_rate: line.success_rate as number,
         env_steps: line.env_steps as number,
+        // Lines logged before evaluations were timed have no seconds.
+        seconds: (line.seconds as number | undefined) ?? NaN,
       },
     };
   }
