@@ -83,6 +83,7 @@ export function policyCalls(engine: PolicyEngine, blocking: boolean, interrupts:
     logprobs: (batch, temperature) => guard(() => engine.logprobs(batch, temperature)),
     trainStep: (batch, objective, temperature, lr) => guard(() => engine.trainStep(batch, objective, temperature, lr)),
     save: (dir) => engine.save(dir),
+    releaseCache: engine.releaseCache ? (keys) => engine.releaseCache!(keys) : undefined,
     dispose: () => engine.dispose(),
   };
 }
