@@ -20,17 +20,19 @@ export class AdamW {
 
   constructor(public config: AdamWConfig) {}
 
-  apply(params: Map<string, tf.Variable>, grads: Map<string, tf.Tensor>, lr = this.config.lr): void {
+  /** One step; `gradScale` multiplies every gradient first (token mean, clipping) without a scaled copy of them all. */
+  apply(params: Map<string, tf.Variable>, grads: Map<string, tf.Tensor>, lr = this.config.lr, gradScale = 1): void {
     const { beta1, beta2, eps, weightDecay } = this.config;
     this.step++;
     const bc1 = 1 - Math.pow(beta1, this.step);
     const bc2 = 1 - Math.pow(beta2, this.step);
     for (const [name, p] of params) {
-      const g = grads.get(name);
-      if (!g) continue;
+      const grad = grads.get(name);
+      if (!grad) continue;
       const m = this.moment(this.m, name, p);
       const v = this.moment(this.v, name, p);
       tf.tidy(() => {
+        const g = gradScale === 1 ? grad : grad.mul(gradScale);
         const mNew = m.mul(beta1).add(g.mul(1 - beta1));
         const vNew = v.mul(beta2).add(g.square().mul(1 - beta2));
         m.assign(mNew);
@@ -45,7 +47,10 @@ export class AdamW {
   private moment(store: Map<string, tf.Variable>, name: string, like: tf.Variable): tf.Variable {
     let t = store.get(name);
     if (!t) {
-      t = tf.variable(tf.zerosLike(like), false);
+      const zeros = tf.zerosLike(like);
+      t = tf.variable(zeros, false);
+      // The variable shares the buffer; without this the zeros stay alive after the first assign.
+      zeros.dispose();
       store.set(name, t);
     }
     return t;
@@ -66,7 +71,9 @@ export class AdamW {
     for (const [key, t] of tensors) {
       const store = key.startsWith('m.') ? this.m : key.startsWith('v.') ? this.v : null;
       if (!store) throw new Error(`optimizer state: unexpected tensor "${key}"`);
-      store.set(key.slice(2), tf.variable(tf.tensor(t.data, t.shape), false));
+      const initial = tf.tensor(t.data, t.shape);
+      store.set(key.slice(2), tf.variable(initial, false));
+      initial.dispose();
     }
   }
 

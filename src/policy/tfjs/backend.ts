@@ -48,8 +48,10 @@ async function pickBackend(preferred: string | undefined): Promise<string> {
 
 let gapsRegistered = false;
 function registerWasmGapKernels(): void {
-  if (gapsRegistered || tf.getKernel('UnsortedSegmentSum', 'wasm')) return;
+  if (gapsRegistered) return;
   gapsRegistered = true;
+  registerSharingIdentity();
+  if (tf.getKernel('UnsortedSegmentSum', 'wasm')) return;
   tf.registerKernel({
     kernelName: 'UnsortedSegmentSum',
     backendName: 'wasm',
@@ -72,6 +74,26 @@ function registerWasmGapKernels(): void {
         for (let j = 0; j < inner; j++) dst[to + j] += xs[from + j];
       }
       return out;
+    },
+  });
+}
+
+/**
+ * The wasm backend's Identity copies its input, and autograd clones (Identity) every tensor it
+ * saves for the backward pass: each matmul's weight, each activation. That doubled a training
+ * step's memory (every weight matrix copied once per use). tfjs tensors are immutable (a
+ * variable's assign swaps its buffer, never writes into it), so sharing the buffer with a
+ * reference count is what the CPU backend does and is just as correct here.
+ */
+function registerSharingIdentity(): void {
+  tf.unregisterKernel('Identity', 'wasm');
+  tf.registerKernel({
+    kernelName: 'Identity',
+    backendName: 'wasm',
+    kernelFunc: ({ inputs, backend }) => {
+      const { x } = inputs as { x: tf.TensorInfo };
+      (backend as BackendWasm).incRef(x.dataId);
+      return { dataId: x.dataId, shape: x.shape, dtype: x.dtype };
     },
   });
 }

@@ -105,7 +105,10 @@ function loadWeights(dir: string, config: ModelConfig): Map<string, tf.Variable>
         foundIn.set(name, file);
         if (!FLOAT_DTYPES.has(t.dtype)) throw new Error(`${file}: tensor "${name}" has dtype ${t.dtype}; weights must be F32, F16 or BF16`);
         if (t.shape.join(',') !== shape.join(',')) throw new Error(`${file}: tensor "${name}" has shape [${t.shape}] but config.json implies [${shape}]`);
-        params.set(name, tf.variable(tf.tensor(toFloat32(t), shape), true)); // unnamed: see Qwen2Model.random
+        const initial = tf.tensor(toFloat32(t), shape);
+        params.set(name, tf.variable(initial, true)); // unnamed: see Qwen2Model.random
+        // The variable shares the buffer; without this a second copy of the weights stays alive after the first update.
+        initial.dispose();
       }
     }
     for (const name of wanted.keys()) {

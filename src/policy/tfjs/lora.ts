@@ -98,7 +98,11 @@ export function matchTargetModules(model: Qwen2Model, c: Pick<LoraConfig, 'targe
 
 export class LoraAdapters {
   readonly scaling: number;
-  private dropoutCalls = 0;
+  /**
+   * Dropout masks drawn so far; each call seeds its mask from it. A checkpointed layer sets it back
+   * to replay its forward pass's masks when the backward pass recomputes the layer.
+   */
+  dropoutCalls = 0;
   private named: Map<string, tf.Variable> | null = null;
 
   constructor(
@@ -117,9 +121,11 @@ export class LoraAdapters {
     matchTargetModules(model, config).forEach((module, k) => {
       const [out, inp] = model.params.get(module + '.weight')!.shape;
       const bound = 1 / Math.sqrt(inp);
-      const A = tf.variable(tf.randomUniform([config.r, inp], -bound, bound, 'float32', seed * 100_003 + k + 1 /* 0 would mean unseeded */), true);
-      const B = tf.variable(tf.zeros([out, config.r]), true);
-      modules.set(module, { A, B });
+      const initialA = tf.randomUniform([config.r, inp], -bound, bound, 'float32', seed * 100_003 + k + 1 /* 0 would mean unseeded */);
+      const initialB = tf.zeros([out, config.r]);
+      modules.set(module, { A: tf.variable(initialA, true), B: tf.variable(initialB, true) });
+      // Variables share these buffers; disposing them here keeps a stale copy from outliving the first update.
+      tf.dispose([initialA, initialB]);
     });
     return new LoraAdapters(config, modules, seed);
   }
@@ -129,7 +135,8 @@ export class LoraAdapters {
     const rate = this.config.dropout;
     // A fresh seed per call: every layer and step draws its own mask, reproducibly.
     const input = training && rate > 0 ? tf.dropout(x, rate, undefined, this.dropoutSeed * 1_000_003 + ++this.dropoutCalls) : x;
-    return tf.matMul(tf.matMul(input, m.A, false, true), m.B, false, true).mul(this.scaling);
+    // Scaled while still [n, r]: scaling the [n, out] result would hold one more activation of that size.
+    return tf.matMul(tf.matMul(input, m.A, false, true).mul(this.scaling), m.B, false, true);
   }
 
   /** Adapter matrices by their PEFT name without the PeftModel prefix (".lora_A.weight" etc.). */
@@ -240,7 +247,10 @@ export function loadLoraAdapter(dir: string, model: Qwen2Model, dropoutSeed = 0)
         if (t.dtype !== 'F32' && t.dtype !== 'F16' && t.dtype !== 'BF16') throw new Error(`${weightsPath}: tensor "${name}" has dtype ${t.dtype}; only F32, F16 and BF16 load`);
         if (t.shape.join(',') !== shape.join(',')) throw new Error(`${weightsPath}: tensor "${name}" has shape [${t.shape}] but r=${config.r} and the base model imply [${shape}]`);
         used.add(name);
-        return tf.variable(tf.tensor(toFloat32(t), shape), true);
+        const initial = tf.tensor(toFloat32(t), shape);
+        const variable = tf.variable(initial, true);
+        initial.dispose();
+        return variable;
       };
       const A = load('lora_A', [config.r, inp]);
       modules.set(module, { A, B: load('lora_B', [out, config.r]) });
