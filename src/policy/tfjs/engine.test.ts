@@ -7,7 +7,7 @@
  * drawn wider than a real init (std 0.3, biases and norm weights perturbed too) so attention and
  * the output distribution are far from uniform and every code path carries signal.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { mkdtempSync, readFileSync, rmSync, truncateSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,10 +15,11 @@ import { initBackend, tf } from './backend.ts';
 import { Qwen2Model, type ModelConfig } from './qwen2.ts';
 import { TfjsEngine, responseLogprobs, type EngineOptions } from './engine.ts';
 import { loadModelDir, saveModelDir } from './checkpoint.ts';
+import { HEAP_SAFETY, PREFILL_TOKENS, chunkReserveBytes, inferenceBytesPerToken, kvBytesPerToken } from './memory-plan.ts';
 import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
 import { objectiveTerms, type ObjectiveConfig } from '../../algo/objective.ts';
 import { CHAT_SPECIAL_TOKENS, IM_END, END_OF_TEXT } from '../../trainer/prompt.ts';
-import type { TrainSequence } from '../types.ts';
+import type { Generation, TrainSequence } from '../types.ts';
 
 const CORPUS = [
   'You are in the hall. You see a red box, a blue drawer and a door to the kitchen.',
@@ -552,5 +553,384 @@ describe('save and load', () => {
       writeFileSync(join(d, 'config.json'), JSON.stringify(cfg));
       expect(() => loadModelDir(d)).toThrow(/config\.json: num_attention_heads \(4\) must be a multiple of num_key_value_heads \(3\)/);
     });
+  });
+});
+
+describe('prefix reuse: generate with cacheKeys', () => {
+  const obs = ['You see a red box.', 'The red box is open. Inside it: a yellow hat.', 'You take the yellow hat.', 'You are in the hall. You see a blue drawer and a door to the kitchen.', 'Nothing happens.'];
+  const turn = (text: string) => tokenizer.encode(`<|im_start|>user\n${text}<|im_end|>\n<|im_start|>assistant\n`);
+  let system: number[];
+  beforeAll(() => {
+    system = tokenizer.encode('<|im_start|>system\nTask: Find the yellow hat and bring it to the pantry.<|im_end|>\n');
+  });
+  /**
+   * Prompt of step t of an episode: system, an optional tip block that changes every step (a middle
+   * block that diverges), and the history; with a window, only the last `window` turns (the front is cut).
+   */
+  const episodePrompt = (history: number[][], t: number, o: { tips: boolean; window: number | null }) => {
+    const tip = o.tips ? tokenizer.encode(`<|im_start|>user\ntip ${t % 3}: open red box<|im_end|>\n`) : [];
+    const turns = o.window === null ? history : history.slice(Math.max(0, history.length - 2 * o.window + 1));
+    return [...system, ...tip, ...turns.flat()];
+  };
+
+  /** Runs lockstep episodes (rows) for `steps` steps, with or without keys, and returns every call's generations. */
+  async function runEpisodes(engine: TfjsEngine, keys: boolean, sampling: { temperature: number; topP: number }, o: { tips: boolean; window: number | null }, steps = 4, rows = 3, constrained = false): Promise<Generation[][]> {
+    const histories: number[][][] = Array.from({ length: rows }, (_, b) => [turn(obs[b])]);
+    const calls: Generation[][] = [];
+    for (let t = 0; t < steps; t++) {
+      const prompts = histories.map((h) => episodePrompt(h, t, o));
+      const gens = await engine.generate(prompts, {
+        ...sampling,
+        maxTokens: 6,
+        seed: 100 + t,
+        cacheKeys: keys ? histories.map((_, b) => `episode-${b}`) : undefined,
+        allowedTexts: constrained ? histories.map((_, b) => (b === 1 ? null : ['open red box', 'go to kitchen', 'take yellow hat', 'look around'])) : undefined,
+      });
+      calls.push(gens);
+      // The response (tokens as sampled, end token included) and the next observation extend the history.
+      histories.forEach((h, b) => h.push(gens[b].tokens, turn(obs[(b + t + 1) % obs.length])));
+    }
+    if (keys) engine.releaseCache(histories.map((_, b) => `episode-${b}`));
+    return calls;
+  }
+
+  const expectSame = (a: Generation[][], b: Generation[][]) => {
+    expect(a.map((c) => c.map((g) => g.tokens))).toEqual(b.map((c) => c.map((g) => g.tokens)));
+    a.forEach((call, t) => call.forEach((g, i) => expect(maxAbsDiff(g.logprobs, b[t][i].logprobs)).toBeLessThan(1e-5)));
+  };
+
+  for (const [label, o] of [
+    ['prompts that extend the previous prompt + response', { tips: false, window: null }],
+    ['a tip block in the middle that changes every step', { tips: true, window: null }],
+    ['a history window that cuts the front', { tips: false, window: 2 }],
+  ] as const) {
+    it(`${label}: same tokens and log-probs (1e-5) as without keys, greedy and seeded sampling`, async () => {
+      const engine = makeEngine(21);
+      for (const sampling of [{ temperature: 0, topP: 1 }, { temperature: 1, topP: 1 }, { temperature: 0.8, topP: 0.9 }]) {
+        const plain = await runEpisodes(engine, false, sampling, o);
+        const before = engine.cacheStats();
+        const cached = await runEpisodes(engine, true, sampling, o);
+        expectSame(cached, plain);
+        const stats = engine.cacheStats();
+        // Keys were used: the exact extensions reuse every step after the first; nothing is left after release.
+        expect(stats.reusedTokens - before.reusedTokens).toBeGreaterThan(0);
+        expect(stats.entries).toBe(0);
+      }
+      engine.dispose();
+    });
+  }
+
+  it('an exactly extending episode prefills only the new tokens after step 1', async () => {
+    const engine = makeEngine(22);
+    const histories: number[][] = [[...system, ...turn(obs[0])]];
+    let previousLength = 0;
+    for (let t = 0; t < 4; t++) {
+      const before = engine.cacheStats();
+      const [g] = await engine.generate([histories[0]], { temperature: 1, topP: 1, maxTokens: 5, seed: t, cacheKeys: ['e'] });
+      const prefilled = engine.cacheStats().prefilledTokens - before.prefilledTokens;
+      // The cache holds prompt + every generated token but the last (never fed back), so the new
+      // prompt's prefill is that last token plus the observation.
+      if (t > 0) expect(prefilled).toBe(histories[0].length - previousLength);
+      histories[0].push(...g.tokens, ...turn(obs[t + 1]));
+      previousLength = histories[0].length - turn(obs[t + 1]).length - 1;
+    }
+    engine.dispose();
+  });
+
+  it('constrained decoding and rows with different cached lengths (keyed, unkeyed, new key) in one batch', async () => {
+    const engine = makeEngine(23);
+    const o = { tips: false, window: null };
+    expectSame(await runEpisodes(engine, true, { temperature: 1, topP: 1 }, o, 3, 3, true), await runEpisodes(engine, false, { temperature: 1, topP: 1 }, o, 3, 3, true));
+    // Mixed: row 0 keyed with a long cache, row 1 unkeyed, row 2 a new key.
+    const long = [...system, ...turn(obs[0])];
+    await engine.generate([long], { temperature: 0, topP: 1, maxTokens: 4, seed: 1, cacheKeys: ['a'] });
+    const prompts = [[...long, ...turn(obs[1])], prompt('go'), [...system, ...turn(obs[2])]];
+    const opts = { temperature: 1, topP: 1, maxTokens: 6, seed: 9 };
+    const withKeys = await engine.generate(prompts, { ...opts, cacheKeys: ['a', null, 'b'] });
+    const without = await engine.generate(prompts, opts);
+    expectSame([withKeys], [without]);
+    engine.dispose();
+  });
+
+  it('groups split by the memory limit give the same results as one group', async () => {
+    const whole = makeEngine(24);
+    const split = makeEngine(24);
+    // Room for the keys/values of about 200 tokens next to the fixed working memory: one row per group.
+    const reserve = chunkReserveBytes() + PREFILL_TOKENS * inferenceBytesPerToken(split.model.config);
+    (split.options as EngineOptions).memoryLimitBytes = tf.memory().numBytes + (reserve + 400 * kvBytesPerToken(split.model.config)) / HEAP_SAFETY;
+    const groups = vi.spyOn(split as unknown as { generateGroup: () => void }, 'generateGroup');
+    const o = { tips: true, window: null };
+    expectSame(await runEpisodes(split, true, { temperature: 1, topP: 1 }, o), await runEpisodes(whole, false, { temperature: 1, topP: 1 }, o));
+    expect(groups.mock.calls.length).toBeGreaterThanOrEqual(2 * 4);
+    whole.dispose();
+    split.dispose();
+  });
+
+  it('a prompt whose keys/values cannot fit is refused before any work, saying what fits and what to use', async () => {
+    const engine = makeEngine(28);
+    const reserve = chunkReserveBytes() + PREFILL_TOKENS * inferenceBytesPerToken(engine.model.config);
+    (engine.options as EngineOptions).memoryLimitBytes = tf.memory().numBytes + (reserve + 50 * kvBytesPerToken(engine.model.config)) / HEAP_SAFETY;
+    const before = tf.memory().numTensors;
+    const long = Array.from({ length: 80 }, (_, i) => 10 + (i % 50));
+    await expect(engine.generate([prompt('go'), long], { temperature: 1, topP: 1, maxTokens: 4, seed: 1, cacheKeys: ['a', 'b'] })).rejects.toThrow(
+      /generate: prompt 1 \(80 tokens \+ 4 to generate\) needs 21 KiB of keys\/values, but the wasm heap has room for 1[23] KiB \(prompts up to 4[56] tokens\); use model\.engine: torch/,
+    );
+    expect(tf.memory().numTensors).toBe(before);
+    expect(engine.cacheStats().entries).toBe(0);
+    engine.dispose();
+  });
+
+  it('stays within its count and byte limits (least recently used dropped first), and results do not change', async () => {
+    const engine = makeEngine(25, { kvCache: { maxEntries: 2, maxBytes: 1e9 } });
+    const ps = [prompt('go'), prompt('look'), prompt('open red box')];
+    const opts = { temperature: 1, topP: 1, maxTokens: 4, seed: 3 };
+    await engine.generate(ps, { ...opts, cacheKeys: ['x', 'y', 'z'] });
+    expect(engine.cacheStats().entries).toBe(2);
+    expect(engine.cacheStats().evictions).toBe(1);
+    const tiny = makeEngine(25, { kvCache: { maxEntries: 10, maxBytes: 100 } });
+    const a = await tiny.generate(ps, { ...opts, cacheKeys: ['x', 'y', 'z'] });
+    expect(tiny.cacheStats()).toMatchObject({ entries: 0, bytes: 0, evictions: 3 });
+    const b = await tiny.generate(ps, { ...opts, cacheKeys: ['x', 'y', 'z'] });
+    expect(b.map((g) => g.tokens)).toEqual(a.map((g) => g.tokens));
+    expect(() => makeEngine(1, { kvCache: { maxEntries: -1, maxBytes: 1 } })).toThrow(/kvCache: "maxEntries" must be a non-negative integer/);
+    engine.dispose();
+    tiny.dispose();
+  });
+
+  it('a cache computed before a training step is not reused after it (the weights changed)', async () => {
+    const engine = makeEngine(26);
+    const p = [...system, ...turn(obs[0])];
+    const [g] = await engine.generate([p], { temperature: 1, topP: 1, maxTokens: 5, seed: 1, cacheKeys: ['e'] });
+    await engine.trainStep([{ prompt: p, response: g.tokens, advantages: g.tokens.map(() => 1), oldLogprobs: g.logprobs, mask: g.tokens.map(() => 1) }], { clipLow: 0.2, clipHigh: 0.3, dualClip: null, klCoef: 0, lowProbDelta: null });
+    const next = [...p, ...g.tokens, ...turn(obs[1])];
+    const opts = { temperature: 1, topP: 1, maxTokens: 5, seed: 2 };
+    const keyed = await engine.generate([next], { ...opts, cacheKeys: ['e'] });
+    expect(engine.cacheStats().stale).toBe(1);
+    const plain = await engine.generate([next], opts);
+    expectSame([keyed], [plain]);
+    engine.dispose();
+  });
+
+  it('refuses malformed keys, and leaves no tensors behind', async () => {
+    const engine = makeEngine(27);
+    const opts = { temperature: 1, topP: 1, maxTokens: 3, seed: 1 };
+    await expect(engine.generate([prompt('go'), prompt('look')], { ...opts, cacheKeys: ['a'] })).rejects.toThrow(/cacheKeys has 1 entries for 2 prompts/);
+    await expect(engine.generate([prompt('go'), prompt('look')], { ...opts, cacheKeys: ['a', 'a'] })).rejects.toThrow(/cacheKeys\[1\] repeats cacheKeys\[0\] \("a"\)/);
+    const before = tf.memory().numTensors;
+    await engine.generate([prompt('go'), prompt('look')], { ...opts, cacheKeys: ['a', 'b'] });
+    await engine.generate([[...prompt('go'), 5, 6], prompt('look')], { ...opts, cacheKeys: ['a', 'b'] });
+    expect(tf.memory().numTensors).toBe(before);
+    engine.dispose();
+  });
+});
+
+describe('packed episodes: policyTokens', () => {
+  const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.3, dualClip: 3, klCoef: 0.1, lowProbDelta: 2e-3 };
+  /**
+   * An episode of three steps: prompt₁ response₁ obs₂ response₂ obs₃ response₃. Per step: the prompt is
+   * everything before the response. Packed: one sequence, observations marked 0.
+   */
+  function episode(seed: number) {
+    const prompt1 = prompt('You are in the hall. You see a red box.');
+    const responses = [tokenizer.encode('open red box').concat(IM_END_ID), tokenizer.encode('take yellow hat').concat(IM_END_ID), tokenizer.encode('go to kitchen').concat(IM_END_ID)];
+    const observations = [prompt('The red box is open. Inside it: a yellow hat.').slice(0, 5 + seed), prompt('You take the yellow hat.')];
+    const steps: { prompt: number[]; response: number[] }[] = [];
+    let context = prompt1;
+    responses.forEach((r, t) => {
+      steps.push({ prompt: context, response: r });
+      context = [...context, ...r, ...(observations[t] ?? [])];
+    });
+    const packedResponse: number[] = [];
+    const policyTokens: number[] = [];
+    responses.forEach((r, t) => {
+      packedResponse.push(...r);
+      policyTokens.push(...r.map(() => 1));
+      if (t < observations.length) {
+        packedResponse.push(...observations[t]);
+        policyTokens.push(...observations[t].map(() => 0));
+      }
+    });
+    return { steps, packed: { prompt: prompt1, response: packedResponse, policyTokens } };
+  }
+
+  it('logprobs of a packed episode equal the per-step scores, one value per policy token (1e-5)', async () => {
+    const engine = makeEngine(31);
+    const eps = [episode(0), episode(2)];
+    const packed = await engine.logprobs(eps.map((e) => e.packed), 0.9);
+    const perStep = await engine.logprobs(eps.flatMap((e) => e.steps), 0.9);
+    expect(packed[0]).toHaveLength(eps[0].packed.policyTokens.filter((x) => x === 1).length);
+    expect(maxAbsDiff(packed.flat(), perStep.flat())).toBeLessThan(1e-5);
+    engine.dispose();
+  });
+
+  for (const lora of [false, true]) {
+    it(`trainStep on packed episodes equals the per-step batch: loss, stats (1e-5 relative) and updated weights (1e-5)${lora ? ', LoRA' : ''}`, async () => {
+      const o = { optimizer: { lr: 1e-2, beta1: 0.9, beta2: 0.99, eps: 1e-3, weightDecay: 0.01 }, maxGradNorm: 1, ...(lora ? { lora: { r: 4, alpha: 8, dropout: 0, targetModules: ['all-linear'] }, loraSeed: 3 } : {}) };
+      const a = makeEngine(32, o);
+      const b = makeEngine(32, o);
+      if (lora) for (const e of [a, b]) for (const { B } of e.model.lora!.modules.values()) tf.tidy(() => B.assign(tf.randomNormal(B.shape, 0, 0.2, 'float32', 5)));
+      const eps = [episode(0), episode(1)];
+      const steps = eps.flatMap((e) => e.steps);
+      const current = await a.logprobs(steps);
+      // Per token: old log-probs off by a wiggle (some ratios clipped), mixed advantages, masks, a reference.
+      const perStep: TrainSequence[] = steps.map((s, i) => ({
+        ...s,
+        oldLogprobs: current[i].map((lp, j) => lp + 0.3 * Math.sin(3 * i + j)),
+        advantages: s.response.map((_, j) => (i % 2 === 0 ? 1.2 : -0.6) + 0.1 * j),
+        mask: s.response.map((_, j) => (i === 1 && j === 0 ? 0 : 1)),
+        refLogprobs: current[i].map((lp, j) => lp - 0.2 * Math.cos(i + j)),
+      }));
+      // The packed form carries the same per-token values, concatenated per episode.
+      const packed: TrainSequence[] = eps.map((e, k) => {
+        const own = perStep.slice(3 * k, 3 * k + 3);
+        return {
+          ...e.packed,
+          oldLogprobs: own.flatMap((s) => s.oldLogprobs),
+          advantages: own.flatMap((s) => s.advantages),
+          mask: own.flatMap((s) => s.mask),
+          refLogprobs: own.flatMap((s) => s.refLogprobs!),
+        };
+      });
+      const snap = (e: TfjsEngine) => (lora ? new Map([...e.model.lora!.variables()].map(([k, v]) => [k, Float32Array.from(v.dataSync())])) : paramsSnapshot(e.model));
+      const before = snap(a);
+      const sa = await a.trainStep(perStep, objective);
+      const sb = await b.trainStep(packed, objective);
+      const rel = (x: number, y: number) => Math.abs(x - y) / Math.max(1e-8, Math.abs(x));
+      // Some tokens fall under δ and one is masked, so the count says both forms dropped the same ones.
+      expect(sa.tokens).toBeGreaterThan(5);
+      expect(sa.tokens).toBeLessThan(perStep.reduce((n, x) => n + x.response.length, 0));
+      expect(sb.tokens).toBe(sa.tokens);
+      for (const k of ['loss', 'clipFraction', 'meanRatio', 'kl', 'gradNorm'] as const) expect(rel(sa[k], sb[k])).toBeLessThan(1e-5);
+      expect(sa.clipFraction).toBeGreaterThan(0);
+      expect(maxParamDiff(before, snap(a))).toBeGreaterThan(1e-3);
+      expect(maxParamDiff(snap(a), snap(b))).toBeLessThan(1e-5);
+      a.dispose();
+      b.dispose();
+    });
+  }
+
+  it('the low-probability mask and the δ threshold apply per policy token as they do per step', async () => {
+    const a = makeEngine(33);
+    const b = makeEngine(33);
+    const e = episode(0);
+    const current = await a.logprobs(e.steps);
+    const perStep: TrainSequence[] = e.steps.map((s, i) => ({ ...s, oldLogprobs: current[i], advantages: s.response.map(() => 1), mask: s.response.map(() => 1) }));
+    const packed: TrainSequence = { ...e.packed, oldLogprobs: current.flat(), advantages: current.flat().map(() => 1), mask: current.flat().map(() => 1) };
+    const sa = await a.trainStep(perStep, objective);
+    const sb = await b.trainStep([packed], objective);
+    expect(sb.tokens).toBe(sa.tokens);
+    expect(Math.abs(sa.loss - sb.loss)).toBeLessThan(1e-5 * Math.max(1, Math.abs(sa.loss)));
+    a.dispose();
+    b.dispose();
+  });
+
+  it('refuses malformed packed sequences, naming the sequence and the array', async () => {
+    const engine = makeEngine(34);
+    const e = episode(0).packed;
+    const n = e.policyTokens.filter((x) => x === 1).length;
+    const seq = (o: Partial<TrainSequence>): TrainSequence => ({ ...e, oldLogprobs: Array(n).fill(-1), advantages: Array(n).fill(1), mask: Array(n).fill(1), ...o });
+    await expect(engine.logprobs([{ ...e, policyTokens: e.policyTokens.slice(1) }])).rejects.toThrow(`logprobs: sequence 0: policyTokens has ${e.response.length - 1} entries but the response has ${e.response.length} tokens`);
+    await expect(engine.logprobs([{ ...e, policyTokens: e.policyTokens.map((x) => x * 2) }])).rejects.toThrow(/policyTokens\[0\] is 2, not 0 or 1/);
+    await expect(engine.trainStep([seq({}), seq({ advantages: Array(e.response.length).fill(1) })], objective)).rejects.toThrow(`trainStep: sequence 1: "advantages" has ${e.response.length} values, expected ${n} (one per policy token)`);
+    await expect(engine.trainStep([{ prompt: [3], response: [4, 5], oldLogprobs: [-1], advantages: [1, 1], mask: [1, 1] }], objective)).rejects.toThrow('trainStep: sequence 0: "oldLogprobs" has 1 values, expected 2 (one per response token)');
+    engine.dispose();
+  });
+});
+
+describe('memory-bounded passes', () => {
+  const seqs = () => [
+    { prompt: prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'), response: tokenizer.encode('open red box').concat(IM_END_ID) },
+    { prompt: prompt('go'), response: tokenizer.encode('take yellow hat'), policyTokens: tokenizer.encode('take yellow hat').map((_, j) => (j % 3 === 1 ? 0 : 1)) },
+    { prompt: [5, 6], response: [17, 200, 3, 3, 42] },
+  ];
+
+  /** The plain computation: Qwen2Model.forward over everything, the output layer on every scored row at once. */
+  function plainLogprobs(model: Qwen2Model, batch: ReturnType<typeof seqs>, temperature: number): tf.Tensor1D {
+    const B = batch.length;
+    const L = Math.max(...batch.map((s) => s.prompt.length + s.response.length));
+    const ids = new Int32Array(B * L).fill(EOT_ID);
+    const pos = new Int32Array(B * L);
+    const rows: number[] = [];
+    const targets: number[] = [];
+    batch.forEach((s, b) => {
+      [...s.prompt, ...s.response].forEach((t, j) => ((ids[b * L + j] = t), (pos[b * L + j] = j)));
+      s.response.forEach((t, j) => {
+        if (s.policyTokens && s.policyTokens[j] === 0) return;
+        rows.push(b * L + s.prompt.length + j - 1);
+        targets.push(t);
+      });
+    });
+    const causal = new Float32Array(L * L).map((_, i) => (i % L <= Math.floor(i / L) ? 0 : -1e9));
+    const { hidden } = model.forward(tf.tensor2d(ids, [B, L], 'int32'), tf.tensor2d(pos, [B, L], 'int32'), tf.tensor4d(causal, [1, 1, L, L]));
+    const logits = model.logits(tf.gather(hidden.reshape([B * L, hidden.shape[2]]), rows) as tf.Tensor2D).div(temperature) as tf.Tensor2D;
+    const V = logits.shape[1];
+    return tf.gather(logits.reshape([-1]), targets.map((t, i) => i * V + t)).sub(tf.logSumExp(logits, 1)) as tf.Tensor1D;
+  }
+
+  for (const lora of [false, true]) {
+    it(`checkpointed layers, attention in query chunks and the output layer in row chunks give the plain pass's log-probs and gradients (1e-5)${lora ? ', LoRA with dropout' : ''}`, () => {
+      const model = makeModel(41, { tie_word_embeddings: lora });
+      if (lora) {
+        model.attachLora({ r: 4, alpha: 8, dropout: 0.3, targetModules: ['all-linear'] }, 2);
+        for (const { B } of model.lora!.modules.values()) tf.tidy(() => B.assign(tf.randomNormal(B.shape, 0, 0.3, 'float32', 9)));
+        model.training = true; // dropout on: the recomputation must replay the forward pass's masks
+      }
+      const vars = [...model.trainableParams().values()];
+      const batch = seqs();
+      const n = batch.reduce((a, s) => a + (s.policyTokens ? s.policyTokens.filter((x) => x === 1).length : s.response.length), 0);
+      const weights = Array.from({ length: n }, (_, i) => Math.sin(i + 1));
+      const run = (f: () => tf.Tensor1D) => {
+        if (model.lora) model.lora.dropoutCalls = 0;
+        let values: number[] = [];
+        const { value, grads } = tf.variableGrads(() => {
+          const lp = f();
+          values = Array.from(lp.dataSync());
+          return lp.mul(weights).sum() as tf.Scalar;
+        }, vars);
+        value.dispose();
+        const g = vars.map((v) => Float32Array.from(grads[v.name].dataSync()));
+        tf.dispose(Object.values(grads));
+        return { values, g };
+      };
+      const plain = run(() => plainLogprobs(model, batch, 0.8));
+      // Chunks of 2 query times (of ~25) and of 3 scored rows: every chunked path runs many times.
+      const chunked = run(() => responseLogprobs(model, batch, 0.8, EOT_ID, { attentionElements: 2 * 4 * 30, logitElements: 3 * tokenizer.vocabSize, prefillTokens: 1 }));
+      expect(chunked.values).toHaveLength(n);
+      expect(maxAbsDiff(chunked.values, plain.values)).toBeLessThan(1e-5);
+      plain.g.forEach((g, k) => {
+        const scale = g.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
+        expect(scale).toBeGreaterThan(1e-4);
+        expect(maxAbsDiff(Array.from(chunked.g[k]), Array.from(g))).toBeLessThan(1e-5 * Math.max(1, scale));
+      });
+      model.training = false;
+      model.dispose();
+    });
+  }
+
+  it('an engine with tiny chunks (prefill 5 tokens, attention and logits in small pieces) generates, scores and trains as one with the defaults', async () => {
+    const chunks = { attentionElements: 3 * 4 * 40, logitElements: 2 * tokenizer.vocabSize, prefillTokens: 5 };
+    const o = { optimizer: { lr: 1e-2, beta1: 0.9, beta2: 0.99, eps: 1e-3, weightDecay: 0 }, maxGradNorm: 1 };
+    const small = makeEngine(42, { ...o, chunks });
+    const big = makeEngine(42, o);
+    const ps = [prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'), prompt('go'), prompt('Task: Find the yellow hat.')];
+    for (const keys of [undefined, ['a', 'b', 'c']]) {
+      for (const step of [0, 1]) {
+        const opts = { temperature: 1, topP: 1, maxTokens: 6, seed: step, cacheKeys: keys };
+        const [a, b] = [await small.generate(ps, opts), await big.generate(ps, opts)];
+        expect(a.map((g) => g.tokens)).toEqual(b.map((g) => g.tokens));
+        a.forEach((g, i) => expect(maxAbsDiff(g.logprobs, b[i].logprobs)).toBeLessThan(1e-5));
+        ps.forEach((p, i) => p.push(...a[i].tokens, ...prompt('Nothing happens.')));
+      }
+    }
+    const batch = ps.map((p) => ({ prompt: p.slice(0, 20), response: p.slice(20) }));
+    const [la, lb] = [await small.logprobs(batch), await big.logprobs(batch)];
+    la.forEach((row, i) => expect(maxAbsDiff(row, lb[i])).toBeLessThan(1e-5));
+    const train = batch.map((s, i) => ({ ...s, oldLogprobs: la[i].map((x) => x + 0.1), advantages: la[i].map((_, j) => (j % 2 ? 1 : -0.5)), mask: la[i].map(() => 1) }));
+    const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.3, dualClip: 3, klCoef: 0, lowProbDelta: null };
+    const [sa, sb] = [await small.trainStep(train, objective), await big.trainStep(train, objective)];
+    expect(Math.abs(sa.loss - sb.loss)).toBeLessThan(1e-5 * Math.max(1, Math.abs(sb.loss)));
+    expect(maxParamDiff(paramsSnapshot(small.model), paramsSnapshot(big.model))).toBeLessThan(1e-5);
+    small.dispose();
+    big.dispose();
   });
 });

@@ -1,14 +1,37 @@
 /**
  * The in-process policy engine: a Qwen2/Llama model on TensorFlow.js that samples actions in
  * batches with a KV cache, scores responses (per-token log-probs) and takes optimiser steps on the
- * clipped objective. All batching is padded: left padding for generation (so every row's next
- * token is in the same column), right padding for scoring (a causal mask then keeps padding
- * invisible to real tokens).
+ * clipped objective.
+ *
+ * Memory: the wasm heap holds at most 4 GiB, weights included, and aborts the process when it runs
+ * out, so every pass is cut to fit before it starts (memory-plan.ts): generation prefills in chunks,
+ * one layer at a time, and splits the batch into groups whose keys/values fit; scoring and training
+ * run micro-batches sized by their activation memory, with checkpointed layers and chunked
+ * attention and output layers. A sequence that cannot fit even alone is refused with an error.
+ *
+ * Generation with `cacheKeys` keeps each key's keys/values in host memory (kv-cache.ts) and
+ * prefills only the tokens after the longest common prefix with the new prompt.
+ *
+ * Batching is padded: for generation each row's new tokens are right-aligned (every row's next
+ * token in the same column) after the row's reused prefix; for scoring, right padding with a causal
+ * mask that keeps padding invisible to real tokens.
  */
 import { tf } from './backend.ts';
-import { Qwen2Model, type LayerCache } from './qwen2.ts';
+import { Qwen2Model, headDim, type LayerCache } from './qwen2.ts';
 import { AdamW, type AdamWConfig } from './adamw.ts';
 import type { LoraConfig } from './lora.ts';
+import { KvCacheStore, commonPrefix, validateKvCacheLimits, type KvCacheEntry, type KvCacheLimits, type KvCacheStats, type KvSegment } from './kv-cache.ts';
+import {
+  DEFAULT_CHUNKS,
+  HEAP_SAFETY,
+  WASM_HEAP_MAX,
+  type ChunkSizes,
+  chunkReserveBytes,
+  inferenceBytesPerToken,
+  kvBytesPerToken,
+  formatBytes,
+  trainingBytesPerToken,
+} from './memory-plan.ts';
 import { TokenTrie } from '../constrained.ts';
 import { sampleToken } from '../sampling.ts';
 import { objectiveTerms, type ObjectiveConfig } from '../../algo/objective.ts';
@@ -17,6 +40,17 @@ import { turnEventLoop } from '../../util/event-loop.ts';
 import type { Generation, GenerateOptions, PolicyEngine, ScoredSequence, TextTokenizer, TrainSequence, TrainStats } from '../types.ts';
 
 const MASKED = -1e9;
+
+/**
+ * With a signal (empo2 serve), lets the event loop turn between tokens so other requests are served,
+ * and stops once it is aborted (the caller's finally frees the caches). Without one, nothing.
+ */
+async function yieldTo(signal: AbortSignal | undefined): Promise<void> {
+  if (!signal) return;
+  await turnEventLoop();
+  signal.throwIfAborted();
+}
+const TOO_BIG_HINT = 'use model.engine: torch for sequences this long';
 
 export interface EngineOptions {
   optimizer: AdamWConfig;
@@ -34,10 +68,33 @@ export interface EngineOptions {
   lora?: LoraConfig;
   /** Seeds fresh adapters (A) and LoRA dropout. */
   loraSeed?: number;
+  /** Heap bytes the engine plans with, live tensors included. Default: the wasm heap's maximum (4 GiB). */
+  memoryLimitBytes?: number;
+  /** Limits of the prefix caches kept for `cacheKeys` (host memory). Default: 256 entries, 4 GiB. */
+  kvCache?: KvCacheLimits;
+  /** Working-memory chunk sizes (memory-plan.ts); results do not depend on them. */
+  chunks?: Partial<ChunkSizes>;
+}
+
+export const DEFAULT_KV_CACHE_LIMITS: KvCacheLimits = { maxEntries: 256, maxBytes: 4 * 2 ** 30 };
+
+interface RowState {
+  tokens: number[];
+  logprobs: number[];
+  done: boolean;
+  finish: 'stop' | 'length';
+}
+
+/** What a generate call reuses for one row: the cached entry and how many of its tokens. */
+interface Reuse {
+  entry: KvCacheEntry | null;
+  length: number;
 }
 
 export class TfjsEngine implements PolicyEngine {
   readonly optimizer: AdamW;
+  private readonly kvCache: KvCacheStore;
+  private readonly chunks: ChunkSizes;
 
   constructor(
     readonly model: Qwen2Model,
@@ -45,8 +102,22 @@ export class TfjsEngine implements PolicyEngine {
     readonly options: EngineOptions,
   ) {
     if (options.endTokens.length === 0) throw new Error('engine: at least one end token id is needed');
+    if (options.memoryLimitBytes !== undefined && !(options.memoryLimitBytes > 0)) throw new Error(`engine: memoryLimitBytes must be positive (got ${options.memoryLimitBytes})`);
+    if (options.kvCache) validateKvCacheLimits(options.kvCache, 'engine: kvCache');
+    this.chunks = { ...DEFAULT_CHUNKS, ...options.chunks };
+    for (const [name, v] of Object.entries(this.chunks)) if (!(Number.isInteger(v) && v >= 1)) throw new Error(`engine: chunks.${name} must be a positive integer (got ${v})`);
     this.optimizer = new AdamW(options.optimizer);
     if (options.lora && !model.lora) model.attachLora(options.lora, options.loraSeed ?? 0);
+    const c = model.config;
+    this.kvCache = new KvCacheStore({ layers: c.num_hidden_layers, kvHeads: c.num_key_value_heads, headDim: headDim(c) }, options.kvCache ?? DEFAULT_KV_CACHE_LIMITS);
+  }
+
+  // ---------------------------------------------------------------- memory
+
+  /** Heap bytes a pass may plan to allocate now, next to what is already live. */
+  private workingBytes(): number {
+    const limit = this.options.memoryLimitBytes ?? WASM_HEAP_MAX;
+    return Math.max(0, (limit - tf.memory().numBytes) * HEAP_SAFETY);
   }
 
   // ---------------------------------------------------------------- generation
@@ -57,81 +128,365 @@ export class TfjsEngine implements PolicyEngine {
     prompts.forEach((p, i) => {
       if (p.length === 0) throw new Error(`generate: prompt ${i} is empty`);
     });
-    // Long prompts (tips, full histories) in a large batch would exhaust the wasm heap in the
-    // prefill's attention; such batches run in chunks, each with its own derived seed.
-    const chunks = this.attentionChunks(prompts.map((p) => p.length + opts.maxTokens), 1);
-    if (chunks.length > 1) {
-      const out: Generation[] = new Array(B);
-      for (const [k, chunk] of chunks.entries()) {
-        const gens = await this.generate(
-          chunk.map((i) => prompts[i]),
-          { ...opts, seed: opts.seed * 31 + 7919 * (k + 1), allowedTexts: opts.allowedTexts ? chunk.map((i) => opts.allowedTexts![i]) : undefined },
-        );
-        chunk.forEach((i, j) => (out[i] = gens[j]));
-      }
-      return out;
+    if (!(Number.isInteger(opts.maxTokens) && opts.maxTokens >= 0)) throw new Error(`generate: maxTokens must be a non-negative integer (got ${opts.maxTokens})`);
+    if (opts.allowedTexts && opts.allowedTexts.length !== B) throw new Error(`generate: allowedTexts has ${opts.allowedTexts.length} entries for ${B} prompts`);
+    const keys = opts.cacheKeys;
+    if (keys) {
+      if (keys.length !== B) throw new Error(`generate: cacheKeys has ${keys.length} entries for ${B} prompts`);
+      const seen = new Map<string, number>();
+      keys.forEach((k, i) => {
+        if (k === null || k === undefined) return;
+        if (typeof k !== 'string') throw new Error(`generate: cacheKeys[${i}] must be a string or null (got ${JSON.stringify(k)})`);
+        if (seen.has(k)) throw new Error(`generate: cacheKeys[${i}] repeats cacheKeys[${seen.get(k)}] (${JSON.stringify(k)}); one row per key`);
+        seen.set(k, i);
+      });
     }
-    const rng = new Rng(opts.seed);
+    // One generator per row: a row's tokens do not depend on how rows are grouped into passes (which
+    // changes with the memory plan and with cached prefixes). Row 0 draws from the seed's own stream,
+    // so a one-prompt call samples what it always did.
+    const base = new Rng(opts.seed);
+    const rngs = prompts.map((_, b) => (b === 0 ? new Rng(opts.seed) : base.fork(b)));
     const endToken = this.options.endTokens[0];
     const tries = (opts.allowedTexts ?? []).map((texts) =>
       texts && texts.length > 0 ? TokenTrie.fromTexts(texts, (t) => this.tokenizer.encode(t), endToken) : null,
     );
-    const L = Math.max(...prompts.map((p) => p.length));
-    const out: { tokens: number[]; logprobs: number[]; done: boolean; finish: 'stop' | 'length' }[] = prompts.map(() => ({ tokens: [], logprobs: [], done: false, finish: 'length' }));
-    const useCache = opts.useCache ?? true;
+    const out: RowState[] = prompts.map(() => ({ tokens: [], logprobs: [], done: false, finish: 'length' }));
+    if (opts.maxTokens === 0) return out.map(() => ({ tokens: [], logprobs: [], text: '', finish: 'length' }));
+    const sample = (b: number, logits: Float32Array) => this.sampleInto(out[b], logits, opts, rngs[b], tries[b] ?? null);
 
-    let cache: LayerCache[] | undefined;
     opts.signal?.throwIfAborted();
-    let logits = this.prefill(prompts, L, useCache, (c) => (cache = c));
-    for (let step = 0; step < opts.maxTokens; step++) {
-      const V = logits.length / B;
-      for (let b = 0; b < B; b++) {
-        const row = out[b];
-        if (row.done) continue;
-        const trie = tries[b];
-        const allowed = trie ? trie.allowedAfter(row.tokens) : null;
-        const pick = sampleToken(logits.subarray(b * V, (b + 1) * V), opts, rng, allowed);
-        row.tokens.push(pick.token);
-        row.logprobs.push(pick.logprob);
-        if (this.options.endTokens.includes(pick.token)) {
-          row.done = true;
-          row.finish = 'stop';
-        } else if (opts.stop && opts.stop.length > 0) {
-          const text = this.tokenizer.decode(row.tokens);
-          if (opts.stop.some((s) => text.includes(s))) {
-            row.done = true;
-            row.finish = 'stop';
-          }
-        }
+    if (opts.useCache === false) {
+      await this.generateWithoutCache(prompts, opts.maxTokens, out, sample, opts.signal);
+    } else {
+      const weights = this.weightsIdentity();
+      const reuse: Reuse[] = prompts.map((p, b) => {
+        const key = keys?.[b];
+        if (key === null || key === undefined) return { entry: null, length: 0 };
+        const entry = this.kvCache.get(key, weights) ?? null;
+        // At least the prompt's last token is run again: its logits start the response.
+        return { entry, length: entry ? Math.min(commonPrefix(entry.tokens, p), p.length - 1) : 0 };
+      });
+      const groups = this.generationGroups(prompts, reuse, opts.maxTokens);
+      reuse.forEach((r, b) => {
+        if (keys?.[b] === null || keys?.[b] === undefined) return;
+        if (r.length > 0) this.kvCache.counters.hits++;
+        else this.kvCache.counters.misses++;
+        this.kvCache.counters.reusedTokens += r.length;
+      });
+      for (const group of groups) {
+        await this.generateGroup(group, prompts, reuse, opts.maxTokens, out, sample, keys, weights, opts.signal);
       }
-      if (out.every((r) => r.done) || step === opts.maxTokens - 1) break;
-      if (opts.signal) {
-        await turnEventLoop();
-        if (opts.signal.aborted) {
-          if (cache) for (const c of cache) tf.dispose([c.k, c.v]);
-          throw opts.signal.reason;
-        }
-      }
-      const last = out.map((r) => (r.tokens.length > 0 ? r.tokens[r.tokens.length - 1] : this.options.padToken));
-      logits = useCache
-        ? this.decodeStep(prompts, L, step, last, cache!, (c) => (cache = c))
-        : this.prefill(prompts.map((p, b) => [...p, ...out[b].tokens]), L + step + 1, false, () => {});
     }
-    if (cache) for (const c of cache) tf.dispose([c.k, c.v]);
     return out.map((r) => ({ tokens: r.tokens, logprobs: r.logprobs, text: this.decodeResponse(r.tokens), finish: r.finish }));
   }
 
-  private decodeResponse(tokens: number[]): string {
-    const body = tokens.length > 0 && this.options.endTokens.includes(tokens[tokens.length - 1]) ? tokens.slice(0, -1) : tokens;
-    return this.tokenizer.decode(body);
+  /** Samples the next token of a row that is still running; marks it done at an end token or stop text. */
+  private sampleInto(row: RowState, logits: Float32Array, opts: GenerateOptions, rng: Rng, trie: TokenTrie | null): void {
+    if (row.done) return;
+    const allowed = trie ? trie.allowedAfter(row.tokens) : null;
+    const pick = sampleToken(logits, opts, rng, allowed);
+    row.tokens.push(pick.token);
+    row.logprobs.push(pick.logprob);
+    if (this.options.endTokens.includes(pick.token)) {
+      row.done = true;
+      row.finish = 'stop';
+    } else if (opts.stop && opts.stop.length > 0) {
+      const text = this.tokenizer.decode(row.tokens);
+      if (opts.stop.some((s) => text.includes(s))) {
+        row.done = true;
+        row.finish = 'stop';
+      }
+    }
+  }
+
+  /** Drops the prefix caches of these keys (their episodes ended). */
+  releaseCache(keys: readonly string[]): void {
+    this.kvCache.delete(keys);
+  }
+
+  /** Drops every prefix cache. */
+  clearCache(): void {
+    this.kvCache.clear();
+  }
+
+  /** What the prefix caches hold and how much they saved. */
+  cacheStats(): KvCacheStats {
+    return this.kvCache.stats();
   }
 
   /**
-   * Runs the padded prompts (left-padded to width L) and returns the logits of the last column,
-   * [B*V] on the host. Rows may carry generated tokens after the prompt (the no-cache path).
+   * Identifies the current weights: tfjs never writes a buffer in place (an update gives a variable
+   * a new data id), so cached keys/values are valid exactly while these ids are the same.
    */
-  private prefill(rows: number[][], L: number, keepCache: boolean, setCache: (c: LayerCache[]) => void): Float32Array {
+  private weightsIdentity(): object[] {
+    const vars = [...this.model.params.values(), ...(this.model.lora ? this.model.lora.variables().values() : [])];
+    return vars.map((v) => v.dataId);
+  }
+
+  /**
+   * Rows grouped so that each group's keys/values (rows × widest reused prefix + widest new part +
+   * maxTokens) fit the heap; rows with similar numbers of new tokens go together (less padding).
+   */
+  private generationGroups(prompts: number[][], reuse: Reuse[], maxTokens: number): number[][] {
+    const perToken = kvBytesPerToken(this.model.config);
+    const budget = this.workingBytes() - chunkReserveBytes(this.chunks) - this.chunks.prefillTokens * inferenceBytesPerToken(this.model.config);
+    const fresh = (b: number) => prompts[b].length - reuse[b].length;
+    prompts.forEach((p, b) => {
+      const need = (p.length + maxTokens) * perToken;
+      if (need > budget) {
+        const fits = Math.max(0, Math.floor(budget / perToken) - maxTokens);
+        throw new Error(
+          `generate: prompt ${b} (${p.length} tokens + ${maxTokens} to generate) needs ${formatBytes(need)} of keys/values, but the wasm heap has room for ` +
+            `${formatBytes(Math.max(0, budget))} (prompts up to ${fits} tokens); ${TOO_BIG_HINT}`,
+        );
+      }
+    });
+    const order = prompts.map((_, b) => b).sort((a, b) => fresh(b) - fresh(a) || a - b);
+    const groups: number[][] = [];
+    let current: number[] = [];
+    let widestReuse = 0;
+    let widestFresh = 0;
+    for (const b of order) {
+      const r = Math.max(widestReuse, reuse[b].length);
+      const n = Math.max(widestFresh, fresh(b));
+      if (current.length > 0 && (current.length + 1) * (r + n + maxTokens) * perToken > budget) {
+        groups.push(current);
+        current = [];
+        widestReuse = 0;
+        widestFresh = 0;
+      }
+      current.push(b);
+      widestReuse = Math.max(widestReuse, reuse[b].length);
+      widestFresh = Math.max(widestFresh, fresh(b));
+    }
+    if (current.length > 0) groups.push(current);
+    return groups;
+  }
+
+  /**
+   * Generates for one group of rows: uploads the reused prefixes, prefills the new tokens in
+   * chunks (one layer at a time), decodes, and stores keyed rows' keys/values back.
+   *
+   * Columns of every layer's keys: [reused prefix: R] [new prompt tokens, right-aligned: N] [generated: up to maxTokens].
+   */
+  private async generateGroup(
+    rows: number[],
+    prompts: number[][],
+    reuse: Reuse[],
+    maxTokens: number,
+    out: RowState[],
+    sample: (b: number, logits: Float32Array) => void,
+    keys: (string | null)[] | undefined,
+    weights: object[],
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const model = this.model;
+    const c = model.config;
+    const layers = c.num_hidden_layers;
+    const H = c.num_key_value_heads;
+    const D = headDim(c);
+    const G = rows.length;
+    const r = rows.map((b) => reuse[b].length);
+    const n = rows.map((b, j) => prompts[b].length - r[j]);
+    const R = Math.max(...r);
+    const N = Math.max(...n);
+    const offset = n.map((nj) => N - nj); // first column of row j's new tokens within [0, N)
+    const pad = this.options.padToken;
+
+    // Per layer: [prefix block?, new-token block(s)...]; the generated tokens' keys go to `tail`.
+    const blocks: LayerCache[][] = Array.from({ length: layers }, () => []);
+    const tail: (LayerCache | null)[] = Array(layers).fill(null);
+    try {
+      if (R > 0) {
+        for (let l = 0; l < layers; l++) {
+          const k = new Float32Array(G * H * R * D);
+          const v = new Float32Array(G * H * R * D);
+          rows.forEach((b, j) => {
+            if (r[j] > 0) this.kvCache.copyPrefix(reuse[b].entry!, r[j], l, k, v, j, R);
+          });
+          blocks[l].push({ k: tf.tensor4d(k, [G, H, R, D]), v: tf.tensor4d(v, [G, H, R, D]) });
+        }
+      }
+      const heads = c.num_attention_heads;
+      const chunk = Math.max(1, Math.min(N, Math.floor(this.chunks.prefillTokens / G), Math.floor(this.chunks.attentionElements / (G * heads * (R + N)))));
+      let logits: Float32Array | null = null;
+      for (let t0 = 0; t0 < N; t0 += chunk) {
+        const t1 = Math.min(N, t0 + chunk);
+        const T = t1 - t0;
+        const S = R + t1;
+        const ids = new Int32Array(G * T).fill(pad);
+        const pos = new Int32Array(G * T);
+        const mask = new Float32Array(G * T * S).fill(MASKED);
+        rows.forEach((b, j) => {
+          for (let t = t0; t < t1; t++) {
+            const at = j * T + (t - t0);
+            if (t < offset[j]) continue; // padding column: attends to nothing it could harm
+            ids[at] = prompts[b][r[j] + t - offset[j]];
+            pos[at] = r[j] + t - offset[j];
+            const row = at * S;
+            // Its own reused prefix, then its new tokens up to itself.
+            for (let col = 0; col < r[j]; col++) mask[row + col] = 0;
+            for (let u = offset[j]; u <= t; u++) mask[row + R + u] = 0;
+          }
+        });
+        const last = t1 === N;
+        const result = this.runLayers(ids, pos, mask, G, T, S, blocks, (l, kv) => blocks[l].push(kv), last);
+        if (last) logits = result;
+        this.kvCache.counters.prefilledTokens += offset.reduce((a, off) => a + Math.max(0, t1 - Math.max(t0, off)), 0);
+      }
+      // One block for all new tokens, so every decode step multiplies by few blocks.
+      for (let l = 0; l < layers; l++) {
+        const fresh = blocks[l].slice(R > 0 ? 1 : 0);
+        if (fresh.length > 1) {
+          const merged = { k: tf.concat(fresh.map((x) => x.k), 2) as tf.Tensor4D, v: tf.concat(fresh.map((x) => x.v), 2) as tf.Tensor4D };
+          for (const x of fresh) tf.dispose([x.k, x.v]);
+          blocks[l] = [...blocks[l].slice(0, R > 0 ? 1 : 0), merged];
+        }
+      }
+
+      const V = logits!.length / G;
+      let steps = 0;
+      for (let step = 0; step < maxTokens; step++) {
+        rows.forEach((b, j) => sample(b, logits!.subarray(j * V, (j + 1) * V)));
+        if (rows.every((b) => out[b].done) || step === maxTokens - 1) break;
+        await yieldTo(signal);
+        const S = R + N + step + 1;
+        const ids = new Int32Array(G);
+        const pos = new Int32Array(G);
+        const mask = new Float32Array(G * S).fill(MASKED);
+        rows.forEach((b, j) => {
+          const toks = out[b].tokens;
+          ids[j] = toks.length > 0 ? toks[toks.length - 1] : pad;
+          pos[j] = prompts[b].length + step;
+          for (let col = 0; col < r[j]; col++) mask[j * S + col] = 0;
+          for (let u = offset[j]; u < N; u++) mask[j * S + R + u] = 0;
+          for (let s = 0; s <= step; s++) mask[j * S + R + N + s] = 0;
+        });
+        logits = this.runLayers(ids, pos, mask, G, 1, S, blocks.map((bl, l) => (tail[l] ? [...bl, tail[l]!] : bl)), (l, kv) => {
+          const prev = tail[l];
+          if (!prev) tail[l] = kv;
+          else {
+            tail[l] = { k: tf.concat([prev.k, kv.k], 2) as tf.Tensor4D, v: tf.concat([prev.v, kv.v], 2) as tf.Tensor4D };
+            tf.dispose([prev.k, prev.v, kv.k, kv.v]);
+          }
+        }, true)!;
+        steps = step + 1;
+      }
+
+      const keyed = rows.map((b, j) => ({ b, j, key: keys?.[b] })).filter((x) => x.key !== null && x.key !== undefined);
+      if (keyed.length > 0) this.storeCaches(keyed as { b: number; j: number; key: string }[], prompts, reuse, out, blocks, tail, { R, N, r, n, offset, steps }, weights);
+    } finally {
+      for (const bl of blocks) for (const x of bl) tf.dispose([x.k, x.v]);
+      for (const x of tail) if (x) tf.dispose([x.k, x.v]);
+    }
+  }
+
+  /**
+   * Runs ids [G, T] through every layer, one layer's activations at a time, attending to `past`
+   * (per layer) and to themselves; hands each layer's new keys/values to `keep`. Returns the
+   * last column's logits [G·V] when asked.
+   */
+  private runLayers(
+    ids: Int32Array,
+    pos: Int32Array,
+    mask: Float32Array,
+    G: number,
+    T: number,
+    S: number,
+    past: LayerCache[][],
+    keep: (layer: number, kv: LayerCache) => void,
+    wantLogits: boolean,
+  ): Float32Array | null {
+    const model = this.model;
+    const idsT = tf.tensor2d(ids, [G, T], 'int32');
+    const posT = tf.tensor2d(pos, [G, T], 'int32');
+    const maskT = tf.tensor4d(mask, [G, 1, T, S]);
+    const [cos, sin] = tf.tidy(() => model.rotary(posT));
+    let h = tf.tidy(() => model.embed(idsT));
+    try {
+      for (let l = 0; l < model.config.num_hidden_layers; l++) {
+        const [next, k, v] = tf.tidy(() => {
+          const step = model.layerStep(l, h, cos, sin, maskT, past[l]);
+          return [step.h, step.kv.k, step.kv.v];
+        });
+        h.dispose();
+        h = next as tf.Tensor3D;
+        keep(l, { k: k as tf.Tensor4D, v: v as tf.Tensor4D });
+      }
+      if (!wantLogits) return null;
+      return tf.tidy(() => {
+        const d = h.shape[2];
+        const lastHidden = model.finalNorm(h.slice([0, T - 1, 0], [G, 1, d])).reshape([G, d]) as tf.Tensor2D;
+        return model.logits(lastHidden).dataSync() as Float32Array;
+      });
+    } finally {
+      tf.dispose([idsT, posT, maskT, cos, sin, h]);
+    }
+  }
+
+  /** Stores, per keyed row, the keys/values of its prompt and of the generated tokens that were fed back. */
+  private storeCaches(
+    keyed: { b: number; j: number; key: string }[],
+    prompts: number[][],
+    reuse: Reuse[],
+    out: RowState[],
+    blocks: LayerCache[][],
+    tail: (LayerCache | null)[],
+    g: { R: number; N: number; r: number[]; n: number[]; offset: number[]; steps: number },
+    weights: object[],
+  ): void {
+    const c = this.model.config;
+    const layers = c.num_hidden_layers;
+    const H = c.num_key_value_heads;
+    const D = headDim(c);
+    const { N, steps } = g;
+    // Every generated token but the last was fed back (the last one's keys were never computed).
+    const fed = keyed.map(({ b }) => Math.min(steps, Math.max(0, out[b].tokens.length - 1)));
+    const segs = keyed.map(({ j }, i) => new Float32Array(layers * 2 * H * (g.n[j] + fed[i]) * D));
+    for (let l = 0; l < layers; l++) {
+      const fresh = blocks[l][blocks[l].length - 1];
+      for (const [kind, which] of [[0, 'k'], [1, 'v']] as const) {
+        const newData = fresh[which].dataSync() as Float32Array; // [G, H, N, D]
+        const tailData = tail[l] ? (tail[l]![which].dataSync() as Float32Array) : null; // [G, H, steps, D]
+        keyed.forEach(({ j }, i) => {
+          const len = g.n[j] + fed[i];
+          const seg = segs[i];
+          for (let h = 0; h < H; h++) {
+            const to = (((l * 2 + kind) * H + h) * len) * D;
+            const from = ((j * H + h) * N + g.offset[j]) * D;
+            seg.set(newData.subarray(from, from + g.n[j] * D), to);
+            if (fed[i] > 0) {
+              const tf0 = ((j * H + h) * steps) * D;
+              seg.set(tailData!.subarray(tf0, tf0 + fed[i] * D), to + g.n[j] * D);
+            }
+          }
+        });
+      }
+    }
+    keyed.forEach(({ b, j, key }, i) => {
+      const prev = reuse[b];
+      const kept: KvSegment[] = prev.entry ? this.kvCache.truncate(prev.entry.segments, g.r[j]) : [];
+      const segment: KvSegment = { start: g.r[j], length: g.n[j] + fed[i], data: segs[i] };
+      this.kvCache.set(key, { tokens: [...prompts[b], ...out[b].tokens.slice(0, fed[i])], segments: [...kept, segment], weights });
+    });
+  }
+
+  /** Recomputes the whole padded batch for every token (no KV cache): the slow reference for tests. */
+  private async generateWithoutCache(prompts: number[][], maxTokens: number, out: RowState[], sample: (b: number, logits: Float32Array) => void, signal?: AbortSignal): Promise<void> {
+    for (let step = 0; step < maxTokens; step++) {
+      if (step > 0) await yieldTo(signal);
+      const rows = prompts.map((p, b) => [...p, ...out[b].tokens]);
+      const logits = this.lastLogitsPlain(rows);
+      const V = logits.length / rows.length;
+      prompts.forEach((_, b) => sample(b, logits.subarray(b * V, (b + 1) * V)));
+      if (out.every((r) => r.done)) break;
+    }
+  }
+
+  /** Last-column logits of left-padded rows through Qwen2Model.forward, [B·V]. */
+  private lastLogitsPlain(rows: number[][]): Float32Array {
     const B = rows.length;
+    const L = Math.max(...rows.map((r) => r.length));
     const ids = new Int32Array(B * L).fill(this.options.padToken);
     const pos = new Int32Array(B * L);
     const valid = new Uint8Array(B * L);
@@ -148,45 +503,28 @@ export class TfjsEngine implements PolicyEngine {
       for (let q = 0; q < L; q++)
         for (let k = 0; k < L; k++) mask[(b * L + q) * L + k] = k <= q && valid[b * L + k] ? 0 : MASKED;
     return tf.tidy(() => {
-      const { hidden, cache } = this.model.forward(tf.tensor2d(ids, [B, L], 'int32'), tf.tensor2d(pos, [B, L], 'int32'), tf.tensor4d(mask, [B, 1, L, L]));
-      if (keepCache) {
-        for (const c of cache) tf.keep(c.k), tf.keep(c.v);
-        setCache(cache);
-      }
+      const { hidden } = this.model.forward(tf.tensor2d(ids, [B, L], 'int32'), tf.tensor2d(pos, [B, L], 'int32'), tf.tensor4d(mask, [B, 1, L, L]));
       const lastHidden = hidden.slice([0, L - 1, 0], [B, 1, hidden.shape[2]]).reshape([B, hidden.shape[2]]) as tf.Tensor2D;
       return this.model.logits(lastHidden).dataSync() as Float32Array;
     });
   }
 
-  private decodeStep(prompts: number[][], L: number, step: number, last: number[], cache: LayerCache[], setCache: (c: LayerCache[]) => void): Float32Array {
-    const B = prompts.length;
-    const S = L + step + 1; // keys after appending this token
-    const mask = new Float32Array(B * S);
-    const pos = new Int32Array(B);
-    prompts.forEach((p, b) => {
-      const offset = L - p.length;
-      for (let k = 0; k < S; k++) mask[b * S + k] = k >= offset ? 0 : MASKED;
-      pos[b] = p.length + step;
-    });
-    const result = tf.tidy(() => {
-      const { hidden, cache: next } = this.model.forward(tf.tensor2d(last, [B, 1], 'int32'), tf.tensor2d(pos, [B, 1], 'int32'), tf.tensor4d(mask, [B, 1, 1, S]), cache);
-      for (const c of next) tf.keep(c.k), tf.keep(c.v);
-      setCache(next);
-      return this.model.logits(hidden.reshape([B, hidden.shape[2]]) as tf.Tensor2D).dataSync() as Float32Array;
-    });
-    for (const c of cache) tf.dispose([c.k, c.v]);
-    return result;
+  private decodeResponse(tokens: number[]): string {
+    const body = tokens.length > 0 && this.options.endTokens.includes(tokens[tokens.length - 1]) ? tokens.slice(0, -1) : tokens;
+    return this.tokenizer.decode(body);
   }
 
   // ---------------------------------------------------------------- scoring
 
   async logprobs(batch: ScoredSequence[], temperature = 1): Promise<number[][]> {
+    batch.forEach((s, i) => scoredPositions(s, `logprobs: sequence ${i}`));
     const result: number[][] = new Array(batch.length);
-    for (const group of this.microBatches(batch)) {
-      const flat = tf.tidy(() => responseLogprobs(this.model, group.map((i) => batch[i]), temperature, this.options.padToken).dataSync());
+    for (const group of this.microBatches(batch, inferenceBytesPerToken(this.model.config), 'logprobs')) {
+      const seqs = group.map((i) => batch[i]);
+      const flat = tf.tidy(() => responseLogprobs(this.model, seqs, temperature, this.options.padToken, this.chunks).dataSync());
       let at = 0;
       for (const i of group) {
-        const n = batch[i].response.length;
+        const n = scoredPositions(batch[i], '').length;
         result[i] = Array.from(flat.subarray(at, at + n));
         at += n;
       }
@@ -195,37 +533,29 @@ export class TfjsEngine implements PolicyEngine {
   }
 
   /**
-   * Consecutive groups of rows whose attention scores (rows × heads × width², times `layers` when
-   * a backward pass keeps every layer's) stay within ATTENTION_BUDGET elements.
+   * Groups of indices, sorted by length so padding stays small, each within the token budget and
+   * within the heap at `bytesPerToken` of padded tokens. A sequence too long to fit alone is refused
+   * before any work.
    */
-  private attentionChunks(widths: number[], layers: number): number[][] {
-    const heads = this.model.config.num_attention_heads;
-    const groups: number[][] = [];
-    let current: number[] = [];
-    let widest = 0;
-    widths.forEach((w, i) => {
-      const next = Math.max(widest, w);
-      if (current.length > 0 && (current.length + 1) * heads * next * next * layers > ATTENTION_BUDGET) {
-        groups.push(current);
-        current = [];
-        widest = 0;
+  private microBatches(batch: ScoredSequence[], bytesPerToken: number, what: string): number[][] {
+    const budget = this.workingBytes() - chunkReserveBytes(this.chunks);
+    const fitTokens = Math.floor(budget / bytesPerToken);
+    batch.forEach((s, i) => {
+      const n = seqLen(s);
+      if (n > fitTokens) {
+        throw new Error(
+          `${what}: sequence ${i} has ${n} tokens, but the wasm heap has room for ${Math.max(0, fitTokens)} tokens per pass of this model ` +
+            `(${formatBytes(bytesPerToken)} per token, ${formatBytes(Math.max(0, budget))} free); ${TOO_BIG_HINT}`,
+        );
       }
-      current.push(i);
-      widest = Math.max(widest, w);
     });
-    if (current.length > 0) groups.push(current);
-    return groups;
-  }
-
-  /** Groups of indices, sorted by length so padding stays small, each within the token and attention budgets. */
-  private microBatches(batch: ScoredSequence[]): number[][] {
+    const cap = Math.min(fitTokens, this.options.microBatchTokens);
     const order = batch.map((_, i) => i).sort((a, b) => seqLen(batch[a]) - seqLen(batch[b]));
     const groups: number[][] = [];
     let current: number[] = [];
-    const attentionPerRow = (w: number) => this.model.config.num_attention_heads * w * w * this.model.config.num_hidden_layers;
     for (const i of order) {
       const width = seqLen(batch[i]);
-      if (current.length > 0 && ((current.length + 1) * width > this.options.microBatchTokens || (current.length + 1) * attentionPerRow(width) > ATTENTION_BUDGET)) {
+      if (current.length > 0 && (current.length + 1) * width > cap) {
         groups.push(current);
         current = [];
       }
@@ -238,6 +568,7 @@ export class TfjsEngine implements PolicyEngine {
   // ---------------------------------------------------------------- training
 
   async trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature = 1, lr?: number): Promise<TrainStats> {
+    batch.forEach((s, i) => checkTrainSequence(s, i, objective));
     // With LoRA only the adapters are differentiated and updated, so the optimiser never holds
     // state for a base weight.
     const trainable = this.model.trainableParams();
@@ -248,15 +579,16 @@ export class TfjsEngine implements PolicyEngine {
     let clipped = 0;
     let ratioSum = 0;
     let klSum = 0;
-    for (const group of this.microBatches(batch)) {
+    const perToken = trainingBytesPerToken(this.model.config, this.model.lora?.config ?? null);
+    for (const group of this.microBatches(batch, perToken, 'trainStep')) {
       const seqs = group.map((i) => batch[i]);
-      if (seqs.every((s) => s.response.length === 0)) continue;
+      if (seqs.every((s) => scoredPositions(s, '').length === 0)) continue;
       let stats: tf.Tensor[] = [];
       this.model.training = true;
       let result: { value: tf.Scalar; grads: tf.NamedTensorMap };
       try {
         result = tf.variableGrads(() => {
-          const logp = responseLogprobs(this.model, seqs, temperature, this.options.padToken);
+          const logp = responseLogprobs(this.model, seqs, temperature, this.options.padToken, this.chunks);
           const flat = (pick: (s: TrainSequence) => number[]) => tf.tensor1d(seqs.flatMap(pick));
           const terms = objectiveTerms(
             {
@@ -265,7 +597,7 @@ export class TfjsEngine implements PolicyEngine {
               advantages: flat((s) => s.advantages),
               mask: flat((s) => s.mask),
               refLogp: objective.klCoef > 0 ? flat((s) => s.refLogprobs ?? s.oldLogprobs) : undefined,
-              lowProbScope: objective.lowProbDelta !== null ? flat((s) => s.response.map(() => (s.lowProbMask === false ? 0 : 1))) : undefined,
+              lowProbScope: objective.lowProbDelta !== null ? flat((s) => s.advantages.map(() => (s.lowProbMask === false ? 0 : 1))) : undefined,
             },
             objective,
           );
@@ -297,15 +629,13 @@ export class TfjsEngine implements PolicyEngine {
     }
     // Token mean over the whole batch: the sums are exact, so divide once at the end.
     const denom = Math.max(1, tokens);
-    const gradNorm = tf.tidy(() => Math.sqrt(tf.addN([...gradSums.values()].map((g) => g.square().sum())).dataSync()[0]) / denom);
+    const gradNorm = gradSums.size === 0 ? 0 : tf.tidy(() => Math.sqrt(tf.addN([...gradSums.values()].map((g) => g.square().sum())).dataSync()[0]) / denom);
     const scale = (this.options.maxGradNorm > 0 && gradNorm > this.options.maxGradNorm ? this.options.maxGradNorm / gradNorm : 1) / denom;
-    const scaled = new Map<string, tf.Tensor>();
-    for (const [name, g] of gradSums) {
-      scaled.set(name, tf.tidy(() => g.mul(scale)));
-      g.dispose();
+    try {
+      if (tokens > 0) this.optimizer.apply(trainable, gradSums, lr, scale);
+    } finally {
+      tf.dispose([...gradSums.values()]);
     }
-    if (tokens > 0) this.optimizer.apply(trainable, scaled, lr);
-    tf.dispose([...scaled.values()]);
     return { loss: lossSum / denom, tokens, clipFraction: clipped / denom, meanRatio: ratioSum / denom, kl: klSum / denom, gradNorm };
   }
 
@@ -315,23 +645,51 @@ export class TfjsEngine implements PolicyEngine {
   }
 
   dispose(): void {
+    this.kvCache.clear();
     this.model.dispose();
     this.optimizer.dispose();
   }
 }
-
-/** Attention-score elements one pass may hold (2^25 floats = 128 MiB), far below the wasm heap limit. */
-const ATTENTION_BUDGET = 2 ** 25;
 
 function seqLen(s: ScoredSequence): number {
   return s.prompt.length + s.response.length;
 }
 
 /**
- * log π(response_t | prompt, response_<t) for every response token of every sequence, flattened in
- * order, [Σ response lengths]. Differentiable with respect to the model's variables.
+ * Indices into `response` of the tokens that are scored: all of them, or those `policyTokens`
+ * marks 1 (a packed episode). Throws, prefixed with `where`, when policyTokens is malformed.
  */
-export function responseLogprobs(model: Qwen2Model, seqs: ScoredSequence[], temperature: number, padToken: number): tf.Tensor1D {
+export function scoredPositions(s: ScoredSequence, where: string): number[] {
+  const p = s.policyTokens;
+  if (p === undefined) return s.response.map((_, j) => j);
+  if (!Array.isArray(p) || p.length !== s.response.length) throw new Error(`${where}: policyTokens has ${Array.isArray(p) ? p.length : typeof p} entries but the response has ${s.response.length} tokens`);
+  const out: number[] = [];
+  p.forEach((x, j) => {
+    if (x !== 0 && x !== 1) throw new Error(`${where}: policyTokens[${j}] is ${JSON.stringify(x)}, not 0 or 1`);
+    if (x === 1) out.push(j);
+  });
+  return out;
+}
+
+/** Per-token arrays must have one value per scored token; says which sequence and array are off. */
+function checkTrainSequence(s: TrainSequence, i: number, objective: ObjectiveConfig): void {
+  const where = `trainStep: sequence ${i}`;
+  const n = scoredPositions(s, where).length;
+  const unit = s.policyTokens ? 'policy token' : 'response token';
+  const arrays: [string, number[] | undefined][] = [['advantages', s.advantages], ['oldLogprobs', s.oldLogprobs], ['mask', s.mask]];
+  if (objective.klCoef > 0 && s.refLogprobs) arrays.push(['refLogprobs', s.refLogprobs]);
+  for (const [name, a] of arrays) {
+    if (!Array.isArray(a) || a.length !== n) throw new Error(`${where}: "${name}" has ${Array.isArray(a) ? a.length : 'no'} values, expected ${n} (one per ${unit})`);
+  }
+}
+
+/**
+ * log π(token | everything before it) for every scored response token of every sequence (all of
+ * them, or the policy tokens of a packed episode), flattened in order, [Σ scored tokens].
+ * Differentiable with respect to the model's variables; memory is bounded as in hiddenStates and
+ * tokenLogprobs (only scored positions go through the output layer).
+ */
+export function responseLogprobs(model: Qwen2Model, seqs: ScoredSequence[], temperature: number, padToken: number, chunks: ChunkSizes = DEFAULT_CHUNKS): tf.Tensor1D {
   const B = seqs.length;
   const L = Math.max(...seqs.map(seqLen));
   const ids = new Int32Array(B * L).fill(padToken);
@@ -345,21 +703,15 @@ export function responseLogprobs(model: Qwen2Model, seqs: ScoredSequence[], temp
       ids[b * L + j] = tok;
       pos[b * L + j] = j;
     });
-    s.response.forEach((tok, j) => {
+    for (const j of scoredPositions(s, `scoring: sequence ${b}`)) {
       rowsOfHidden.push(b * L + s.prompt.length + j - 1);
-      targets.push(tok);
-    });
+      targets.push(s.response[j]);
+    }
   });
   const causal = new Float32Array(L * L);
   for (let q = 0; q < L; q++) for (let k = 0; k < L; k++) causal[q * L + k] = k <= q ? 0 : MASKED;
-  const { hidden } = model.forward(tf.tensor2d(ids, [B, L], 'int32'), tf.tensor2d(pos, [B, L], 'int32'), tf.tensor4d(causal, [1, 1, L, L]));
+  const hidden = model.hiddenStates(tf.tensor2d(ids, [B, L], 'int32'), tf.tensor2d(pos, [B, L], 'int32'), tf.tensor4d(causal, [1, 1, L, L]), chunks.attentionElements);
   const d = hidden.shape[2];
-  const n = targets.length;
   const picked = tf.gather(hidden.reshape([B * L, d]), tf.tensor1d(rowsOfHidden, 'int32')) as tf.Tensor2D;
-  let logits: tf.Tensor2D = model.logits(picked);
-  if (temperature !== 1) logits = logits.div(temperature);
-  const V = logits.shape[1];
-  const flatIdx = tf.tensor1d(targets.map((t, i) => i * V + t), 'int32');
-  const targetLogits = tf.gather(logits.reshape([n * V]), flatIdx);
-  return targetLogits.sub(tf.logSumExp(logits, 1)) as tf.Tensor1D;
+  return model.tokenLogprobs(picked, targets, temperature, chunks.logitElements);
 }

@@ -215,7 +215,7 @@ export class Qwen2Model {
   }
 
   /** cos and sin of the rotary angles, [batch, time, 1, headDim], for integer positions. */
-  private rotary(positions: tf.Tensor2D): [tf.Tensor, tf.Tensor] {
+  rotary(positions: tf.Tensor2D): [tf.Tensor, tf.Tensor] {
     const angles = positions.toFloat().expandDims(-1).mul(this.invFreq); // [B,T,hd/2]
     const full = tf.concat([angles, angles], -1).expandDims(2);
     if (this.rotaryScaling === 1) return [full.cos(), full.sin()];
@@ -230,32 +230,34 @@ export class Qwen2Model {
   }
 
   /**
-   * Self-attention with grouped-query heads. Query heads that share a key/value head are folded
-   * into the time axis, so keys and values are never copied per query head.
-   * `maskBias` is added to the scores: [batch or 1, 1, queryTime, keyTime], 0 where allowed, -1e9 elsewhere.
+   * Queries grouped by key/value head, [B, kvHeads, T·rep, hd] with row t·rep + r (so a run of
+   * query times is a contiguous block of rows), and this call's keys and values [B, kvHeads, T, hd].
    */
-  private attention(x: tf.Tensor, layer: number, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor, cache?: LayerCache): { out: tf.Tensor; cache: LayerCache } {
+  private projections(x: tf.Tensor, layer: number, cos: tf.Tensor, sin: tf.Tensor): { q: tf.Tensor4D; k: tf.Tensor4D; v: tf.Tensor4D } {
     const c = this.config;
     const [B, T] = x.shape as [number, number, number];
     const hd = headDim(c);
     const nkv = c.num_key_value_heads;
     const rep = c.num_attention_heads / nkv;
     const prefix = `model.layers.${layer}.self_attn.`;
-    let q = this.linear(x, prefix + 'q_proj').reshape([B, T, c.num_attention_heads, hd]);
-    let k = this.linear(x, prefix + 'k_proj').reshape([B, T, nkv, hd]);
-    const vNew = this.linear(x, prefix + 'v_proj').reshape([B, T, nkv, hd]).transpose([0, 2, 1, 3]) as tf.Tensor4D;
-    q = this.applyRotary(q, cos, sin);
-    k = this.applyRotary(k, cos, sin);
-    const kNew = k.transpose([0, 2, 1, 3]) as tf.Tensor4D;
-    const keys = cache ? tf.concat([cache.k, kNew], 2) : kNew;
-    const values = cache ? tf.concat([cache.v, vNew], 2) : vNew;
-    const S = keys.shape[2];
-    // [B,T,nkv,rep,hd] -> [B,nkv,rep,T,hd] -> [B,nkv,rep*T,hd]
-    const qg = q.reshape([B, T, nkv, rep, hd]).transpose([0, 2, 3, 1, 4]).reshape([B, nkv, rep * T, hd]);
-    const scores = tf.matMul(qg, keys, false, true).mul(1 / Math.sqrt(hd)).reshape([B, nkv, rep, T, S]);
-    const probs = tf.softmax(scores.add(maskBias.reshape([maskBias.shape[0], 1, 1, T, S])), -1).reshape([B, nkv, rep * T, S]);
-    const ctx = tf.matMul(probs, values).reshape([B, nkv, rep, T, hd]).transpose([0, 3, 1, 2, 4]).reshape([B, T, c.num_attention_heads * hd]);
-    return { out: this.linear(ctx, prefix + 'o_proj'), cache: { k: keys as tf.Tensor4D, v: values as tf.Tensor4D } };
+    const q = this.applyRotary(this.linear(x, prefix + 'q_proj').reshape([B, T, c.num_attention_heads, hd]), cos, sin);
+    const k = this.applyRotary(this.linear(x, prefix + 'k_proj').reshape([B, T, nkv, hd]), cos, sin);
+    const v = this.linear(x, prefix + 'v_proj').reshape([B, T, nkv, hd]);
+    return {
+      q: q.reshape([B, T, nkv, rep, hd]).transpose([0, 2, 1, 3, 4]).reshape([B, nkv, T * rep, hd]) as tf.Tensor4D,
+      k: k.transpose([0, 2, 1, 3]) as tf.Tensor4D,
+      v: v.transpose([0, 2, 1, 3]) as tf.Tensor4D,
+    };
+  }
+
+  /** Attention output [B, nkv, T·rep, hd] (grouped rows) back to [B, T, heads·hd], through o_proj. */
+  private attentionOutput(ctx: tf.Tensor, layer: number, B: number, T: number): tf.Tensor {
+    const c = this.config;
+    const hd = headDim(c);
+    const nkv = c.num_key_value_heads;
+    const rep = c.num_attention_heads / nkv;
+    const merged = ctx.reshape([B, nkv, T, rep, hd]).transpose([0, 2, 1, 3, 4]).reshape([B, T, c.num_attention_heads * hd]);
+    return this.linear(merged, `model.layers.${layer}.self_attn.o_proj`);
   }
 
   private mlp(x: tf.Tensor, layer: number): tf.Tensor {
@@ -269,25 +271,186 @@ export class Qwen2Model {
    * Hidden states after the final norm, [batch, time, hidden], for token ids [batch, time] at the
    * given positions. With `cache`, the ids continue the cached sequence; the returned cache holds
    * the keys/values of everything seen. The mask decides which keys each query may see.
+   *
+   * The plain computation: every layer's activations stay alive (autograd keeps them all), so it
+   * is for small inputs and as the reference the engine's memory-bounded paths are tested against.
    */
   forward(ids: tf.Tensor2D, positions: tf.Tensor2D, maskBias: tf.Tensor, cache?: LayerCache[]): { hidden: tf.Tensor3D; cache: LayerCache[] } {
     const [cos, sin] = this.rotary(positions);
-    let h: tf.Tensor = tf.gather(this.p('model.embed_tokens.weight'), ids);
+    let h: tf.Tensor = this.embed(ids);
+    const [B, T] = ids.shape;
     const newCache: LayerCache[] = [];
     for (let i = 0; i < this.config.num_hidden_layers; i++) {
       const prefix = `model.layers.${i}.`;
-      const att = this.attention(this.rmsNorm(h, prefix + 'input_layernorm.weight'), i, cos, sin, maskBias, cache?.[i]);
-      h = h.add(att.out);
+      const { q, k, v } = this.projections(this.rmsNorm(h, prefix + 'input_layernorm.weight'), i, cos, sin);
+      const keys = cache ? (tf.concat([cache[i].k, k], 2) as tf.Tensor4D) : k;
+      const values = cache ? (tf.concat([cache[i].v, v], 2) as tf.Tensor4D) : v;
+      h = h.add(this.attentionOutput(attendBlocks(q, [{ k: keys, v: values }], maskBias, this.attentionScale()), i, B, T));
       h = h.add(this.mlp(this.rmsNorm(h, prefix + 'post_attention_layernorm.weight'), i));
-      newCache.push(att.cache);
+      newCache.push({ k: keys, v: values });
     }
-    return { hidden: this.rmsNorm(h, 'model.norm.weight') as tf.Tensor3D, cache: newCache };
+    return { hidden: this.finalNorm(h), cache: newCache };
+  }
+
+  /** Token embeddings, [batch, time, hidden]. */
+  embed(ids: tf.Tensor2D): tf.Tensor3D {
+    return tf.gather(this.p('model.embed_tokens.weight'), ids) as tf.Tensor3D;
+  }
+
+  finalNorm(h: tf.Tensor): tf.Tensor3D {
+    return this.rmsNorm(h, 'model.norm.weight') as tf.Tensor3D;
+  }
+
+  private attentionScale(): number {
+    return 1 / Math.sqrt(headDim(this.config));
+  }
+
+  /**
+   * One decoder layer for inference (no autograd): h [B, T, hidden] attends to the `past` key/value
+   * blocks and then to its own keys, under `maskBias` [B or 1, 1, T, Σ past widths + T]. Returns
+   * the layer's output and this call's keys/values (the caller keeps them as a new block).
+   */
+  layerStep(layer: number, h: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor, past: readonly LayerCache[]): { h: tf.Tensor3D; kv: LayerCache } {
+    const [B, T] = h.shape;
+    const prefix = `model.layers.${layer}.`;
+    const { q, k, v } = this.projections(this.rmsNorm(h, prefix + 'input_layernorm.weight'), layer, cos, sin);
+    const kv = { k, v };
+    let out = h.add(this.attentionOutput(attendBlocks(q, [...past, kv], maskBias, this.attentionScale()), layer, B, T));
+    out = out.add(this.mlp(this.rmsNorm(out, prefix + 'post_attention_layernorm.weight'), layer));
+    return { h: out as tf.Tensor3D, kv };
+  }
+
+  /**
+   * Hidden states after the final norm for a whole right-padded batch, with memory that does not
+   * grow with the number of layers beyond one [B, T, hidden] tensor each: under autograd every
+   * layer is checkpointed (only its input is kept; the backward pass recomputes it), and attention
+   * runs in query chunks of at most `attentionElements` scores with a hand-written backward pass.
+   * Same values and gradients as `forward` (tested), for long sequences and large batches.
+   */
+  hiddenStates(ids: tf.Tensor2D, positions: tf.Tensor2D, maskBias: tf.Tensor, attentionElements: number): tf.Tensor3D {
+    const [cos, sin] = this.rotary(positions);
+    let h: tf.Tensor3D = this.embed(ids);
+    for (let i = 0; i < this.config.num_hidden_layers; i++) h = this.checkpointedLayer(i, h, cos, sin, maskBias, attentionElements);
+    return this.finalNorm(h);
+  }
+
+  /** The variables an optimiser may update that layer `i` reads. */
+  private layerTrainables(i: number): tf.Variable[] {
+    const prefix = `model.layers.${i}.`;
+    if (this.lora) return [...this.lora.modules].filter(([m]) => m.startsWith(prefix)).flatMap(([, ad]) => [ad.A, ad.B]);
+    return [...this.params].filter(([name]) => name.startsWith(prefix)).map(([, v]) => v);
+  }
+
+  private checkpointedLayer(i: number, h: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor, attentionElements: number): tf.Tensor3D {
+    const [B, T] = h.shape;
+    const prefix = `model.layers.${i}.`;
+    const training = this.training;
+    const dropoutFrom = this.lora?.dropoutCalls ?? 0;
+    const run = (x: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor): tf.Tensor3D => {
+      const { q, k, v } = this.projections(this.rmsNorm(x, prefix + 'input_layernorm.weight'), i, cos, sin);
+      let out = x.add(this.attentionOutput(memoryEfficientAttention(q, k, v, maskBias, this.attentionScale(), attentionElements), i, B, T));
+      out = out.add(this.mlp(this.rmsNorm(out, prefix + 'post_attention_layernorm.weight'), i));
+      return out as tf.Tensor3D;
+    };
+    const trainables = this.layerTrainables(i);
+    const layer = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+      const save = args[args.length - 1] as tf.GradSaveFunc;
+      const x = args[0] as tf.Tensor3D;
+      // Saved, not captured: the forward pass's tensors are disposed before the backward pass runs.
+      save([x, cos, sin, maskBias]);
+      return {
+        value: run(x, cos, sin, maskBias),
+        gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) =>
+          recomputeGradients(() => {
+            // The recomputation must see the same LoRA dropout masks and mode as the forward pass.
+            const lora = this.lora;
+            const resumeAt = lora?.dropoutCalls ?? 0;
+            if (lora) lora.dropoutCalls = dropoutFrom;
+            const wasTraining = this.training;
+            this.training = training;
+            try {
+              return run(saved[0] as tf.Tensor3D, saved[1], saved[2], saved[3]);
+            } finally {
+              this.training = wasTraining;
+              if (lora) lora.dropoutCalls = resumeAt;
+            }
+          }, [saved[0], ...trainables], dy as tf.Tensor),
+      };
+    });
+    return layer(h, ...trainables) as tf.Tensor3D;
+  }
+
+  private outputWeight(): tf.Variable {
+    return this.config.tie_word_embeddings ? this.p('model.embed_tokens.weight') : this.p('lm_head.weight');
   }
 
   /** Output projection: [n, hidden] -> [n, vocab]. */
   logits(hidden2d: tf.Tensor2D): tf.Tensor2D {
-    const w = this.config.tie_word_embeddings ? this.p('model.embed_tokens.weight') : this.p('lm_head.weight');
-    return tf.matMul(hidden2d, w, false, true);
+    return tf.matMul(hidden2d, this.outputWeight(), false, true);
+  }
+
+  /**
+   * log softmax(h·Wᵀ / temperature)[target] for each row of h [n, hidden], [n]. Rows go through
+   * the output layer in chunks of at most `logitElements` logits, in the backward pass too (which
+   * recomputes them: d/dz = (onehot − softmax) / temperature), so [n, vocab] is never held whole.
+   */
+  tokenLogprobs(h: tf.Tensor2D, targets: readonly number[], temperature: number, logitElements: number): tf.Tensor1D {
+    const n = h.shape[0];
+    if (targets.length !== n) throw new Error(`tokenLogprobs: ${n} rows but ${targets.length} targets`);
+    const W = this.outputWeight();
+    const V = W.shape[0];
+    if (n === 0) return tf.zeros([0]) as tf.Tensor1D;
+    const rows = Math.max(1, Math.floor(logitElements / V));
+    const chunks: [number, number][] = [];
+    for (let a = 0; a < n; a += rows) chunks.push([a, Math.min(n, a + rows)]);
+    const scaledLogits = (x: tf.Tensor2D, w: tf.Tensor2D) => {
+      const z = tf.matMul(x, w, false, true);
+      return temperature === 1 ? z : z.div(temperature);
+    };
+    const forwardChunk = (x: tf.Tensor2D, w: tf.Tensor2D, [a, b]: [number, number]) =>
+      tf.tidy(() => {
+        const z = scaledLogits(x.slice([a, 0], [b - a, -1]), w);
+        const picked = tf.gather(z.reshape([-1]), tf.tensor1d(targets.slice(a, b).map((t, j) => j * V + t), 'int32'));
+        return picked.sub(tf.logSumExp(z, 1));
+      });
+    // The output weight is differentiated only when it trains (no LoRA); otherwise it is a constant.
+    const weightTrains = this.lora === null && W.trainable;
+    const fn = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+      const save = args[args.length - 1] as tf.GradSaveFunc;
+      const x = args[0] as tf.Tensor2D;
+      const w = (weightTrains ? args[1] : W) as tf.Tensor2D;
+      save(weightTrains ? [x, w] : [x]);
+      const value = chunks.length === 1 ? forwardChunk(x, w, chunks[0]) : tf.tidy(() => tf.concat(chunks.map((c) => forwardChunk(x, w, c))));
+      return {
+        value,
+        gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) =>
+          tf.tidy(() => {
+            const xs = saved[0] as tf.Tensor2D;
+            const ws = (weightTrains ? saved[1] : W) as tf.Tensor2D;
+            const dxParts: tf.Tensor[] = [];
+            let dw: tf.Tensor | null = null;
+            for (const [a, b] of chunks) {
+              const [dxc, dwc] = tf.tidy(() => {
+                const xc = xs.slice([a, 0], [b - a, -1]);
+                const z = scaledLogits(xc, ws);
+                const onehot = tf.oneHot(tf.tensor1d(targets.slice(a, b), 'int32'), V).toFloat();
+                const g = onehot.sub(tf.softmax(z, 1)).mul((dy as tf.Tensor).slice([a], [b - a]).reshape([b - a, 1])).div(temperature) as tf.Tensor2D;
+                return weightTrains ? [tf.matMul(g, ws), tf.matMul(g, xc, true, false)] : [tf.matMul(g, ws)];
+              });
+              dxParts.push(dxc);
+              if (dwc) {
+                // A running sum in this tidy's scope; each chunk's temporaries died in the inner tidy.
+                const next: tf.Tensor = dw ? (dw as tf.Tensor).add(dwc) : dwc;
+                if (dw) tf.dispose([dw, dwc]);
+                dw = next;
+              }
+            }
+            const dx = dxParts.length === 1 ? dxParts[0] : tf.concat(dxParts);
+            return weightTrains ? [dx, dw!] : [dx];
+          }),
+      };
+    });
+    return (weightTrains ? fn(h, W) : fn(h)) as tf.Tensor1D;
   }
 
   dispose(): void {
@@ -307,4 +470,137 @@ export function validateConfig(c: ModelConfig, where = 'config.json'): void {
   if (c.model_type !== 'qwen2' && c.model_type !== 'llama') throw new Error(`${where}: "model_type" must be "qwen2" or "llama" (got ${JSON.stringify(c.model_type)})`);
   if (c.num_attention_heads % c.num_key_value_heads !== 0) throw new Error(`${where}: num_attention_heads (${c.num_attention_heads}) must be a multiple of num_key_value_heads (${c.num_key_value_heads})`);
   if (headDim(c) % 2 !== 0 || !Number.isInteger(headDim(c))) throw new Error(`${where}: head dimension must be an even integer (got ${headDim(c)})`);
+}
+
+/**
+ * Attention of grouped queries q [B, nkv, T·rep, hd] (row t·rep + r) over key/value blocks laid
+ * side by side (each [B, nkv, S_j, hd]), under maskBias [B or 1, 1, T, Σ S_j]. Blocks let a cached
+ * prefix and newly computed keys be used together without copying the prefix each step.
+ */
+export function attendBlocks(q: tf.Tensor4D, blocks: readonly LayerCache[], maskBias: tf.Tensor, scale: number): tf.Tensor4D {
+  const rows = q.shape[2];
+  const rep = rows / maskBias.shape[2]!;
+  const widths = blocks.map((b) => b.k.shape[2]);
+  const qs = q.mul(scale);
+  const scores = blocks.length === 1 ? tf.matMul(qs, blocks[0].k, false, true) : tf.concat(blocks.map((b) => tf.matMul(qs, b.k, false, true)), 3);
+  const probs = maskedSoftmax(scores, maskBias, rep);
+  if (blocks.length === 1) return tf.matMul(probs, blocks[0].v) as tf.Tensor4D;
+  const parts = tf.split(probs, widths, 3);
+  return tf.addN(parts.map((p, j) => tf.matMul(p, blocks[j].v))) as tf.Tensor4D;
+}
+
+/** Query times per chunk so that one chunk's scores stay within `elements`. */
+function queryChunk(B: number, nkv: number, rep: number, T: number, S: number, elements: number): number {
+  return Math.max(1, Math.min(T, Math.floor(elements / (B * nkv * rep * S))));
+}
+
+/**
+ * softmax over keys of scores [B, nkv, t·rep, S] plus maskBias [B or 1, 1, t, S], disposing what it
+ * no longer needs as it goes, so at most two score-sized tensors exist at once.
+ */
+function maskedSoftmax(scores: tf.Tensor, maskBias: tf.Tensor, rep: number): tf.Tensor {
+  const [B, nkv, rows, S] = scores.shape;
+  const t = rows / rep;
+  // A reshape shares its input's buffer, so a buffer is freed only once every view of it is disposed.
+  const grouped = scores.reshape([B, nkv, t, rep, S]);
+  scores.dispose();
+  const masked = grouped.add(maskBias.reshape([maskBias.shape[0], 1, t, 1, S]));
+  grouped.dispose();
+  const probs = tf.softmax(masked, -1);
+  masked.dispose();
+  const out = probs.reshape([B, nkv, rows, S]);
+  probs.dispose();
+  return out;
+}
+
+/**
+ * attendBlocks over a single block (the sequence's own keys) in query chunks, with the backward
+ * pass written out so that no more than one chunk's probabilities exist at a time, and at most
+ * three score-sized tensors within a chunk (FlashAttention's recurrences, without its tiling):
+ *   P = softmax(s·q·kᵀ + mask), O = P·v;  dv = Pᵀ·dO, dS = P ⊙ (dO·vᵀ − rowsum(dO ⊙ O)),
+ *   dq = s·dS·k, dk = s·dSᵀ·q.
+ */
+export function memoryEfficientAttention(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, maskBias: tf.Tensor, scale: number, elements: number): tf.Tensor4D {
+  const [B, nkv, rows, hd] = q.shape;
+  const T = maskBias.shape[2]!;
+  const rep = rows / T;
+  const S = k.shape[2];
+  const tc = queryChunk(B, nkv, rep, T, S, elements);
+  const chunks: [number, number][] = [];
+  for (let a = 0; a < T; a += tc) chunks.push([a, Math.min(T, a + tc)]);
+  const whole = chunks.length === 1;
+  const qChunk = (x: tf.Tensor4D, [a, b]: [number, number]) => (whole ? x : (x.slice([0, 0, a * rep, 0], [B, nkv, (b - a) * rep, hd]) as tf.Tensor4D));
+  const maskChunk = (mask: tf.Tensor, [a, b]: [number, number]) => (whole ? mask : mask.slice([0, 0, a, 0], [mask.shape[0], 1, b - a, S]));
+  /** Probabilities of one chunk's (unscaled) queries. */
+  const probsOf = (qc: tf.Tensor4D, kk: tf.Tensor4D, mask: tf.Tensor, c: [number, number]) => maskedSoftmax(tf.matMul(qc.mul(scale), kk, false, true), maskChunk(mask, c), rep);
+  const fn = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+    const [qq, kk, vv] = args as tf.Tensor4D[];
+    // The mask is saved too: the forward pass's tensors are disposed before the backward pass runs.
+    (args[3] as tf.GradSaveFunc)([qq, kk, vv, maskBias]);
+    const outChunk = (c: [number, number]) => tf.tidy(() => tf.matMul(probsOf(qChunk(qq, c), kk, maskBias, c), vv));
+    const value = whole ? outChunk(chunks[0]) : tf.tidy(() => tf.concat(chunks.map(outChunk), 2));
+    return {
+      value,
+      gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) =>
+        tf.tidy(() => {
+          const [qs, ks, vs, mask] = saved as tf.Tensor4D[];
+          const dO = dy as tf.Tensor4D;
+          const dq: tf.Tensor[] = [];
+          let dk: tf.Tensor | null = null;
+          let dv: tf.Tensor | null = null;
+          // Running sums in this tidy's scope; each chunk's own temporaries die in its inner tidy.
+          const accumulate = (sum: tf.Tensor | null, part: tf.Tensor) => {
+            if (!sum) return part;
+            const next = sum.add(part);
+            tf.dispose([sum, part]);
+            return next;
+          };
+          for (const c of chunks) {
+            const [dqc, dkc, dvc] = tf.tidy(() => {
+              const qc = qChunk(qs, c);
+              const dOc = qChunk(dO, c);
+              const P = probsOf(qc, ks, mask, c);
+              // rowsum(dP ⊙ P) = rowsum(dO ⊙ O): no score-sized product needed for it.
+              const rowDot = dOc.mul(tf.matMul(P, vs)).sum(-1, true);
+              const dP = tf.matMul(dOc, vs, false, true);
+              const centred = dP.sub(rowDot);
+              dP.dispose();
+              const dS = centred.mul(P);
+              centred.dispose();
+              const dvc = tf.matMul(P, dOc, true, false);
+              P.dispose();
+              return [tf.matMul(dS, ks).mul(scale), tf.matMul(dS, qc, true, false).mul(scale), dvc];
+            });
+            dq.push(dqc);
+            dk = accumulate(dk, dkc);
+            dv = accumulate(dv, dvc);
+          }
+          return [dq.length === 1 ? dq[0] : tf.concat(dq, 2), dk!, dv!];
+        }),
+    };
+  });
+  return fn(q, k, v) as tf.Tensor4D;
+}
+
+/**
+ * Gradients of `f` (recomputed now) with respect to `xs`, for a checkpointed block's backward pass:
+ * runs inside the outer backward pass, where tfjs's engine would otherwise start its tape over the
+ * outer one's and then fail to clean the outer one up; the outer tape is put back afterwards.
+ * Inputs that do not reach the output get zeros.
+ */
+export function recomputeGradients(f: () => tf.Tensor, xs: tf.Tensor[], dy: tf.Tensor): tf.Tensor[] {
+  const engine = tf.engine() as unknown as {
+    state: { activeTape: unknown };
+    gradients: (f: () => tf.Tensor, xs: tf.Tensor[], dy: tf.Tensor, allowNoGradients: boolean) => { value: tf.Tensor; grads: (tf.Tensor | undefined)[] };
+  };
+  const outerTape = engine.state.activeTape;
+  try {
+    return tf.tidy(() => {
+      const { value, grads } = engine.gradients(f, xs, dy, true);
+      value.dispose();
+      return grads.map((g, j) => g ?? tf.zerosLike(xs[j]));
+    });
+  } finally {
+    engine.state.activeTape = outerTape;
+  }
 }
