@@ -15,7 +15,7 @@ import { initBackend, tf } from './backend.ts';
 import { Qwen2Model, type ModelConfig } from './qwen2.ts';
 import { TfjsEngine, responseLogprobs, type EngineOptions } from './engine.ts';
 import { loadModelDir, saveModelDir } from './checkpoint.ts';
-import { HEAP_SAFETY, PREFILL_TOKENS, chunkReserveBytes, inferenceBytesPerToken, kvBytesPerToken } from './memory-plan.ts';
+import { HEAP_SAFETY, PREFILL_TOKENS, chunkReserveBytes, inferenceBytesPerToken, kvBytesPerToken, plainTrainingBytesPerToken, trainingBytesPerToken } from './memory-plan.ts';
 import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
 import { objectiveTerms, type ObjectiveConfig } from '../../algo/objective.ts';
 import { CHAT_SPECIAL_TOKENS, IM_END, END_OF_TEXT } from '../../trainer/prompt.ts';
@@ -867,8 +867,8 @@ describe('memory-bounded passes', () => {
     return tf.gather(logits.reshape([-1]), targets.map((t, i) => i * V + t)).sub(tf.logSumExp(logits, 1)) as tf.Tensor1D;
   }
 
-  for (const lora of [false, true]) {
-    it(`checkpointed layers, attention in query chunks and the output layer in row chunks give the plain pass's log-probs and gradients (1e-5)${lora ? ', LoRA with dropout' : ''}`, () => {
+  for (const [lora, checkpoint] of [[false, false], [false, true], [true, true]] as const) {
+    it(`${checkpoint ? 'checkpointed layers, ' : ''}attention in query chunks and the output layer in row chunks give the plain pass's log-probs and gradients (1e-5)${lora ? ', LoRA with dropout' : ''}`, () => {
       const model = makeModel(41, { tie_word_embeddings: lora });
       if (lora) {
         model.attachLora({ r: 4, alpha: 8, dropout: 0.3, targetModules: ['all-linear'] }, 2);
@@ -894,7 +894,7 @@ describe('memory-bounded passes', () => {
       };
       const plain = run(() => plainLogprobs(model, batch, 0.8));
       // Chunks of 2 query times (of ~25) and of 3 scored rows: every chunked path runs many times.
-      const chunked = run(() => responseLogprobs(model, batch, 0.8, EOT_ID, { attentionElements: 2 * 4 * 30, logitElements: 3 * tokenizer.vocabSize, prefillTokens: 1 }));
+      const chunked = run(() => responseLogprobs(model, batch, 0.8, EOT_ID, { attentionElements: 2 * 4 * 30, logitElements: 3 * tokenizer.vocabSize, prefillTokens: 1 }, { differentiable: true, checkpoint }));
       expect(chunked.values).toHaveLength(n);
       expect(maxAbsDiff(chunked.values, plain.values)).toBeLessThan(1e-5);
       plain.g.forEach((g, k) => {
@@ -906,6 +906,32 @@ describe('memory-bounded passes', () => {
       model.dispose();
     });
   }
+
+  it('a micro-batch whose activations would not fit un-checkpointed is trained with checkpointed layers, to the same update', async () => {
+    const o = { optimizer: { lr: 1e-2, beta1: 0.9, beta2: 0.99, eps: 1e-3, weightDecay: 0 }, maxGradNorm: 1, chunks: { attentionElements: 4096, logitElements: 4096, prefillTokens: 64 } };
+    const roomy = makeEngine(43, o);
+    const tight = makeEngine(43, o);
+    const batch: TrainSequence[] = [prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'), prompt('go to kitchen')].map((p, i) => ({
+      prompt: p, response: [40 + i, 41, 42, IM_END_ID], advantages: [1, -1, 0.5, 1], oldLogprobs: [-5, -5, -5, -5], mask: [1, 1, 1, 1],
+    }));
+    const tokens = 2 * Math.max(...batch.map((s) => s.prompt.length + s.response.length));
+    const c = tight.model.config;
+    // Room for the checkpointed pass, not for every layer's activations.
+    (tight.options as EngineOptions).memoryLimitBytes = tf.memory().numBytes + (chunkReserveBytes({ attentionElements: 4096, logitElements: 4096, prefillTokens: 64 }) + 1.2 * tokens * trainingBytesPerToken(c, null)) / HEAP_SAFETY;
+    expect(1.2 * trainingBytesPerToken(c, null)).toBeLessThan(plainTrainingBytesPerToken(c, null));
+    const passes: boolean[] = [];
+    for (const e of [roomy, tight]) {
+      const original = e.model.hiddenStates.bind(e.model);
+      vi.spyOn(e.model, 'hiddenStates').mockImplementation((...args) => (passes.push(args[4].checkpoint), original(...args)));
+    }
+    const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.3, dualClip: 3, klCoef: 0, lowProbDelta: null };
+    const [sa, sb] = [await roomy.trainStep(batch, objective), await tight.trainStep(batch, objective)];
+    expect(passes).toEqual([false, true]);
+    expect(Math.abs(sa.loss - sb.loss)).toBeLessThan(1e-6);
+    expect(maxParamDiff(paramsSnapshot(roomy.model), paramsSnapshot(tight.model))).toBeLessThan(1e-5);
+    roomy.dispose();
+    tight.dispose();
+  });
 
   it('an engine with tiny chunks (prefill 5 tokens, attention and logits in small pieces) generates, scores and trains as one with the defaults', async () => {
     const chunks = { attentionElements: 3 * 4 * 40, logitElements: 2 * tokenizer.vocabSize, prefillTokens: 5 };

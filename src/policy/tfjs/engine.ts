@@ -30,6 +30,7 @@ import {
   inferenceBytesPerToken,
   kvBytesPerToken,
   formatBytes,
+  plainTrainingBytesPerToken,
   trainingBytesPerToken,
 } from './memory-plan.ts';
 import { TokenTrie } from '../constrained.ts';
@@ -74,6 +75,11 @@ export interface EngineOptions {
   kvCache?: KvCacheLimits;
   /** Working-memory chunk sizes (memory-plan.ts); results do not depend on them. */
   chunks?: Partial<ChunkSizes>;
+  /**
+   * Recompute layers in the backward pass: 'auto' (default) when a micro-batch's activations would
+   * not fit the heap otherwise, 'always' to spend a third more compute on less memory.
+   */
+  checkpointLayers?: 'auto' | 'always';
 }
 
 export const DEFAULT_KV_CACHE_LIMITS: KvCacheLimits = { maxEntries: 256, maxBytes: 4 * 2 ** 30 };
@@ -521,7 +527,7 @@ export class TfjsEngine implements PolicyEngine {
     const result: number[][] = new Array(batch.length);
     for (const group of this.microBatches(batch, inferenceBytesPerToken(this.model.config), 'logprobs')) {
       const seqs = group.map((i) => batch[i]);
-      const flat = tf.tidy(() => responseLogprobs(this.model, seqs, temperature, this.options.padToken, this.chunks).dataSync());
+      const flat = tf.tidy(() => responseLogprobs(this.model, seqs, temperature, this.options.padToken, this.chunks, { differentiable: false, checkpoint: false }).dataSync());
       let at = 0;
       for (const i of group) {
         const n = scoredPositions(batch[i], '').length;
@@ -537,8 +543,7 @@ export class TfjsEngine implements PolicyEngine {
    * within the heap at `bytesPerToken` of padded tokens. A sequence too long to fit alone is refused
    * before any work.
    */
-  private microBatches(batch: ScoredSequence[], bytesPerToken: number, what: string): number[][] {
-    const budget = this.workingBytes() - chunkReserveBytes(this.chunks);
+  private microBatches(batch: ScoredSequence[], bytesPerToken: number, what: string, budget = this.passBudget()): number[][] {
     const fitTokens = Math.floor(budget / bytesPerToken);
     batch.forEach((s, i) => {
       const n = seqLen(s);
@@ -565,6 +570,11 @@ export class TfjsEngine implements PolicyEngine {
     return groups;
   }
 
+  /** Heap bytes a scoring or training pass may use for its activations. */
+  private passBudget(): number {
+    return this.workingBytes() - chunkReserveBytes(this.chunks);
+  }
+
   // ---------------------------------------------------------------- training
 
   async trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature = 1, lr?: number): Promise<TrainStats> {
@@ -579,16 +589,20 @@ export class TfjsEngine implements PolicyEngine {
     let clipped = 0;
     let ratioSum = 0;
     let klSum = 0;
-    const perToken = trainingBytesPerToken(this.model.config, this.model.lora?.config ?? null);
-    for (const group of this.microBatches(batch, perToken, 'trainStep')) {
+    const lora = this.model.lora?.config ?? null;
+    const budget = this.passBudget();
+    const plainPerToken = plainTrainingBytesPerToken(this.model.config, lora);
+    for (const group of this.microBatches(batch, trainingBytesPerToken(this.model.config, lora), 'trainStep', budget)) {
       const seqs = group.map((i) => batch[i]);
+      // Checkpointed layers cost a recomputation; only a micro-batch that would not fit otherwise pays it.
+      const checkpoint = this.options.checkpointLayers === 'always' || group.length * Math.max(...seqs.map(seqLen)) * plainPerToken > budget;
       if (seqs.every((s) => scoredPositions(s, '').length === 0)) continue;
       let stats: tf.Tensor[] = [];
       this.model.training = true;
       let result: { value: tf.Scalar; grads: tf.NamedTensorMap };
       try {
         result = tf.variableGrads(() => {
-          const logp = responseLogprobs(this.model, seqs, temperature, this.options.padToken, this.chunks);
+          const logp = responseLogprobs(this.model, seqs, temperature, this.options.padToken, this.chunks, { differentiable: true, checkpoint });
           const flat = (pick: (s: TrainSequence) => number[]) => tf.tensor1d(seqs.flatMap(pick));
           const terms = objectiveTerms(
             {
@@ -686,10 +700,18 @@ function checkTrainSequence(s: TrainSequence, i: number, objective: ObjectiveCon
 /**
  * log π(token | everything before it) for every scored response token of every sequence (all of
  * them, or the policy tokens of a packed episode), flattened in order, [Σ scored tokens].
- * Differentiable with respect to the model's variables; memory is bounded as in hiddenStates and
+ * Differentiable with respect to the model's variables unless `pass.differentiable` is false;
+ * memory is bounded as in hiddenStates (checkpointed layers with `pass.checkpoint`) and
  * tokenLogprobs (only scored positions go through the output layer).
  */
-export function responseLogprobs(model: Qwen2Model, seqs: ScoredSequence[], temperature: number, padToken: number, chunks: ChunkSizes = DEFAULT_CHUNKS): tf.Tensor1D {
+export function responseLogprobs(
+  model: Qwen2Model,
+  seqs: ScoredSequence[],
+  temperature: number,
+  padToken: number,
+  chunks: ChunkSizes = DEFAULT_CHUNKS,
+  pass: { differentiable: boolean; checkpoint: boolean } = { differentiable: true, checkpoint: false },
+): tf.Tensor1D {
   const B = seqs.length;
   const L = Math.max(...seqs.map(seqLen));
   const ids = new Int32Array(B * L).fill(padToken);
@@ -710,7 +732,7 @@ export function responseLogprobs(model: Qwen2Model, seqs: ScoredSequence[], temp
   });
   const causal = new Float32Array(L * L);
   for (let q = 0; q < L; q++) for (let k = 0; k < L; k++) causal[q * L + k] = k <= q ? 0 : MASKED;
-  const hidden = model.hiddenStates(tf.tensor2d(ids, [B, L], 'int32'), tf.tensor2d(pos, [B, L], 'int32'), tf.tensor4d(causal, [1, 1, L, L]), chunks.attentionElements);
+  const hidden = model.hiddenStates(tf.tensor2d(ids, [B, L], 'int32'), tf.tensor2d(pos, [B, L], 'int32'), tf.tensor4d(causal, [1, 1, L, L]), chunks.attentionElements, pass);
   const d = hidden.shape[2];
   const picked = tf.gather(hidden.reshape([B * L, d]), tf.tensor1d(rowsOfHidden, 'int32')) as tf.Tensor2D;
   return model.tokenLogprobs(picked, targets, temperature, chunks.logitElements);

@@ -13,12 +13,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { BackendWasm } from '@tensorflow/tfjs-backend-wasm';
 import { initBackend, tf } from './backend.ts';
-import { Qwen2Model, type ModelConfig } from './qwen2.ts';
+import { Qwen2Model, countParameters, type ModelConfig } from './qwen2.ts';
 import { TfjsEngine, type EngineOptions } from './engine.ts';
 import { AdamW } from './adamw.ts';
 import { loadModelDir, saveModelDir } from './checkpoint.ts';
-import { loadLoraAdapter, saveLoraAdapter } from './lora.ts';
-import { ATTENTION_ELEMENTS, HEAP_SAFETY, LOGIT_ELEMENTS, chunkReserveBytes, trainingBytesPerToken } from './memory-plan.ts';
+import { loadLoraAdapter, saveLoraAdapter, type LoraConfig } from './lora.ts';
+import { ATTENTION_ELEMENTS, HEAP_SAFETY, LOGIT_ELEMENTS, chunkReserveBytes, plainTrainingBytesPerToken, trainingBytesPerToken } from './memory-plan.ts';
 import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
 import type { ObjectiveConfig } from '../../algo/objective.ts';
 import type { TrainSequence } from '../types.ts';
@@ -151,13 +151,13 @@ describe('buffers', () => {
 });
 
 describe('peak memory', () => {
-  it('a LoRA training step keeps one layer\'s activations: 8 layers peak little above 2, and within the plan', async () => {
+  it('a LoRA training step with checkpointed layers keeps one layer\'s activations: 8 layers peak little above 2, and within the plan', async () => {
     const peaks: number[] = [];
     const rows = 2;
     const length = 160;
     for (const layers of [2, 8]) {
       const model = Qwen2Model.random(config(layers), 2);
-      const e = engine(model, { lora: { r: 4, alpha: 8, dropout: 0.1, targetModules: ['all-linear'] } });
+      const e = engine(model, { lora: { r: 4, alpha: 8, dropout: 0.1, targetModules: ['all-linear'] }, checkpointLayers: 'always' });
       const batch = trainBatch(rows, length);
       await e.trainStep(batch, objective); // creates the optimiser's state, which is not activation memory
       peaks.push(await peakOf(() => e.trainStep(batch, objective)));
@@ -176,6 +176,40 @@ describe('peak memory', () => {
     const extraPerLayerToken = (peaks[1] - peaks[0]) / (6 * rows * length);
     expect(extraPerLayerToken).toBeLessThan(4 * 2 * 64 * 4);
     expect(peaks[0]).toBeGreaterThan(0);
+  });
+
+  it('an un-checkpointed training step (what "auto" runs when it fits) stays within its own plan', async () => {
+    const rows = 2;
+    const length = 160;
+    const adapters: LoraConfig = { r: 4, alpha: 8, dropout: 0.1, targetModules: ['all-linear'] };
+    for (const [layers, lora] of [[2, null], [8, null], [8, adapters]] as [number, LoraConfig | null][]) {
+      const model = Qwen2Model.random(config(layers), 6);
+      const e = engine(model, lora ? { lora } : {});
+      const batch = trainBatch(rows, length);
+      await e.trainStep(batch, objective);
+      const peak = await peakOf(() => e.trainStep(batch, objective));
+      const c = model.config;
+      const attention = rows * c.num_attention_heads * length * length;
+      const plan = rows * length * plainTrainingBytesPerToken(c, lora) + (6 * attention + 8 * rows * 8 * c.vocab_size) * 4 + (lora ? 0 : 3 * countParameters(c) * 4);
+      expect(peak).toBeLessThan(plan);
+      expect(peak).toBeGreaterThan(plan / 2);
+      e.dispose();
+    }
+  });
+
+  it('scoring frees each layer\'s input once the layer has run: 8 layers peak as high as 2', async () => {
+    const peaks: number[] = [];
+    const rows = 4;
+    const length = 200;
+    for (const layers of [2, 8]) {
+      const e = engine(Qwen2Model.random(config(layers), 5));
+      const batch = trainBatch(rows, length);
+      await e.logprobs(batch);
+      peaks.push(await peakOf(() => e.logprobs(batch)));
+      e.dispose();
+    }
+    // Keeping every layer's input would add a hidden vector (256 bytes) per token per layer.
+    expect((peaks[1] - peaks[0]) / (6 * rows * length)).toBeLessThan(64);
   });
 
   it('generation prefills one layer at a time: 8 layers peak little above 2 for a 600-token prompt', async () => {

@@ -321,17 +321,34 @@ export class Qwen2Model {
   }
 
   /**
-   * Hidden states after the final norm for a whole right-padded batch, with memory that does not
-   * grow with the number of layers beyond one [B, T, hidden] tensor each: under autograd every
-   * layer is checkpointed (only its input is kept; the backward pass recomputes it), and attention
-   * runs in query chunks of at most `attentionElements` scores with a hand-written backward pass.
-   * Same values and gradients as `forward` (tested), for long sequences and large batches.
+   * Hidden states after the final norm for a whole right-padded batch. Attention runs in query
+   * chunks of at most `attentionElements` scores with a hand-written backward pass, so no layer
+   * holds a [T, T] score matrix per head for autograd. Same values and gradients as `forward`
+   * (tested), for long sequences and large batches.
+   *
+   * - `checkpoint` (for batches whose activations would not fit otherwise): under autograd every
+   *   layer keeps only its input and is recomputed in the backward pass, so memory grows with the
+   *   number of layers by one [B, T, hidden] tensor each; about a third more compute.
+   * - Not `differentiable` (scoring): each layer's input is freed as soon as the layer has run.
    */
-  hiddenStates(ids: tf.Tensor2D, positions: tf.Tensor2D, maskBias: tf.Tensor, attentionElements: number): tf.Tensor3D {
+  hiddenStates(ids: tf.Tensor2D, positions: tf.Tensor2D, maskBias: tf.Tensor, attentionElements: number, opts: { differentiable: boolean; checkpoint: boolean }): tf.Tensor3D {
     const [cos, sin] = this.rotary(positions);
     let h: tf.Tensor3D = this.embed(ids);
-    for (let i = 0; i < this.config.num_hidden_layers; i++) h = this.checkpointedLayer(i, h, cos, sin, maskBias, attentionElements);
+    for (let i = 0; i < this.config.num_hidden_layers; i++) {
+      const next = opts.differentiable && !opts.checkpoint ? this.layerForTraining(i, h, cos, sin, maskBias, attentionElements) : this.checkpointedLayer(i, h, cos, sin, maskBias, attentionElements);
+      if (!opts.differentiable) h.dispose();
+      h = next;
+    }
     return this.finalNorm(h);
+  }
+
+  /** Layer `i` over the whole batch, with attention in query chunks (memoryEfficientAttention). */
+  private layerForTraining(i: number, x: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor, attentionElements: number): tf.Tensor3D {
+    const [B, T] = x.shape;
+    const prefix = `model.layers.${i}.`;
+    const { q, k, v } = this.projections(this.rmsNorm(x, prefix + 'input_layernorm.weight'), i, cos, sin);
+    const out = x.add(this.attentionOutput(memoryEfficientAttention(q, k, v, maskBias, this.attentionScale(), attentionElements), i, B, T));
+    return out.add(this.mlp(this.rmsNorm(out, prefix + 'post_attention_layernorm.weight'), i)) as tf.Tensor3D;
   }
 
   /** The variables an optimiser may update that layer `i` reads. */
@@ -342,16 +359,9 @@ export class Qwen2Model {
   }
 
   private checkpointedLayer(i: number, h: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor, attentionElements: number): tf.Tensor3D {
-    const [B, T] = h.shape;
-    const prefix = `model.layers.${i}.`;
     const training = this.training;
     const dropoutFrom = this.lora?.dropoutCalls ?? 0;
-    const run = (x: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor): tf.Tensor3D => {
-      const { q, k, v } = this.projections(this.rmsNorm(x, prefix + 'input_layernorm.weight'), i, cos, sin);
-      let out = x.add(this.attentionOutput(memoryEfficientAttention(q, k, v, maskBias, this.attentionScale(), attentionElements), i, B, T));
-      out = out.add(this.mlp(this.rmsNorm(out, prefix + 'post_attention_layernorm.weight'), i));
-      return out as tf.Tensor3D;
-    };
+    const run = (x: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor) => this.layerForTraining(i, x, cos, sin, maskBias, attentionElements);
     const trainables = this.layerTrainables(i);
     const layer = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
       const save = args[args.length - 1] as tf.GradSaveFunc;
