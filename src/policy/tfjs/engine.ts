@@ -304,6 +304,7 @@ export class TfjsEngine implements PolicyEngine {
     const tail: (LayerCache | null)[] = Array(layers).fill(null);
     try {
       if (R > 0) {
+        const started = performance.now();
         for (let l = 0; l < layers; l++) {
           const k = new Float32Array(G * H * R * D);
           const v = new Float32Array(G * H * R * D);
@@ -312,6 +313,7 @@ export class TfjsEngine implements PolicyEngine {
           });
           blocks[l].push({ k: tf.tensor4d(k, [G, H, R, D]), v: tf.tensor4d(v, [G, H, R, D]) });
         }
+        this.kvCache.counters.copyMs += performance.now() - started;
       }
       const heads = c.num_attention_heads;
       const chunk = Math.max(1, Math.min(N, Math.floor(this.chunks.prefillTokens / G), Math.floor(this.chunks.attentionElements / (G * heads * (R + N)))));
@@ -380,7 +382,9 @@ export class TfjsEngine implements PolicyEngine {
       }
 
       const keyed = rows.map((b, j) => ({ b, j, key: keys?.[b] })).filter((x) => x.key !== null && x.key !== undefined);
+      const storing = performance.now();
       if (keyed.length > 0) this.storeCaches(keyed as { b: number; j: number; key: string }[], prompts, reuse, out, blocks, tail, { R, N, r, n, offset, steps }, weights);
+      this.kvCache.counters.copyMs += performance.now() - storing;
     } finally {
       for (const bl of blocks) for (const x of bl) tf.dispose([x.k, x.v]);
       for (const x of tail) if (x) tf.dispose([x.k, x.v]);

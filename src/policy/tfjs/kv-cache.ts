@@ -52,6 +52,8 @@ export interface KvCacheStats {
   evictions: number;
   /** Entries dropped because the weights changed since they were stored. */
   stale: number;
+  /** Milliseconds spent copying caches between host memory and the wasm heap (upload and store). */
+  copyMs: number;
 }
 
 export function validateKvCacheLimits(l: KvCacheLimits, where = 'kvCache'): void {
@@ -63,7 +65,7 @@ export class KvCacheStore {
   /** Insertion order is recency order: a used entry is moved to the end. */
   private readonly entries = new Map<string, KvCacheEntry>();
   private bytesHeld = 0;
-  readonly counters = { hits: 0, misses: 0, reusedTokens: 0, prefilledTokens: 0, evictions: 0, stale: 0 };
+  readonly counters = { hits: 0, misses: 0, reusedTokens: 0, prefilledTokens: 0, evictions: 0, stale: 0, copyMs: 0 };
 
   constructor(
     readonly shape: KvShape,
