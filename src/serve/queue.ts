@@ -3,8 +3,8 @@
  * requests that are waiting together with the same sampling settings are merged into one batched
  * `generate` call (the engine pads and samples a batch far faster than one prompt at a time).
  *
- * Seeded requests always run alone: the engine draws every row of a batch from one seeded stream,
- * so merging would make a seeded request's sample depend on which other requests came with it.
+ * Seeded requests always run alone: the engine draws row b of a batch from the seed's stream forked
+ * by b, so merging would make a seeded request's sample depend on where it landed in the batch.
  * Alone, a request with prompts P and seed s gets exactly what `engine.generate(P, {seed: s})`
  * gives in process.
  *
