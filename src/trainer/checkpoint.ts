@@ -4,7 +4,7 @@
  * and renamed only when complete, and `checkpoints/latest` is switched after that, so an
  * interruption at any moment leaves the previous checkpoint usable.
  */
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { saveModelDir, loadModelDir, writeJsonAtomic, type LoadedPolicy } from '../policy/tfjs/checkpoint.ts';
 import { readSafetensors, writeSafetensors, toFloat32 } from '../policy/safetensors.ts';
@@ -17,13 +17,21 @@ export function checkpointsDir(runDir: string): string {
   return join(runDir, 'checkpoints');
 }
 
-/** `extraFiles`: more files (name → contents) saved inside the checkpoint, e.g. the tip memory. */
+/** What a model directory holds besides weights and tokenizer.json: its chat template and generation settings. */
+const MODEL_SIDE_FILES = ['tokenizer_config.json', 'special_tokens_map.json', 'chat_template.jinja', 'chat_template.json', 'generation_config.json'];
+
+/**
+ * `extraFiles`: more files (name → contents) saved inside the checkpoint, e.g. the tip memory.
+ * `baseModelDir`: the model trained from; its chat template and other side files are copied where the
+ * policy writer did not write them, so a checkpoint is a complete model directory on its own.
+ */
 export async function saveCheckpoint(
   runDir: string,
   engine: TfjsEngine | { writePolicy: (dir: string) => Promise<void> },
   state: TrainerState,
   keep: number,
   extraFiles: Record<string, string> = {},
+  baseModelDir: string | null = null,
 ): Promise<string> {
   const root = checkpointsDir(runDir);
   mkdirSync(root, { recursive: true });
@@ -40,6 +48,7 @@ export async function saveCheckpoint(
       { step: String(opt.step) },
     );
   }
+  if (baseModelDir) for (const f of MODEL_SIDE_FILES) if (existsSync(join(baseModelDir, f)) && !existsSync(join(tmp, f))) copyFileSync(join(baseModelDir, f), join(tmp, f));
   writeJsonAtomic(join(tmp, 'trainer_state.json'), state);
   for (const [file, contents] of Object.entries(extraFiles)) writeFileSync(join(tmp, file), contents);
   const final = join(root, name);

@@ -208,6 +208,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   if (resumeFrom) checkResumeConfig(cfg, runDir, loadTrainerState(resumeFrom).iteration, log);
   for (const path of removeStaleTemporaryFiles(runDir)) log(`removed ${path}, left by a process that stopped while writing it`);
   const trainingEngine = await createTrainingEngine(cfg, resumeFrom ?? 'fresh');
+  const baseModelDir = cfg.model.path ? await resolveModelPath(cfg.model.path) : null;
   // Every policy call lets the event loop turn, so Ctrl-C is seen within one call (./interrupt.ts).
   let interrupts: InterruptHandling | null = null;
   const engine = policyCalls(trainingEngine.engine, trainingEngine.engine instanceof TfjsEngine, () => interrupts);
@@ -350,7 +351,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       const last = it === cfg.train.iterations;
       if (cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last) lastEval = await runEval(it);
       if (it % cfg.train.checkpoint_every === 0 || last || stopRequested()) {
-        const where = await saveCheckpoint(runDir, trainingEngine.checkpointWriter, state, cfg.train.keep_checkpoints, memory ? { [MEMORY_FILE]: JSON.stringify(memory.toJSON()) } : {});
+        const where = await saveCheckpoint(runDir, trainingEngine.checkpointWriter, state, cfg.train.keep_checkpoints, memory ? { [MEMORY_FILE]: JSON.stringify(memory.toJSON()) } : {}, baseModelDir);
         log(`checkpoint ${where}`);
       }
       if (stopRequested() && !last) {
