@@ -21,8 +21,11 @@ from typing import Any, Optional, Sequence
 
 import torch
 import torch.distributed as dist
+from transformers import DynamicCache
 
+from decoding import ByteStops, StreamStops, TokenTries, choose, token_byte_table
 from objective import ObjectiveConfig, objective_terms
+from prefix_cache import CachedPrefix, PrefixCache, assemble, common_prefix, extract
 
 # Files besides the weights that make a saved directory a complete policy (tokenizer, chat template).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json")
@@ -44,6 +47,13 @@ class Seq:
     ref_logprobs: Optional[list[float]] = None
     # Whether the token-level low-probability (delta) mask applies to this sequence.
     low_prob_mask: bool = True
+    # A packed episode: 1 for the response tokens that are the policy's (scored), 0 for context.
+    policy_tokens: Optional[list[int]] = None
+
+    @property
+    def scored(self) -> int:
+        """How many tokens are scored: one log-prob and one value of every per-token array each."""
+        return len(self.response) if self.policy_tokens is None else sum(self.policy_tokens)
 
 
 @dataclass
@@ -62,6 +72,7 @@ class InitSpec:
     micro_batch_tokens: int
     pad_token: int
     seed: int
+    kv_cache_mb: float = 4096.0
 
 
 class Dist:
@@ -95,23 +106,13 @@ class Dist:
         return out
 
 
-class TokenTrie:
-    """Prefix trie over allowed responses (each ending in the end token), as src/policy/constrained.ts."""
-
-    def __init__(self, sequences: Sequence[Sequence[int]]) -> None:
-        self.root: dict[int, dict] = {}
-        for seq in sequences:
-            node = self.root
-            for tok in seq:
-                node = node.setdefault(int(tok), {})
-
-    def allowed_after(self, prefix: Sequence[int]) -> list[int]:
-        node: Optional[dict] = self.root
-        for tok in prefix:
-            node = node.get(tok) if node is not None else None
-            if node is None:
-                return []
-        return list(node.keys())
+def full_attention_only(config: Any) -> bool:
+    """True when no layer uses a sliding window (a kept cache then serves any longer prompt)."""
+    c = config.get_text_config(decoder=True)
+    types = getattr(c, "layer_types", None)
+    if types:
+        return all(t == "full_attention" for t in types)
+    return getattr(c, "sliding_window", None) is None or getattr(c, "use_sliding_window", True) is False
 
 
 def pick_device(requested: str, d: Dist) -> torch.device:
@@ -203,6 +204,10 @@ class Engine:
         )
         if spec.optimizer_state:
             self._load_optimizer(spec.optimizer_state)
+        # KV caches outlive a call only for models whose every layer attends to the whole prefix.
+        self.reuses_prefixes = full_attention_only(self._causal_lm().config)
+        self.prefix_cache = PrefixCache(int(spec.kv_cache_mb * 2**20))
+        self._token_bytes: Any = None  # per-token bytes for stop strings, built on first use
         self.tokenizer = None
         tok_path = os.path.join(spec.model_dir, "tokenizer.json")
         if os.path.isfile(tok_path):
@@ -257,7 +262,14 @@ class Engine:
             "gradient_checkpointing": self.spec.gradient_checkpointing,
             "world_size": self.dist.world,
             "threads": torch.get_num_threads(),
+            "kv_cache": {**self.prefix_cache.stats(), "bytes_per_token": self.kv_bytes_per_token(), "prefix_reuse": self.reuses_prefixes and self.dist.world == 1},
         }
+
+    def kv_bytes_per_token(self) -> int:
+        c = self._causal_lm().config.get_text_config(decoder=True)
+        heads = int(getattr(c, "num_key_value_heads", None) or c.num_attention_heads)
+        head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads)
+        return int(c.num_hidden_layers) * 2 * heads * head_dim * DTYPES[self.spec.dtype].itemsize
 
     def _autocast(self):
         if self.spec.autocast:
@@ -287,7 +299,7 @@ class Engine:
         return groups
 
     def response_logprobs(self, seqs: Sequence[Seq], temperature: float) -> torch.Tensor:
-        """log pi(response_t | prompt, response_<t) for every response token, flattened in order, fp32."""
+        """log pi(response_t | prompt, response_<t) for every scored response token, flattened in order, fp32."""
         B = len(seqs)
         L = max(len(s.prompt) + len(s.response) for s in seqs)
         ids = torch.full((B, L), self.spec.pad_token, dtype=torch.long)
@@ -299,11 +311,16 @@ class Engine:
             ids[b, :n] = torch.tensor(s.prompt + s.response, dtype=torch.long)
             attention[b, :n] = 1
             # The hidden state before each response token predicts it.
-            keep[b, len(s.prompt) - 1 : n - 1] = True
-            targets.extend(s.response)
+            if s.policy_tokens is None:
+                keep[b, len(s.prompt) - 1 : n - 1] = True
+                targets.extend(s.response)
+            else:
+                scored = [j for j, p in enumerate(s.policy_tokens) if p]
+                keep[b, [len(s.prompt) - 1 + j for j in scored]] = True
+                targets.extend(s.response[j] for j in scored)
         keep = keep.to(self.device)
 
-        # Only response positions reach the output layer (a [B, L, V] logits tensor of a 150k-token
+        # Only scored positions reach the output layer (a [B, L, V] logits tensor of a 150k-token
         # vocabulary would dwarf the model). A pre-hook on the output layer picks them, rather than a
         # boolean logits_to_keep, which only recent transformers releases accept; the head still runs
         # inside the model's forward, as FSDP needs. h[keep] flattens row-major: sequence order.
@@ -334,14 +351,14 @@ class Engine:
                 self.response_logprobs([Seq([self.spec.pad_token], [self.spec.pad_token])], 1.0)  # keeps FSDP in step
                 continue
             group = groups[r]
-            if all(len(seqs[i].response) == 0 for i in group) and self.dist.world == 1:
+            if all(seqs[i].scored == 0 for i in group) and self.dist.world == 1:
                 for i in group:
                     result[i] = []
                 continue
             flat = self.response_logprobs([seqs[i] for i in group], temperature).cpu().tolist()
             at = 0
             for i in group:
-                n = len(seqs[i].response)
+                n = seqs[i].scored
                 result[i] = flat[at : at + n]
                 at += n
         merged: dict[int, list[float]] = {}
@@ -362,105 +379,147 @@ class Engine:
         end_tokens: list[int],
         stop_strings: list[str],
         allowed: Optional[list[Optional[list[list[int]]]]],
-    ) -> list[dict[str, Any]]:
+        cache_keys: Optional[list[Optional[str]]] = None,
+    ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """The generations and {prefill_tokens, reused_tokens}: prompt tokens run through the model and those taken from kept caches."""
         self.model.eval()
         if stop_strings and self.tokenizer is None:
             raise RequestError("generate: stop strings need tokenizer.json in the model directory")
         mine = self.dist.shard(len(prompts))
         local = [prompts[i] for i in mine] or [[self.spec.pad_token]]  # an idle rank still runs every step
-        tries = [TokenTrie(allowed[i]) if allowed and allowed[i] else None for i in mine] or [None]
-        rows = self._generate_local(local, max_tokens, temperature, top_p, seed + 1_000_003 * self.dist.rank, end_tokens, stop_strings, tries)
+        rows_allowed = [allowed[i] if allowed else None for i in mine] or [None]
+        # Under FSDP a key's row may land on another rank next time, so keys are not used there.
+        keys = [cache_keys[i] for i in mine] if cache_keys and self.reuses_prefixes and self.dist.world == 1 else None
+        rows, stats = self._generate_local(local, keys, max_tokens, temperature, top_p, seed + 1_000_003 * self.dist.rank, end_tokens, stop_strings, rows_allowed)
         result = dict(zip(mine, rows))
         merged: dict[int, dict[str, Any]] = {}
-        for part in self.dist.gather(result):
+        total = {"prefill_tokens": 0, "reused_tokens": 0}
+        for part, part_stats in self.dist.gather((result, stats)):
             merged.update(part)
-        return [merged[i] for i in range(len(prompts))]
+            for k in total:
+                total[k] += part_stats[k]
+        return [merged[i] for i in range(len(prompts))], total
 
-    def _generate_local(self, prompts, max_tokens, temperature, top_p, seed, end_tokens, stop_strings, tries):
+    def release_cache(self, keys: Sequence[str]) -> int:
+        return sum(self.prefix_cache.drop(k) for k in keys)
+
+    def _stop_checker(self, stop_strings: list[str], rows: int):
+        if self._token_bytes is None:
+            self._token_bytes = token_byte_table(self.tokenizer, self.tokenizer.get_vocab_size(with_added_tokens=True)) or False
+        if self._token_bytes:
+            return ByteStops(self._token_bytes, stop_strings, rows, self.device)
+        return StreamStops(self.tokenizer, stop_strings, rows)
+
+    def _generate_local(self, prompts, keys, max_tokens, temperature, top_p, seed, end_tokens, stop_strings, allowed):
         B = len(prompts)
-        L = max(len(p) for p in prompts)
-        ids = torch.full((B, L), self.spec.pad_token, dtype=torch.long)
-        attention = torch.zeros((B, L), dtype=torch.long)
-        positions = torch.zeros((B, L), dtype=torch.long)
-        for b, p in enumerate(prompts):
-            offset = L - len(p)  # left padding: every row's next token is in the last column
-            ids[b, offset:] = torch.tensor(p, dtype=torch.long)
-            attention[b, offset:] = 1
-            positions[b, offset:] = torch.arange(len(p))
-        generator = torch.Generator(device="cpu").manual_seed(seed)
-        rows = [{"tokens": [], "logprobs": [], "finish": "length", "done": False} for _ in range(B)]
-        attention = attention.to(self.device)
+        dev = self.device
+        # Reuse: per row, the kept cache's longest common prefix with the prompt, less the last
+        # prompt token, whose logits start the response.
+        reuse = [0] * B
+        held: list[Optional[torch.Tensor]] = [None] * B
+        for b, key in enumerate(keys or []):
+            entry = self.prefix_cache.get(key) if key is not None else None
+            if entry is not None:
+                reuse[b] = min(common_prefix(entry.tokens, torch.tensor(prompts[b], dtype=torch.long)), len(prompts[b]) - 1)
+                held[b] = entry.kv
+        new = [p[r:] for p, r in zip(prompts, reuse)]
+        C = max(reuse)
+        N = max(len(n) for n in new)
+        # Row b: [pad | cached reuse[b] | pad | new tokens][decoded tokens...] (see prefix_cache.py).
+        ids = torch.full((B, N), self.spec.pad_token, dtype=torch.long)
+        positions = torch.zeros((B, N), dtype=torch.long)
+        attention = torch.zeros((B, C + N + max_tokens), dtype=torch.long)
+        for b, (r, n) in enumerate(zip(reuse, new)):
+            ids[b, N - len(n) :] = torch.tensor(n, dtype=torch.long)
+            positions[b, N - len(n) :] = torch.arange(r, r + len(n))
+            attention[b, C - r : C] = 1
+            attention[b, C + N - len(n) :] = 1
+        ids, positions, attention = ids.to(dev), positions.to(dev), attention.to(dev)
+        config = self._causal_lm().config
+        assembled = assemble(held, reuse)
+        cache = DynamicCache(ddp_cache_data=assembled, config=config) if assembled else DynamicCache(config=config)
+        # Prefill in column chunks of at most micro_batch_tokens padded tokens (one chunk under FSDP,
+        # where every rank must run the same number of forward passes).
+        chunk = N if self.dist.world > 1 else max(1, self.spec.micro_batch_tokens // B)
         with self._autocast():
-            out = self.model(
-                input_ids=ids.to(self.device), attention_mask=attention, position_ids=positions.to(self.device), use_cache=True, logits_to_keep=1
-            )
-        past = out.past_key_values
-        logits = out.logits[:, -1, :].float()
+            for s in range(0, N, chunk):
+                e = min(N, s + chunk)
+                out = self.model(
+                    input_ids=ids[:, s:e], attention_mask=attention[:, : C + e], position_ids=positions[:, s:e], past_key_values=cache, use_cache=True, logits_to_keep=1
+                )
+                cache = out.past_key_values
+        logits = out.logits[:, -1, :]
+        next_position = torch.tensor([r + len(n) for r, n in zip(reuse, new)], dtype=torch.long, device=dev)
+
+        generator = torch.Generator(device=dev).manual_seed(seed)
+        tries = TokenTries(allowed, dev) if any(a for a in allowed) else None
+        stops = self._stop_checker(stop_strings, B) if stop_strings else None
+        end = torch.tensor(end_tokens, dtype=torch.long, device=dev)
+        tokens = torch.zeros((B, max_tokens), dtype=torch.long, device=dev)
+        logprobs = torch.zeros((B, max_tokens), dtype=torch.float32, device=dev)
+        lengths = torch.zeros(B, dtype=torch.long, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        stopped = torch.zeros(B, dtype=torch.bool, device=dev)
+        fed = 0  # decoded tokens run through the model (the last one sampled never is)
         for step in range(max_tokens):
-            picks = self._sample(logits, rows, tries, temperature, top_p, generator)
-            for b, (token, logprob) in enumerate(picks):
-                row = rows[b]
-                if row["done"]:
-                    continue
-                row["tokens"].append(token)
-                row["logprobs"].append(logprob)
-                if token in end_tokens:
-                    row["done"], row["finish"] = True, "stop"
-                elif stop_strings:
-                    text = self.tokenizer.decode(row["tokens"], skip_special_tokens=False)
-                    if any(s in text for s in stop_strings):
-                        row["done"], row["finish"] = True, "stop"
-            local_alive = 0 if all(r["done"] for r in rows) else 1
-            if self.dist.max_int(local_alive, self.device) == 0 or step == max_tokens - 1:
+            choice, logp = choose(logits, temperature, top_p, tries.allowed(logits.shape[-1]) if tries else None, generator)
+            tokens[:, step] = choice
+            logprobs[:, step] = logp
+            alive = ~done
+            lengths += alive
+            finished = torch.isin(choice, end)
+            if stops is not None:
+                finished |= stops.step(choice)
+            newly = alive & finished
+            stopped |= newly
+            done |= newly
+            if tries is not None:
+                tries.advance(choice, done)
+            if step == max_tokens - 1:
                 break
-            last = torch.tensor([[r["tokens"][-1] if r["tokens"] else self.spec.pad_token] for r in rows], dtype=torch.long)
-            attention = torch.cat([attention, torch.ones((B, 1), dtype=attention.dtype, device=self.device)], dim=1)
-            pos = torch.tensor([[len(p) + step] for p in prompts], dtype=torch.long)
+            if self.dist.world > 1:
+                if self.dist.max_int(0 if bool(done.all()) else 1, dev) == 0:
+                    break
+            elif bool(done.all()):
+                break
             with self._autocast():
                 out = self.model(
-                    input_ids=last.to(self.device), attention_mask=attention, position_ids=pos.to(self.device), past_key_values=past, use_cache=True
+                    input_ids=choice[:, None], attention_mask=attention[:, : C + N + step + 1], position_ids=(next_position + step)[:, None], past_key_values=cache, use_cache=True
                 )
-            past = out.past_key_values
-            logits = out.logits[:, -1, :].float()
-        return [{"tokens": r["tokens"], "logprobs": r["logprobs"], "finish": r["finish"]} for r in rows]
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :]
+            fed += 1
 
-    def _sample(self, logits, rows, tries, temperature, top_p, generator) -> list[tuple[int, float]]:
-        """Token choice as src/policy/sampling.ts: the log-prob is the unconstrained one at the temperature."""
-        scale = 1.0 / temperature if temperature > 0 else 1.0
-        scaled = logits.double().cpu() * scale
-        logp_all = torch.log_softmax(scaled, dim=-1)
-        B, V = scaled.shape
-        allowed_mask = torch.ones((B, V), dtype=torch.bool)
-        for b, trie in enumerate(tries):
-            if trie is None or rows[b]["done"]:
-                continue
-            allowed = trie.allowed_after(rows[b]["tokens"])
-            if allowed:  # an empty set (prefix left the trie) means unconstrained, as in sampling.ts
-                allowed_mask[b] = False
-                allowed_mask[b, [t for t in allowed if 0 <= t < V]] = True
-        if temperature <= 0:
-            choice = torch.where(allowed_mask, scaled, torch.tensor(-math.inf, dtype=scaled.dtype)).argmax(dim=-1)
-        else:
-            probs = torch.softmax(torch.where(allowed_mask, scaled, torch.tensor(-math.inf, dtype=scaled.dtype)), dim=-1)
-            if top_p < 1:
-                # Keep the smallest set of most likely tokens whose mass reaches top_p (ties by lower id).
-                sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-                before = torch.cumsum(sorted_p, dim=-1) - sorted_p
-                keep_sorted = before < top_p
-                keep_sorted[:, 0] = True
-                keep = torch.zeros_like(keep_sorted).scatter(1, order, keep_sorted)
-                probs = torch.where(keep, probs, torch.zeros_like(probs))
-            choice = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        return [(int(choice[b]), float(logp_all[b, choice[b]])) for b in range(B)]
+        n_tokens, all_tokens, all_logprobs, was_stopped = lengths.tolist(), tokens.tolist(), logprobs.tolist(), stopped.tolist()
+        rows = [
+            {"tokens": all_tokens[b][: n_tokens[b]], "logprobs": all_logprobs[b][: n_tokens[b]], "finish": "stop" if was_stopped[b] else "length"}
+            for b in range(B)
+        ]
+        if keys:
+            layers = [(layer.keys, layer.values) for layer in cache.layers]
+            protected = frozenset(k for k in keys if k is not None)
+            for b, key in enumerate(keys):
+                if key is None:
+                    continue
+                kept = min(n_tokens[b], fed)
+                columns = torch.cat(
+                    [torch.arange(C - reuse[b], C), torch.arange(C + N - len(new[b]), C + N), torch.arange(C + N, C + N + kept)]
+                ).to(dev)
+                held_tokens = torch.tensor(prompts[b] + all_tokens[b][:kept], dtype=torch.long)
+                self.prefix_cache.put(key, CachedPrefix(held_tokens, extract(layers, b, columns)), protected)
+        stats = {"prefill_tokens": sum(len(n) for n in new), "reused_tokens": sum(reuse)}
+        return rows, stats
 
     # ------------------------------------------------------------------ training
 
     def train_step(self, seqs: list[Seq], cfg: ObjectiveConfig, temperature: float, lr: Optional[float]) -> dict[str, float]:
+        # The weights are about to change: caches computed with the old ones would no longer match.
+        self.prefix_cache.clear()
         self.model.train()  # LoRA dropout and gradient checkpointing act only in training mode
         self.optimizer.zero_grad(set_to_none=True)
         try:
             mine = self.dist.shard(len(seqs))
-            groups = [g for g in self.micro_batches(seqs, mine) if any(len(seqs[i].response) > 0 for i in g)]
+            groups = [g for g in self.micro_batches(seqs, mine) if any(seqs[i].scored > 0 for i in g)]
             rounds = self.dist.max_int(len(groups), self.device)
             stats = torch.zeros(5, dtype=torch.float64, device=self.device)
             # FSDP averages gradients over ranks; scaling by the world size turns that into the sum.
@@ -480,7 +539,7 @@ class Engine:
                     flat(lambda s: s.mask),
                     flat(lambda s: s.ref_logprobs if s.ref_logprobs is not None else s.old_logprobs) if cfg.kl_coef > 0 else None,
                     cfg,
-                    flat(lambda s: [1.0 if s.low_prob_mask else 0.0] * len(s.response)) if cfg.low_prob_delta is not None else None,
+                    flat(lambda s: [1.0 if s.low_prob_mask else 0.0] * s.scored) if cfg.low_prob_delta is not None else None,
                 )
                 (terms.loss_sum * loss_scale).backward()
                 stats += torch.stack([terms.loss_sum, terms.tokens, terms.clipped, terms.ratio_sum, terms.kl_sum]).detach().double()

@@ -108,6 +108,7 @@ def parse_init(req: dict[str, Any]) -> InitSpec:
         micro_batch_tokens=field(req, "micro_batch_tokens", w, lambda v: is_int(v) and v > 0, "a positive integer"),
         pad_token=field(req, "pad_token", w, lambda v: is_int(v) and v >= 0, "a token id"),
         seed=field(req, "seed", w, is_int, "an integer", 0),
+        kv_cache_mb=float(field(req, "kv_cache_mb", w, lambda v: is_num(v) and v >= 0, "a non-negative number of MiB (0 keeps no caches)", 4096)),
     )
 
 
@@ -124,12 +125,16 @@ def parse_batch(engine: Engine, req: dict[str, Any], op: str, training: bool, kl
             raise RequestError(f"{w}.prompt is empty (scoring needs at least one prompt token)")
         engine.check_ids(prompt, f"{w}.prompt")
         engine.check_ids(response, f"{w}.response")
-        seq = Seq(prompt, response)
+        policy = field(item, "policy_tokens", w, lambda v: isinstance(v, list) and all(x in (0, 1) and not isinstance(x, bool) for x in v), "null or a list of 0/1 flags, one per response token", None)
+        if policy is not None and len(policy) != len(response):
+            raise RequestError(f"{w}.policy_tokens has {len(policy)} flags but the response has {len(response)} tokens")
+        seq = Seq(prompt, response, policy_tokens=policy)
         if training:
+            per_token = f"the response has {len(response)} tokens" if policy is None else f"the sequence has {seq.scored} policy tokens"
             for key in ("advantages", "old_logprobs", "mask") + (("ref_logprobs",) if kl and "ref_logprobs" in item else ()):
                 values = field(item, key, w, num_list, "a list of finite numbers")
-                if len(values) != len(response):
-                    raise RequestError(f"{w}.{key} has {len(values)} values but the response has {len(response)} tokens")
+                if len(values) != seq.scored:
+                    raise RequestError(f"{w}.{key} has {len(values)} values but {per_token}")
                 setattr(seq, key, [float(x) for x in values])
             seq.low_prob_mask = field(item, "low_prob_mask", w, lambda v: isinstance(v, bool), "true or false", True)
         seqs.append(seq)
@@ -196,9 +201,19 @@ class Worker:
                 for i, seqs in enumerate(allowed):
                     if seqs is not None and not (isinstance(seqs, list) and all(int_list(s) for s in seqs)):
                         raise RequestError(f"generate.allowed[{i}] must be null or a list of token-id lists")
+                    for j, ids in enumerate(seqs or []):
+                        e.check_ids(ids, f"generate.allowed[{i}][{j}]")
+            cache_keys = field(req, "cache_keys", w, lambda v: isinstance(v, list) and len(v) == len(prompts) and all(k is None or (isinstance(k, str) and k) for k in v), "null or one entry per prompt (null or a non-empty string)", None)
+            if cache_keys is not None:
+                seen: dict[str, int] = {}
+                for i, k in enumerate(cache_keys):
+                    if k is not None and k in seen:
+                        raise RequestError(f"generate.cache_keys[{i}] repeats {json.dumps(k)} (also cache_keys[{seen[k]}]); a key names one sequence")
+                    if k is not None:
+                        seen[k] = i
             if not prompts:
-                return {"generations": []}
-            gens = e.generate(
+                return {"generations": [], "prefill_tokens": 0, "reused_tokens": 0}
+            gens, stats = e.generate(
                 prompts,
                 max_tokens=field(req, "max_tokens", w, lambda v: is_int(v) and v > 0, "a positive integer"),
                 temperature=float(field(req, "temperature", w, lambda v: is_num(v) and v >= 0, "a non-negative number (0: greedy)")),
@@ -207,8 +222,13 @@ class Worker:
                 end_tokens=end_tokens,
                 stop_strings=field(req, "stop", w, lambda v: isinstance(v, list) and all(isinstance(s, str) and s for s in v), "a list of non-empty strings", []),
                 allowed=allowed,
+                cache_keys=cache_keys,
             )
-            return {"generations": gens}
+            return {"generations": gens, **stats}
+        if op == "release_cache":
+            e = self.need_engine(op)
+            keys = field(req, "keys", op, lambda v: isinstance(v, list) and all(isinstance(k, str) for k in v), "a list of cache keys")
+            return {"released": e.release_cache(keys), **e.prefix_cache.stats()}
         if op == "train_step":
             e = self.need_engine(op)
             objective = parse_objective(req)
@@ -223,7 +243,7 @@ class Worker:
             return e.save(out_dir, merged, with_optimizer)
         if op == "shutdown":
             return {}
-        raise RequestError(f"unknown op {json.dumps(op)} (expected init, info, logprobs, generate, train_step, save or shutdown)")
+        raise RequestError(f"unknown op {json.dumps(op)} (expected init, info, logprobs, generate, release_cache, train_step, save or shutdown)")
 
 
 def error_kind(e: BaseException) -> str:

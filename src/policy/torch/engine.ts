@@ -57,6 +57,12 @@ export interface TorchEngineOptions {
   seed?: number;
   /** torch intra-op threads (CPU). */
   threads?: number;
+  /**
+   * Memory for the KV caches kept between generate calls (GenerateOptions.cacheKeys), in MiB
+   * (default 4096; 0 keeps none). Least recently used keys are dropped beyond it; the worker's
+   * `info.kv_cache.bytes_per_token` says how many tokens that holds.
+   */
+  kvCacheMb?: number;
   /** Interpreter; default projectPython(). */
   python?: string;
   /**
@@ -84,6 +90,13 @@ export interface WorkerInfo {
   gradient_checkpointing: boolean;
   world_size: number;
   threads: number;
+  kv_cache: { keys: number; bytes: number; max_bytes: number; bytes_per_token: number; prefix_reuse: boolean };
+}
+
+/** Prompt tokens the worker ran through the model and those it took from kept caches, since start. */
+export interface PrefillCounts {
+  prefilledTokens: number;
+  reusedTokens: number;
 }
 
 export interface SaveResult {
@@ -261,6 +274,8 @@ class WorkerConnection {
 }
 
 export class TorchEngine implements PolicyEngine {
+  readonly prefill: PrefillCounts = { prefilledTokens: 0, reusedTokens: 0 };
+
   private constructor(
     readonly tokenizer: Tokenizer,
     readonly options: TorchEngineOptions,
@@ -322,6 +337,7 @@ export class TorchEngine implements PolicyEngine {
           pad_token: options.padToken,
           seed: options.seed ?? 0,
           threads: options.threads ?? null,
+          kv_cache_mb: options.kvCacheMb ?? null,
         },
         options.startTimeoutMs ?? 600_000,
       );
@@ -350,7 +366,8 @@ export class TorchEngine implements PolicyEngine {
           return texts && texts.length > 0 ? texts.map((t) => [...this.tokenizer.encode(t), endToken]) : null;
         })
       : null;
-    const { generations } = await this.call<{ generations: WireGeneration[] }>('generate', {
+    if (opts.cacheKeys && opts.cacheKeys.length !== prompts.length) throw new Error(`generate: ${opts.cacheKeys.length} cache keys for ${prompts.length} prompts`);
+    const { generations, prefill_tokens, reused_tokens } = await this.call<{ generations: WireGeneration[]; prefill_tokens: number; reused_tokens: number }>('generate', {
       prompts,
       max_tokens: opts.maxTokens,
       temperature: opts.temperature,
@@ -359,7 +376,10 @@ export class TorchEngine implements PolicyEngine {
       end_tokens: this.options.endTokens,
       stop: opts.stop ?? [],
       allowed,
+      cache_keys: opts.cacheKeys ?? null,
     });
+    this.prefill.prefilledTokens += prefill_tokens;
+    this.prefill.reusedTokens += reused_tokens;
     return generations.map((g) => ({ tokens: g.tokens, logprobs: g.logprobs, text: this.decodeResponse(g.tokens), finish: g.finish }));
   }
 
@@ -371,7 +391,7 @@ export class TorchEngine implements PolicyEngine {
   async logprobs(batch: ScoredSequence[], temperature = 1): Promise<number[][]> {
     if (batch.length === 0) return [];
     const { logprobs } = await this.call<{ logprobs: number[][] }>('logprobs', {
-      batch: batch.map((s) => ({ prompt: s.prompt, response: s.response })),
+      batch: batch.map((s) => ({ prompt: s.prompt, response: s.response, policy_tokens: s.policyTokens ?? null })),
       temperature,
     });
     return logprobs;
@@ -382,6 +402,7 @@ export class TorchEngine implements PolicyEngine {
       batch: batch.map((s) => ({
         prompt: s.prompt,
         response: s.response,
+        policy_tokens: s.policyTokens ?? null,
         advantages: s.advantages,
         old_logprobs: s.oldLogprobs,
         mask: s.mask,
@@ -399,6 +420,21 @@ export class TorchEngine implements PolicyEngine {
       lr: lr ?? null,
     });
     return { loss: r.loss, tokens: r.tokens, clipFraction: r.clip_fraction, meanRatio: r.mean_ratio, kl: r.kl, gradNorm: r.grad_norm };
+  }
+
+  /**
+   * Drops the worker's KV caches for these keys (their episodes ended). Requests are answered in
+   * order, so the next call already sees them gone; a failure here (the worker died) surfaces on
+   * that next call.
+   */
+  releaseCache(keys: readonly string[]): void {
+    if (keys.length === 0) return;
+    this.call('release_cache', { keys: [...keys] }).catch(() => {});
+  }
+
+  /** What the worker holds in KV caches now (keys, bytes, the limit). */
+  async cacheInfo(): Promise<WorkerInfo['kv_cache']> {
+    return (await this.call<WorkerInfo>('info', {})).kv_cache;
   }
 
   /**
