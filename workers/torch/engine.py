@@ -25,7 +25,7 @@ from transformers import DynamicCache
 
 from decoding import ByteStops, StreamStops, TokenTries, choose, token_byte_table
 from objective import ObjectiveConfig, objective_terms
-from prefix_cache import CachedPrefix, PrefixCache, assemble, common_prefix, extract
+from prefix_cache import BatchedCache, CachedPrefix, PrefixCache, common_prefix, extract, prefill_groups
 
 # Files besides the weights that make a saved directory a complete policy (tokenizer, chat template).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json")
@@ -425,31 +425,56 @@ class Engine:
         new = [p[r:] for p, r in zip(prompts, reuse)]
         C = max(reuse)
         N = max(len(n) for n in new)
-        # Row b: [pad | cached reuse[b] | pad | new tokens][decoded tokens...] (see prefix_cache.py).
+        # The model sees the rows longest-new-part first (model row r is request row order[r]), so
+        # that rows of similar length prefill together; sampling stays in request order.
+        order = sorted(range(B), key=lambda b: (-len(new[b]), b))
+        to_request = torch.tensor(sorted(range(B), key=order.__getitem__), dtype=torch.long, device=dev)
+        to_model = torch.tensor(order, dtype=torch.long, device=dev)
+        # Row r: [pad | cached reuse | pad | new tokens][decoded tokens...] (see prefix_cache.py).
         ids = torch.full((B, N), self.spec.pad_token, dtype=torch.long)
         positions = torch.zeros((B, N), dtype=torch.long)
         attention = torch.zeros((B, C + N + max_tokens), dtype=torch.long)
-        for b, (r, n) in enumerate(zip(reuse, new)):
-            ids[b, N - len(n) :] = torch.tensor(n, dtype=torch.long)
-            positions[b, N - len(n) :] = torch.arange(r, r + len(n))
-            attention[b, C - r : C] = 1
-            attention[b, C + N - len(n) :] = 1
+        for row, b in enumerate(order):
+            r, n = reuse[b], new[b]
+            ids[row, N - len(n) :] = torch.tensor(n, dtype=torch.long)
+            positions[row, N - len(n) :] = torch.arange(r, r + len(n))
+            attention[row, C - r : C] = 1
+            attention[row, C + N - len(n) :] = 1
         ids, positions, attention = ids.to(dev), positions.to(dev), attention.to(dev)
         config = self._causal_lm().config
-        assembled = assemble(held, reuse)
-        cache = DynamicCache(ddp_cache_data=assembled, config=config) if assembled else DynamicCache(config=config)
-        # Prefill in column chunks of at most micro_batch_tokens padded tokens (one chunk under FSDP,
-        # where every rank must run the same number of forward passes).
-        chunk = N if self.dist.world > 1 else max(1, self.spec.micro_batch_tokens // B)
+        widths = [len(new[b]) for b in order]
+        if self.reuses_prefixes:
+            batched = BatchedCache(config, [held[b] for b in order], [reuse[b] for b in order], C + N + max_tokens)
+            # Under FSDP every rank must run the same forward passes: one group, one chunk.
+            groups = prefill_groups(widths) if self.dist.world == 1 else [(0, B)]
+        else:
+            batched, groups = None, [(0, B)]  # HF's own cache, whatever the model's layer types need
+            cache = DynamicCache(config=config)
+        last_logits = []
         with self._autocast():
-            for s in range(0, N, chunk):
-                e = min(N, s + chunk)
-                out = self.model(
-                    input_ids=ids[:, s:e], attention_mask=attention[:, : C + e], position_ids=positions[:, s:e], past_key_values=cache, use_cache=True, logits_to_keep=1
-                )
-                cache = out.past_key_values
-        logits = out.logits[:, -1, :]
-        next_position = torch.tensor([r + len(n) for r, n in zip(reuse, new)], dtype=torch.long, device=dev)
+            for start, end in groups:
+                # Columns C + N - width .. C + N hold this group's new tokens; the prefill runs in
+                # chunks of at most micro_batch_tokens padded tokens.
+                width = widths[start]
+                if batched is not None:
+                    cache = batched.rows(start, end, C + N - width)
+                chunk = width if self.dist.world > 1 else max(1, self.spec.micro_batch_tokens // (end - start))
+                for s in range(N - width, N, chunk):
+                    e = min(N, s + chunk)
+                    out = self.model(
+                        input_ids=ids[start:end, s:e],
+                        attention_mask=attention[start:end, : C + e],
+                        position_ids=positions[start:end, s:e],
+                        past_key_values=cache,
+                        use_cache=True,
+                        logits_to_keep=1,
+                    )
+                    cache = out.past_key_values
+                last_logits.append(out.logits[:, -1, :])
+        if batched is not None:
+            cache = batched.rows(0, B, C + N)
+        logits = torch.cat(last_logits)[to_request]
+        next_position = torch.tensor([reuse[b] + len(new[b]) for b in order], dtype=torch.long, device=dev)
 
         generator = torch.Generator(device=dev).manual_seed(seed)
         tries = TokenTries(allowed, dev) if any(a for a in allowed) else None
@@ -484,10 +509,14 @@ class Engine:
                 break
             with self._autocast():
                 out = self.model(
-                    input_ids=choice[:, None], attention_mask=attention[:, : C + N + step + 1], position_ids=(next_position + step)[:, None], past_key_values=cache, use_cache=True
+                    input_ids=choice[to_model][:, None],
+                    attention_mask=attention[:, : C + N + step + 1],
+                    position_ids=(next_position + step)[:, None],
+                    past_key_values=cache,
+                    use_cache=True,
                 )
             cache = out.past_key_values
-            logits = out.logits[:, -1, :]
+            logits = out.logits[:, -1, :][to_request]
             fed += 1
 
         n_tokens, all_tokens, all_logprobs, was_stopped = lengths.tolist(), tokens.tolist(), logprobs.tolist(), stopped.tolist()
@@ -498,6 +527,7 @@ class Engine:
         if keys:
             layers = [(layer.keys, layer.values) for layer in cache.layers]
             protected = frozenset(k for k in keys if k is not None)
+            row_of = {b: row for row, b in enumerate(order)}
             for b, key in enumerate(keys):
                 if key is None:
                     continue
@@ -506,7 +536,7 @@ class Engine:
                     [torch.arange(C - reuse[b], C), torch.arange(C + N - len(new[b]), C + N), torch.arange(C + N, C + N + kept)]
                 ).to(dev)
                 held_tokens = torch.tensor(prompts[b] + all_tokens[b][:kept], dtype=torch.long)
-                self.prefix_cache.put(key, CachedPrefix(held_tokens, extract(layers, b, columns)), protected)
+                self.prefix_cache.put(key, CachedPrefix(held_tokens, extract(layers, row_of[b], columns)), protected)
         stats = {"prefill_tokens": sum(len(n) for n in new), "reused_tokens": sum(reuse)}
         return rows, stats
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 @dataclass
@@ -83,21 +85,99 @@ class PrefixCache:
         return {"keys": len(self.entries), "bytes": self.bytes, "max_bytes": self.max_bytes}
 
 
-def assemble(prefixes: Sequence[Optional[torch.Tensor]], lengths: Sequence[int]) -> Optional[list[tuple[torch.Tensor, torch.Tensor]]]:
+class LayerStorage:
+    """One layer's keys and values for a whole call: [rows, heads, capacity, head_dim], allocated on first write."""
+
+    def __init__(self, rows: int, capacity: int) -> None:
+        self.rows = rows
+        self.capacity = capacity
+        self.keys: Optional[torch.Tensor] = None
+        self.values: Optional[torch.Tensor] = None
+
+    def allocate(self, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> None:
+        if self.keys is None:
+            self.keys = torch.zeros((self.rows, heads, self.capacity, head_dim), dtype=dtype, device=device)
+            self.values = torch.zeros_like(self.keys)
+
+
+class GrowingLayer(DynamicLayer):
     """
-    Batched per-layer (keys, values) [B, kv_heads, C, head_dim] with row b's first lengths[b]
-    cached positions right-aligned at column C = max(lengths); None when nothing is reused.
+    A cache layer over rows [start, end) of a LayerStorage that appends in place: keys / values are
+    views of the filled columns. DynamicLayer concatenates, copying the whole cache every decoding
+    step, which with 1-4k-token prompts costs more than the step's own computation; views of one
+    storage also let groups of rows prefill separately into the same batched cache.
     """
-    width = max(lengths, default=0)
-    if width == 0:
-        return None
-    sample = next(p for p, n in zip(prefixes, lengths) if n > 0)
-    layers, _, heads, _, dim = sample.shape
-    buf = torch.zeros((layers, 2, len(lengths), heads, width, dim), dtype=sample.dtype, device=sample.device)
-    for b, (prefix, n) in enumerate(zip(prefixes, lengths)):
-        if n > 0:
-            buf[:, :, b, :, width - n :] = prefix[:, :, :, :n]
-    return [(buf[layer, 0], buf[layer, 1]) for layer in range(layers)]
+
+    def __init__(self, storage: LayerStorage, start: int, end: int, filled: int) -> None:
+        super().__init__()
+        self.storage, self.start, self.end = storage, start, end
+        self.filled = filled
+        if storage.keys is not None:
+            self._view()
+
+    def _view(self) -> None:
+        self.dtype, self.device = self.storage.keys.dtype, self.storage.keys.device
+        self.keys = self.storage.keys[self.start : self.end, :, : self.filled]
+        self.values = self.storage.values[self.start : self.end, :, : self.filled]
+        self.is_initialized = True
+
+    def get_seq_length(self) -> int:
+        return self.filled
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        n = key_states.shape[-2]
+        if self.filled + n > self.storage.capacity:
+            # The caller sizes the capacity for the whole call (prompt + max_tokens); more is a bug.
+            raise RuntimeError(f"GrowingLayer: {self.filled} + {n} positions exceed the capacity {self.storage.capacity}")
+        self.storage.allocate(key_states.shape[1], key_states.shape[-1], key_states.dtype, key_states.device)
+        self.storage.keys[self.start : self.end, :, self.filled : self.filled + n] = key_states
+        self.storage.values[self.start : self.end, :, self.filled : self.filled + n] = value_states
+        self.filled += n
+        self._view()
+        return self.keys, self.values
+
+
+class BatchedCache:
+    """
+    The keys and values of one batched call: row b's first lengths[b] kept positions right-aligned at
+    column C = max(lengths), room for `capacity` columns. `rows(start, end, filled)` is a transformers
+    cache over some rows that writes into the same storage.
+    """
+
+    def __init__(self, config: Any, prefixes: Sequence[Optional[torch.Tensor]], lengths: Sequence[int], capacity: int) -> None:
+        self.config = config
+        self.layers = [LayerStorage(len(lengths), capacity) for _ in DynamicCache(config=config).layers]
+        self.width = max(lengths, default=0)
+        if self.width == 0:
+            return
+        sample = next(p for p, n in zip(prefixes, lengths) if n > 0)
+        _, _, heads, _, dim = sample.shape
+        for index, storage in enumerate(self.layers):
+            storage.allocate(heads, dim, sample.dtype, sample.device)
+            for b, (prefix, n) in enumerate(zip(prefixes, lengths)):
+                if n > 0:
+                    storage.keys[b, :, self.width - n : self.width] = prefix[index, 0, :, :n]
+                    storage.values[b, :, self.width - n : self.width] = prefix[index, 1, :, :n]
+
+    def rows(self, start: int, end: int, filled: int) -> DynamicCache:
+        cache = DynamicCache(config=self.config)
+        cache.layers = [GrowingLayer(storage, start, end, filled) for storage in self.layers]
+        return cache
+
+
+def prefill_groups(lengths: Sequence[int], max_padding: float = 0.15) -> list[tuple[int, int]]:
+    """
+    Consecutive groups [start, end) of rows sorted longest first, each row padded by at most
+    `max_padding` of its group's longest: rows prefill group by group (padding is computation spent
+    on nothing, and new-token counts differ a lot between an episode's first step and the next).
+    """
+    groups: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(lengths) + 1):
+        if i == len(lengths) or lengths[i] < (1 - max_padding) * lengths[start]:
+            groups.append((start, i))
+            start = i
+    return groups
 
 
 def extract(layers: Sequence[tuple[torch.Tensor, torch.Tensor]], row: int, columns: torch.Tensor) -> torch.Tensor:

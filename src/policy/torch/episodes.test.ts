@@ -179,6 +179,30 @@ describe.skipIf(!gate.available)(`prefix (KV) reuse across an episode's steps ($
     }
   }
 
+  it('one call mixing rows with long and short new parts (an episode joins, one was evicted) equals the call without keys', async () => {
+    const base = (task: string) => enc(`<|im_start|>user\nTask: ${task}\nYou are in the hall. You see a red box, a blue drawer and a door to the kitchen.<|im_end|>\n<|im_start|>assistant\n`);
+    const prompts = ['Find the yellow hat.', 'Open the blue drawer.', 'Go to the kitchen.'].map(base);
+    const opts: GenerateOptions = { temperature: 0.9, topP: 1, maxTokens: 5, seed: 2, cacheKeys: ['m0', 'm1', 'm2'] };
+    const first = await engine.generate(prompts, opts);
+    engine.releaseCache(['m1']);
+    const next = prompts.map((p, i) => [...p, ...first[i].tokens, ...enc(`\n<|im_start|>user\n${OBSERVATIONS[i]}<|im_end|>\n<|im_start|>assistant\n`)]);
+    next.push(base('Take the red key and open the red box, then go to the kitchen.'));
+    const keys = ['m0', 'm1', 'm2', 'm3'];
+    const r0 = engine.prefill.reusedTokens;
+    const keyed = await engine.generate(next, { ...opts, seed: 3, cacheKeys: keys });
+    // m0 and m2 reuse their last prompt and response (its last token too when it was run through
+    // the model, i.e. when another row kept decoding); m1 (released) and m3 (new) prefill everything.
+    const held = [0, 2].reduce((n, i) => n + prompts[i].length + first[i].tokens.length, 0);
+    expect(engine.prefill.reusedTokens - r0).toBeGreaterThanOrEqual(held - 2);
+    expect(engine.prefill.reusedTokens - r0).toBeLessThanOrEqual(held);
+    const plain = await engine.generate(next, { ...opts, seed: 3, cacheKeys: undefined });
+    keyed.forEach((g, i) => {
+      expect(g.tokens).toEqual(plain[i].tokens);
+      g.logprobs.forEach((lp, j) => expect(Math.abs(lp - plain[i].logprobs[j])).toBeLessThan(REUSE_LOGPROB_TOL));
+    });
+    engine.releaseCache(keys);
+  }, 60_000);
+
   it('releaseCache drops the keys; a train step drops every cache (its keys and values are of the old weights)', async () => {
     const prompts = [enc('<|im_start|>user\nTask: Find the yellow hat.<|im_end|>\n<|im_start|>assistant\n'), enc('<|im_start|>user\ngo to hall<|im_end|>\n<|im_start|>assistant\n')];
     const opts: GenerateOptions = { temperature: 0, topP: 1, maxTokens: 4, seed: 1, cacheKeys: ['a', 'b'] };
