@@ -84,5 +84,7 @@ export interface PolicyEngine {
   save(dir: string): Promise<void>;
   /** Drops the KV caches kept for these `cacheKeys` (an episode ended). Engines without caches omit it. */
   releaseCache?(keys: readonly string[]): void;
+  /** Prompt tokens run through the model so far, and those skipped because a kept cache held them. */
+  prefillCounts?(): { prefilledTokens: number; reusedTokens: number };
   dispose(): void;
 }

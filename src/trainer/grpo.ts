@@ -57,6 +57,8 @@ export interface UpdateStats extends TrainStats {
   offPolicySequences: number;
   /** Decoupled off-policy ratio: mean importance weight w over off-policy tokens (null otherwise). */
   offPolicyMeanWeight: number | null;
+  /** Tokens the optimiser steps ran through the model (prompts and responses of every sequence, every epoch). */
+  sequenceTokens: number;
   /** Steps trained (before packing), and how many of them went into a packed sequence with another step. */
   steps: number;
   packedSteps: number;
@@ -117,11 +119,14 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
 
   const totals = { loss: 0, tokens: 0, clipFraction: 0, meanRatio: 0, kl: 0, gradNorm: 0 };
   let optimizerSteps = 0;
+  let sequenceTokens = 0;
   for (let epoch = 0; epoch < s.epochs && samples.length > 0; epoch++) {
     rng.shuffle(samples);
     const size = Math.ceil(samples.length / s.minibatches);
     for (let start = 0; start < samples.length; start += size) {
-      const stats = await engine.trainStep(samples.slice(start, start + size), s.objective, s.temperature, s.lr);
+      const minibatch = samples.slice(start, start + size);
+      const stats = await engine.trainStep(minibatch, s.objective, s.temperature, s.lr);
+      sequenceTokens += minibatch.reduce((n, x) => n + x.prompt.length + x.response.length, 0);
       optimizerSteps++;
       totals.loss += stats.loss;
       totals.tokens += stats.tokens;
@@ -147,6 +152,7 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
     offPolicyMeanWeight,
     steps,
     packedSteps,
+    sequenceTokens,
   };
 }
 

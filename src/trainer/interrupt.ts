@@ -84,6 +84,7 @@ export function policyCalls(engine: PolicyEngine, blocking: boolean, interrupts:
     trainStep: (batch, objective, temperature, lr) => guard(() => engine.trainStep(batch, objective, temperature, lr)),
     save: (dir) => engine.save(dir),
     releaseCache: engine.releaseCache ? (keys) => engine.releaseCache!(keys) : undefined,
+    prefillCounts: engine.prefillCounts ? () => engine.prefillCounts!() : undefined,
     dispose: () => engine.dispose(),
   };
 }

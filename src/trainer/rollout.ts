@@ -92,10 +92,12 @@ export interface RolloutStats {
   envSeconds: number;
   /** Time spent embedding states and retrieving tips during the rollout. */
   memorySeconds: number;
+  /** Prompt tokens the engine actually ran (the rest came from kept KV caches); 0 when it does not say. */
+  prefilledTokens: number;
 }
 
 function emptyStats(): RolloutStats {
-  return { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0, memorySeconds: 0 };
+  return { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0, memorySeconds: 0, prefilledTokens: 0 };
 }
 
 /** The environment's solver for `memory.source: oracle`, or an error naming the environment. */
@@ -164,6 +166,7 @@ export async function runEpisodes(
       const encoded = active.map((e, i) => e.dialogue.prompt(tips[i]));
       const prompts = encoded.map((x) => x.ids);
       const t0 = performance.now();
+      const before = engine.prefillCounts?.().prefilledTokens ?? 0;
       const gens = await engine.generate(prompts, {
         temperature: s.temperature,
         topP: s.topP,
@@ -173,6 +176,7 @@ export async function runEpisodes(
         cacheKeys: s.reusePrefix === false ? undefined : active.map((e) => e.cacheKey),
       });
       const t1 = performance.now();
+      stats.prefilledTokens += (engine.prefillCounts?.().prefilledTokens ?? 0) - before;
       const actions = gens.map((g) => actionOf(g.text));
       const results = await Promise.all(active.map((e, i) => e.env.step(actions[i])));
       stats.policySeconds += (t1 - t0) / 1000;

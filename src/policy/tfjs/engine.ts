@@ -216,6 +216,11 @@ export class TfjsEngine implements PolicyEngine {
   }
 
   /** What the prefix caches hold and how much they saved. */
+  prefillCounts(): { prefilledTokens: number; reusedTokens: number } {
+    const c = this.kvCache.counters;
+    return { prefilledTokens: c.prefilledTokens, reusedTokens: c.reusedTokens };
+  }
+
   cacheStats(): KvCacheStats {
     return this.kvCache.stats();
   }

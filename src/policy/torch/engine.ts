@@ -433,6 +433,10 @@ export class TorchEngine implements PolicyEngine {
   }
 
   /** What the worker holds in KV caches now (keys, bytes, the limit). */
+  prefillCounts(): { prefilledTokens: number; reusedTokens: number } {
+    return { ...this.prefill };
+  }
+
   async cacheInfo(): Promise<WorkerInfo['kv_cache']> {
     return (await this.call<WorkerInfo>('info', {})).kv_cache;
   }
