@@ -5,27 +5,47 @@
  *
  * Node runs a signal handler only when its event loop turns. With the in-process engine and the
  * built-in environment, a whole iteration is one chain of promises that resolve as microtasks, so
- * the loop would not turn until the iteration ends (tens of seconds). Two measures:
- *   - `policyCalls` wraps an engine so that the loop turns before every policy call (once per
- *     environment step in rollouts and evaluations, once per optimiser step in updates): the first
- *     Ctrl-C is seen within one call;
- *   - once a stop is requested, a call into an engine that blocks the thread (TensorFlow.js in this
- *     process; one optimiser step can take seconds) runs with SIGINT's default action, so a second
- *     Ctrl-C ends the process even in the middle of it. Between calls, and during calls that wait on
- *     another process (the PyTorch worker, a server), the handler exits with code 130 itself, after
- *     removing a half-written checkpoint; `process.on('exit')` hooks end child processes.
+ * the loop would not turn until the iteration ends (tens of seconds). So `policyCalls` wraps an
+ * engine so that the loop turns before every policy call (once per environment step in rollouts and
+ * evaluations, once per optimiser step in updates): the first Ctrl-C is seen within one call.
+ *
+ * The second Ctrl-C must end a run whose engine holds the thread (TensorFlow.js in this process; one
+ * optimiser step can take seconds) even in the middle of a call, where no handler can run. So after
+ * the first, such a run gives SIGINT back its default action for good (the kernel then ends the
+ * process on the next), and only then acknowledges the first: a Ctrl-C sent in answer to that line
+ * always finds the default action. The switch is made once, after the loop has handed over every
+ * signal read with the first (two presses during one long call: the second exits at once). Node
+ * addresses each signal it catches to the listener of that moment and drops it if that listener is
+ * removed before the loop hands it over: switching back around every call would drop a Ctrl-C that
+ * came just before a call, and the run would finish its iteration and write its checkpoint. One
+ * arriving within the microseconds between the loop reading the first and the switch is still lost,
+ * like two the kernel merges into one. A process the kernel ends runs no clean-up: a half-written
+ * checkpoint is removed by the next start (removeStaleTemporaryFiles), and child processes (the
+ * ScienceWorld bridges) end when their stdin closes.
+ *
+ * A run whose calls wait on another process (the PyTorch worker, a server) keeps the listener: the
+ * second Ctrl-C removes this process's half-written checkpoint and exits with 130, and
+ * `process.on('exit')` hooks end the child processes.
  */
 import type { PolicyEngine } from '../policy/types.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 
+export interface InterruptOptions {
+  /** Some policy calls of this run hold the thread (TensorFlow.js in this process). */
+  holdsTheThread: boolean;
+}
+
 export class InterruptHandling {
   private stop = false;
+  private listening = true;
+  private acknowledged = false;
   private disposed = false;
 
-  /** `beforeExit` runs (synchronously) just before the exit on the second signal. */
+  /** `beforeExit` runs (synchronously) just before this handler exits on a second signal. */
   constructor(
     private readonly log: (line: string) => void,
     private readonly beforeExit: () => void,
+    private readonly options: InterruptOptions,
   ) {
     process.on('SIGINT', this.onSigint);
   }
@@ -35,21 +55,24 @@ export class InterruptHandling {
     return this.stop;
   }
 
-  dispose(): void {
-    this.disposed = true;
-    process.off('SIGINT', this.onSigint);
+  /** Called before every policy call: a pending switch to SIGINT's default action is made here. */
+  beforePolicyCall(): void {
+    if (this.stop) this.useDefaultAction();
   }
 
-  /** Runs a call that holds the thread; after the first SIGINT, with SIGINT's default action. */
-  async blocking<T>(call: () => Promise<T>): Promise<T> {
-    if (!this.stop || this.disposed) return call();
-    // With no listener left, Node gives SIGINT back its default action: the kernel ends the process.
-    process.off('SIGINT', this.onSigint);
-    try {
-      return await call();
-    } finally {
-      if (!this.disposed) process.on('SIGINT', this.onSigint);
+  /**
+   * The run's loop is over. Before any Ctrl-C the listener goes. After one, it stays for the rest of
+   * the process (signal listeners do not keep Node alive): a second Ctrl-C while the run closes its
+   * environments and engine still exits at once, and removing it could drop one already on its way.
+   */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    if (!this.stop) {
+      this.removeListener();
+      return;
     }
+    this.acknowledge();
   }
 
   private readonly onSigint = () => {
@@ -62,20 +85,42 @@ export class InterruptHandling {
       }
     }
     this.stop = true;
-    this.log('interrupt: finishing this iteration, saving a checkpoint, then stopping (Ctrl-C again to exit at once)');
+    if (!this.options.holdsTheThread || this.disposed) {
+      this.acknowledge();
+      return;
+    }
+    // Not here: a second SIGINT read in the same batch as this one is handed over after this returns.
+    setImmediate(() => this.useDefaultAction());
   };
+
+  private useDefaultAction(): void {
+    if (!this.options.holdsTheThread || !this.listening || this.disposed) return;
+    this.removeListener(); // with no listener left, Node restores SIGINT's default action
+    this.acknowledge();
+  }
+
+  private removeListener(): void {
+    if (!this.listening) return;
+    this.listening = false;
+    process.off('SIGINT', this.onSigint);
+  }
+
+  private acknowledge(): void {
+    if (this.acknowledged) return;
+    this.acknowledged = true;
+    this.log('interrupt: finishing this iteration, saving a checkpoint, then stopping (Ctrl-C again to exit at once)');
+  }
 }
 
 /**
- * `engine` with a turn of the event loop before each call. `blocking`: the engine's calls hold the
- * thread (TensorFlow.js in this process), so after a first Ctrl-C they run under
- * `interrupts().blocking`. `interrupts` is read at each call: null while no handler is installed.
+ * `engine` with a turn of the event loop before each call. `interrupts` is read at each call: null
+ * while no handler is installed.
  */
-export function policyCalls(engine: PolicyEngine, blocking: boolean, interrupts: () => InterruptHandling | null): PolicyEngine {
+export function policyCalls(engine: PolicyEngine, interrupts: () => InterruptHandling | null): PolicyEngine {
   const guard = async <T>(call: () => Promise<T>): Promise<T> => {
     await turnEventLoop(); // a signal that arrived during the previous call is handled here
-    const handling = interrupts();
-    return blocking && handling ? handling.blocking(call) : call();
+    interrupts()?.beforePolicyCall();
+    return call();
   };
   return {
     tokenizer: engine.tokenizer,

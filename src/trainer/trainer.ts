@@ -211,9 +211,9 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const baseModelDir = cfg.model.path ? await resolveModelPath(cfg.model.path) : null;
   // Every policy call lets the event loop turn, so Ctrl-C is seen within one call (./interrupt.ts).
   let interrupts: InterruptHandling | null = null;
-  const engine = policyCalls(trainingEngine.engine, trainingEngine.engine instanceof TfjsEngine, () => interrupts);
+  const engine = policyCalls(trainingEngine.engine, () => interrupts);
   const remoteRollouts = cfg.rollout.remote ? await createRemoteRollouts(cfg, engine) : null;
-  const rolloutEngine: PolicyEngine = remoteRollouts ? policyCalls(remoteRollouts.engine, false, () => interrupts) : engine;
+  const rolloutEngine: PolicyEngine = remoteRollouts ? policyCalls(remoteRollouts.engine, () => interrupts) : engine;
   const algo = resolveAlgo(cfg);
   const memory = algo.memory || algo.intrinsic !== 'none' ? await MemoryRuntime.create(cfg, algo, engine, resumeFrom) : null;
   const state: TrainerState = trainingEngine.state ?? { iteration: 0, envSteps: 0, rngState: new Rng(cfg.seed).getState(), elapsedSeconds: 0 };
@@ -251,8 +251,9 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   );
   log(`env ${cfg.env.name}: ${tasks.length} tasks (${tasks.join(', ')}) | ${cfg.rollout.tasks_per_batch} groups x ${cfg.rollout.group_size} rollouts per iteration | ${cfg.train.iterations} iterations` + (resumeFrom ? ` | resuming from ${resumeFrom}` : ''));
 
-  // A second Ctrl-C may land in the middle of a checkpoint write: its temporary folder goes too.
-  if (opts.handleSignals) interrupts = new InterruptHandling(log, () => removeOwnTemporaryFiles(runDir));
+  // A second Ctrl-C may land in the middle of a checkpoint write: its temporary folder goes too (one
+  // the kernel ends, in a TensorFlow.js run, leaves it to removeStaleTemporaryFiles at the next start).
+  if (opts.handleSignals) interrupts = new InterruptHandling(log, () => removeOwnTemporaryFiles(runDir), { holdsTheThread: trainingEngine.engine instanceof TfjsEngine });
   const stopRequested = () => interrupts?.stopRequested ?? false;
 
   const runEval = async (iteration: number) => {
