@@ -339,7 +339,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
         type: 'train', iteration: it, env_steps: state.envSteps, mean_score: meanScore, success_rate: success,
         loss: update.loss, clip_fraction: update.clipFraction, mean_ratio: update.meanRatio, grad_norm: update.gradNorm, kl: update.kl,
         sequences: update.sequences, trained_tokens: update.tokens, packed_share: update.packedSteps / Math.max(1, update.steps), rollout_seconds: (t1 - t0) / 1000, update_seconds: (t2 - t1) / 1000, optimizer_seconds: (tUpdate - tOptimizer) / 1000,
-        rollout_tokens_per_s: rolloutTokPerS, mean_prompt_tokens: stats.promptTokens / Math.max(1, stats.envSteps), prompt_tokens: stats.promptTokens, prefill_tokens: stats.prefilledTokens, sequence_tokens: update.sequenceTokens, elapsed_seconds: state.elapsedSeconds,
+        rollout_tokens_per_s: rolloutTokPerS, mean_prompt_tokens: stats.promptTokens / Math.max(1, stats.envSteps), prompt_tokens: stats.promptTokens, prefill_tokens: rolloutEngine.prefillCounts ? stats.prefilledTokens : null, sequence_tokens: update.sequenceTokens, elapsed_seconds: state.elapsedSeconds,
         modes: countModes(modes), score_by_mode: byMode, off_policy_sequences: update.offPolicySequences, off_policy_mean_weight: update.offPolicyMeanWeight, dropped_low_prob: update.droppedLowProb,
         intrinsic_mean: intrinsic ? intrinsic.flat().reduce((a, b) => a + b, 0) / Math.max(1, episodes.length) : 0,
         memory_seconds: memorySeconds, memory_share_of_rollout: memorySeconds / Math.max(1e-9, (t1 - t0) / 1000),
