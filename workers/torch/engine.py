@@ -73,6 +73,21 @@ class InitSpec:
     pad_token: int
     seed: int
     kv_cache_mb: float = 4096.0
+    # Bound on a training micro-batch's activations (None: the padded-token budget alone). On CPU the
+    # worker takes a share of the memory available at start-up, so a long packed episode cannot OOM.
+    activation_mb: Optional[float] = None
+
+
+def available_memory_mb() -> float:
+    """MemAvailable from /proc/meminfo (Linux), else 8 GiB."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 8192.0
 
 
 class Dist:
@@ -187,6 +202,9 @@ class Engine:
         if d.world > 1:
             self._shard(model)
         self.model = model
+        if spec.activation_mb is None and self.device.type == "cpu":
+            # A third of what is free now: the model, optimiser and KV caches are loaded already.
+            spec.activation_mb = available_memory_mb() / 3
         self.model.eval()
         trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not trainable:
@@ -262,6 +280,7 @@ class Engine:
             "gradient_checkpointing": self.spec.gradient_checkpointing,
             "world_size": self.dist.world,
             "threads": torch.get_num_threads(),
+            "activation_mb": self.spec.activation_mb,
             "kv_cache": {**self.prefix_cache.stats(), "bytes_per_token": self.kv_bytes_per_token(), "prefix_reuse": self.reuses_prefixes and self.dist.world == 1},
         }
 
@@ -283,14 +302,44 @@ class Engine:
 
     # ------------------------------------------------------------------ scoring
 
-    def micro_batches(self, seqs: Sequence[Seq], indices: Sequence[int]) -> list[list[int]]:
-        """Groups sorted by length under the padded-token budget (the same rule as engine.ts)."""
+    def activation_bytes(self, width: int, training: bool) -> int:
+        """
+        Activation memory one token of a `width`-token sequence holds in a forward pass, an estimate on
+        the generous side: per layer the hidden states around attention and the MLP, the MLP's three
+        projections, and the attention probabilities of the math attention path (heads x width, kept
+        for the backward pass). Without gradients one layer is alive at a time; with gradient
+        checkpointing, every layer's input plus one layer's activations.
+        """
+        c = self._causal_lm().config
+        layers, hidden, inter, heads = c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads
+        element = torch.finfo(DTYPES[self.spec.autocast or self.spec.dtype]).bits // 8
+        per_layer = 16 * hidden + 4 * inter + 2 * heads * width
+        if not training:
+            return per_layer * element
+        if self.spec.gradient_checkpointing:
+            return (layers * hidden + per_layer) * element
+        return layers * per_layer * element
+
+    def micro_batches(self, seqs: Sequence[Seq], indices: Sequence[int], training: bool = False) -> list[list[int]]:
+        """
+        Groups sorted by length under the padded-token budget (the same rule as engine.ts) and, when
+        training with an activation budget, under that too. A sequence that alone exceeds the
+        activation budget is refused with what would make it fit.
+        """
         order = sorted(indices, key=lambda i: (len(seqs[i].prompt) + len(seqs[i].response), i))
+        budget = self.spec.activation_mb * 2**20 if training and self.spec.activation_mb else None
         groups: list[list[int]] = []
         current: list[int] = []
         for i in order:
             width = len(seqs[i].prompt) + len(seqs[i].response)
-            if current and (len(current) + 1) * width > self.spec.micro_batch_tokens:
+            if budget is not None and width * self.activation_bytes(width, True) > budget:
+                need = width * self.activation_bytes(width, True) / 2**30
+                hint = "shorten the episodes (env.max_steps, prompt.history)" if self.spec.gradient_checkpointing else "set model.torch.gradient_checkpointing: true"
+                raise RequestError(f"train_step: a {width}-token sequence needs about {need:.1f} GiB of activations, over the {budget / 2**30:.1f} GiB budget (activation_mb); {hint}")
+            full = (len(current) + 1) * width > self.spec.micro_batch_tokens
+            if budget is not None:
+                full = full or (len(current) + 1) * width * self.activation_bytes(width, True) > budget
+            if current and full:
                 groups.append(current)
                 current = []
             current.append(i)
@@ -549,7 +598,7 @@ class Engine:
         self.optimizer.zero_grad(set_to_none=True)
         try:
             mine = self.dist.shard(len(seqs))
-            groups = [g for g in self.micro_batches(seqs, mine) if any(seqs[i].scored > 0 for i in g)]
+            groups = [g for g in self.micro_batches(seqs, mine, training=True) if any(seqs[i].scored > 0 for i in g)]
             rounds = self.dist.max_int(len(groups), self.device)
             stats = torch.zeros(5, dtype=torch.float64, device=self.device)
             # FSDP averages gradients over ranks; scaling by the world size turns that into the sum.

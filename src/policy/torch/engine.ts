@@ -63,6 +63,12 @@ export interface TorchEngineOptions {
    * `info.kv_cache.bytes_per_token` says how many tokens that holds.
    */
   kvCacheMb?: number;
+  /**
+   * Bound on one training micro-batch's activations, in MiB (default on CPU: a third of the memory
+   * available when the worker starts; on GPUs none). Long packed episodes are split under it, and a
+   * sequence that alone exceeds it is refused, naming gradient checkpointing.
+   */
+  activationMb?: number;
   /** Interpreter; default projectPython(). */
   python?: string;
   /**
@@ -338,6 +344,7 @@ export class TorchEngine implements PolicyEngine {
           seed: options.seed ?? 0,
           threads: options.threads ?? null,
           kv_cache_mb: options.kvCacheMb ?? null,
+          activation_mb: options.activationMb ?? null,
         },
         options.startTimeoutMs ?? 600_000,
       );

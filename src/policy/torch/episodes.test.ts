@@ -9,7 +9,7 @@
  * attention and the output distribution are far from uniform.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pythonGate } from '../../../test/support/python.ts';
@@ -368,6 +368,35 @@ describe.skipIf(!gate.available)(`packed episodes (${gate.label})`, () => {
     } finally {
       await packedEngine.close();
       await perStepEngine.close();
+    }
+  }, 180_000);
+});
+
+describe.skipIf(!gate.available)(`training memory on CPU (${gate.label})`, () => {
+  it('an activation budget splits long packed episodes into more micro-batches without changing the step, and refuses one that cannot fit', async () => {
+    const unbounded = await TorchEngine.start(options());
+    try {
+      const { packed } = await packedCase(unbounded);
+      // The worker's estimate (engine.py activation_bytes) for the longest packed sequence: room for about one per micro-batch.
+      const c = JSON.parse(readFileSync(join(modelDir, 'config.json'), 'utf8'));
+      const width = Math.max(...packed.map((x) => x.prompt.length + x.response.length));
+      const perToken = c.num_hidden_layers * (16 * c.hidden_size + 4 * c.intermediate_size + 2 * c.num_attention_heads * width) * 4;
+      const bounded = await TorchEngine.start(options({ activationMb: (1.5 * width * perToken) / 2 ** 20 }));
+      const tooSmall = await TorchEngine.start(options({ activationMb: (0.5 * width * perToken) / 2 ** 20 }));
+      try {
+        const a = await unbounded.trainStep(packed, OBJECTIVE, 0.9);
+        const b = await bounded.trainStep(packed, OBJECTIVE, 0.9);
+        expect(b.tokens).toBe(a.tokens);
+        for (const k of ['loss', 'clipFraction', 'meanRatio', 'kl', 'gradNorm'] as const) expect(rel(a[k], b[k]), k).toBeLessThan(PACKED_REL_TOL);
+        await expect(tooSmall.trainStep(packed, OBJECTIVE, 0.9)).rejects.toThrow(/train_step: a \d+-token sequence needs about .* GiB of activations, over the .* budget \(activation_mb\); set model.torch.gradient_checkpointing: true/);
+        // The worker stays usable after the refusal.
+        expect((await tooSmall.logprobs(packed.slice(0, 1), 1))[0].length).toBeGreaterThan(0);
+      } finally {
+        await bounded.close();
+        await tooSmall.close();
+      }
+    } finally {
+      await unbounded.close();
     }
   }, 180_000);
 });
