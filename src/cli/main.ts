@@ -222,8 +222,8 @@ withConfig(
     } else {
       const { initBackend } = await import('../policy/tfjs/backend.ts');
       await initBackend();
-      const { createEngine } = await import('../trainer/trainer.ts');
-      engine = (await createEngine({ ...cfg, model: { ...cfg.model, path: dir } }, 'fresh')).engine;
+      const { createPlayingEngine } = await import('../trainer/trainer.ts');
+      engine = (await createPlayingEngine(cfg, dir)).engine;
     }
     try {
       await adapt(engine, cfg, {

@@ -28,7 +28,10 @@ export const TorchSchema = strict({
 });
 
 export const ModelSchema = strict({
-  engine: z.enum(['tfjs', 'torch']).default('tfjs').describe('policy engine: tfjs (in process, TypeScript) or torch (the PyTorch worker in workers/torch, for GPUs)'),
+  engine: z
+    .enum(['auto', 'tfjs', 'torch'])
+    .default('auto')
+    .describe('policy engine: tfjs (in process, TypeScript), torch (the PyTorch worker in workers/torch, CPU or GPU), or auto: torch for a model.path of 20M parameters or more when the venv has torch (faster on real models, bench/real-model.ts), else tfjs'),
   torch: TorchSchema.prefault({}).describe('settings of the PyTorch worker (model.engine: torch)'),
   path: z.string().nullable().default(null).describe('directory with config.json, model.safetensors, tokenizer.json, or a .gguf file (imported once into <name>-hf/ beside it) (null: build the default tiny model)'),
   // Upper bounds: about the largest published models' sizes, far beyond what the in-process engine holds.

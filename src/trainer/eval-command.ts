@@ -106,9 +106,10 @@ function checkpointSteps(dir: string): { train_env_steps?: number } {
 export async function evaluateModelDir(dir: string, cfg: Config, opts: { json?: string } = {}): Promise<EvalResult> {
   // Loaded here, not at the top, so `eval --remote` does not load TensorFlow.js or the training code.
   const { initBackend } = await import('../policy/tfjs/backend.ts');
-  const { createEngine } = await import('./trainer.ts');
+  const { createPlayingEngine } = await import('./trainer.ts');
   await initBackend();
-  const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: dir } }, 'fresh');
+  const { engine, description } = await createPlayingEngine(cfg, dir);
+  console.error(`empo2 eval | ${dir} | ${description}`);
   try {
     return await evaluateEngine(engine, cfg, { column: 'checkpoint', json: opts.json, modelDir: dir });
   } finally {

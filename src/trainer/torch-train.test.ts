@@ -12,14 +12,16 @@ import { loadConfig } from '../config/load.ts';
 import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { latestCheckpoint } from './checkpoint.ts';
-import { train } from './trainer.ts';
+import { createPlayingEngine, train } from './trainer.ts';
+import { evaluateModelDir } from './eval-command.ts';
+import { existsSync } from 'node:fs';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const gate = pythonGate(['torch', 'transformers']);
 const root = mkdtempSync(join(tmpdir(), 'empo2-torch-train-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-const config = (dir: string, engine: 'tfjs' | 'torch', iterations: number) =>
+const config = (dir: string, engine: 'tfjs' | 'torch', iterations: number, more: string[] = []) =>
   loadConfig(null, [
     `run_dir=${dir}`,
     'seed=5',
@@ -44,6 +46,7 @@ const config = (dir: string, engine: 'tfjs' | 'torch', iterations: number) =>
     `train.iterations=${iterations}`,
     'train.checkpoint_every=1',
     'train.eval_every=0',
+    ...more,
   ]);
 
 type Line = Record<string, number | string | object>;
@@ -99,5 +102,23 @@ describe.skipIf(!gate.available)(`training through the PyTorch worker (${gate.la
     initial.dispose();
     wa.dispose();
     wb.dispose();
+  });
+
+  it('a LoRA checkpoint of the worker (its adapter only) evaluates on either engine, alike', async () => {
+    const base = join(root, 'torch', 'initial-model');
+    const lora = [`model.path=${base}`, 'model.lora={r: 4, alpha: 8, dropout: 0, target_modules: [q_proj, v_proj]}', 'optim.lr=0.05'];
+    const dir = join(root, 'lora');
+    await train(config(dir, 'torch', 1, lora), { resume: false, log: () => {} });
+    const checkpoint = latestCheckpoint(dir)!;
+    expect(existsSync(join(checkpoint, 'adapter', 'adapter_config.json'))).toBe(true);
+    expect(existsSync(join(checkpoint, 'model.safetensors'))).toBe(false);
+    const playing = await createPlayingEngine(config(join(root, 'x'), 'tfjs', 1, lora), checkpoint);
+    expect(playing.description).toMatch(/with its LoRA adapter/);
+    playing.engine.dispose();
+    const untimed = (r: Awaited<ReturnType<typeof evaluateModelDir>>) => ({ ...r, summary: { ...r.summary, seconds: 0 } });
+    const viaWorker = await evaluateModelDir(checkpoint, config(join(root, 'e1'), 'torch', 1, lora));
+    const inProcess = await evaluateModelDir(checkpoint, config(join(root, 'e2'), 'tfjs', 1, lora));
+    expect(viaWorker.summary.episodes).toBe(2);
+    expect(untimed(viaWorker)).toEqual(untimed(inProcess));
   });
 });

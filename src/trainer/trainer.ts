@@ -17,7 +17,7 @@ import { createEnv, environmentCorpus } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { initBackend, tf } from '../policy/tfjs/backend.ts';
 import { nativeMatMulStatus } from '../policy/tfjs/native-matmul.ts';
-import { loadModelDir, saveModelDir } from '../policy/tfjs/checkpoint.ts';
+import { ADAPTER_SUBDIR, loadModelDir, saveModelDir } from '../policy/tfjs/checkpoint.ts';
 import { resolveModelPath } from '../policy/gguf/model-path.ts';
 import { Tokenizer } from '../policy/tokenizer.ts';
 import type { PolicyEngine } from '../policy/types.ts';
@@ -33,6 +33,7 @@ import { grpoUpdate } from './grpo.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { IM_END, END_OF_TEXT, endTokenIds } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
+import { chooseEngine } from './engine-choice.ts';
 import { environmentCount, oracleOf, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
 import { evaluate, formatEvalTable, timing, type EvalResult } from './evaluate.ts';
 import { evaluationEpisodes } from './eval-command.ts';
@@ -109,13 +110,15 @@ export interface TrainingEngine {
 }
 
 export async function createTrainingEngine(cfg: Config, from: 'fresh' | string): Promise<TrainingEngine> {
-  if (cfg.model.engine === 'tfjs') {
+  const choice = chooseEngine(cfg, cfg.model.path && (await resolveModelPath(cfg.model.path)));
+  const why = choice.reason ? ` [${choice.reason}]` : '';
+  if (choice.engine === 'tfjs') {
     const { engine, loaded } = await createEngine(cfg, from);
     return {
       engine,
       state: loaded?.state,
       checkpointWriter: engine,
-      description: `tfjs engine, ${countParameters(engine.model.config).toLocaleString()} parameters${cfg.model.lora ? ` (LoRA r=${cfg.model.lora.r})` : ''}`,
+      description: `tfjs engine, ${countParameters(engine.model.config).toLocaleString()} parameters${cfg.model.lora ? ` (LoRA r=${cfg.model.lora.r})` : ''}${why}`,
       close: async () => engine.dispose(),
     };
   }
@@ -167,9 +170,54 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
     engine,
     state: from === 'fresh' ? undefined : loadTrainerState(from),
     checkpointWriter: { writePolicy: (dir) => engine.save(lora ? join(dir, 'adapter') : dir, { optimizer: true }) },
-    description: `torch worker on ${info.device} (${info.dtype}), ${info.parameters.toLocaleString()} parameters, ${info.trainable_parameters.toLocaleString()} trainable`,
+    description: `torch worker on ${info.device} (${info.dtype}), ${info.parameters.toLocaleString()} parameters, ${info.trainable_parameters.toLocaleString()} trainable${why}`,
     close: () => engine.close(),
   };
+}
+
+/**
+ * An engine that plays (evaluation, adaptation) the model in `dir`: a model directory, or a checkpoint,
+ * which with LoRA on the PyTorch worker holds only `adapter/` and takes its base from model.path.
+ */
+export async function createPlayingEngine(cfg: Config, dir: string): Promise<{ engine: PolicyEngine; description: string }> {
+  const hasWeights = existsSync(join(dir, 'model.safetensors'));
+  const adapterDir = existsSync(join(dir, ADAPTER_SUBDIR, 'adapter_config.json')) ? join(dir, ADAPTER_SUBDIR) : null;
+  let modelDir = dir;
+  if (!hasWeights && adapterDir) {
+    if (!cfg.model.path) throw new ConfigError(`${dir} holds a LoRA adapter without its base model: give the base as model.path (the run's config.yaml has it)`);
+    modelDir = await resolveModelPath(cfg.model.path);
+  }
+  const choice = chooseEngine(cfg, modelDir);
+  const why = choice.reason ? ` [${choice.reason}]` : '';
+  if (choice.engine === 'tfjs') {
+    const loaded = loadModelDir(modelDir, { adapter: adapterDir ?? false });
+    const e = endTokenIds(loaded.tokenizer);
+    if (e.length === 0) throw new Error(`${modelDir}/tokenizer.json has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
+    const engine = new TfjsEngine(loaded.model, loaded.tokenizer, { endTokens: e, padToken: e[e.length - 1], optimizer: optimizerSettings(cfg), maxGradNorm: cfg.optim.max_grad_norm, microBatchTokens: cfg.optim.micro_batch_tokens });
+    return { engine, description: `tfjs engine, ${countParameters(engine.model.config).toLocaleString()} parameters${adapterDir ? ' with its LoRA adapter' : ''}${why}` };
+  }
+  const { TorchEngine } = await import('../policy/torch/engine.ts');
+  const tokenizer = Tokenizer.fromFile(join(modelDir, 'tokenizer.json'));
+  const ends = endTokenIds(tokenizer);
+  if (ends.length === 0) throw new Error(`${modelDir}/tokenizer.json has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
+  const t = cfg.model.torch;
+  const engine = await TorchEngine.start({
+    modelDir,
+    adapterDir: adapterDir ?? undefined,
+    optimizer: optimizerSettings(cfg),
+    maxGradNorm: cfg.optim.max_grad_norm,
+    microBatchTokens: cfg.optim.micro_batch_tokens,
+    endTokens: ends,
+    padToken: ends[ends.length - 1],
+    device: t.device,
+    dtype: t.dtype,
+    autocast: t.autocast,
+    lora: adapterDir ? loraSettings(cfg) ?? undefined : undefined,
+    seed: cfg.seed,
+    threads: t.threads ?? undefined,
+    launcher: t.launcher ?? undefined,
+  });
+  return { engine, description: `torch worker on ${engine.info.device}, ${engine.info.parameters.toLocaleString()} parameters${adapterDir ? ' with its LoRA adapter' : ''}${why}` };
 }
 
 /**
