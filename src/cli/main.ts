@@ -50,7 +50,7 @@ withConfig(program.command('train').description('train a policy (default: the ti
       if (existsSync(saved)) cfg = configFrom(opts, saved);
     }
     const { train } = await import('../trainer/trainer.ts');
-    const result = await train(cfg, { resume: !!opts.resume, handleSignals: true });
+    const result = await train(cfg, { resume: !!opts.resume, handleSignals: true, progress: true });
     if (result.interrupted) {
       console.log(`stopped at iteration ${result.iterations}; continue with: empo2 train --run-dir ${cfg.run_dir} --resume`);
       process.exitCode = 130;

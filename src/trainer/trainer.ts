@@ -29,6 +29,7 @@ import { Rng } from '../util/rng.ts';
 import { latestCheckpoint, loadCheckpoint, loadTrainerState, removeOwnTemporaryFiles, removeStaleTemporaryFiles, saveCheckpoint, type TrainerState } from './checkpoint.ts';
 import { InterruptHandling, policyCalls } from './interrupt.ts';
 import { MetricsLog } from './metrics-log.ts';
+import { EpisodeProgress } from './progress.ts';
 import { grpoUpdate } from './grpo.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { IM_END, END_OF_TEXT, endTokenIds } from './prompt.ts';
@@ -43,6 +44,8 @@ export interface TrainOptions {
   log?: (line: string) => void;
   /** Install SIGINT handling (the CLI does; tests do not). */
   handleSignals?: boolean;
+  /** Show the rollouts' progress in place when stderr is a terminal (the CLI does). */
+  progress?: boolean;
 }
 
 export interface TrainResult {
@@ -344,8 +347,12 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       }
       const withTips = memory && modes.some(usesMemory) ? { tips: memory.tipSource(), uses: (i: number) => usesMemory(modes[i]) } : undefined;
       // Chunks after the first (env.max_instances < batch) get seeds of their own.
-      const { episodes, stats } = await runEpisodesInChunks(envs, rolloutEngine, jobs, (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start), withTips);
+      // A real model takes minutes per iteration: on a terminal its rollouts show progress in place.
+      const progress = opts.progress && process.stderr.isTTY ? new EpisodeProgress(jobs, { label: `iter ${it} rollouts` }) : undefined;
+      const { episodes, stats } = await runEpisodesInChunks(envs, rolloutEngine, jobs, (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start), withTips, progress);
+      progress?.finish();
       const t1 = performance.now();
+      if (t1 - t0 > 60_000) log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration((t1 - t0) / 1000)}; updating`);
       const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
       const tOptimizer = performance.now();
       const update = await grpoUpdate(
