@@ -22,7 +22,11 @@ export const TorchSchema = strict({
   device: z.enum(['cpu', 'cuda', 'auto']).default('auto').describe('torch device (auto: cuda when torch sees a GPU)'),
   dtype: z.enum(['float32', 'bfloat16', 'float16']).default('float32').describe('storage type of the weights in the worker'),
   autocast: z.enum(['bfloat16', 'float16']).nullable().default(null).describe('mixed precision for matrix products on GPU (null: off)'),
-  gradient_checkpointing: z.boolean().default(false).describe('recompute activations in the backward pass (less GPU memory)'),
+  gradient_checkpointing: z
+    .boolean()
+    .nullable()
+    .default(null)
+    .describe('recompute activations in the backward pass (less memory, about a third more compute); null: on CPU, only for training steps whose sequences would not fit the memory otherwise'),
   threads: z.number().int().positive().nullable().default(null).describe('torch CPU threads (null: torch decides)'),
   launcher: z.array(z.string()).nullable().default(null).describe('command that starts the worker, e.g. [.venv/bin/torchrun, --nproc_per_node=8] for FSDP (null: the venv python)'),
 });

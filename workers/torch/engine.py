@@ -62,7 +62,7 @@ class InitSpec:
     device: str
     dtype: str
     autocast: Optional[str]
-    gradient_checkpointing: bool
+    gradient_checkpointing: Optional[bool]  # None: on only for steps that need it (auto)
     attn_implementation: str
     lora: Optional[dict[str, Any]]
     adapter_dir: Optional[str]
@@ -192,12 +192,9 @@ class Engine:
                     task_type="CAUSAL_LM",
                 ),
             )
+        self.checkpointing = False
         if spec.gradient_checkpointing:
-            # Non-reentrant checkpointing works with frozen inputs (LoRA) and with FSDP.
-            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
-                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            self._set_checkpointing(model, True)
         model.to(self.device)
         if d.world > 1:
             self._shard(model)
@@ -277,7 +274,7 @@ class Engine:
             "dtype": self.spec.dtype,
             "autocast": self.spec.autocast,
             "lora": self.lora,
-            "gradient_checkpointing": self.spec.gradient_checkpointing,
+            "gradient_checkpointing": self.spec.gradient_checkpointing,  # null: auto (on where needed)
             "world_size": self.dist.world,
             "threads": torch.get_num_threads(),
             "activation_mb": self.spec.activation_mb,
@@ -302,7 +299,7 @@ class Engine:
 
     # ------------------------------------------------------------------ scoring
 
-    def activation_bytes(self, width: int, training: bool) -> int:
+    def activation_bytes(self, width: int, training: bool, checkpointing: Optional[bool] = None) -> int:
         """
         Activation memory one token of a `width`-token sequence holds in a forward pass, an estimate on
         the generous side: per layer the hidden states around attention and the MLP, the MLP's three
@@ -316,9 +313,33 @@ class Engine:
         per_layer = 16 * hidden + 4 * inter + 2 * heads * width
         if not training:
             return per_layer * element
-        if self.spec.gradient_checkpointing:
+        if self.checkpointing if checkpointing is None else checkpointing:
             return (layers * hidden + per_layer) * element
         return layers * per_layer * element
+
+    def _set_checkpointing(self, model: torch.nn.Module, on: bool) -> None:
+        """Gradient checkpointing on or off; non-reentrant, which works with frozen inputs (LoRA) and with FSDP."""
+        if on == self.checkpointing:
+            return
+        if on:
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            (getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable)()
+        self.checkpointing = on
+
+    def _checkpoint_if_needed(self, seqs: Sequence[Seq], indices: Sequence[int]) -> None:
+        """
+        gradient_checkpointing null (auto): on for a training step only when one of its sequences would not
+        fit the activation budget without it (long full-history episodes on CPU), off otherwise (faster).
+        """
+        if self.spec.gradient_checkpointing is not None or not self.spec.activation_mb or self.dist.world > 1:
+            return
+        budget = self.spec.activation_mb * 2**20
+        widths = [len(seqs[i].prompt) + len(seqs[i].response) for i in indices]
+        self._set_checkpointing(self.model, any(w * self.activation_bytes(w, True, checkpointing=False) > budget for w in widths))
 
     def micro_batches(self, seqs: Sequence[Seq], indices: Sequence[int], training: bool = False) -> list[list[int]]:
         """
@@ -334,7 +355,7 @@ class Engine:
             width = len(seqs[i].prompt) + len(seqs[i].response)
             if budget is not None and width * self.activation_bytes(width, True) > budget:
                 need = width * self.activation_bytes(width, True) / 2**30
-                hint = "shorten the episodes (env.max_steps, prompt.history)" if self.spec.gradient_checkpointing else "set model.torch.gradient_checkpointing: true"
+                hint = "shorten the episodes (env.max_steps, prompt.history)" if self.checkpointing else "set model.torch.gradient_checkpointing: true (or null: on where needed)"
                 raise RequestError(f"train_step: a {width}-token sequence needs about {need:.1f} GiB of activations, over the {budget / 2**30:.1f} GiB budget (activation_mb); {hint}")
             full = (len(current) + 1) * width > self.spec.micro_batch_tokens
             if budget is not None:
@@ -598,6 +619,7 @@ class Engine:
         self.optimizer.zero_grad(set_to_none=True)
         try:
             mine = self.dist.shard(len(seqs))
+            self._checkpoint_if_needed(seqs, mine)
             groups = [g for g in self.micro_batches(seqs, mine, training=True) if any(seqs[i].scored > 0 for i in g)]
             rounds = self.dist.max_int(len(groups), self.device)
             stats = torch.zeros(5, dtype=torch.float64, device=self.device)

@@ -45,7 +45,7 @@ export interface TorchEngineOptions {
   dtype?: 'float32' | 'bfloat16' | 'float16';
   /** Mixed precision on GPU: weights stay in `dtype`, matrix products run in this type. */
   autocast?: 'bfloat16' | 'float16' | null;
-  gradientCheckpointing?: boolean;
+  gradientCheckpointing?: boolean | null;
   attnImplementation?: 'sdpa' | 'eager' | 'flash_attention_2';
   /** Train LoRA adapters only (new adapters with these settings). */
   lora?: LoraSettings | null;
@@ -93,7 +93,7 @@ export interface WorkerInfo {
   dtype: string;
   autocast: string | null;
   lora: boolean;
-  gradient_checkpointing: boolean;
+  gradient_checkpointing: boolean | null;
   world_size: number;
   threads: number;
   kv_cache: { keys: number; bytes: number; max_bytes: number; bytes_per_token: number; prefix_reuse: boolean };
@@ -324,7 +324,7 @@ export class TorchEngine implements PolicyEngine {
           device: options.device ?? 'cpu',
           dtype: options.dtype ?? 'float32',
           autocast: options.autocast ?? null,
-          gradient_checkpointing: options.gradientCheckpointing ?? false,
+          gradient_checkpointing: options.gradientCheckpointing ?? null,
           attn_implementation: options.attnImplementation ?? 'sdpa',
           lora: options.lora
             ? { r: options.lora.r, alpha: options.lora.alpha, dropout: options.lora.dropout, target_modules: peftTargetModules(options.lora), use_rslora: options.lora.useRslora ?? false }
