@@ -8,7 +8,13 @@
  * PyTorch worker, its generation against Hugging Face `generate` (bench/worker-generate.py).
  *
  *   npx tsx bench/real-model.ts [--engine torch|tfjs|both] [--model models/smollm2-135m-instruct]
- *     [--full] [--no-per-step] [--threads 2] [--json FILE] [--set key=value ...]
+ *     [--full] [--no-per-step] [--compare-shape 2x2x12] [--compare-only] [--threads 2] [--json FILE] [--set key=value ...]
+ *
+ * Per-step work grows with the square of the episode length: at the full shape (30-step episodes with the
+ * whole history) one per-step iteration takes hours here. So `speedup_vs_per_step` is measured at
+ * --compare-shape (tasks × rollouts × max steps; both modes at that shape, in this run), and the full
+ * shape's own prompt/prefilled and sequence/trained token counts show the work reuse and packing save
+ * there. --compare-only skips the full-shape iteration (e.g. for the tfjs engine, which takes much longer).
  *
  * The update's GFLOPS count model FLOPs only: 2·N per token forward, 2·N more for the activation
  * gradients, and with full fine-tuning 2·N for the weight gradients (N = parameters; attention and
@@ -30,6 +36,8 @@ const { values: a } = parseArgs({
     model: { type: 'string', default: 'models/smollm2-135m-instruct' },
     full: { type: 'boolean', default: false },
     'no-per-step': { type: 'boolean', default: false },
+    'compare-shape': { type: 'string', default: '2x2x12' },
+    'compare-only': { type: 'boolean', default: false },
     threads: { type: 'string', default: '2' },
     json: { type: 'string' },
     set: { type: 'string', short: 's', multiple: true, default: [] },
@@ -39,6 +47,10 @@ const engines = a.engine === 'both' ? ['torch', 'tfjs'] : [a.engine!];
 for (const e of engines) if (e !== 'torch' && e !== 'tfjs') throw new Error(`--engine: torch, tfjs or both (got ${e})`);
 if (!existsSync(join(a.model!, 'config.json')) && !a.model!.endsWith('.gguf')) throw new Error(`--model ${a.model}: no model there (npm run setup installs SmolLM2-135M-Instruct into models/)`);
 const threads = Number(a.threads);
+const shape = /^(\d+)x(\d+)x(\d+)$/.exec(a['compare-shape']!);
+if (!shape) throw new Error(`--compare-shape: tasks x rollouts x max steps, e.g. 2x2x12 (got ${a['compare-shape']})`);
+const compareShape = { tasks: Number(shape[1]), rollouts: Number(shape[2]), maxSteps: Number(shape[3]) };
+type Shape = typeof compareShape | null;
 const ALL_LINEAR = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'];
 
 interface IterationNumbers {
@@ -56,17 +68,18 @@ interface IterationNumbers {
 }
 
 /** One training iteration in a fresh run folder; its metrics line. */
-async function iteration(engine: string, lora: boolean, perStep: boolean): Promise<IterationNumbers> {
+async function iteration(engine: string, lora: boolean, perStep: boolean, small: Shape = null): Promise<IterationNumbers> {
   const runDir = mkdtempSync(join(tmpdir(), 'empo2-real-model-'));
   const raw: Record<string, unknown> = {
     seed: 0,
     run_dir: runDir,
-    env: { name: 'builtin', tasks: ['power', 'clue', 'unlock'], eval_variations: 1 },
+    env: { name: 'builtin', tasks: ['power', 'clue', 'unlock'], eval_variations: 1, max_steps: small?.maxSteps ?? null },
     model: { path: a.model, engine, torch: { device: 'cpu', threads }, lora: lora ? { r: 16, alpha: 32, dropout: 0.05, target_modules: ALL_LINEAR } : null },
-    rollout: { tasks_per_batch: 8, group_size: 4, temperature: 1.0, constrained: true, reuse_prefix: !perStep },
+    rollout: { tasks_per_batch: small?.tasks ?? 8, group_size: small?.rollouts ?? 4, temperature: 1.0, constrained: true, reuse_prefix: !perStep },
     algo: { name: 'empo2' },
     optim: { lr: 1e-5, pack_episodes: !perStep },
     memory: { embedder: 'hashed', reflector: 'policy' },
+    // The run's before/after evaluations (3 episodes each) are outside the measured iteration.
     train: { iterations: 1, eval_every: 0, checkpoint_every: 1 },
   };
   for (const o of a.set!) applyOverride(raw, o);
@@ -136,51 +149,58 @@ const parameters = (() => {
 const blas = await blasGflops();
 console.log(`2-thread OpenBLAS sgemm (1024²): ${blas.toFixed(0)} GFLOPS`);
 const results: Record<string, unknown>[] = [];
+const show = (label: string, n: IterationNumbers) =>
+  console.log(`  ${label}: iteration ${n.iteration_s.toFixed(1)} s (rollout ${n.rollout_s.toFixed(1)}, update ${n.update_s.toFixed(1)}, optimiser ${n.optimizer_s.toFixed(1)}), ${n.env_steps} env steps, prompt/prefilled ${n.prompt_tokens}/${n.prefill_tokens}, sequence/trained ${n.sequence_tokens}/${n.trained_tokens}, packed ${(100 * n.packed_share).toFixed(0)}%`);
+const save = () => a.json && writeFileSync(a.json, JSON.stringify(results, null, 2) + '\n');
+const shapeName = `${compareShape.tasks} tasks × ${compareShape.rollouts} rollouts × ${compareShape.maxSteps} steps`;
 for (const engine of engines) {
   for (const lora of a.full ? [true, false] : [true]) {
     const label = `${engine}, ${lora ? 'LoRA r=16 all linear' : 'full fine-tuning'}`;
-    console.log(`\n== ${label}: with prefix reuse and packed episodes`);
-    let fast: IterationNumbers;
+    const row: Record<string, unknown> = { engine, lora, blas_gflops: blas };
+    results.push(row);
     try {
-      fast = await iteration(engine, lora, false);
+      if (!a['compare-only']) {
+        console.log(`\n== ${label}: 8 tasks × 4 rollouts, with prefix reuse and packed episodes`);
+        const fast = await iteration(engine, lora, false);
+        show('reuse + packing', fast);
+        const flopsPerToken = 2 * parameters * (lora ? 2 : 3);
+        const gflops = (fast.sequence_tokens * flopsPerToken) / fast.optimizer_s / 1e9;
+        Object.assign(row, fast, { gflops, gflops_vs_blas: gflops / blas });
+        save();
+      }
+      if (!a['no-per-step']) {
+        console.log(`== ${label}: ${shapeName}, with reuse and packing, then per step (no reuse, no packing)`);
+        const smallFast = await iteration(engine, lora, false, compareShape);
+        show('reuse + packing', smallFast);
+        const smallSlow = await iteration(engine, lora, true, compareShape);
+        show('per step', smallSlow);
+        Object.assign(row, { compare_shape: shapeName, compare_fast: smallFast, per_step: smallSlow, speedup_vs_per_step: smallSlow.iteration_s / smallFast.iteration_s });
+        save();
+      }
+      if (engine === 'torch') {
+        row.worker_vs_hf_generate = workerVsGenerate();
+        save();
+      }
     } catch (e) {
       console.log(`  failed: ${(e as Error).message}`);
-      results.push({ engine, lora, error: (e as Error).message });
-      continue;
+      row.error = (e as Error).message;
+      save();
     }
-    let slow: IterationNumbers | null = null;
-    if (!a['no-per-step']) {
-      console.log(`== ${label}: per step (no reuse, no packing)`);
-      slow = await iteration(engine, lora, true);
-    }
-    const flopsPerToken = 2 * parameters * (lora ? 2 : 3);
-    const gflops = (fast.sequence_tokens * flopsPerToken) / fast.optimizer_s / 1e9;
-    results.push({
-      engine,
-      lora,
-      ...fast,
-      speedup_vs_per_step: slow ? slow.iteration_s / fast.iteration_s : null,
-      per_step: slow,
-      gflops,
-      blas_gflops: blas,
-      gflops_vs_blas: gflops / blas,
-      worker_vs_hf_generate: engine === 'torch' ? workerVsGenerate() : null,
-    });
   }
 }
 
 const fmt = (x: unknown, d = 1) => (typeof x === 'number' ? x.toFixed(d) : '–');
-const rows = results.map((r) =>
-  r.error
-    ? `| ${r.engine} | ${r.lora ? 'LoRA' : 'full'} | failed: ${r.error} |`
-    : `| ${r.engine} | ${r.lora ? 'LoRA' : 'full'} | ${fmt(r.iteration_s)} | ${fmt(r.rollout_s)} | ${fmt(r.update_s)} (${fmt(r.optimizer_s)}) | ${r.env_steps} | ${r.prompt_tokens} / ${r.prefill_tokens} | ${r.sequence_tokens} / ${r.trained_tokens} | ${fmt(100 * (r.packed_share as number), 0)}% | ${fmt((r.per_step as IterationNumbers | null)?.iteration_s)} | ${fmt(r.speedup_vs_per_step, 2)}× | ${fmt(r.gflops, 0)} (${fmt(100 * (r.gflops_vs_blas as number), 0)}% of BLAS) | ${fmt(r.worker_vs_hf_generate, 2)} |`,
-);
+const rows = results.map((r) => {
+  const small = r.compare_fast as IterationNumbers | undefined;
+  const slow = r.per_step as IterationNumbers | undefined;
+  return `| ${r.engine} | ${r.lora ? 'LoRA' : 'full'} | ${fmt(r.iteration_s)} | ${fmt(r.rollout_s)} | ${fmt(r.update_s)} (${fmt(r.optimizer_s)}) | ${r.env_steps ?? '–'} | ${r.prompt_tokens ?? '–'} / ${r.prefill_tokens ?? '–'} | ${r.sequence_tokens ?? '–'} / ${r.trained_tokens ?? '–'} | ${r.packed_share === undefined ? '–' : fmt(100 * (r.packed_share as number), 0) + '%'} | ${fmt(small?.iteration_s)} / ${fmt(slow?.iteration_s)} | ${fmt(r.speedup_vs_per_step, 2)}× | ${r.gflops === undefined ? '–' : `${fmt(r.gflops, 0)} (${fmt(100 * (r.gflops_vs_blas as number), 0)}% of BLAS)`} | ${fmt(r.worker_vs_hf_generate, 2)} |${r.error ? ` failed: ${r.error}` : ''}`;
+});
 const table = [
-  `One EMPO² iteration, ${a.model}, builtin power/clue/unlock, 8 tasks × 4 rollouts, ${threads} threads; 2-thread sgemm ${blas.toFixed(0)} GFLOPS.`,
+  `One EMPO² iteration, ${a.model}, builtin power/clue/unlock, 8 tasks × 4 rollouts (full-length episodes), ${threads} threads; 2-thread sgemm ${blas.toFixed(0)} GFLOPS. Speed-up vs per step measured at ${shapeName}.`,
   '',
-  '| engine | weights | iteration s | rollout s | update s (optimiser) | env steps | prompt / prefilled tokens | trained sequence / policy tokens | packed | per-step iteration s | speed-up | update GFLOPS | worker / HF generate |',
+  '| engine | weights | iteration s | rollout s | update s (optimiser) | env steps | prompt / prefilled tokens | trained sequence / policy tokens | packed | small shape: reuse+packing / per-step s | speed-up | update GFLOPS | worker / HF generate |',
   '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ...rows,
 ].join('\n');
 console.log('\n' + table);
-if (a.json) writeFileSync(a.json, JSON.stringify(results, null, 2) + '\n');
+save();
