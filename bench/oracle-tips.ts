@@ -87,8 +87,8 @@ const groups = [
 const lines = [
   `Config \`${a.config}\`${a.set!.length ? ` + ${a.set!.map((s) => `\`${s}\``).join(' ')}` : ''}, ${a.variations} test variations per task, one trial, frozen weights: no tips → the solver's next action as the one tip. Gain = with − without.`,
   '',
-  `| checkpoint | ${tasks.join(' | ')} | ${groups.map((g) => `${g.label}: without → with (gain)`).join(' | ')} | oracle tip taken |`,
-  `|---|${'---|'.repeat(tasks.length + groups.length)}---|`,
+  `| checkpoint | ${tasks.join(' | ')} | ${groups.map((g) => `${g.label}: without → with (gain)`).join(' | ')} | oracle tip taken | solver's action taken without tips |`,
+  `|---|${'---|'.repeat(tasks.length + groups.length)}---|---|`,
 ];
 const csv = ['checkpoint,dir,task,no_tips,oracle,oracle_tip_taken'];
 for (const c of checkpoints) {
@@ -99,7 +99,9 @@ for (const c of checkpoints) {
     return `${without.toFixed(1)} → ${withTip.toFixed(1)} (${withTip - without >= 0 ? '+' : ''}${(withTip - without).toFixed(1)})`;
   });
   const taken = mean(tasks.map((t) => trialOf(c.name, t, 'oracle').tips_followed ?? 0));
-  lines.push(`| ${c.name} | ${cells.join(' | ')} | ${summary.join(' | ')} | ${(taken * 100).toFixed(0)}% |`);
+  // The same share without tips: how often the policy picks the solver's action on its own.
+  const own = tasks.map((t) => trialOf(c.name, t, 'memory').solver_action_share?.without_tips).filter((x): x is number => typeof x === 'number');
+  lines.push(`| ${c.name} | ${cells.join(' | ')} | ${summary.join(' | ')} | ${(taken * 100).toFixed(0)}% | ${own.length ? `${(mean(own) * 100).toFixed(0)}%` : '–'} |`);
   for (const t of tasks) csv.push([c.name, c.dir, t, trialOf(c.name, t, 'memory').mean_score, trialOf(c.name, t, 'oracle').mean_score, (trialOf(c.name, t, 'oracle').tips_followed ?? 0).toFixed(3)].join(','));
 }
 const report = lines.join('\n') + '\n';

@@ -14,7 +14,8 @@
  * whole history) one per-step iteration takes hours here. So `speedup_vs_per_step` is measured at
  * --compare-shape (tasks × rollouts × max steps; both modes at that shape, in this run), and the full
  * shape's own prompt/prefilled and sequence/trained token counts show the work reuse and packing save
- * there. --compare-only skips the full-shape iteration (e.g. for the tfjs engine, which takes much longer).
+ * there. --compare-only skips the full-shape iteration; with --no-per-step too, it times each engine at the
+ * small shape only (engines side by side in one run).
  *
  * The update's GFLOPS count model FLOPs only: 2·N per token forward, 2·N more for the activation
  * gradients, and with full fine-tuning 2·N for the weight gradients (N = parameters; attention and
@@ -168,13 +169,17 @@ for (const engine of engines) {
         Object.assign(row, fast, { gflops, gflops_vs_blas: gflops / blas });
         save();
       }
-      if (!a['no-per-step']) {
-        console.log(`== ${label}: ${shapeName}, with reuse and packing, then per step (no reuse, no packing)`);
+      // --compare-only --no-per-step: the small shape with reuse and packing only (engines side by side).
+      if (!a['no-per-step'] || a['compare-only']) {
+        console.log(`== ${label}: ${shapeName}, with reuse and packing${a['no-per-step'] ? '' : ', then per step (no reuse, no packing)'}`);
         const smallFast = await iteration(engine, lora, false, compareShape);
         show('reuse + packing', smallFast);
-        const smallSlow = await iteration(engine, lora, true, compareShape);
-        show('per step', smallSlow);
-        Object.assign(row, { compare_shape: shapeName, compare_fast: smallFast, per_step: smallSlow, speedup_vs_per_step: smallSlow.iteration_s / smallFast.iteration_s });
+        Object.assign(row, { compare_shape: shapeName, compare_fast: smallFast });
+        if (!a['no-per-step']) {
+          const smallSlow = await iteration(engine, lora, true, compareShape);
+          show('per step', smallSlow);
+          Object.assign(row, { per_step: smallSlow, speedup_vs_per_step: smallSlow.iteration_s / smallFast.iteration_s });
+        }
         save();
       }
       if (engine === 'torch') {
