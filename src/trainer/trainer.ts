@@ -21,6 +21,7 @@ import { ADAPTER_SUBDIR, loadModelDir, saveModelDir } from '../policy/tfjs/check
 import { resolveModelPath } from '../policy/gguf/model-path.ts';
 import { Tokenizer } from '../policy/tokenizer.ts';
 import type { PolicyEngine } from '../policy/types.ts';
+import type { TorchEngineOptions } from '../policy/torch/engine.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { countParameters, type ModelConfig } from '../policy/tfjs/qwen2.ts';
 import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
@@ -125,7 +126,6 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
       close: async () => engine.dispose(),
     };
   }
-  const { TorchEngine } = await import('../policy/torch/engine.ts');
   // The worker loads a directory: the default tiny model is built once and saved for it.
   let baseDir = cfg.model.path && (await resolveModelPath(cfg.model.path));
   if (!baseDir) {
@@ -146,27 +146,11 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
   // A checkpoint holds the full model (or, with LoRA, the adapter) and optimizer.pt.
   const policyDir = from === 'fresh' ? null : lora ? join(from, 'adapter') : from;
   const modelDir = policyDir && !lora ? policyDir : baseDir;
-  const tokenizer = Tokenizer.fromFile(join(modelDir, 'tokenizer.json'));
-  const ends = endTokenIds(tokenizer);
-  if (ends.length === 0) throw new Error(`${modelDir}/tokenizer.json has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
-  const t = cfg.model.torch;
-  const engine = await TorchEngine.start({
-    modelDir,
+  const engine = await startTorchWorker(cfg, modelDir, {
     adapterDir: lora && policyDir ? policyDir : undefined,
     optimizerState: policyDir ? join(policyDir, 'optimizer.pt') : undefined,
-    optimizer: optimizerSettings(cfg),
-    maxGradNorm: cfg.optim.max_grad_norm,
-    microBatchTokens: cfg.optim.micro_batch_tokens,
-    endTokens: ends,
-    padToken: ends[ends.length - 1],
-    device: t.device,
-    dtype: t.dtype,
-    autocast: t.autocast,
-    gradientCheckpointing: t.gradient_checkpointing,
+    gradientCheckpointing: cfg.model.torch.gradient_checkpointing,
     lora,
-    seed: cfg.seed,
-    threads: t.threads ?? undefined,
-    launcher: t.launcher ?? undefined,
   });
   const info = engine.info;
   return {
@@ -176,6 +160,29 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
     description: `torch worker on ${info.device} (${info.dtype}), ${info.parameters.toLocaleString()} parameters, ${info.trainable_parameters.toLocaleString()} trainable${why}`,
     close: () => engine.close(),
   };
+}
+
+/** The PyTorch worker on `modelDir` with the config's optimiser and worker settings, plus `extra`. */
+async function startTorchWorker(cfg: Config, modelDir: string, extra: Partial<TorchEngineOptions>) {
+  const { TorchEngine } = await import('../policy/torch/engine.ts');
+  const ends = endTokenIds(Tokenizer.fromFile(join(modelDir, 'tokenizer.json')));
+  if (ends.length === 0) throw new Error(`${modelDir}/tokenizer.json has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
+  const t = cfg.model.torch;
+  return TorchEngine.start({
+    modelDir,
+    optimizer: optimizerSettings(cfg),
+    maxGradNorm: cfg.optim.max_grad_norm,
+    microBatchTokens: cfg.optim.micro_batch_tokens,
+    endTokens: ends,
+    padToken: ends[ends.length - 1],
+    device: t.device,
+    dtype: t.dtype,
+    autocast: t.autocast,
+    seed: cfg.seed,
+    threads: t.threads ?? undefined,
+    launcher: t.launcher ?? undefined,
+    ...extra,
+  });
 }
 
 /**
@@ -199,27 +206,7 @@ export async function createPlayingEngine(cfg: Config, dir: string): Promise<{ e
     const engine = new TfjsEngine(loaded.model, loaded.tokenizer, { endTokens: e, padToken: e[e.length - 1], optimizer: optimizerSettings(cfg), maxGradNorm: cfg.optim.max_grad_norm, microBatchTokens: cfg.optim.micro_batch_tokens });
     return { engine, description: `tfjs engine, ${countParameters(engine.model.config).toLocaleString()} parameters${adapterDir ? ' with its LoRA adapter' : ''}${why}` };
   }
-  const { TorchEngine } = await import('../policy/torch/engine.ts');
-  const tokenizer = Tokenizer.fromFile(join(modelDir, 'tokenizer.json'));
-  const ends = endTokenIds(tokenizer);
-  if (ends.length === 0) throw new Error(`${modelDir}/tokenizer.json has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
-  const t = cfg.model.torch;
-  const engine = await TorchEngine.start({
-    modelDir,
-    adapterDir: adapterDir ?? undefined,
-    optimizer: optimizerSettings(cfg),
-    maxGradNorm: cfg.optim.max_grad_norm,
-    microBatchTokens: cfg.optim.micro_batch_tokens,
-    endTokens: ends,
-    padToken: ends[ends.length - 1],
-    device: t.device,
-    dtype: t.dtype,
-    autocast: t.autocast,
-    lora: adapterDir ? loraSettings(cfg) ?? undefined : undefined,
-    seed: cfg.seed,
-    threads: t.threads ?? undefined,
-    launcher: t.launcher ?? undefined,
-  });
+  const engine = await startTorchWorker(cfg, modelDir, { adapterDir: adapterDir ?? undefined, lora: adapterDir ? loraSettings(cfg) ?? undefined : undefined });
   return { engine, description: `torch worker on ${engine.info.device}, ${engine.info.parameters.toLocaleString()} parameters${adapterDir ? ' with its LoRA adapter' : ''}${why}` };
 }
 
