@@ -159,4 +159,17 @@ describe('parseAction: the action in a free-text answer', () => {
   ])('%j -> %j', (answer, action) => {
     expect(parseAction(answer)).toBe(action);
   });
+
+  it("fills the one free slot (WebShop's search page) with an answer that is not an action of that form", () => {
+    const search = ['search[<your query>]'];
+    expect(parseAction('red pillows under 30 dollars', search)).toBe('search[red pillows under 30 dollars]');
+    expect(parseAction('Action: search[red pillows]', search)).toBe('search[red pillows]');
+    expect(parseAction('a [weird] query', search)).toBe('search[a  weird  query]');
+    expect(parseAction('', search)).toBe('');
+    // Not when a listed action was chosen, another form was written, or there is no single slot.
+    expect(parseAction('click[back to search]', [...search, 'click[back to search]'])).toBe('click[back to search]');
+    expect(parseAction('click[item 3]', search)).toBe('click[item 3]');
+    expect(parseAction('red pillows', ['click[buy now]', 'click[back to search]'])).toBe('red pillows');
+    expect(parseAction('go to kitchen', ['go to kitchen', 'look around'])).toBe('go to kitchen');
+  });
 });

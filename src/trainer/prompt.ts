@@ -233,7 +233,23 @@ export const INSTRUCT_SYSTEM_PROMPT =
  * The action in a free-text answer: its first non-empty line, without an "Action:" label, quotes
  * or a final full stop (instruct models often dress the action up).
  */
-export function parseAction(answer: string): string {
+export function parseAction(answer: string, validActions: readonly string[] = []): string {
+  const action = firstActionLine(answer);
+  return fillSlot(action, validActions);
+}
+
+/**
+ * Where the only way forward is one action with a free slot (WebShop's search page offers just
+ * `search[<your query>]`), an answer that is not of the form `verb[...]` becomes that slot's content:
+ * a small model answers the query in prose, which the environment would reject forever otherwise.
+ */
+export function fillSlot(action: string, validActions: readonly string[]): string {
+  const slots = validActions.map((v) => /^(\w+)\[<[^>]*>\]$/.exec(v)).filter((m): m is RegExpExecArray => m !== null);
+  if (slots.length !== 1 || validActions.includes(action) || /^\w+\[.*\]$/s.test(action) || action.length === 0) return action;
+  return `${slots[0][1]}[${action.replace(/[[\]]/g, ' ').trim()}]`;
+}
+
+function firstActionLine(answer: string): string {
   const line = answer.split('\n').map((l) => l.trim()).find((l) => l.length > 0) ?? '';
   return line
     .replace(/^(?:>\s*)?(?:\*\*)?(?:next\s+)?action\s*:\s*(?:\*\*)?\s*/i, '')

@@ -150,7 +150,7 @@ export async function runEpisodes(
   );
   for (const e of live) progress?.started(e.index, e.limit);
   // Plain prompts are the tiny model's: its actions are its whole answer, as it was trained.
-  const actionOf = (text: string) => (s.prompt.template ? parseAction(text) : text.trim());
+  const actionOf = (text: string, valid: readonly string[]) => (s.prompt.template ? parseAction(text, valid) : text.trim());
   try {
     for (let t = 0; live.some((e) => !e.done); t++) {
       const active = live.filter((e) => !e.done);
@@ -177,7 +177,7 @@ export async function runEpisodes(
       });
       const t1 = performance.now();
       stats.prefilledTokens += (engine.prefillCounts?.().prefilledTokens ?? 0) - before;
-      const actions = gens.map((g) => actionOf(g.text));
+      const actions = gens.map((g, i) => actionOf(g.text, active[i].valid));
       const results = await Promise.all(active.map((e, i) => e.env.step(actions[i])));
       stats.policySeconds += (t1 - t0) / 1000;
       stats.envSeconds += (performance.now() - t1) / 1000;
