@@ -192,6 +192,16 @@ class Engine:
                     task_type="CAUSAL_LM",
                 ),
             )
+        # Scoring rows are right-padded, so the causal mask alone already keeps every real token from
+        # seeing a pad (pads only ever come after it): no padding mask is passed, and SDPA runs its causal
+        # kernel, which skips the blocks above the diagonal instead of computing them and reading a
+        # [B, 1, L, L] mask. True restores the explicit mask (bench/update-variants.py compares the two).
+        self.mask_padding = False
+        # Whether a training pass keeps attention probabilities ([heads, L, L] per layer) for its backward:
+        # only the eager path does; SDPA's fused CPU and GPU kernels keep one log-sum-exp per row.
+        self.attention_probs_stored = spec.attn_implementation == "eager"
+        # Dropout in training (LoRA's lora_dropout) keeps a copy of its input and a mask per adapter.
+        self.active_dropout = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
         self.checkpointing = False
         if spec.gradient_checkpointing:
             self._set_checkpointing(model, True)
@@ -303,16 +313,25 @@ class Engine:
         """
         Activation memory one token of a `width`-token sequence holds in a forward pass, an estimate on
         the generous side: per layer the hidden states around attention and the MLP, the MLP's three
-        projections, and the attention probabilities of the math attention path (heads x width, kept
-        for the backward pass). Without gradients one layer is alive at a time; with gradient
-        checkpointing, every layer's input plus one layer's activations.
+        projections, and, on the eager attention path only, the attention probabilities (heads x width,
+        kept for the backward pass). Active dropout (LoRA's) keeps a copy of every adapter's input and
+        its mask on top. Without gradients one layer is alive at a time; with gradient checkpointing,
+        every layer's input plus one layer's activations.
+
+        Training is counted in fp32 elements even under bf16 autocast: the norms, residuals and
+        softmax statistics stay fp32 there. Peak resident memory measured with bench/update-variants.py
+        (SmolLM2-135M, LoRA r16 on all linear layers, one 1,870-token episode, no checkpointing), per
+        token and layer, against this estimate: fp32 63-75 KB (estimate 77), fp32 + dropout 97-111 KB
+        (118), bf16 autocast 42-48 KB and with dropout 66-68 KB (77 and 118).
         """
         c = self._causal_lm().config
         layers, hidden, inter, heads = c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads
-        element = torch.finfo(DTYPES[self.spec.autocast or self.spec.dtype]).bits // 8
-        per_layer = 16 * hidden + 4 * inter + 2 * heads * width
+        per_layer = 20 * hidden + 5 * inter + (2 * heads * width if self.attention_probs_stored else 0)
         if not training:
-            return per_layer * element
+            return per_layer * torch.finfo(DTYPES[self.spec.autocast or self.spec.dtype]).bits // 8
+        element = torch.finfo(DTYPES[self.spec.dtype]).bits // 8
+        if self.active_dropout:
+            per_layer += 10 * hidden + 3 * inter
         if self.checkpointing if checkpointing is None else checkpointing:
             return (layers * hidden + per_layer) * element
         return layers * per_layer * element
@@ -400,7 +419,8 @@ class Engine:
         hook = self._causal_lm().get_output_embeddings().register_forward_pre_hook(responses_only)
         try:
             with self._autocast():
-                out = self.model(input_ids=ids.to(self.device), attention_mask=attention.to(self.device), logits_to_keep=0, use_cache=False)
+                mask = attention.to(self.device) if self.mask_padding else None
+                out = self.model(input_ids=ids.to(self.device), attention_mask=mask, logits_to_keep=0, use_cache=False)
         finally:
             hook.remove()
         logits = out.logits.float()  # [n, V]
