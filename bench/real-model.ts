@@ -9,6 +9,15 @@
  *
  *   npx tsx bench/real-model.ts [--engine torch|tfjs|both] [--model models/smollm2-135m-instruct]
  *     [--full] [--no-per-step] [--compare-shape 2x2x12] [--compare-only] [--threads 2] [--json FILE] [--set key=value ...]
+ *   npx tsx bench/real-model.ts --update-variants ["old;new;new,autocast=bfloat16"] [--compare-shape 1x2x30]
+ *     [--reps 2] [--requests FILE] [--json FILE]
+ *
+ * --update-variants times the PyTorch worker's update alone under several settings: one iteration at
+ * --compare-shape (LoRA, reuse and packing) records its train_step requests (EMPO2_RECORD_TRAIN_STEPS), then
+ * bench/update-variants.py replays that same update under each variant, alternately (A B A B ...), in one
+ * process, and prints each variant's time as a ratio to the first one's with the spread over --reps, its
+ * peak memory, and its loss and log-probs against the first (variants: see that script). --requests FILE
+ * replays an earlier recording instead of running the iteration.
  *
  * Per-step work grows with the square of the episode length: at the full shape (30-step episodes with the
  * whole history) one per-step iteration takes hours here. So `speedup_vs_per_step` is measured at
@@ -41,6 +50,9 @@ const { values: a } = parseArgs({
     'compare-only': { type: 'boolean', default: false },
     threads: { type: 'string', default: '2' },
     json: { type: 'string' },
+    'update-variants': { type: 'string' },
+    reps: { type: 'string', default: '2' },
+    requests: { type: 'string' },
     set: { type: 'string', short: 's', multiple: true, default: [] },
   },
 });
@@ -147,13 +159,35 @@ const parameters = (() => {
   return c.num_hidden_layers * layer + c.vocab_size * h;
 })();
 
-const blas = await blasGflops();
-console.log(`2-thread OpenBLAS sgemm (1024²): ${blas.toFixed(0)} GFLOPS`);
 const results: Record<string, unknown>[] = [];
 const show = (label: string, n: IterationNumbers) =>
   console.log(`  ${label}: iteration ${n.iteration_s.toFixed(1)} s (rollout ${n.rollout_s.toFixed(1)}, update ${n.update_s.toFixed(1)}, optimiser ${n.optimizer_s.toFixed(1)}), ${n.env_steps} env steps, prompt/prefilled ${n.prompt_tokens}/${n.prefill_tokens}, sequence/trained ${n.sequence_tokens}/${n.trained_tokens}, packed ${(100 * n.packed_share).toFixed(0)}%`);
 const save = () => a.json && writeFileSync(a.json, JSON.stringify(results, null, 2) + '\n');
 const shapeName = `${compareShape.tasks} tasks × ${compareShape.rollouts} rollouts × ${compareShape.maxSteps} steps`;
+
+if (a['update-variants'] !== undefined) {
+  await updateVariants(a['update-variants'] || 'old;new');
+  process.exit(0);
+}
+
+/** --update-variants: record one update (unless --requests names one), then replay it under each variant. */
+async function updateVariants(variants: string): Promise<void> {
+  let requests = a.requests;
+  if (!requests) {
+    requests = join(mkdtempSync(join(tmpdir(), 'empo2-update-')), 'requests.jsonl');
+    process.env.EMPO2_RECORD_TRAIN_STEPS = requests;
+    console.log(`== recording one update: torch, LoRA r=16 all linear, ${shapeName}, with reuse and packing -> ${requests}`);
+    show('recorded iteration', await iteration('torch', true, false, compareShape));
+    delete process.env.EMPO2_RECORD_TRAIN_STEPS;
+  }
+  const args = ['bench/update-variants.py', '--requests', requests, '--variants', variants, '--reps', a.reps!, '--threads', String(threads), ...(a.json ? ['--json', a.json] : [])];
+  console.log(`== ${join('.venv', 'bin', 'python')} ${args.join(' ')}`);
+  const r = spawnSync(join('.venv', 'bin', 'python'), args, { stdio: ['ignore', 'inherit', 'inherit'] });
+  if (r.status !== 0) throw new Error(`bench/update-variants.py failed (exit ${r.status})`);
+}
+
+const blas = await blasGflops();
+console.log(`2-thread OpenBLAS sgemm (1024²): ${blas.toFixed(0)} GFLOPS`);
 for (const engine of engines) {
   for (const lora of a.full ? [true, false] : [true]) {
     const label = `${engine}, ${lora ? 'LoRA r=16 all linear' : 'full fine-tuning'}`;

@@ -21,7 +21,11 @@ export const EnvSchema = strict({
 export const TorchSchema = strict({
   device: z.enum(['cpu', 'cuda', 'auto']).default('auto').describe('torch device (auto: cuda when torch sees a GPU)'),
   dtype: z.enum(['float32', 'bfloat16', 'float16']).default('float32').describe('storage type of the weights in the worker'),
-  autocast: z.enum(['bfloat16', 'float16']).nullable().default(null).describe('mixed precision for matrix products on GPU (null: off)'),
+  autocast: z
+    .enum(['bfloat16', 'float16'])
+    .nullable()
+    .default(null)
+    .describe('mixed precision for matrix products, weights and optimiser stay in dtype (null: off). GPU: bfloat16 or float16. CPU: bfloat16 only, on a CPU with AVX512-BF16 or AMX (about 2x the fp32 product rate there; log-probs move by up to ~0.1, so sampling and training share it; results/smollm2-speed/update-speed-2026-11-24.md)'),
   gradient_checkpointing: z
     .boolean()
     .nullable()

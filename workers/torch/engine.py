@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import types
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -130,6 +131,62 @@ def full_attention_only(config: Any) -> bool:
     return getattr(c, "sliding_window", None) is None or getattr(c, "use_sliding_window", True) is False
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slow."""
+    cpu = getattr(torch, "cpu", None)
+    checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(check() for check in checks if check is not None)
+
+
+def check_cpu_autocast(autocast: str, dtype: str) -> None:
+    """
+    bf16 autocast on CPU: the matrix products run in bf16 (about twice the fp32 rate on an AVX512-BF16
+    CPU, results/smollm2-speed/update-speed-*.md), the weights and optimiser stay fp32. Refused where
+    it cannot pay: float16 (CPU kernels for it are slow or missing) and CPUs without native bf16.
+    """
+    if autocast == "float16":
+        raise RequestError("init: autocast 'float16' is for GPUs; on CPU use autocast 'bfloat16' (on a CPU with AVX512-BF16 or AMX) or none")
+    if dtype != "float32":
+        raise RequestError(f"init: autocast on CPU needs dtype 'float32' (got {dtype!r}): the weights stay fp32, the products run in bf16")
+    if not cpu_has_bf16():
+        raise RequestError("init: autocast 'bfloat16' on CPU needs a CPU with AVX512-BF16 or AMX (this one has neither; bf16 would be emulated, slower than float32); use no autocast")
+
+
+def _fp32_linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return torch.nn.functional.linear(x.float(), self.weight, self.bias)
+
+
+def fp32_output_layer(model: torch.nn.Module) -> None:
+    """
+    The output layer outside autocast: bf16 logits of magnitude ~20 are only good to about ±0.06,
+    as large as the differences the PPO ratio is clipped at; in fp32 they cost one small product per
+    scored token (training) or per sampled token (generation).
+    """
+    head = model.get_output_embeddings()
+    if isinstance(head, torch.nn.Linear):
+        head.forward = types.MethodType(_fp32_linear_forward, head)
+
+
+def bf16_frozen_linears(model: torch.nn.Module) -> int:
+    """
+    Frozen linear weights (LoRA's base layers) stored in bf16. Under autocast every product casts its
+    fp32 weight to bf16 anew, and autocast caches that cast only for weights that train: for a
+    frozen weight it is redone on every call, which in generation (one call per sampled token) costs
+    more than the bf16 product saves. Stored in bf16 once, the products are the same (autocast rounds
+    the weight identically). The output layer keeps fp32 (fp32_output_layer). Returns how many.
+    """
+    head = model.get_output_embeddings()
+    n = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module is not head and not module.weight.requires_grad and module.weight.dtype == torch.float32:
+            module.weight.data = module.weight.data.to(torch.bfloat16)
+            if module.bias is not None and not module.bias.requires_grad:
+                module.bias.data = module.bias.data.to(torch.bfloat16)
+            n += 1
+    return n
+
+
 def pick_device(requested: str, d: Dist) -> torch.device:
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
@@ -157,8 +214,8 @@ class Engine:
             raise RequestError(f"init: dtype must be one of {sorted(DTYPES)} (got {spec.dtype!r})")
         if spec.autocast not in (None, "bfloat16", "float16"):
             raise RequestError(f"init: autocast must be null, 'bfloat16' or 'float16' (got {spec.autocast!r})")
-        if spec.autocast and self.device.type != "cuda":
-            raise RequestError("init: autocast is for GPUs; on CPU use dtype 'float32' and no autocast")
+        if spec.autocast and self.device.type == "cpu":
+            check_cpu_autocast(spec.autocast, spec.dtype)
         if not os.path.isfile(os.path.join(spec.model_dir, "config.json")):
             raise RequestError(f"init: {spec.model_dir} has no config.json (a model directory needs config.json, the safetensors weights and tokenizer.json)")
         torch.manual_seed(spec.seed)
@@ -192,6 +249,19 @@ class Engine:
                     task_type="CAUSAL_LM",
                 ),
             )
+        # Scoring rows are right-padded, so the causal mask alone already keeps every real token from
+        # seeing a pad (pads only ever come after it): no padding mask is passed, and SDPA runs its causal
+        # kernel, which skips the blocks above the diagonal instead of computing them and reading a
+        # [B, 1, L, L] mask. True restores the explicit mask (bench/update-variants.py compares the two).
+        self.mask_padding = False
+        # Whether a training pass keeps attention probabilities ([heads, L, L] per layer) for its backward:
+        # only the eager path does; SDPA's fused CPU and GPU kernels keep one log-sum-exp per row.
+        self.attention_probs_stored = spec.attn_implementation == "eager"
+        # Dropout in training (LoRA's lora_dropout) keeps a copy of its input and a mask per adapter.
+        self.active_dropout = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+        if spec.autocast and self.device.type == "cpu":
+            fp32_output_layer(self._causal_lm(model))
+            bf16_frozen_linears(self._causal_lm(model))
         self.checkpointing = False
         if spec.gradient_checkpointing:
             self._set_checkpointing(model, True)
@@ -303,16 +373,25 @@ class Engine:
         """
         Activation memory one token of a `width`-token sequence holds in a forward pass, an estimate on
         the generous side: per layer the hidden states around attention and the MLP, the MLP's three
-        projections, and the attention probabilities of the math attention path (heads x width, kept
-        for the backward pass). Without gradients one layer is alive at a time; with gradient
-        checkpointing, every layer's input plus one layer's activations.
+        projections, and, on the eager attention path only, the attention probabilities (heads x width,
+        kept for the backward pass). Active dropout (LoRA's) keeps a copy of every adapter's input and
+        its mask on top. Without gradients one layer is alive at a time; with gradient checkpointing,
+        every layer's input plus one layer's activations.
+
+        Training is counted in fp32 elements even under bf16 autocast: the norms, residuals and
+        softmax statistics stay fp32 there. Peak resident memory measured with bench/update-variants.py
+        (SmolLM2-135M, LoRA r16 on all linear layers, one 1,870-token episode, no checkpointing), per
+        token and layer, against this estimate: fp32 63-75 KB (estimate 77), fp32 + dropout 97-111 KB
+        (118), bf16 autocast 42-48 KB and with dropout 66-68 KB (77 and 118).
         """
         c = self._causal_lm().config
         layers, hidden, inter, heads = c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads
-        element = torch.finfo(DTYPES[self.spec.autocast or self.spec.dtype]).bits // 8
-        per_layer = 16 * hidden + 4 * inter + 2 * heads * width
+        per_layer = 20 * hidden + 5 * inter + (2 * heads * width if self.attention_probs_stored else 0)
         if not training:
-            return per_layer * element
+            return per_layer * torch.finfo(DTYPES[self.spec.autocast or self.spec.dtype]).bits // 8
+        element = torch.finfo(DTYPES[self.spec.dtype]).bits // 8
+        if self.active_dropout:
+            per_layer += 10 * hidden + 3 * inter
         if self.checkpointing if checkpointing is None else checkpointing:
             return (layers * hidden + per_layer) * element
         return layers * per_layer * element
@@ -400,7 +479,8 @@ class Engine:
         hook = self._causal_lm().get_output_embeddings().register_forward_pre_hook(responses_only)
         try:
             with self._autocast():
-                out = self.model(input_ids=ids.to(self.device), attention_mask=attention.to(self.device), logits_to_keep=0, use_cache=False)
+                mask = attention.to(self.device) if self.mask_padding else None
+                out = self.model(input_ids=ids.to(self.device), attention_mask=mask, logits_to_keep=0, use_cache=False)
         finally:
             hook.remove()
         logits = out.logits.float()  # [n, V]
@@ -460,7 +540,8 @@ class Engine:
         rows_allowed = [allowed[i] if allowed else None for i in mine] or [None]
         # Under FSDP a key's row may land on another rank next time, so keys are not used there.
         keys = [cache_keys[i] for i in mine] if cache_keys and self.reuses_prefixes and self.dist.world == 1 else None
-        rows, stats = self._generate_local(local, keys, max_tokens, temperature, top_p, seed + 1_000_003 * self.dist.rank, end_tokens, stop_strings, rows_allowed)
+        with self._autocast():  # one context around every step: autocast's cast cache then lasts the whole call
+            rows, stats = self._generate_local(local, keys, max_tokens, temperature, top_p, seed + 1_000_003 * self.dist.rank, end_tokens, stop_strings, rows_allowed)
         result = dict(zip(mine, rows))
         merged: dict[int, dict[str, Any]] = {}
         total = {"prefill_tokens": 0, "reused_tokens": 0}
@@ -698,7 +779,14 @@ class Engine:
                 import copy
 
                 # Merging changes the weights in place; merge a copy so training can go on with adapters.
-                plain = copy.deepcopy(self.model).merge_and_unload()
+                plain = copy.deepcopy(self.model)
+                if self.spec.dtype == "float32":
+                    # Base weights kept in bf16 for CPU autocast (bf16_frozen_linears): merge in fp32, or
+                    # rounding to bf16 would swallow most of the small adapter update.
+                    for module in plain.modules():
+                        if isinstance(module, torch.nn.Linear) and module.weight.dtype != torch.float32:
+                            module.float()
+                plain = plain.merge_and_unload()
                 plain.save_pretrained(out_dir)
                 del plain
             else:

@@ -260,6 +260,9 @@ def main() -> None:
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
     worker = Worker()
     rank0 = worker.dist.rank == 0
+    # For benchmarks (bench/update-variants.py): every init and train_step request is appended, as
+    # received, to this file, so the same update can be replayed later under other settings.
+    record = os.environ.get("EMPO2_RECORD_TRAIN_STEPS") if rank0 else None
     if rank0:
         import peft
 
@@ -291,6 +294,9 @@ def main() -> None:
             if not isinstance(req, dict):
                 raise RequestError("the request must be a JSON object {id, op, ...}")
             req_id, op = req.get("id"), req.get("op")
+            if record and op in ("init", "train_step"):
+                with open(record, "a", encoding="utf-8") as f:
+                    f.write(line if line.endswith("\n") else line + "\n")
             result = worker.handle(req)
             response = {"id": req_id, "ok": True, "result": result}
         except Exception as e:  # any failure is answered; the worker keeps serving

@@ -439,6 +439,51 @@ describe.skipIf(!gate.available)(`LoRA through PEFT (${gate.label})`, () => {
   }, 120_000);
 });
 
+describe.skipIf(!gate.available)(`bf16 autocast on CPU (${gate.label})`, () => {
+  it('float16 is refused with a clear message; bfloat16 runs where the CPU multiplies bf16 natively: log-probs near fp32, LoRA merged in fp32', async () => {
+    await expect(TorchEngine.start(torchOptions({ device: 'cpu', autocast: 'float16' }))).rejects.toThrow(/autocast 'float16' is for GPUs; on CPU use autocast 'bfloat16'/);
+    await expect(TorchEngine.start(torchOptions({ device: 'cpu', autocast: 'bfloat16', dtype: 'bfloat16' }))).rejects.toThrow(/autocast on CPU needs dtype 'float32'/);
+    const lora = { r: 4, alpha: 8, dropout: 0, targetModules: ['q_proj', 'v_proj', 'down_proj'] };
+    let bf16: TorchEngine;
+    try {
+      bf16 = await TorchEngine.start(torchOptions({ device: 'cpu', autocast: 'bfloat16', lora, seed: 1 }));
+    } catch (e) {
+      // A CPU without AVX512-BF16 or AMX: refused before any work, saying why.
+      expect((e as Error).message).toMatch(/autocast 'bfloat16' on CPU needs a CPU with AVX512-BF16 or AMX/);
+      return;
+    }
+    const ts = tfjsEngine();
+    try {
+      expect(bf16.info.autocast).toBe('bfloat16');
+      const batch = await trainBatch(ts);
+      // bf16 products: log-probs move by about a hundredth here (fp32 agrees to 1e-5).
+      const reference = await ts.logprobs(batch);
+      const before = await bf16.logprobs(batch);
+      const drift = Math.max(...before.map((row, i) => maxAbsDiff(row, reference[i])));
+      expect(drift).toBeGreaterThan(0);
+      expect(drift).toBeLessThan(0.1);
+      const step = await bf16.trainStep(batch, OBJECTIVE);
+      expect(Number.isFinite(step.loss) && step.gradNorm > 0).toBe(true);
+      const sampled = await bf16.generate([batch[0].prompt], { maxTokens: 4, temperature: 1, topP: 1, seed: 3 });
+      expect(sampled[0].tokens.length).toBeGreaterThan(0);
+      // The merged model is fp32 (base weights as the worker used them, rounded to bf16, plus the
+      // adapters' update merged in fp32): the TS engine scores it like the bf16 worker does.
+      const mergedDir = tempDir();
+      await bf16.saveWithResult(mergedDir, { merged: true });
+      expect(readSafetensorsDir(mergedDir).tensors.get('model.layers.0.self_attn.q_proj.weight')?.dtype).toBe('F32');
+      const merged = new TfjsEngine(loadModelDir(mergedDir).model, tokenizer, tfjsOptions());
+      const after = await bf16.logprobs(batch);
+      const mergedScores = await merged.logprobs(batch);
+      expect(Math.max(...after.map((row, i) => maxAbsDiff(row, mergedScores[i])))).toBeLessThan(0.1);
+      expect(Math.max(...mergedScores.map((row, i) => maxAbsDiff(row, reference[i])))).toBeGreaterThan(1e-3); // the update survived the merge
+      merged.dispose();
+    } finally {
+      ts.dispose();
+      await bf16.close();
+    }
+  }, 120_000);
+});
+
 describe('start-up failures are explained', () => {
   it('a missing interpreter names the path and the set-up command', async () => {
     await expect(TorchEngine.start({ ...fallbackOptions(), python: '/nonexistent/bin/python' })).rejects.toThrow(/no Python at \/nonexistent\/bin\/python: run 'npm run setup:test'/);

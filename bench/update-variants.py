@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""
+Times the same PPO update under several worker settings, in one process, alternately (A B A B ...), so
+that a loaded machine slows every variant alike and the ratios stay meaningful.
+
+The update is a real one: the worker appends every `init` and `train_step` request it receives to the
+file named by EMPO2_RECORD_TRAIN_STEPS (bench/real-model.ts --update-variants records one iteration).
+One engine is loaded per autocast setting; before each timed run its trainable weights, optimiser
+state and random seed are put back, so every variant performs exactly the same update from exactly the
+same weights, and the losses and gradient norms of the variants can be compared (fp32 variants agree to
+rounding).
+
+    .venv/bin/python bench/update-variants.py --requests FILE [--variants "old;new;new,autocast=bfloat16"]
+        [--reps 2] [--threads 2] [--json OUT] [--profile VARIANT]
+
+A variant is a comma-separated list of settings, optionally named (`name=...` first is not needed; the
+text itself is the name):
+  old                   the settings before the update-speed work: explicit padding mask, the attention
+                        term in the activation estimate (which turned checkpointing on for long episodes)
+  new                   the current defaults
+  mask=padded|causal    explicit padding mask or the causal kernel alone
+  estimate=old|new      the activation estimate with or without the attention-probabilities term
+  checkpointing=auto|on|off
+  dropout=X             LoRA dropout (the recorded run's is kept otherwise)
+  autocast=bfloat16|none
+  head=fp32|bf16        under autocast, the output layer in fp32 (the engine's choice on CPU) or not
+  micro_batch_tokens=N
+Printed: per variant, seconds per rep, the ratio to the first variant per rep (median, min, max), the
+peak resident memory above the loaded model, and loss / grad norm / scored log-probs against the first
+variant (max and mean absolute difference of the response log-probs, and against the recorded sampling
+log-probs: that difference is what the first PPO ratio exp(new - old) sees).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "workers", "torch"))
+_stdout = os.dup(1)
+import worker as W  # noqa: E402  (the worker's own request parsing; it sends fd 1 to stderr on import)
+os.dup2(_stdout, 1)
+sys.stdout = sys.__stdout__
+from engine import Dist, Engine, fp32_output_layer  # noqa: E402
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def trim() -> None:
+    """Hands freed heap back to the system (glibc), so the next peak counts only what that run holds."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+class PeakRss:
+    """Highest resident set size seen while the block runs (sampled every 20 ms)."""
+
+    def __enter__(self) -> "PeakRss":
+        self.peak = rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, rss_mb())
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb())
+
+
+def parse_variant(text: str) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        if part == "old":
+            settings.update(mask="padded", estimate="old")
+        elif part == "new":
+            settings.update(mask="causal", estimate="new")
+        elif "=" in part:
+            k, v = part.split("=", 1)
+            if k not in ("mask", "estimate", "checkpointing", "dropout", "autocast", "head", "micro_batch_tokens"):
+                raise SystemExit(f"--variants: unknown setting {k!r} in {text!r}")
+            settings[k] = v
+        else:
+            raise SystemExit(f"--variants: {part!r} is neither old, new nor key=value (in {text!r})")
+    return settings
+
+
+def set_dropout(engine: Engine, p: float) -> None:
+    """LoRA dropout p on every adapter (PEFT uses Identity for p = 0: no copy of the input)."""
+    for module in engine.model.modules():
+        drops = getattr(module, "lora_dropout", None)
+        if isinstance(drops, torch.nn.ModuleDict):
+            for name in list(drops.keys()):
+                drops[name] = torch.nn.Dropout(p) if p > 0 else torch.nn.Identity()
+
+
+def apply(engine: Engine, settings: dict[str, str], base: dict[str, Any]) -> None:
+    engine.mask_padding = settings.get("mask", "causal") == "padded"
+    engine.attention_probs_stored = settings.get("estimate", "new") == "old"
+    ck = settings.get("checkpointing", "auto")
+    engine.spec.gradient_checkpointing = {"auto": None, "on": True, "off": False}[ck]
+    if ck != "auto":
+        engine._set_checkpointing(engine.model, ck == "on")
+    # Checkpointing forced off: the variant accepts whatever memory that takes (its peak is reported).
+    engine.spec.activation_mb = 1e9 if ck == "off" else base["activation_mb"]
+    dropout = float(settings.get("dropout", base["dropout"]))
+    set_dropout(engine, dropout)
+    # The old estimate had no dropout term.
+    engine.active_dropout = dropout > 0 and not engine.attention_probs_stored
+    # Under autocast the engine keeps the output layer in fp32; head=bf16 undoes that (for comparison).
+    head = engine._causal_lm().get_output_embeddings()
+    if engine.spec.autocast and settings.get("head", "fp32") == "fp32":
+        fp32_output_layer(engine._causal_lm())
+    elif "forward" in vars(head):
+        del head.forward
+    engine.spec.micro_batch_tokens = int(settings.get("micro_batch_tokens", base["micro_batch_tokens"]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", required=True, help="file of recorded init/train_step requests (EMPO2_RECORD_TRAIN_STEPS)")
+    ap.add_argument("--variants", default="old;new", help="';'-separated variants; the first is the reference")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=0, help="replay only the first N train_step requests (0: all)")
+    ap.add_argument("--merge", action="store_true", help="replay the recorded requests' sequences as one train_step (several episodes per micro-batch, as in larger batches)")
+    ap.add_argument("--model", default=None, help="model directory when the file holds no init request")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", default=None, help="a variant: profile one update under it and print the top operators")
+    ap.add_argument("--generate", action="store_true", help="also time generation under each variant: a rollout-like prefill and steps on the recorded sequences")
+    ap.add_argument("--no-update", action="store_true", help="with --generate: time generation only")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    lines = [json.loads(line) for line in open(args.requests) if line.strip()]
+    inits = [r for r in lines if r.get("op") == "init"]
+    steps = [r for r in lines if r.get("op") == "train_step"]
+    if args.steps:
+        steps = steps[: args.steps]
+    if not steps:
+        raise SystemExit(f"{args.requests}: no train_step request")
+    if args.merge:
+        steps = [{**steps[0], "batch": [item for r in steps for item in r["batch"]]}]
+    if inits:
+        init = dict(inits[-1])
+    else:  # the settings of bench/real-model.ts
+        if not args.model:
+            raise SystemExit("--model is needed: the file has no init request")
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
+        ends = [t for t in (tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")) if t is not None]
+        init = {
+            "model_dir": args.model, "device": "cpu", "micro_batch_tokens": 16384, "pad_token": ends[-1], "seed": 0,
+            "lora": {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]},
+            "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0}, "max_grad_norm": 1.0,
+        }
+    if args.model:
+        init["model_dir"] = args.model
+    init["threads"] = args.threads
+    spec = W.parse_init(init)
+    torch.set_num_threads(args.threads)
+    base = {"dropout": float((spec.lora or {}).get("dropout", 0.0)), "micro_batch_tokens": spec.micro_batch_tokens}
+    # One engine per autocast setting (autocast on CPU stores the frozen weights in bf16 at init), each
+    # with the first one's activation budget so that all make the same micro-batching choices.
+    engines: dict[Optional[str], Engine] = {}
+    snapshots: dict[Optional[str], tuple[list[torch.Tensor], dict[str, Any]]] = {}
+
+    def engine_for(autocast: Optional[str]) -> Engine:
+        if autocast not in engines:
+            e = Engine(dataclasses.replace(spec, autocast=autocast), Dist())
+            spec.activation_mb = e.spec.activation_mb
+            engines[autocast] = e
+            snapshots[autocast] = ([p.detach().clone() for p in e.params], copy.deepcopy(e.optimizer.state_dict()))
+        return engines[autocast]
+
+    engine = engine_for(None)
+    base["activation_mb"] = engine.spec.activation_mb
+    batches = [(W.parse_batch(engine, r, "train_step", True, W.parse_objective(r).kl_coef > 0), W.parse_objective(r), W.temperature_of(r, "train_step"), r.get("lr")) for r in steps]
+    widths = sorted(len(s.prompt) + len(s.response) for b in batches for s in b[0])
+    scored = sum(s.scored for b in batches for s in b[0])
+    print(f"{len(steps)} train_step request(s), {sum(len(b[0]) for b in batches)} sequences, {sum(widths)} tokens (widths {widths[0]}..{widths[-1]}), {scored} scored; {args.threads} threads, torch {torch.__version__}", flush=True)
+
+    variants = [v.strip() for v in args.variants.split(";") if v.strip()]
+    settings = {v: parse_variant(v) for v in variants}
+
+    def prepare(v: str) -> Engine:
+        """The variant's engine with the weights, optimiser state and seed of the start, settings applied."""
+        autocast = settings[v].get("autocast", "none")
+        e = engine_for(None if autocast == "none" else autocast)
+        weights, optim_state = snapshots[e.spec.autocast]
+        with torch.no_grad():
+            for p, w in zip(e.params, weights):
+                p.copy_(w)
+        e.optimizer.load_state_dict(copy.deepcopy(optim_state))
+        torch.manual_seed(0)
+        apply(e, settings[v], base)
+        return e
+
+    def update(e: Engine) -> list[dict[str, float]]:
+        return [e.train_step(seqs, cfg, temp, lr) for seqs, cfg, temp, lr in batches]
+
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        settings[args.profile] = parse_variant(args.profile)
+        e = prepare(args.profile)
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            update(e)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+        print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=30))
+        return
+
+    # Log-probs of the scored tokens under each variant's precision and path (before any update: the
+    # recorded sampling log-probs came from these same weights on the first iteration).
+    logps: dict[str, torch.Tensor] = {}
+    old = torch.tensor([x for seqs, *_ in batches for s in seqs for x in s.old_logprobs], dtype=torch.float64)
+    # The sampling log-probs are comparable only for on-policy sequences (an off-policy one is scored
+    # without the tips it was sampled with); low_prob_mask is false exactly for those (grpo.ts).
+    on_policy = torch.tensor([not s.low_prob_mask for seqs, *_ in batches for s in seqs for _ in range(s.scored)])
+    if not on_policy.any():
+        on_policy[:] = True
+    for v in variants:
+        engine = prepare(v)
+        engine.model.eval()
+        with torch.no_grad():
+            # Grouped as the update groups them, then put back in request order.
+            parts: list[torch.Tensor] = []
+            for seqs, _, temp, _ in batches:
+                by_index: dict[int, torch.Tensor] = {}
+                for group in engine.micro_batches(seqs, range(len(seqs))):
+                    flat = engine.response_logprobs([seqs[i] for i in group], temp)
+                    at = 0
+                    for i in group:
+                        by_index[i] = flat[at : at + seqs[i].scored]
+                        at += seqs[i].scored
+                parts.extend(by_index[i] for i in range(len(seqs)))
+            logps[v] = torch.cat(parts).double()
+
+    gen_times: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+    gen_mismatch: dict[str, tuple[float, float]] = {}
+    if args.generate:
+        # Rollout-like: every recorded sequence is an episode; the first call prefills its first half
+        # (the history so far), then 3 steps each add 60 tokens (action + observation) to the kept
+        # cache and sample 12 tokens, batched over the episodes. The end token is one never sampled
+        # (the last id), so every row decodes all 12 tokens under every variant.
+        fulls = [s.prompt + s.response for seqs, *_ in batches for s in seqs]
+        cut = min(len(f) for f in fulls) // 2
+        end = [engine.vocab_size - 1]
+        for rep in range(args.reps):
+            for v in variants:
+                engine = prepare(v)
+                keys = [f"{v}/{rep}/{i}" for i in range(len(fulls))]
+                t0 = time.perf_counter()
+                engine.generate([f[:cut] for f in fulls], 12, 1.0, 1.0, 7, end, [], None, keys)
+                t1 = time.perf_counter()
+                sampled: list[tuple[list[int], dict[str, Any]]] = []
+                for k in range(1, 4):
+                    prompts = [f[: cut + 60 * k] for f in fulls]
+                    rows, _ = engine.generate(prompts, 12, 1.0, 1.0, 7 + k, end, [], None, keys)
+                    sampled += list(zip(prompts, rows))
+                t2 = time.perf_counter()
+                engine.release_cache(keys)
+                gen_times[v].append((t1 - t0, t2 - t1))
+                # Sampler against learner: the sampled tokens scored again by a training-style forward
+                # under the same settings; exp(difference) is the first PPO ratio of an unchanged policy.
+                with torch.no_grad():
+                    learner = torch.cat([engine.response_logprobs([W.Seq(p, r["tokens"])], 1.0) for p, r in sampled]).double()
+                sampler = torch.tensor([x for _, r in sampled for x in r["logprobs"]], dtype=torch.float64)
+                diff = (learner - sampler).abs()
+                gen_mismatch[v] = (float(diff.max()), float(diff.mean()))
+                print(f"  generate rep {rep + 1} {v}: prefill {len(fulls)} x {cut} tokens {t1 - t0:.1f} s, 3 steps (+60 tokens, 12 sampled) {t2 - t1:.1f} s; sampler vs learner log-probs max {gen_mismatch[v][0]:.2e} mean {gen_mismatch[v][1]:.2e}", flush=True)
+
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    peaks: dict[str, float] = {v: 0.0 for v in variants}
+    results: dict[str, list[dict[str, float]]] = {}
+    for rep in range(0 if args.no_update else args.reps):
+        for v in variants:
+            engine = prepare(v)
+            trim()
+            before = rss_mb()
+            with PeakRss() as peak:
+                t0 = time.perf_counter()
+                out = update(engine)
+                seconds = time.perf_counter() - t0
+            times[v].append(seconds)
+            peaks[v] = max(peaks[v], peak.peak - before)
+            results[v] = out
+            print(f"  rep {rep + 1} {v}: {seconds:.1f} s, peak +{peak.peak - before:.0f} MiB, checkpointing {engine.checkpointing}, loss {out[0]['loss']:.6g}, grad norm {out[0]['grad_norm']:.6g}", flush=True)
+
+    ref = variants[0]
+    report: dict[str, Any] = {"requests": args.requests, "threads": args.threads, "reps": args.reps, "tokens": sum(widths), "scored": scored, "variants": {}}
+    print(f"\nvariant | s per update (reps) | ratio to {ref!r}: median [min, max] | peak MiB | loss rel. diff | grad-norm rel. diff | log-prob vs ref max/mean | vs sampling max/mean")
+    for v in variants:
+        ratios = [t / r for t, r in zip(times[v], times[ref])] or [math.nan]
+        rel = lambda key: max((abs(a[key] - b[key]) / max(abs(b[key]), 1e-30) for a, b in zip(results.get(v, []), results.get(ref, []))), default=math.nan)
+        d_ref = (logps[v] - logps[ref]).abs()
+        d_old = (logps[v] - old).abs()[on_policy]
+        row = {
+            "settings": settings[v], "seconds": times[v], "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "peak_mb": peaks[v], "loss_rel_diff": rel("loss"), "grad_norm_rel_diff": rel("grad_norm"),
+            "logprob_vs_ref_max": float(d_ref.max()), "logprob_vs_ref_mean": float(d_ref.mean()),
+            "logprob_vs_sampling_max": float(d_old.max()), "logprob_vs_sampling_mean": float(d_old.mean()),
+            "results": results.get(v, []),
+        }
+        report["variants"][v] = row
+        print(f"{v} | {' '.join(f'{t:.1f}' for t in times[v])} | {row['ratio_median']:.3f} [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}] | {peaks[v]:.0f} | {row['loss_rel_diff']:.2e} | {row['grad_norm_rel_diff']:.2e} | {row['logprob_vs_ref_max']:.2e}/{row['logprob_vs_ref_mean']:.2e} | {row['logprob_vs_sampling_max']:.2e}/{row['logprob_vs_sampling_mean']:.2e}")
+    if args.generate:
+        print(f"\nvariant | generate prefill s (reps) | ratio to {ref!r} | 3 rollout steps s (reps) | ratio to {ref!r}: median [min, max] | sampler vs learner log-prob max/mean")
+        for v in variants:
+            pre = [a / b for (a, _), (b, _) in zip(gen_times[v], gen_times[ref])]
+            step = [a / b for (_, a), (_, b) in zip(gen_times[v], gen_times[ref])]
+            report["variants"][v]["generate"] = {"prefill_s": [a for a, _ in gen_times[v]], "steps_s": [b for _, b in gen_times[v]], "prefill_ratio": statistics.median(pre), "steps_ratio": statistics.median(step), "steps_ratio_min": min(step), "steps_ratio_max": max(step), "sampler_vs_learner_max": gen_mismatch[v][0], "sampler_vs_learner_mean": gen_mismatch[v][1]}
+            print(f"{v} | {' '.join(f'{a:.1f}' for a, _ in gen_times[v])} | {statistics.median(pre):.3f} | {' '.join(f'{b:.1f}' for _, b in gen_times[v])} | {statistics.median(step):.3f} [{min(step):.3f}, {max(step):.3f}] | {gen_mismatch[v][0]:.2e}/{gen_mismatch[v][1]:.2e}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
