@@ -71,23 +71,27 @@ withConfig(program.command('eval').description('evaluate a checkpoint or model d
   .option('--remote-model <name>', 'with --remote: the model name to request (default: the first one the server lists)')
   .option('--remote-timeout <seconds>', 'with --remote: time limit per request attempt', '120')
   .option('--json <file>', 'also write the result (with the checkpoint name and evaluation settings) to this JSON file')
+  .option('--trajectories <file>', "record the episodes played as JSON lines in this file (default: <run>/trajectories/eval-<checkpoint>.jsonl for a run's checkpoint; none for a bare model directory)")
   .action(async (given: string, opts) => {
     if (opts.json) checkOutputFile(opts.json, '--json');
+    if (opts.trajectories) checkOutputFile(opts.trajectories, '--trajectories');
     const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
     const path = await modelArgument(given);
     const runConfig = join(path, 'config.yaml');
     const cfg = configFrom(opts, existsSync(runConfig) ? runConfig : undefined);
     const modelDir = existsSync(join(path, 'checkpoints')) ? latestCheckpoint(path) : path;
     if (!modelDir) throw new Error(`${path} has no checkpoint`);
+    const { defaultEvalTrajectories } = await import('../trainer/eval-command.ts');
+    const trajectories: string | undefined = opts.trajectories ?? defaultEvalTrajectories(modelDir) ?? undefined;
     if (opts.remote) {
       const timeout = Number(opts.remoteTimeout);
       if (!(timeout > 0)) throw new ConfigError(`--remote-timeout must be a positive number of seconds, got "${opts.remoteTimeout}"`);
       const { evaluateRemote } = await import('../policy/remote/eval-command.ts');
-      await evaluateRemote(modelDir, { baseUrl: opts.remote, model: opts.remoteModel, timeoutMs: timeout * 1000 }, cfg, { json: opts.json });
+      await evaluateRemote(modelDir, { baseUrl: opts.remote, model: opts.remoteModel, timeoutMs: timeout * 1000 }, cfg, { json: opts.json, trajectories });
       return;
     }
     const { evaluateModelDir } = await import('../trainer/eval-command.ts');
-    await evaluateModelDir(modelDir, cfg, { json: opts.json });
+    await evaluateModelDir(modelDir, cfg, { json: opts.json, trajectories });
   });
 
 program
