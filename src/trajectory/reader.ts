@@ -97,7 +97,15 @@ export class TrajectoryFile {
     try {
       const buffer = Buffer.alloc(at.length);
       readSync(fd, buffer, 0, at.length, at.offset);
-      return EpisodeRecordSchema.parse(JSON.parse(buffer.toString('utf8')));
+      let value: unknown;
+      try {
+        value = JSON.parse(buffer.toString('utf8'));
+      } catch (e) {
+        throw new Error(`${this.path}:${line} changed since it was read and is no longer JSON (${(e as Error).message})`);
+      }
+      const parsed = EpisodeRecordSchema.safeParse(value);
+      if (!parsed.success) throw new Error(`${this.path}:${line} changed since it was read and is no longer an episode record (${describeIssues(parsed.error)})`);
+      return parsed.data;
     } finally {
       closeSync(fd);
     }
