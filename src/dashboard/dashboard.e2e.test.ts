@@ -91,8 +91,8 @@ describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPat
     await page.goto(`${dashboard.url}/#trajectories?tips=1`, { waitUntil: 'load' });
     await page.waitForSelector('#episodes tbody tr');
     // Tips shown: only iteration 2 has them (the memory is empty during iteration 1).
-    const iterations = await page.$$eval('#episodes tbody tr', (rows) => rows.map((r) => r.children[1].textContent));
-    expect(new Set(iterations)).toEqual(new Set(['2']));
+    const played = await page.$$eval('#episodes tbody tr', (rows) => rows.map((r) => r.children[0].textContent));
+    expect(new Set(played)).toEqual(new Set(['iter 2']));
     await page.click('#episodes tbody tr');
     await page.waitForSelector('#episode .step aside.tips details');
     expect(await page.$eval('#episode h2', (h) => h.textContent)).toMatch(/^(fetch|clue) #\d+ tips · (on|off)-policy score /);
@@ -123,8 +123,15 @@ describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPat
     expect((await plotted(page))['training score']).toBe(2);
     await train(config(3), { resume: true, log: () => {} });
     // No reload: the page's poll picks up the new lines.
-    await page.waitForFunction(() => JSON.parse((document.querySelector('#curves') as HTMLElement | null)?.dataset.points ?? '{}')['training score'] === 3, { timeout: 30_000 });
-    expect((await plotted(page))['held-out score']).toBe(4);
+    // The iteration's train line comes first, its evaluation after it: wait for both.
+    await page.waitForFunction(
+      () => {
+        const points = JSON.parse((document.querySelector('#curves') as HTMLElement | null)?.dataset.points ?? '{}');
+        return points['training score'] === 3 && points['held-out score'] === 4;
+      },
+      { timeout: 30_000 },
+    );
+    expect(await page.$$eval('#curves svg .mark-line path', (paths) => paths.length)).toBeGreaterThanOrEqual(6);
     await page.waitForFunction(() => document.querySelector('#runs-table tbody tr')?.children[4].textContent === '3 / 3', { timeout: 30_000 });
     await page.goto(`${dashboard.url}/#trajectories`, { waitUntil: 'load' });
     await page.waitForSelector('#episodes tbody tr');

@@ -16,8 +16,8 @@ export class DataError extends Error {}
 
 export interface RunSummary {
   config: Record<string, unknown> | null;
-  /** Why the config could not be read (missing, not YAML). */
-  config_problem: string | null;
+  /** Why the config or metrics.jsonl could not be read (missing, not YAML, a damaged line). */
+  problem: string | null;
   iterations_done: number;
   iterations_planned: number | null;
   env_steps: number;
@@ -69,7 +69,7 @@ export function summariseRun(dir: string): RunSummary {
   const state: RunSummary['state'] = finished ? 'finished' : updatedMs === null ? 'not started' : Date.now() - updatedMs < RUNNING_WITHIN_MS ? 'running' : 'stopped';
   return {
     config,
-    config_problem: problem ?? metricsProblem,
+    problem: problem ?? metricsProblem,
     iterations_done: done,
     iterations_planned: planned,
     env_steps: typeof lastTrain?.env_steps === 'number' ? lastTrain.env_steps : 0,
@@ -102,12 +102,20 @@ export class TrajectoryFiles {
 
   /** The source's files, each brought up to date. */
   of(source: Source): TrajectoryFile[] {
-    return trajectoryPaths(source).map((path) => {
+    const out: TrajectoryFile[] = [];
+    for (const path of trajectoryPaths(source)) {
       let file = this.files.get(path);
       if (!file) this.files.set(path, (file = new TrajectoryFile(path)));
-      file.refresh();
-      return file;
-    });
+      try {
+        file.refresh();
+      } catch (e) {
+        // Removed between listing and reading (a resume renames its file into place): gone from this answer.
+        if ((e as NodeJS.ErrnoException).code === 'ENOENT') continue;
+        throw e;
+      }
+      out.push(file);
+    }
+    return out;
   }
 }
 

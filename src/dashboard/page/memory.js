@@ -87,13 +87,17 @@ export function memoryView(root, ctx) {
     entries.append(h('h2', {}, `Slot ${m.slot ?? '–'} `, h('span', { class: 'muted' }, `${m.matching} ${params.get('q') ? 'matching' : 'entries'}, newest first${m.matching > m.entries.length ? ` (first ${m.entries.length})` : ''}`)), search);
     entries.append(
       h(
-        'table',
-        { class: 'grid', id: 'memory-entries' },
-        h('thead', {}, h('tr', {}, ['#', 'score', 'action', 'progress', 'tip'].map((c) => h('th', {}, c)))),
+        'div',
+        { class: 'scroll-tall' },
         h(
-          'tbody',
-          {},
-          m.entries.map((e) => h('tr', {}, h('td', { class: 'num muted' }, e.order), h('td', { class: 'num' }, fmt(e.score)), h('td', { class: 'mono' }, e.action ?? '–'), h('td', { class: 'num' }, fmt(e.progress)), h('td', { class: 'tip-text' }, e.text))),
+          'table',
+          { class: 'grid', id: 'memory-entries' },
+          h('thead', {}, h('tr', {}, ['#', 'score', 'action', 'progress', 'tip'].map((c) => h('th', {}, c)))),
+          h(
+            'tbody',
+            {},
+            m.entries.map((e) => h('tr', {}, h('td', { class: 'num muted' }, e.order), h('td', { class: 'num' }, fmt(e.score)), h('td', { class: 'mono' }, e.action ?? '–'), h('td', { class: 'num' }, fmt(e.progress)), h('td', { class: 'tip-text' }, e.text))),
+          ),
         ),
       ),
     );

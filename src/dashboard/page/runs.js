@@ -19,6 +19,7 @@ export function runsView(root, ctx) {
   let params = new URLSearchParams();
   let showAllKeys = false;
   let defaults = null;
+  let tableKey = null;
   const drawn = new Map(); // run id -> JSON of the metrics last drawn
   let chart = null;
   const tableBox = h('div', { class: 'panel' });
@@ -41,6 +42,10 @@ export function runsView(root, ctx) {
   };
 
   function renderTable() {
+    // Redrawn only when a run or the selection changed, so a checkbox is never replaced under the pointer.
+    const key = JSON.stringify([runs(), selected().map((r) => r.id)]);
+    if (key === tableKey) return;
+    tableKey = key;
     clear(tableBox);
     tableBox.append(h('h2', {}, 'Runs'));
     const list = runs();
@@ -78,7 +83,7 @@ export function runsView(root, ctx) {
         ),
       ),
     );
-    const problems = list.filter((r) => r.run?.config_problem).map((r) => r.run.config_problem);
+    const problems = list.filter((r) => r.run?.problem).map((r) => r.run.problem);
     for (const p of problems) tableBox.append(errorBox(p));
   }
 
@@ -189,6 +194,7 @@ export function runsView(root, ctx) {
     route: async (p) => {
       params = p;
       drawn.clear();
+      tableKey = null;
       await refresh();
     },
     update: refresh,
@@ -216,7 +222,7 @@ async function drawCurves(container, values, runOrder) {
       mark: { type: 'line', point: { size: 28 }, strokeWidth: 2, tooltip: true },
       encoding: {
         x: { field: 'steps', type: 'quantitative', title: 'environment steps', axis: { format: '~s' } },
-        y: { field: 'value', type: 'quantitative', title: null, scale: { zero: false }, axis: { format: '~g' } },
+        y: { field: 'value', type: 'quantitative', title: null, scale: { zero: false }, axis: { format: '~r' } },
         color: { field: 'run', type: 'nominal', sort: runOrder, title: 'run', legend: { orient: 'top', labelLimit: 0, direction: 'vertical' } },
         detail: { field: 'run' },
       },

@@ -75,7 +75,7 @@ export function trajectoriesView(root, ctx) {
       h(
         'table',
         { class: 'grid clickable', id: 'episodes' },
-        h('thead', {}, h('tr', {}, ['', 'iter', 'task', 'mode', 'score', 'steps', 'tips', 'followed'].map((c) => h('th', {}, c)))),
+        h('thead', {}, h('tr', {}, ['played', 'task', 'mode', 'score', 'steps', 'tips', 'followed'].map((c) => h('th', {}, c)))),
         h(
           'tbody',
           {},
@@ -84,9 +84,8 @@ export function trajectoriesView(root, ctx) {
             return h(
               'tr',
               { dataset: { episode: ref }, class: ref === current ? 'chosen' : '', onclick: () => go({ episode: ref }) },
-              h('td', { class: 'muted' }, answer.files[e.file]?.name.replace(/\.jsonl$/, '') ?? ''),
-              h('td', { class: 'num' }, e.iteration ?? (e.trial !== null ? `trial ${e.trial}` : '–')),
-              h('td', {}, `${e.task} #${e.variation}`),
+              h('td', { class: 'nowrap', title: answer.files[e.file]?.path ?? '' }, playedAt(e)),
+              h('td', { class: 'nowrap' }, `${e.task} #${e.variation}`),
               h('td', {}, modeBadge(e.mode)),
               h('td', { class: `num ${e.success ? 'success' : ''}` }, fmt(e.score)),
               h('td', { class: 'num' }, e.steps),
@@ -139,6 +138,13 @@ export function trajectoriesView(root, ctx) {
     },
     update: refresh,
   };
+}
+
+/** Where an episode was played, in a few characters: the iteration, an evaluation, or an adapt trial. */
+function playedAt(e) {
+  if (e.source === 'adapt') return `trial ${e.trial}`;
+  const at = e.iteration ?? '?';
+  return e.source === 'eval' ? `eval @ ${at}` : `iter ${at}`;
 }
 
 function episodeChat(e, file, line, sourceId) {
