@@ -164,6 +164,37 @@ describe('empo2 CLI', () => {
     const record = JSON.parse(readFileSync(evalJson, 'utf8'));
     expect(record).toMatchObject({ checkpoint: `iter-${String(next).padStart(6, '0')}`, eval_split: 'test', eval_variations: 1, episodes: 1 });
     expect(evaluated.stdout).toContain(`| **all** | 1 | ${record.mean_score.toFixed(1)} | ${(record.success_rate * 100).toFixed(1)}% |`);
+    // ... and records its episodes beside the run's own.
+    const recorded = join(runDir, 'trajectories', `eval-iter-${String(next).padStart(6, '0')}.jsonl`);
+    expect(evaluated.stdout).toContain(`episodes recorded in ${recorded} (read them with: empo2 dashboard ${runDir})`);
+    expect(readFileSync(recorded, 'utf8').trim().split('\n').map((l) => JSON.parse(l).task)).toEqual(['fetch']);
+  });
+
+  it('dashboard serves the run on loopback until Ctrl-C, and refuses a missing folder and another interface', async () => {
+    const runDir = join(root, 'interrupted');
+    const proc = start(['dashboard', runDir, '--port', '0']);
+    const url = await new Promise<string>((resolveUrl, reject) => {
+      const timer = setInterval(() => {
+        const m = /^dashboard at (http:\/\/127\.0\.0\.1:\d+) \(1 run; Ctrl-C to stop\)$/m.exec(proc.stdout());
+        if (m) {
+          clearInterval(timer);
+          resolveUrl(m[1]);
+        } else if (proc.child.exitCode !== null) {
+          clearInterval(timer);
+          reject(new Error(`dashboard exited: ${proc.stdout()}`));
+        }
+      }, 20);
+    });
+    const sources = (await (await fetch(`${url}/api/sources`)).json()) as { sources: { kind: string; path: string }[] };
+    expect(sources.sources.map((s) => [s.kind, s.path])).toEqual([['run', runDir]]);
+    proc.child.kill('SIGINT');
+    expect((await proc.done).code).toBe(0);
+
+    const missing = await run(['dashboard', join(root, 'no-such-run')]);
+    expect([missing.code, missing.stderr.trim()]).toEqual([1, `empo2: ${join(root, 'no-such-run')} does not exist`]);
+    const exposed = await run(['dashboard', runDir, '--host', '0.0.0.0']);
+    expect(exposed.code).toBe(1);
+    expect(exposed.stderr).toMatch(/^empo2: --host 0\.0\.0\.0: .*listens on loopback only/);
   });
 });
 

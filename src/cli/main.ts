@@ -71,23 +71,27 @@ withConfig(program.command('eval').description('evaluate a checkpoint or model d
   .option('--remote-model <name>', 'with --remote: the model name to request (default: the first one the server lists)')
   .option('--remote-timeout <seconds>', 'with --remote: time limit per request attempt', '120')
   .option('--json <file>', 'also write the result (with the checkpoint name and evaluation settings) to this JSON file')
+  .option('--trajectories <file>', "record the episodes played as JSON lines in this file (default: <run>/trajectories/eval-<checkpoint>.jsonl for a run's checkpoint; none for a bare model directory)")
   .action(async (given: string, opts) => {
     if (opts.json) checkOutputFile(opts.json, '--json');
+    if (opts.trajectories) checkOutputFile(opts.trajectories, '--trajectories');
     const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
     const path = await modelArgument(given);
     const runConfig = join(path, 'config.yaml');
     const cfg = configFrom(opts, existsSync(runConfig) ? runConfig : undefined);
     const modelDir = existsSync(join(path, 'checkpoints')) ? latestCheckpoint(path) : path;
     if (!modelDir) throw new Error(`${path} has no checkpoint`);
+    const { defaultEvalTrajectories } = await import('../trainer/eval-command.ts');
+    const trajectories: string | undefined = opts.trajectories ?? defaultEvalTrajectories(modelDir) ?? undefined;
     if (opts.remote) {
       const timeout = Number(opts.remoteTimeout);
       if (!(timeout > 0)) throw new ConfigError(`--remote-timeout must be a positive number of seconds, got "${opts.remoteTimeout}"`);
       const { evaluateRemote } = await import('../policy/remote/eval-command.ts');
-      await evaluateRemote(modelDir, { baseUrl: opts.remote, model: opts.remoteModel, timeoutMs: timeout * 1000 }, cfg, { json: opts.json });
+      await evaluateRemote(modelDir, { baseUrl: opts.remote, model: opts.remoteModel, timeoutMs: timeout * 1000 }, cfg, { json: opts.json, trajectories });
       return;
     }
     const { evaluateModelDir } = await import('../trainer/eval-command.ts');
-    await evaluateModelDir(modelDir, cfg, { json: opts.json });
+    await evaluateModelDir(modelDir, cfg, { json: opts.json, trajectories });
   });
 
 program
@@ -300,6 +304,24 @@ memoryCommand
   .action(async (path: string, opts) => {
     const { showMemory } = await import('../memory/show.ts');
     console.log(showMemory(path, { task: opts.task, limit: Number(opts.limit), json: !!opts.json }));
+  });
+
+program
+  .command('dashboard')
+  .description('a local web page: runs and their configs side by side, learning curves (live), the episodes recorded with the tips each step was shown, the tip memory, and compare outputs; see src/dashboard/README.md')
+  .argument('[dirs...]', 'run folders, compare or adapt outputs, folders holding them (searched 4 levels down), or trajectory .jsonl files (default: ./runs)')
+  .option('--port <port>', 'port (default 8765; 0 picks a free one)')
+  .option('--host <host>', 'loopback address to listen on: 127.0.0.1 (default), ::1 or localhost; the page has no login, so other interfaces are refused')
+  .action(async (dirs: string[], opts) => {
+    const { startDashboard, DEFAULT_DASHBOARD_PORT } = await import('../dashboard/server.ts');
+    const port = opts.port === undefined ? DEFAULT_DASHBOARD_PORT : Number(opts.port);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`--port must be an integer from 0 to 65535, got "${opts.port}"`);
+    const dashboard = await startDashboard({ paths: dirs, host: opts.host, port, log: (l) => console.error(l) });
+    const counts = new Map<string, number>();
+    for (const s of dashboard.sources()) counts.set(s.kind, (counts.get(s.kind) ?? 0) + 1);
+    const names: Record<string, [string, string]> = { run: ['run', 'runs'], compare: ['compare output', 'compare outputs'], adapt: ['adapt output', 'adapt outputs'], records: ['folder of records', 'folders of records'] };
+    console.log(`dashboard at ${dashboard.url} (${[...counts].map(([kind, n]) => `${n} ${names[kind][n === 1 ? 0 : 1]}`).join(', ')}; Ctrl-C to stop)`);
+    process.on('SIGINT', () => void dashboard.close().then(() => process.exit(0)));
   });
 
 const webshop = program.command('webshop').description('the WebShop environment');

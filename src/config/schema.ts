@@ -176,6 +176,13 @@ export const TrainSchema = strict({
   eval_with_memory: z.boolean().default(false).describe('show tips from memory during evaluation too (the paper evaluates without)'),
 });
 
+export const TrajectoriesSchema = strict({
+  train_per_iteration: z.number().int().min(0).max(1024).default(4).describe("training episodes recorded per iteration in <run_dir>/trajectories/train.jsonl, spread over the batch's groups (0: none)"),
+  eval_per_evaluation: z.number().int().min(0).nullable().default(null).describe('held-out episodes recorded per evaluation in <run_dir>/trajectories/eval.jsonl (null: all; 0: none)'),
+  max_valid_actions: z.number().int().min(0).max(10_000).default(50).describe('valid actions recorded per step (their count is always recorded; ScienceWorld lists thousands)'),
+  max_megabytes: z.number().positive().max(65_536).default(64).describe('size cap of each trajectory file; once reached, recording stops with a last line saying so'),
+});
+
 export const ConfigSchema = strict({
   seed: z.number().int().min(0).default(0).describe('seed for model init, task sampling and action sampling'),
   run_dir: z.string().default('runs/default').describe('where checkpoints, metrics.jsonl and the evaluation table go'),
@@ -187,6 +194,7 @@ export const ConfigSchema = strict({
   optim: OptimSchema.prefault({}),
   memory: MemorySchema.prefault({}),
   train: TrainSchema.prefault({}),
+  trajectories: TrajectoriesSchema.prefault({}).describe('episodes written as JSON lines for reading (empo2 dashboard); never changes training'),
 });
 
 export type Config = z.infer<typeof ConfigSchema>;
@@ -279,6 +287,10 @@ export const RESUMABLE_OPTIONS = [
   'model.torch.launcher',
   'model.torch.gradient_checkpointing',
   'optim.micro_batch_tokens',
+  'trajectories.train_per_iteration',
+  'trajectories.eval_per_evaluation',
+  'trajectories.max_valid_actions',
+  'trajectories.max_megabytes',
 ] as const;
 
 /** "key: value in the run, value now" for every option that differs and that a resume may not change. */

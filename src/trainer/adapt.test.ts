@@ -7,7 +7,8 @@ import { loadConfig } from '../config/load.ts';
 import { showMemory } from '../memory/show.ts';
 import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
-import { adapt, stepKey, tipUse, type ShownTips } from './adapt.ts';
+import { EpisodeRecordSchema } from '../trajectory/format.ts';
+import { ADAPT_TRAJECTORIES, adapt, stepKey, tipUse, type ShownTips } from './adapt.ts';
 import { latestCheckpoint } from './checkpoint.ts';
 import { createEngine, train } from './trainer.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
@@ -56,6 +57,13 @@ describe('empo2 adapt', () => {
     expect(saved.memory).toEqual(cfg.memory);
     expect(readFileSync(join(out, 'adapt.md'), 'utf8')).toMatch(/\| 3 \| /);
     expect(lines.some((l) => l.startsWith('trial 3/3: mean score'))).toBe(true);
+    // Every episode of every trial is recorded, with what it was shown and the tip written after it.
+    const recorded = readFileSync(join(out, ADAPT_TRAJECTORIES), 'utf8').trim().split('\n').map((l) => EpisodeRecordSchema.parse(JSON.parse(l)));
+    expect(recorded.map((r) => [r.source, r.trial, r.task, r.mode, r.slot])).toEqual([1, 1, 2, 2, 3, 3].map((t) => ['adapt', t, 'fetch', 'tips', 'fetch']));
+    expect(recorded.map((r) => r.score)).toEqual(results.flatMap((r) => r.scores));
+    expect(recorded.every((r) => typeof r.reflection === 'string' && r.reflection.length > 0)).toBe(true);
+    const tipsPerStep = (t: number) => recorded.filter((r) => r.trial === t).flatMap((r) => r.steps.map((s) => s.tips.length));
+    expect(tipsPerStep(3).reduce((a, b) => a + b, 0) / tipsPerStep(3).length).toBeCloseTo(results[2].tips_shown_per_step, 10);
     // Frozen weights: the checkpoint and the engine's parameters are unchanged.
     expect(readFileSync(join(dir, 'model.safetensors')).equals(before)).toBe(true);
     const w = readSafetensors(join(dir, 'model.safetensors')).tensors;

@@ -5,10 +5,13 @@
  * trial k+1 can use what trials 1..k found. No weight is updated. Works with any PolicyEngine,
  * a remote server included.
  */
+import { join } from 'node:path';
 import { resolveAlgo, type Config } from '../config/schema.ts';
+import { TrajectoryWriter } from '../trajectory/writer.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { MemoryRuntime } from './memory.ts';
 import type { Episode } from './rollout.ts';
+import { recordEpisodes } from './trajectories.ts';
 import { checkTrialOptions, markdownTable, openTrialBed, pct, playTrial, saveTrialReport, scoreCells, trialScores, trialSeed, type TrialOptions, type TrialScores } from './trials.ts';
 
 export interface AdaptOptions extends TrialOptions {
@@ -72,6 +75,9 @@ export function tipUse(episodes: readonly Pick<Episode, 'group' | 'steps'>[], sh
   };
 }
 
+/** Where adapt records every episode of every trial, in its output folder. */
+export const ADAPT_TRAJECTORIES = 'trajectories.jsonl';
+
 /** One step of one episode in a trial: adapt gives every variation its own group. */
 export function stepKey(group: number, step: number): string {
   return `${group}:${step}`;
@@ -89,6 +95,7 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
     throw e;
   });
   const { jobs, variations, hasSolver } = bed;
+  const recorder = TrajectoryWriter.fresh(join(o.outDir, ADAPT_TRAJECTORIES), { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log });
   log(`adapt: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, memory on (${memory.embedder.name}, ${memory.reflector.name} reflector, top ${cfg.memory.top_k})`);
   const results: TrialResult[] = [];
   try {
@@ -104,7 +111,8 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
         return tips;
       };
       const episodes = await playTrial(bed, engine, cfg, jobs, { trial, trials: o.trials, seed: trialSeed(cfg, trial, o.sameSeed !== false) }, { tips: counted, uses: () => true });
-      await memory.write(episodes);
+      const { reflections } = await memory.writeTips(episodes);
+      recordEpisodes(recorder, episodes, [...episodes.keys()], { source: 'adapt', trial }, (i) => ({ mode: 'tips', slot: memory.slotOf(episodes[i]), reflection: reflections[i] }));
       const r: TrialResult = {
         ...trialScores(trial, episodes),
         // Entries in the slots this adaptation uses (one per task, or one per variation).

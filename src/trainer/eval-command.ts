@@ -1,6 +1,6 @@
 /** `empo2 eval`: load a policy directory (or use a served one) and print the held-out evaluation table. */
 import { existsSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { ConfigError } from '../config/load.ts';
 import { resolveAlgo, type Config } from '../config/schema.ts';
 import { createEnv } from '../envs/index.ts';
@@ -10,7 +10,9 @@ import type { PolicyEngine } from '../policy/types.ts';
 import { loadTrainerState } from './trainer-state.ts';
 import { evaluate, formatEvalTable, timing, type EvalResult } from './evaluate.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
-import { environmentCount } from './rollout.ts';
+import { environmentCount, type Episode } from './rollout.ts';
+import { TrajectoryWriter } from '../trajectory/writer.ts';
+import { recordEpisodes, spreadSample, TRAJECTORIES_DIR } from './trajectories.ts';
 
 /** What `empo2 eval --json` writes: the result plus what was evaluated and how, so a reader can tell a stale file. */
 export interface EvalRecord {
@@ -38,6 +40,21 @@ export interface EvalOutput {
   json?: string;
   /** The directory the weights (or, for a served model, the tokenizer) came from. */
   modelDir: string;
+  /** Where to record the episodes played (trajectory JSON lines), if anywhere. */
+  trajectories?: string;
+}
+
+/**
+ * Where `empo2 eval` records a checkpoint's episodes by default: beside the run's own records, one
+ * file per checkpoint (evaluations of different checkpoints may run at once). Null for a model
+ * directory that is not part of a run: nothing is written into it unless --trajectories says where.
+ */
+export function defaultEvalTrajectories(modelDir: string): string | null {
+  const checkpoints = dirname(modelDir);
+  if (basename(checkpoints) !== 'checkpoints') return null;
+  const runDir = dirname(checkpoints);
+  if (!existsSync(join(runDir, 'config.yaml')) && !existsSync(join(runDir, 'metrics.jsonl'))) return null;
+  return join(runDir, TRAJECTORIES_DIR, `eval-${basename(modelDir)}.jsonl`);
 }
 
 /** Evaluates `engine` on the config's held-out variations (at most env.max_instances environments open at once), prints and optionally saves the result. */
@@ -50,7 +67,14 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
     while (envs.length < environmentCount(cfg, evaluationEpisodes(probe, tasks, cfg))) envs.push(await createEnv(cfg.env));
     const memory = cfg.train.eval_with_memory ? await checkpointMemory(cfg, engine, output.modelDir) : undefined;
     if (memory) console.log(`showing tips from ${join(output.modelDir, MEMORY_FILE)} (${memory.tips.size()} tips; read, not written)`);
-    const result = await evaluate(engine, envs, tasks, cfg, 0, memory, 'eval');
+    const writer = output.trajectories ? TrajectoryWriter.fresh(output.trajectories, { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log: (l) => console.log(l) }) : null;
+    const at = { source: 'eval' as const, iteration: checkpointIteration(output.modelDir), envSteps: checkpointSteps(output.modelDir).train_env_steps ?? null, checkpoint: basename(output.modelDir) };
+    const played = (episodes: readonly Episode[]) => {
+      const k = cfg.trajectories.eval_per_evaluation ?? episodes.length;
+      recordEpisodes(writer, episodes, spreadSample(episodes.length, k), at, (i) => ({ mode: memory ? 'tips' : 'plain', slot: memory ? memory.slotOf(episodes[i]) : null, reflection: null }));
+    };
+    const result = await evaluate(engine, envs, tasks, cfg, 0, memory, 'eval', played);
+    if (writer) console.log(`episodes recorded in ${output.trajectories} (read them with: empo2 dashboard ${dashboardArgument(output.trajectories!)})`);
     console.log(formatEvalTable(result, null).replace(/iter 0/g, output.column));
     console.log(timing(result.summary));
     if (output.json) {
@@ -92,6 +116,21 @@ async function checkpointMemory(cfg: Config, engine: PolicyEngine, dir: string):
   return MemoryRuntime.create(cfg, algo, engine, dir);
 }
 
+/** What to open in the dashboard to read a trajectory file: its run, when it sits in one's trajectories/ folder. */
+function dashboardArgument(file: string): string {
+  const folder = dirname(file);
+  return basename(folder) === TRAJECTORIES_DIR ? dirname(folder) : file;
+}
+
+/** A checkpoint's iteration; null for a model directory that is not a checkpoint. */
+function checkpointIteration(dir: string): number | null {
+  try {
+    return loadTrainerState(dir).iteration;
+  } catch {
+    return null;
+  }
+}
+
 /** A checkpoint's env steps; nothing for a model directory that is not a checkpoint. */
 function checkpointSteps(dir: string): { train_env_steps?: number } {
   try {
@@ -103,7 +142,7 @@ function checkpointSteps(dir: string): { train_env_steps?: number } {
   }
 }
 
-export async function evaluateModelDir(dir: string, cfg: Config, opts: { json?: string } = {}): Promise<EvalResult> {
+export async function evaluateModelDir(dir: string, cfg: Config, opts: { json?: string; trajectories?: string } = {}): Promise<EvalResult> {
   // Loaded here, not at the top, so `eval --remote` does not load TensorFlow.js or the training code.
   const { initBackend } = await import('../policy/tfjs/backend.ts');
   const { createPlayingEngine } = await import('./trainer.ts');
@@ -111,7 +150,7 @@ export async function evaluateModelDir(dir: string, cfg: Config, opts: { json?: 
   const { engine, description } = await createPlayingEngine(cfg, dir);
   console.error(`empo2 eval | ${dir} | ${description}`);
   try {
-    return await evaluateEngine(engine, cfg, { column: 'checkpoint', json: opts.json, modelDir: dir });
+    return await evaluateEngine(engine, cfg, { column: 'checkpoint', json: opts.json, modelDir: dir, trajectories: opts.trajectories });
   } finally {
     engine.dispose();
   }

@@ -6,7 +6,7 @@ import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { EpisodeProgress } from './progress.ts';
-import { rolloutSettings, runEpisodesInChunks, type RolloutJob, type TipSource } from './rollout.ts';
+import { rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob, type TipSource } from './rollout.ts';
 
 export interface TaskResult {
   task: string;
@@ -31,6 +31,8 @@ export async function evaluate(
   memory?: { tipSource(): TipSource },
   /** Show progress under this label (episodes, steps, elapsed, ETA). */
   progressLabel?: string,
+  /** Given the episodes played, in job order (trajectory records). */
+  played?: (episodes: readonly Episode[]) => void,
 ): Promise<EvalResult> {
   const t0 = performance.now();
   const jobs: RolloutJob[] = [];
@@ -45,6 +47,7 @@ export async function evaluate(
   const progress = progressLabel ? new EpisodeProgress(jobs, { label: progressLabel }) : undefined;
   const { episodes, stats } = await runEpisodesInChunks(envs, engine, jobs, (start) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start), withTips, progress);
   progress?.finish();
+  played?.(episodes);
   const envSteps = stats.envSteps;
   for (const e of episodes) {
     scores.set(e.task, [...(scores.get(e.task) ?? []), e.score]);

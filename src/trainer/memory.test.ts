@@ -39,6 +39,11 @@ function tipQuery(state: string, fields: Partial<Pick<TipQuery, 'taken' | 'score
   return [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state, taken: [], scoreSoFar: 0, validActions: [], oracleAction: () => null, ...fields }];
 }
 
+/** The texts of the tips `memory.tipSource()` returns, per query. */
+async function tipTexts(memory: MemoryRuntime, queries: TipQuery[]): Promise<string[][]> {
+  return (await memory.tipSource()(queries)).map((tips) => tips.map((t) => t.text));
+}
+
 function runtime(overrides: string[]): MemoryRuntime {
   const cfg = loadConfig(null, ['algo.name=empo2', 'algo.p=1', 'memory.reflector=summary', 'memory.dim=256', ...overrides]);
   return new MemoryRuntime(cfg, resolveAlgo(cfg), new HashedNgramEmbedder({ dim: 256 }), new TrajectorySummaryReflector(), new TipMemory(256, { capacity: 100, threshold: 0.5, topK: cfg.memory.top_k }), new NoveltyList(0.9));
@@ -94,8 +99,8 @@ describe('MemoryRuntime.write: memory.step_tip_reflection', () => {
 
   it('applies to the oracle tip too', async () => {
     const q = tipQuery('anywhere', { oracleAction: () => 'take battery' });
-    expect(await runtime(['memory.source=oracle', 'memory.step_credit=gain']).tipSource()(q)).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was take battery; it raised your score by 20 points.`]]);
-    expect(await runtime(['memory.source=oracle', 'memory.step_credit=gain', 'memory.step_tip_reflection=false']).tipSource()(q)).toEqual([['The action you took was take battery; it raised your score by 20 points.']]);
+    expect(await tipTexts(runtime(['memory.source=oracle', 'memory.step_credit=gain']), q)).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was take battery; it raised your score by 20 points.`]]);
+    expect(await tipTexts(runtime(['memory.source=oracle', 'memory.step_credit=gain', 'memory.step_tip_reflection=false']), q)).toEqual([['The action you took was take battery; it raised your score by 20 points.']]);
   });
 });
 
@@ -107,7 +112,7 @@ describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
   it('off (default): the tip about the action already taken stays first', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1']);
     await memory.write([episode]);
-    const [tips] = await memory.tipSource()(query(['open red box', 'inventory', 'take battery']));
+    const [tips] = await tipTexts(memory, query(['open red box', 'inventory', 'take battery']));
     expect(tips).toHaveLength(1);
     expect(tips[0]).toMatch(/took was take battery; it raised your score by 25 points/);
   });
@@ -115,9 +120,9 @@ describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
   it('on: tips about actions this episode has taken are left out, the next best tip takes their place', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1', 'memory.skip_taken_actions=true']);
     await memory.write([episode]);
-    const [before] = await memory.tipSource()(query([]));
+    const [before] = await tipTexts(memory, query([]));
     expect(before[0]).toMatch(/took was take battery/);
-    const [after] = await memory.tipSource()(query(['open red box', 'inventory', 'take battery']));
+    const [after] = await tipTexts(memory, query(['open red box', 'inventory', 'take battery']));
     expect(after).toHaveLength(1);
     expect(after[0]).toMatch(/took was look around; it did not change your score/);
   });
@@ -131,30 +136,30 @@ describe('MemoryRuntime.tipSource: memory.valid_actions_only', () => {
   it('off (default): tips are shown whatever the current state accepts', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1']);
     await memory.write([episode]);
-    const [tips] = await memory.tipSource()(query(['look around']));
+    const [tips] = await tipTexts(memory, query(['look around']));
     expect(tips[0]).toMatch(/took was take battery/);
   });
 
   it('on: only tips whose action is valid now are shown, best first among them (ties: the more similar state first)', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=2', 'memory.valid_actions_only=true']);
     await memory.write([episode]);
-    const [offered] = await memory.tipSource()(query(['inventory', 'look around', 'take battery']));
+    const [offered] = await tipTexts(memory, query(['inventory', 'look around', 'take battery']));
     expect(offered.map((t) => t.match(/took was ([a-z ]+);/)![1])).toEqual(['take battery', 'inventory']);
-    const [notOffered] = await memory.tipSource()(query(['inventory', 'look around']));
+    const [notOffered] = await tipTexts(memory, query(['inventory', 'look around']));
     expect(notOffered.map((t) => t.match(/took was ([a-z ]+);/)![1])).toEqual(['inventory', 'look around']);
-    expect((await memory.tipSource()(query(['go to kitchen'])))[0]).toEqual([]);
+    expect((await tipTexts(memory, query(['go to kitchen'])))[0]).toEqual([]);
   });
 
   it('on, in a state that lists no valid actions (free-text environments): tips are not filtered', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1', 'memory.valid_actions_only=true']);
     await memory.write([episode]);
-    expect((await memory.tipSource()(query([])))[0][0]).toMatch(/took was take battery/);
+    expect((await tipTexts(memory, query([])))[0][0]).toMatch(/took was take battery/);
   });
 
   it('combines with skip_taken_actions: a tip must be valid now and not yet taken', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=3', 'memory.valid_actions_only=true', 'memory.skip_taken_actions=true']);
     await memory.write([episode]);
-    const [tips] = await memory.tipSource()(query(['inventory', 'look around', 'take battery', 'open red box'], ['inventory', 'open red box']));
+    const [tips] = await tipTexts(memory, query(['inventory', 'look around', 'take battery', 'open red box'], ['inventory', 'open red box']));
     expect(tips.map((t) => t.match(/took was ([a-z ]+);/)![1])).toEqual(['take battery', 'look around']);
   });
 });
@@ -166,20 +171,20 @@ describe('MemoryRuntime.tipSource: memory.min_tip_score', () => {
   it('off (default): tips about steps that scored nothing fill the top k', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4']);
     await memory.write([episode]);
-    expect(actions((await memory.tipSource()(query))[0])).toEqual(['take battery', 'inventory', 'look around']);
+    expect(actions((await tipTexts(memory, query))[0])).toEqual(['take battery', 'inventory', 'look around']);
   });
 
   it('0 with gain credit: only tips about actions that raised the score are shown', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4', 'memory.min_tip_score=0']);
     await memory.write([episode]);
-    expect(actions((await memory.tipSource()(query))[0])).toEqual(['take battery']);
+    expect(actions((await tipTexts(memory, query))[0])).toEqual(['take battery']);
   });
 
   it('is strict (a tip scored exactly the bound is left out) and applies with the action filters', async () => {
     const at = async (bound: number, taken: string[] = []) => {
       const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4', `memory.min_tip_score=${bound}`, 'memory.skip_taken_actions=true']);
       await memory.write([episode]);
-      return actions((await memory.tipSource()(tipQuery('You carry nothing. The red box holds a battery.', { taken })))[0]);
+      return actions((await tipTexts(memory, tipQuery('You carry nothing. The red box holds a battery.', { taken })))[0]);
     };
     expect(await at(24.9)).toEqual(['take battery']);
     expect(await at(25)).toEqual([]);
@@ -203,15 +208,15 @@ describe('MemoryRuntime.tipSource: memory.match_progress', () => {
   it('off (default): tips from any point of the episode are shown', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4']);
     await memory.write([episode]);
-    expect(actions((await memory.tipSource()(query(35)))[0])).toEqual(['take battery', 'inventory', 'look around']);
+    expect(actions((await tipTexts(memory, query(35)))[0])).toEqual(['take battery', 'inventory', 'look around']);
   });
 
   it('on: only tips written at the score the episode has now', async () => {
     const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4', 'memory.match_progress=true']);
     await memory.write([episode]);
-    expect(actions((await memory.tipSource()(query(10)))[0])).toEqual(['take battery', 'inventory']);
-    expect(actions((await memory.tipSource()(query(35)))[0])).toEqual(['look around']);
-    expect((await memory.tipSource()(query(0)))[0]).toEqual([]);
+    expect(actions((await tipTexts(memory, query(10)))[0])).toEqual(['take battery', 'inventory']);
+    expect(actions((await tipTexts(memory, query(35)))[0])).toEqual(['look around']);
+    expect((await tipTexts(memory, query(0)))[0]).toEqual([]);
   });
 });
 
@@ -221,12 +226,12 @@ describe('MemoryRuntime.tipSource: memory.source=oracle', () => {
   it("shows the solver's next action as the only tip, in the step-tip wording of the run's credit, whatever the memory holds", async () => {
     const gain = runtime(['memory.step_credit=gain', 'memory.source=oracle']);
     await gain.write([episode]);
-    expect(await gain.tipSource()(query('open red box'))).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was open red box; it raised your score by 20 points.`]]);
+    expect(await tipTexts(gain, query('open red box'))).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was open red box; it raised your score by 20 points.`]]);
     const final = runtime(['memory.source=oracle']);
-    expect(await final.tipSource()(query('take battery'))).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was take battery; you finally scored 20/100.`]]);
+    expect(await tipTexts(final, query('take battery'))).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was take battery; you finally scored 20/100.`]]);
   });
 
   it('shows no tip once the solver has no action left', async () => {
-    expect(await runtime(['memory.source=oracle']).tipSource()(query(null))).toEqual([[]]);
+    expect(await tipTexts(runtime(['memory.source=oracle']), query(null))).toEqual([[]]);
   });
 });

@@ -5,7 +5,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Config, ResolvedAlgo } from '../config/schema.ts';
+import { resolveAlgo, type Config, type ResolvedAlgo } from '../config/schema.ts';
 import { noveltyReward, retrievalReward } from '../algo/intrinsic.ts';
 import { HashedNgramEmbedder } from '../memory/hashed.ts';
 import { NoveltyList } from '../memory/novelty.ts';
@@ -16,7 +16,7 @@ import type { PolicyEngine } from '../policy/types.ts';
 import { IM_END, IM_START } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
 import type { ChatMessage } from '../policy/chat-template.ts';
-import type { Episode, RolloutJob, TipQuery, TipSource } from './rollout.ts';
+import type { Episode, RolloutJob, ShownTip, TipQuery, TipSource } from './rollout.ts';
 
 export const MEMORY_FILE = 'memory.json';
 
@@ -58,9 +58,32 @@ const ORACLE_TIP_POINTS = 20;
 export const ORACLE_TIP_SUMMARY = 'A solver that can see the whole world suggests this step.';
 
 /** `memory.source: oracle`: the solver's next action as the only tip (none once it has no action). */
-export function oracleTips(action: string | null, credit: Config['memory']['step_credit'], reflection = true): string[] {
-  return action === null ? [] : [stepTipText(reflection ? ORACLE_TIP_SUMMARY : '', action, ORACLE_TIP_POINTS, credit)];
+export function oracleTips(action: string | null, credit: Config['memory']['step_credit'], reflection = true): ShownTip[] {
+  return action === null ? [] : [{ text: stepTipText(reflection ? ORACLE_TIP_SUMMARY : '', action, ORACLE_TIP_POINTS, credit), score: ORACLE_TIP_POINTS, similarity: null, action }];
 }
+
+function emptyMemory(cfg: Config, embedder: Embedder): { tips: TipMemory; novelty: NoveltyList } {
+  return { tips: new TipMemory(embedder.dim, { capacity: cfg.memory.capacity, threshold: cfg.memory.threshold, topK: cfg.memory.top_k }), novelty: new NoveltyList(cfg.algo.novelty_threshold) };
+}
+
+/** A checkpoint's memory.json, refused when it is corrupt or keyed by another embedder. */
+function loadSavedMemory(file: string, embedder: Embedder): { tips: TipMemory; novelty: NoveltyList } {
+  let saved: { embedder: string; tips: unknown; novelty: Parameters<typeof NoveltyList.fromJSON>[0] };
+  try {
+    saved = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (e) {
+    throw new Error(`${file} is corrupt (${(e as Error).message})`);
+  }
+  if (saved.embedder !== embedder.name) throw new Error(`${file} was written with embedder ${saved.embedder}, but this run uses ${embedder.name}: keys would not compare`);
+  return { tips: TipMemory.fromJSON(saved.tips, file), novelty: NoveltyList.fromJSON(saved.novelty, embedder.dim, file) };
+}
+
+const READ_ONLY_REFLECTOR: Reflector = {
+  name: 'none (opened for retrieval only)',
+  reflect: async () => {
+    throw new Error('this tip memory was opened for retrieval only; nothing is written to it');
+  },
+};
 
 export class MemoryRuntime {
   /** Seconds spent embedding, retrieving, computing intrinsic rewards and writing tips since the last `takeSeconds`. */
@@ -78,24 +101,26 @@ export class MemoryRuntime {
 
   static async create(cfg: Config, algo: ResolvedAlgo, engine: PolicyEngine, restoreFrom: string | null): Promise<MemoryRuntime> {
     const embedder = await createEmbedder(cfg);
-    const settings = { capacity: cfg.memory.capacity, threshold: cfg.memory.threshold, topK: cfg.memory.top_k };
-    let tips = new TipMemory(embedder.dim, settings);
-    let novelty = new NoveltyList(cfg.algo.novelty_threshold);
     const file = restoreFrom ? join(restoreFrom, MEMORY_FILE) : null;
-    if (file && existsSync(file)) {
-      let saved: { embedder: string; tips: unknown; novelty: Parameters<typeof NoveltyList.fromJSON>[0] };
-      try {
-        saved = JSON.parse(readFileSync(file, 'utf8'));
-      } catch (e) {
-        throw new Error(`${file} is corrupt (${(e as Error).message})`);
-      }
-      if (saved.embedder !== embedder.name) throw new Error(`${file} was written with embedder ${saved.embedder}, but this run uses ${embedder.name}: keys would not compare`);
-      tips = TipMemory.fromJSON(saved.tips, file);
-      novelty = NoveltyList.fromJSON(saved.novelty, embedder.dim, file);
-    } else if (file && algo.memory) {
-      throw new Error(`checkpoint ${restoreFrom} has no ${MEMORY_FILE}, but this run keeps a tip memory`);
-    }
+    if (file && !existsSync(file) && algo.memory) throw new Error(`checkpoint ${restoreFrom} has no ${MEMORY_FILE}, but this run keeps a tip memory`);
+    const { tips, novelty } = file && existsSync(file) ? loadSavedMemory(file, embedder) : emptyMemory(cfg, embedder);
     return new MemoryRuntime(cfg, algo, embedder, createReflector(cfg, engine, cfg.seed), tips, novelty);
+  }
+
+  /**
+   * The memory saved in `file`, opened only to retrieve (the dashboard asks what a state would be
+   * shown): retrieval goes through `tipSource`, as in training, and nothing is written.
+   */
+  static async forRetrieval(cfg: Config, file: string): Promise<MemoryRuntime> {
+    const readOnly: Config = { ...cfg, memory: { ...cfg.memory, source: 'memory' } };
+    const embedder = await createEmbedder(readOnly);
+    try {
+      const { tips, novelty } = loadSavedMemory(file, embedder);
+      return new MemoryRuntime(readOnly, resolveAlgo(readOnly), embedder, READ_ONLY_REFLECTOR, tips, novelty);
+    } catch (e) {
+      embedder.dispose?.();
+      throw e;
+    }
   }
 
   slotOf(job: RolloutJob): string {
@@ -134,8 +159,8 @@ export class MemoryRuntime {
         const filter = { keepAction: this.actionFilter(q), minScore: this.cfg.memory.min_tip_score, progress: this.cfg.memory.match_progress ? q.scoreSoFar : null };
         const hits: RetrievedTip[] = this.tips.retrieve(this.slotOf(q.job), keys[i], undefined, filter);
         observe?.(q, hits.map((h) => h.action));
-        const texts = hits.map((r) => r.text);
-        return bestLast ? texts.reverse() : texts;
+        const shown: ShownTip[] = hits.map(({ text, score, similarity, action }) => ({ text, score, similarity, action }));
+        return bestLast ? shown.reverse() : shown;
       });
       this.seconds += (performance.now() - t0) / 1000;
       return out;
@@ -181,9 +206,17 @@ export class MemoryRuntime {
     return out;
   }
 
-  /** Tip writing after training episodes: one reflection each, stored per step (reference) or per episode. */
+  /** Tip writing after training episodes: one reflection each, stored per step (reference) or per episode; returns the entries added. */
   async write(episodes: readonly Episode[]): Promise<number> {
-    if (!this.algo.memory || episodes.length === 0) return 0;
+    return (await this.writeTips(episodes)).added;
+  }
+
+  /**
+   * `write`, also returning each episode's reflection (the tip the reflector wrote; null where none
+   * was written: no tip memory, or per-step entries without the reflection in front).
+   */
+  async writeTips(episodes: readonly Episode[]): Promise<{ added: number; reflections: (string | null)[] }> {
+    if (!this.algo.memory || episodes.length === 0) return { added: 0, reflections: episodes.map(() => null) };
     const t0 = performance.now();
     const trajectories = episodes.map(trajectoryOf);
     // Per-step tips without the reflection never read it: skip the reflector (a generation pass for the policy reflector).
@@ -206,7 +239,7 @@ export class MemoryRuntime {
       }
     }
     this.seconds += (performance.now() - t0) / 1000;
-    return added;
+    return { added, reflections: reflect ? reflections : episodes.map(() => null) };
   }
 
   takeSeconds(): number {

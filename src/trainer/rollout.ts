@@ -19,9 +19,28 @@ export interface RolloutJob {
   reflections?: readonly PastReflection[];
 }
 
+/** A tip as one step was shown it: the memory's score and cosine similarity, and the action a per-step tip names. */
+export interface ShownTip {
+  text: string;
+  /** The entry's score (an oracle tip's claimed points); null where the source has none. */
+  score: number | null;
+  /** Cosine similarity of the entry's state to the current one; null for tips not retrieved by similarity (oracle). */
+  similarity: number | null;
+  /** The action a per-step tip is about (null for per-episode tips). */
+  action: string | null;
+}
+
 export interface StepRecord {
   /** Observation the action was chosen from (the state text the memory keys on). */
   observation: string;
+  /**
+   * What the step was shown besides the observation, for trajectory records: its tips in prompt order
+   * and the first `RolloutSettings.keptValidActions` valid actions with their count. Rollouts fill
+   * these; steps built by hand for an update may leave them out.
+   */
+  tips?: readonly ShownTip[];
+  validActions?: readonly string[];
+  validActionCount?: number;
   /** Prompt ids as sampled (with tips when the episode used memory). */
   prompt: number[];
   /** Where the tip block sits in `prompt`, if tips were shown. */
@@ -64,7 +83,7 @@ export interface TipQuery {
   oracleAction: () => string | null;
 }
 
-export type TipSource = (queries: TipQuery[]) => Promise<string[][]>;
+export type TipSource = (queries: TipQuery[]) => Promise<ShownTip[][]>;
 
 export interface RolloutSettings {
   prompt: PromptSettings;
@@ -76,6 +95,11 @@ export interface RolloutSettings {
   seed: number;
   /** Pass per-episode cache keys so the engine can reuse each episode's KV cache. */
   reusePrefix?: boolean;
+  /**
+   * Valid actions kept per step for trajectory records (ScienceWorld lists thousands, and every
+   * step of a batch is held until the update); 0 or absent keeps none, only their count.
+   */
+  keptValidActions?: number;
 }
 
 /** Told as episodes run (`empo2 eval` / `adapt` progress); episode indices are positions in the jobs. */
@@ -154,10 +178,11 @@ export async function runEpisodes(
   for (const e of live) progress?.started(e.index, e.limit);
   // Plain prompts are the tiny model's: its actions are its whole answer, as it was trained.
   const actionOf = (text: string, valid: readonly string[]) => (s.prompt.template ? parseAction(text, valid) : text.trim());
+  const keptValid = s.keptValidActions ?? 0;
   try {
     for (let t = 0; live.some((e) => !e.done); t++) {
       const active = live.filter((e) => !e.done);
-      let tips: string[][] = active.map(() => []);
+      let tips: ShownTip[][] = active.map(() => []);
       if (memory) {
         const tm = performance.now();
         const asking = active.filter((e) => memory.uses(e.index));
@@ -166,7 +191,7 @@ export async function runEpisodes(
         tips = active.map((e) => byEpisode.get(e.index) ?? []);
         stats.memorySeconds += (performance.now() - tm) / 1000;
       }
-      const encoded = active.map((e, i) => e.dialogue.prompt(tips[i]));
+      const encoded = active.map((e, i) => e.dialogue.prompt(tips[i].map((tip) => tip.text)));
       const prompts = encoded.map((x) => x.ids);
       const t0 = performance.now();
       const before = engine.prefillCounts?.().prefilledTokens ?? 0;
@@ -191,6 +216,9 @@ export async function runEpisodes(
         const action = actions[i];
         e.steps.push({
           observation: e.turns[e.turns.length - 1].observation,
+          tips: tips[i],
+          validActions: keptValid > 0 ? e.valid.slice(0, keptValid) : [],
+          validActionCount: e.valid.length,
           prompt: prompts[i],
           tipSpan: encoded[i].tipSpan,
           response: g.tokens,
@@ -281,5 +309,6 @@ export function rolloutSettings(cfg: Config, evaluation: boolean, seed: number):
     maxSteps: cfg.env.max_steps,
     seed,
     reusePrefix: cfg.rollout.reuse_prefix,
+    keptValidActions: cfg.trajectories.max_valid_actions,
   };
 }

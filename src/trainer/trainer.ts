@@ -36,9 +36,10 @@ import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { IM_END, END_OF_TEXT, endTokenIds } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
 import { chooseEngine } from './engine-choice.ts';
-import { environmentCount, oracleOf, rolloutSettings, runEpisodesInChunks, type RolloutJob } from './rollout.ts';
+import { environmentCount, oracleOf, rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob } from './rollout.ts';
 import { evaluate, formatEvalTable, timing, type EvalResult } from './evaluate.ts';
 import { evaluationEpisodes } from './eval-command.ts';
+import { openRunRecorders, recordEpisodes, sampledTokenEntropy, spreadSample, tipFollowRate } from './trajectories.ts';
 
 export interface TrainOptions {
   resume: boolean;
@@ -261,6 +262,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   writeTextAtomic(join(runDir, 'config.yaml'), toYaml(cfg));
   const metricsPath = join(runDir, 'metrics.jsonl');
   const metrics = resumeFrom ? MetricsLog.resume(metricsPath, state.iteration, log) : MetricsLog.fresh(metricsPath, log);
+  const recorders = openRunRecorders(cfg, resumeFrom ? state.iteration : null, log);
 
   const probe = await createEnv(cfg.env);
   if (memory && cfg.memory.source === 'oracle') oracleOf(probe); // fail before training, not at the first memory rollout
@@ -296,8 +298,16 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const stopRequested = () => interrupts?.stopRequested ?? false;
 
   const runEval = async (iteration: number) => {
-    const r = await evaluate(engine, envs, tasks, cfg, iteration, cfg.train.eval_with_memory && memory ? memory : undefined, `eval @ iter ${iteration}`);
-    metrics.append({ type: 'eval', iteration, train_env_steps: state.envSteps, ...r.summary, per_task: r.perTask });
+    const shown = cfg.train.eval_with_memory && memory ? memory : undefined;
+    let followed: number | null = null;
+    const played = (episodes: readonly Episode[]) => {
+      followed = tipFollowRate(episodes);
+      const k = cfg.trajectories.eval_per_evaluation;
+      const slot = (i: number) => (shown?.algo.memory ? shown.slotOf(episodes[i]) : null);
+      recordEpisodes(recorders.eval, episodes, spreadSample(episodes.length, k ?? episodes.length), { source: 'eval', iteration, envSteps: state.envSteps }, (i) => ({ mode: shown ? 'tips' : 'plain', slot: slot(i), reflection: null }));
+    };
+    const r = await evaluate(engine, envs, tasks, cfg, iteration, shown, `eval @ iter ${iteration}`, played);
+    metrics.append({ type: 'eval', iteration, train_env_steps: state.envSteps, ...r.summary, per_task: r.perTask, ...(shown ? { tips_followed: followed } : {}) });
     log(`eval @ iter ${iteration}: mean score ${r.summary.mean_score.toFixed(1)} | success ${(r.summary.success_rate * 100).toFixed(1)}% | ${r.summary.episodes} episodes on ${cfg.env.eval_split} | ${timing(r.summary)}`);
     return r;
   };
@@ -366,7 +376,8 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       const rehearsalNll = rehearsal ? await rehearsal.step(engine, it) : null;
       // The server samples the next rollouts: give it the weights this update produced.
       if (remoteRollouts) await remoteRollouts.sync();
-      const tipsAdded = memory ? await memory.write(episodes) : 0;
+      const written = memory ? await memory.writeTips(episodes) : null;
+      const tipsAdded = written?.added ?? 0;
       const memorySeconds = memory ? memory.takeSeconds() : 0;
       const t2 = performance.now();
       state.iteration = it;
@@ -376,6 +387,11 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       const meanScore = episodes.reduce((a, e) => a + e.score, 0) / episodes.length;
       const success = episodes.filter((e) => e.success).length / episodes.length;
       const byMode = scoreByMode(episodes, modes);
+      recordEpisodes(recorders.train, episodes, spreadSample(episodes.length, cfg.trajectories.train_per_iteration), { source: 'train', iteration: it, envSteps: state.envSteps }, (i) => ({
+        mode: modes[i],
+        slot: memory?.algo.memory ? memory.slotOf(episodes[i]) : null,
+        reflection: written?.reflections[i] ?? null,
+      }));
       const rolloutTokPerS = (stats.promptTokens + stats.generatedTokens) / Math.max(1e-9, stats.policySeconds);
       const trainTokPerS = update.tokens / Math.max(1e-9, (t2 - t1) / 1000);
       const eta = (cfg.train.iterations - it) * ((t2 - t0) / 1000);
@@ -387,7 +403,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
         modes: countModes(modes), score_by_mode: byMode, off_policy_sequences: update.offPolicySequences, off_policy_mean_weight: update.offPolicyMeanWeight, dropped_low_prob: update.droppedLowProb,
         intrinsic_mean: intrinsic ? intrinsic.flat().reduce((a, b) => a + b, 0) / Math.max(1, episodes.length) : 0,
         memory_seconds: memorySeconds, memory_share_of_rollout: memorySeconds / Math.max(1e-9, (t1 - t0) / 1000),
-        tips_added: tipsAdded, memory_size: memory ? memory.tips.size() : 0,
+        tips_added: tipsAdded, memory_size: memory ? memory.tips.size() : 0, tips_followed: tipFollowRate(episodes), entropy: sampledTokenEntropy(episodes),
         ...(update.stepGroups ? { step_groups: { count: update.stepGroups.count, mean_size: update.stepGroups.meanSize, max_size: update.stepGroups.maxSize, singleton_share: update.stepGroups.singletonShare, varied_rollouts: update.stepGroups.variedRollouts } } : {}),
         ...(rehearsalNll !== null ? { tip_rehearsal_nll: rehearsalNll } : {}),
       });

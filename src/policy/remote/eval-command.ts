@@ -6,11 +6,11 @@ import type { Config } from '../../config/schema.ts';
 import { evaluateEngine } from '../../trainer/eval-command.ts';
 import { remoteEngineFromDir, type RemoteEngineOptions } from './index.ts';
 
-export async function evaluateRemote(tokenizerDir: string, remote: Omit<RemoteEngineOptions, 'tokenizer' | 'endTokens'>, cfg: Config, opts: { json?: string } = {}): Promise<void> {
+export async function evaluateRemote(tokenizerDir: string, remote: Omit<RemoteEngineOptions, 'tokenizer' | 'endTokens'>, cfg: Config, opts: { json?: string; trajectories?: string } = {}): Promise<void> {
   const engine = remoteEngineFromDir(tokenizerDir, remote);
   console.log(`evaluating "${await engine.model()}" served at ${engine.baseUrl}, tokenizer from ${tokenizerDir}`);
   try {
-    await evaluateEngine(engine, cfg, { column: 'served model', json: opts.json, modelDir: tokenizerDir });
+    await evaluateEngine(engine, cfg, { column: 'served model', json: opts.json, modelDir: tokenizerDir, trajectories: opts.trajectories });
   } finally {
     engine.dispose();
   }

@@ -1,0 +1,135 @@
+/**
+ * What training, evaluation and adaptation write of the episodes they play (src/trajectory/format.ts):
+ * a bounded sample of each training iteration, evaluations and adaptation trials (all of their
+ * episodes unless trajectories.eval_per_evaluation says fewer). Recording only reads the episodes,
+ * so a run trains the same with it or without it.
+ */
+import { join } from 'node:path';
+import type { Config } from '../config/schema.ts';
+import { followedTip, type EpisodeRecord, type TrajectoryMode, type TrajectorySource } from '../trajectory/format.ts';
+import { TrajectoryWriter } from '../trajectory/writer.ts';
+import type { Episode } from './rollout.ts';
+
+export const TRAJECTORIES_DIR = 'trajectories';
+
+/** Where training writes its records in the run folder. */
+export function runTrajectoryFile(runDir: string, source: 'train' | 'eval'): string {
+  return join(runDir, TRAJECTORIES_DIR, `${source}.jsonl`);
+}
+
+/** Where context an episode was played in: the fields of its record that the episode does not know. */
+export interface PlayedAt {
+  source: TrajectorySource;
+  iteration?: number | null;
+  trial?: number | null;
+  envSteps?: number | null;
+  checkpoint?: string | null;
+}
+
+export interface EpisodeContext {
+  /** Position of the episode in its batch. */
+  index: number;
+  mode: TrajectoryMode;
+  slot: string | null;
+  reflection: string | null;
+}
+
+export function episodeRecord(e: Episode, at: PlayedAt, c: EpisodeContext): EpisodeRecord {
+  return {
+    type: 'episode',
+    source: at.source,
+    iteration: at.iteration ?? null,
+    trial: at.trial ?? null,
+    env_steps: at.envSteps ?? null,
+    checkpoint: at.checkpoint ?? null,
+    index: c.index,
+    group: e.group,
+    task: e.task,
+    variation: e.variation,
+    description: e.description,
+    mode: c.mode,
+    slot: c.slot,
+    steps: e.steps.map((s) => {
+      const tips = (s.tips ?? []).map(({ text, score, similarity, action }) => ({ text, score, similarity, action }));
+      return {
+        observation: s.observation,
+        valid_actions: [...(s.validActions ?? [])],
+        valid_action_count: s.validActionCount ?? s.validActions?.length ?? 0,
+        tips,
+        action: s.action,
+        reward: s.reward,
+        score: s.score,
+        followed_tip: followedTip(s.action, tips),
+      };
+    }),
+    final_observation: e.finalObservation,
+    score: e.score,
+    success: e.success,
+    reflection: c.reflection,
+    time: new Date().toISOString(),
+  };
+}
+
+/**
+ * `k` of `n` batch positions spread evenly (all when k ≥ n): a batch's groups sit next to each other,
+ * so the sample covers as many groups, and with them tasks and modes, as it can. Deterministic, so
+ * it draws nothing from the training's random stream.
+ */
+export function spreadSample(n: number, k: number): number[] {
+  if (k >= n) return [...Array(n).keys()];
+  return [...Array(k).keys()].map((i) => Math.floor((i * n) / k));
+}
+
+/** Of the steps whose tips named an action, the share whose action was one of them (null: no such step). */
+export function tipFollowRate(episodes: readonly Episode[]): number | null {
+  let named = 0;
+  let followed = 0;
+  for (const e of episodes) {
+    for (const s of e.steps) {
+      const f = followedTip(s.action, s.tips ?? []);
+      if (f === null) continue;
+      named++;
+      if (f) followed++;
+    }
+  }
+  return named ? followed / named : null;
+}
+
+/**
+ * Mean −log π of the sampled action tokens at the sampling temperature: a Monte Carlo estimate of the
+ * policy's entropy per token (with constrained decoding, of the distribution before the constraint).
+ */
+export function sampledTokenEntropy(episodes: readonly Episode[]): number | null {
+  let sum = 0;
+  let n = 0;
+  for (const e of episodes) {
+    for (const s of e.steps) {
+      for (const lp of s.logprobs) {
+        sum -= lp;
+        n++;
+      }
+    }
+  }
+  return n ? sum / n : null;
+}
+
+/** Writers of a training run's two files, opened fresh or continued after the resumed checkpoint. */
+export function openRunRecorders(cfg: Config, resumedAt: number | null, log: (line: string) => void): { train: TrajectoryWriter | null; eval: TrajectoryWriter | null } {
+  const options = { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log };
+  const open = (source: 'train' | 'eval') => {
+    const path = runTrajectoryFile(cfg.run_dir, source);
+    return resumedAt === null ? TrajectoryWriter.fresh(path, options) : TrajectoryWriter.resume(path, resumedAt, options);
+  };
+  return {
+    train: cfg.trajectories.train_per_iteration > 0 ? open('train') : null,
+    eval: cfg.trajectories.eval_per_evaluation !== 0 ? open('eval') : null,
+  };
+}
+
+/** Writes the episodes at `indices` of a batch; stops quietly once the writer's cap is reached. */
+export function recordEpisodes(writer: TrajectoryWriter | null, episodes: readonly Episode[], indices: readonly number[], at: PlayedAt, context: (index: number) => Omit<EpisodeContext, 'index'>): void {
+  if (!writer) return;
+  for (const i of indices) {
+    if (!writer.append(episodeRecord(episodes[i], at, { index: i, ...context(i) }))) return;
+  }
+}

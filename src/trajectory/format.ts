@@ -1,0 +1,93 @@
+/**
+ * Trajectory records: one JSON line per episode played in training, evaluation or adaptation, so a
+ * person can read what the agent saw, which tips it was shown and whether it acted on them. The
+ * schema here is what readers check; writers build the same shape from the trainer's episodes
+ * (src/trainer/trajectories.ts).
+ */
+import { z } from 'zod';
+
+/** Where an episode was played. */
+export const TRAJECTORY_SOURCES = ['train', 'eval', 'adapt'] as const;
+export type TrajectorySource = (typeof TRAJECTORY_SOURCES)[number];
+
+/**
+ * How the episode used the memory: EMPO²'s three training modes, or `tips` for an episode shown
+ * tips outside training (evaluation with memory, adaptation), where no update mode applies.
+ */
+export const TRAJECTORY_MODES = ['plain', 'tips-on-policy', 'tips-off-policy', 'tips'] as const;
+export type TrajectoryMode = (typeof TRAJECTORY_MODES)[number];
+
+const ShownTipSchema = z.looseObject({
+  text: z.string(),
+  score: z.number().nullable(),
+  similarity: z.number().nullable(),
+  action: z.string().nullable(),
+});
+
+const StepSchema = z.looseObject({
+  observation: z.string(),
+  /** The first `trajectories.max_valid_actions` of them. */
+  valid_actions: z.array(z.string()),
+  valid_action_count: z.number().int().min(0),
+  /** In the order the prompt showed them. */
+  tips: z.array(ShownTipSchema),
+  action: z.string(),
+  reward: z.number(),
+  score: z.number(),
+  /** Whether the action was one a shown tip named; null when no shown tip named an action. */
+  followed_tip: z.boolean().nullable(),
+});
+
+export const EpisodeRecordSchema = z.looseObject({
+  type: z.literal('episode'),
+  source: z.enum(TRAJECTORY_SOURCES),
+  /** Training iteration (train), the iteration evaluated after (eval during training), or null. */
+  iteration: z.number().int().min(0).nullable(),
+  /** Adaptation trial, 1-based; null outside adaptation. */
+  trial: z.number().int().min(1).nullable(),
+  /** Training environment steps when the episode was played (null outside training). */
+  env_steps: z.number().min(0).nullable(),
+  /** The checkpoint played (eval and adapt commands), else null. */
+  checkpoint: z.string().nullable(),
+  /** Position of the episode in its batch, and its GRPO group there. */
+  index: z.number().int().min(0),
+  group: z.number().int().min(0),
+  task: z.string(),
+  variation: z.number().int(),
+  description: z.string(),
+  mode: z.enum(TRAJECTORY_MODES),
+  /** The memory slot tips came from and were written to (null without a memory). */
+  slot: z.string().nullable(),
+  steps: z.array(StepSchema),
+  final_observation: z.string(),
+  score: z.number(),
+  success: z.boolean(),
+  /** The tip the reflector wrote after the episode (null where none was written). */
+  reflection: z.string().nullable(),
+  /** When the line was written, ISO 8601. */
+  time: z.string(),
+});
+
+export type ShownTipRecord = z.infer<typeof ShownTipSchema>;
+export type StepRecordLine = z.infer<typeof StepSchema>;
+export type EpisodeRecord = z.infer<typeof EpisodeRecordSchema>;
+
+/** The last line of a file whose size cap was reached: nothing follows it. */
+export const CapLineSchema = z.looseObject({
+  type: z.literal('cap_reached'),
+  bytes: z.number(),
+  max_bytes: z.number(),
+  time: z.string(),
+});
+export type CapLine = z.infer<typeof CapLineSchema>;
+
+/** Whether `action` is one the shown tips named (null when none named an action: no tips, or per-episode tips). */
+export function followedTip(action: string, tips: readonly { action: string | null }[]): boolean | null {
+  const named = tips.map((t) => t.action).filter((a): a is string => a !== null);
+  return named.length === 0 ? null : named.includes(action);
+}
+
+/** `problems` lines name the field: "steps.3.action: expected string". */
+export function describeIssues(error: z.ZodError): string {
+  return error.issues.map((i) => `${i.path.join('.') || '(line)'}: ${i.message}`).join('; ');
+}
