@@ -14,7 +14,7 @@ import { loadConfig } from '../config/load.ts';
 import type { Config } from '../config/schema.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { train } from '../trainer/trainer.ts';
-import { TINY_MODEL } from '../../test/support/tiny.ts';
+import { TINY_RUN } from '../../test/support/tiny.ts';
 import { chromiumPath, CHROMIUM_ARGS, NO_CHROMIUM } from '../../test/support/chromium.ts';
 import { startDashboard, type RunningDashboard } from './server.ts';
 
@@ -26,14 +26,7 @@ const runDir = join(root, 'run');
 function config(iterations: number): Config {
   return loadConfig(null, [
     `run_dir=${runDir}`,
-    'seed=3',
-    ...TINY_MODEL,
-    'env.tasks=[fetch, clue]',
-    'env.train_variations=2',
-    'env.eval_variations=1',
-    'env.max_steps=5',
-    'rollout.tasks_per_batch=2',
-    'rollout.group_size=2',
+    ...TINY_RUN,
     'memory.top_k=3',
     'algo.name=empo2',
     'algo.p=1',

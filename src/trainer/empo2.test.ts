@@ -17,7 +17,7 @@ import { createEngine, train } from './trainer.ts';
 import { evaluateEngine, type EvalRecord } from './eval-command.ts';
 import { TIP_OPEN } from './prompt.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import { TINY_MODEL } from '../../test/support/tiny.ts';
+import { TINY_RUN } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-modes-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -25,14 +25,7 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 function config(runDir: string, iterations: number, extra: string[]): Config {
   return loadConfig(null, [
     `run_dir=${runDir}`,
-    'seed=3',
-    ...TINY_MODEL,
-    'env.tasks=[fetch, clue]',
-    'env.train_variations=2',
-    'env.eval_variations=1',
-    'env.max_steps=5',
-    'rollout.tasks_per_batch=2',
-    'rollout.group_size=2',
+    ...TINY_RUN,
     'memory.top_k=2',
     `train.iterations=${iterations}`,
     'train.checkpoint_every=1',

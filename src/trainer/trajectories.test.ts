@@ -16,7 +16,7 @@ import { latestCheckpoint } from './checkpoint.ts';
 import { defaultEvalTrajectories, evaluateEngine } from './eval-command.ts';
 import { createEngine, train } from './trainer.ts';
 import { episodeRecord, runTrajectoryFile, sampledTokenEntropy, spreadSample, tipFollowRate } from './trajectories.ts';
-import { TINY_MODEL } from '../../test/support/tiny.ts';
+import { TINY_RUN } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-trajectories-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -24,14 +24,7 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 function config(runDir: string, iterations: number, extra: string[] = []): Config {
   return loadConfig(null, [
     `run_dir=${runDir}`,
-    'seed=3',
-    ...TINY_MODEL,
-    'env.tasks=[fetch, clue]',
-    'env.train_variations=2',
-    'env.eval_variations=1',
-    'env.max_steps=5',
-    'rollout.tasks_per_batch=2',
-    'rollout.group_size=2',
+    ...TINY_RUN,
     'memory.top_k=2',
     'algo.name=empo2',
     'algo.p=1',
