@@ -232,7 +232,7 @@ describe('dashboard routes', () => {
     expect(await lines('limit=1&offset=1')).toEqual([3]);
     const bad = await api(`/api/sources/${id}/trajectories?mode=greedy`);
     expect(bad.status).toBe(400);
-    expect(bad.json().error).toBe('mode must be one of plain, tips-on-policy, tips-off-policy, tips, got "greedy"');
+    expect(bad.json().error).toBe('mode must be one of plain, tips-on-policy, tips-off-policy, tips, reflexion, got "greedy"');
     expect((await api(`/api/sources/${id}/trajectories?min_score=lots`)).json().error).toBe('min_score must be a number, got "lots"');
     expect((await api(`/api/sources/${id}/trajectories?limit=100000`)).status).toBe(400);
   });

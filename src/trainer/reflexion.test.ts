@@ -148,6 +148,25 @@ describe('empo2 adapt --method reflexion', () => {
     });
   });
 
+  it('records every episode played, with the plans its prompts showed and the plan written after it', () => {
+    const records = readFileSync(join(out, 'trajectories.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    expect(records).toHaveLength(results.reduce((n, r) => n + r.played, 0));
+    const written = new Map<number, string[]>(); // variation -> its plans so far, oldest first
+    for (const [k, r] of results.entries()) {
+      const trial = k + 1;
+      const ofTrial = records.filter((e) => e.trial === trial);
+      expect(ofTrial).toHaveLength(r.played);
+      const planOf = new Map(r.reflections.map((p) => [p.variation, p.plan]));
+      for (const e of ofTrial) {
+        expect(e).toMatchObject({ type: 'episode', source: 'adapt', mode: 'reflexion', task: TASK });
+        expect(e.plans_shown).toEqual((written.get(e.variation) ?? []).slice(-WINDOW));
+        expect(e.reflection).toBe(planOf.get(e.variation) ?? null);
+        expect(e.reflection === null).toBe(e.success);
+      }
+      for (const p of r.reflections) written.set(p.variation, [...(written.get(p.variation) ?? []), p.plan]);
+    }
+  });
+
   it('reports one row per trial, printed and saved like adapt\'s', () => {
     expect(results.map((r) => r.trial)).toEqual([1, 2, 3, 4]);
     for (const r of results) expect(r.scores).toHaveLength(VARIATIONS);

@@ -13,10 +13,14 @@
  * ends an ALFWorld episode when an action is repeated twice in a row; episodes here end as in the tip
  * method, so the two methods differ only in what they show the policy.
  */
+import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
 import { ReflexionMemory, ReflexionReflector, REFLEXION_WINDOW } from '../memory/reflexion.ts';
 import type { PolicyEngine } from '../policy/types.ts';
+import { TrajectoryWriter } from '../trajectory/writer.ts';
+import { ADAPT_TRAJECTORIES } from './adapt.ts';
 import { reflectionRender, trajectoryOf } from './memory.ts';
+import { recordEpisodes } from './trajectories.ts';
 import { checkTrialOptions, markdownTable, openTrialBed, pct, playTrial, saveTrialReport, scoreCells, trialScores, trialSeed, type TrialOptions, type TrialScores } from './trials.ts';
 
 /** Reflexion's reflections: 256 tokens, the `max_tokens` of its `get_completion`. */
@@ -52,6 +56,7 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
   const reflector = new ReflexionReflector(engine, reflectionRender(cfg), { maxTokens, temperature: cfg.rollout.eval_temperature });
   const bed = await openTrialBed(cfg, o);
   const { jobs, variations } = bed;
+  const recorder = TrajectoryWriter.fresh(join(o.outDir, ADAPT_TRAJECTORIES), { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log });
   log(`adapt --method reflexion: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, the last ${window} plans of a variation in its prompts (plans of up to ${maxTokens} tokens)`);
   // The latest outcome of each variation: a solved one keeps its score and is not played again.
   const outcome = new Map<number, { score: number; success: boolean }>();
@@ -67,6 +72,14 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
         failed.map((e) => ({ trajectory: trajectoryOf(e), past: memory.recent(e.variation) })),
         seed,
       );
+      const shownTo = new Map(unsolved.map((j) => [j.variation, j.reflections.map((r) => r.plan)]));
+      const planOf = new Map(failed.map((e, i) => [e.variation, plans[i]]));
+      recordEpisodes(recorder, episodes, [...episodes.keys()], { source: 'adapt', trial }, (i) => ({
+        mode: 'reflexion',
+        slot: null,
+        reflection: planOf.get(episodes[i].variation) ?? null,
+        plansShown: shownTo.get(episodes[i].variation) ?? [],
+      }));
       failed.forEach((e, i) => memory.add(e.variation, { trial, plan: plans[i] }));
       const r: ReflexionTrialResult = {
         ...trialScores(trial, variations.map((v) => outcome.get(v)!)),

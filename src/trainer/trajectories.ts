@@ -32,6 +32,8 @@ export interface EpisodeContext {
   mode: TrajectoryMode;
   slot: string | null;
   reflection: string | null;
+  /** Reflexion: the plans in the episode's prompts. */
+  plansShown?: readonly string[];
 }
 
 export function episodeRecord(e: Episode, at: PlayedAt, c: EpisodeContext): EpisodeRecord {
@@ -66,6 +68,7 @@ export function episodeRecord(e: Episode, at: PlayedAt, c: EpisodeContext): Epis
     score: e.score,
     success: e.success,
     reflection: c.reflection,
+    ...(c.plansShown ? { plans_shown: [...c.plansShown] } : {}),
     time: new Date().toISOString(),
   };
 }

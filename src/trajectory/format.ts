@@ -11,10 +11,11 @@ export const TRAJECTORY_SOURCES = ['train', 'eval', 'adapt'] as const;
 export type TrajectorySource = (typeof TRAJECTORY_SOURCES)[number];
 
 /**
- * How the episode used the memory: EMPO²'s three training modes, or `tips` for an episode shown
- * tips outside training (evaluation with memory, adaptation), where no update mode applies.
+ * How the episode used the memory: EMPO²'s three training modes, `tips` for an episode shown
+ * tips outside training (evaluation with memory, adaptation), where no update mode applies, or
+ * `reflexion` for a Reflexion trial (its earlier plans open the prompt: `plans_shown`).
  */
-export const TRAJECTORY_MODES = ['plain', 'tips-on-policy', 'tips-off-policy', 'tips'] as const;
+export const TRAJECTORY_MODES = ['plain', 'tips-on-policy', 'tips-off-policy', 'tips', 'reflexion'] as const;
 export type TrajectoryMode = (typeof TRAJECTORY_MODES)[number];
 
 const ShownTipSchema = z.looseObject({
@@ -62,8 +63,10 @@ export const EpisodeRecordSchema = z.looseObject({
   final_observation: z.string(),
   score: z.number(),
   success: z.boolean(),
-  /** The tip the reflector wrote after the episode (null where none was written). */
+  /** The tip the reflector wrote after the episode (Reflexion: the plan); null where none was written. */
   reflection: z.string().nullable(),
+  /** Reflexion only: the variation's earlier plans that opened every prompt of this episode, oldest first. */
+  plans_shown: z.array(z.string()).optional(),
   /** When the line was written, ISO 8601. */
   time: z.string(),
 });

@@ -163,9 +163,13 @@ function episodeChat(e, file, line, sourceId) {
     'div',
     { class: 'step final' },
     h('div', { class: 'chat' }, h('div', { class: 'bubble env' }, h('div', { class: 'who' }, 'environment · final'), h('pre', {}, e.final_observation)), h('div', { class: 'result' }, `Final score ${fmt(e.score)} ${e.success ? '(solved)' : '(not solved)'}`)),
-    h('aside', { class: 'reflection' }, e.reflection !== null ? [h('div', { class: 'who' }, 'tip the reflector wrote'), h('p', { id: 'reflection' }, e.reflection)] : h('p', { class: 'muted' }, 'No reflection written for this episode.')),
+    h('aside', { class: 'reflection' }, e.reflection !== null ? [h('div', { class: 'who' }, e.mode === 'reflexion' ? 'plan the policy wrote' : 'tip the reflector wrote'), h('p', { id: 'reflection' }, e.reflection)] : h('p', { class: 'muted' }, 'No reflection written for this episode.')),
   );
-  return h('div', {}, head, h('div', { class: 'steps' }, rows, end));
+  // Reflexion: the variation's earlier plans open every prompt of the episode.
+  const plans = e.plans_shown?.length
+    ? h('div', { class: 'plans', id: 'plans-shown' }, h('div', { class: 'who' }, `${e.plans_shown.length} earlier plan${e.plans_shown.length === 1 ? '' : 's'} in every prompt`), e.plans_shown.map((p, i) => h('details', {}, h('summary', {}, `plan ${i + 1}`), h('p', {}, p))))
+    : null;
+  return h('div', {}, head, plans, h('div', { class: 'steps' }, rows, end));
 }
 
 function stepRow(e, s, t, sourceId) {
