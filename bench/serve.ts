@@ -7,7 +7,7 @@
  *   4. GET /v1/models while a greedy 2 × 2500-token generation runs, then how soon after its
  *      client hangs up a 1-token request is answered
  */
-import { startServedFixture } from '../src/serve/test-fixture.ts';
+import { startServedFixture } from '../test/support/served-fixture.ts';
 
 const skipHuge = process.argv.includes('--skip-huge');
 const f = await startServedFixture('tiny');

@@ -24,7 +24,7 @@ import type { PolicyEngine } from '../src/policy/types.ts';
 import { Rng } from '../src/util/rng.ts';
 import { EpisodeProgress } from '../src/trainer/progress.ts';
 import { environmentCount, rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob } from '../src/trainer/rollout.ts';
-import { createTrainingEngine } from '../src/trainer/trainer.ts';
+import { createTrainingEngine } from '../src/trainer/engines.ts';
 
 const { values: a } = parseArgs({
   options: {

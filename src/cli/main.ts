@@ -81,16 +81,16 @@ withConfig(program.command('eval').description('evaluate a checkpoint or model d
     const cfg = configFrom(opts, existsSync(runConfig) ? runConfig : undefined);
     const modelDir = existsSync(join(path, 'checkpoints')) ? latestCheckpoint(path) : path;
     if (!modelDir) throw new Error(`${path} has no checkpoint`);
-    const { defaultEvalTrajectories } = await import('../trainer/eval-command.ts');
+    const { defaultEvalTrajectories } = await import('../trainer/evaluate-checkpoint.ts');
     const trajectories: string | undefined = opts.trajectories ?? defaultEvalTrajectories(modelDir) ?? undefined;
     if (opts.remote) {
       const timeout = Number(opts.remoteTimeout);
       if (!(timeout > 0)) throw new ConfigError(`--remote-timeout must be a positive number of seconds, got "${opts.remoteTimeout}"`);
-      const { evaluateRemote } = await import('../policy/remote/eval-command.ts');
+      const { evaluateRemote } = await import('./commands/eval.ts');
       await evaluateRemote(modelDir, { baseUrl: opts.remote, model: opts.remoteModel, timeoutMs: timeout * 1000 }, cfg, { json: opts.json, trajectories });
       return;
     }
-    const { evaluateModelDir } = await import('../trainer/eval-command.ts');
+    const { evaluateModelDir } = await import('./commands/eval.ts');
     await evaluateModelDir(modelDir, cfg, { json: opts.json, trajectories });
   });
 
@@ -228,7 +228,7 @@ withConfig(
     const path = await modelArgument(opts.checkpoint);
     const isRun = existsSync(join(path, 'checkpoints'));
     const runConfig = isRun ? join(path, 'config.yaml') : join(path, '..', '..', 'config.yaml');
-    let cfg = configFrom(opts, existsSync(runConfig) ? runConfig : undefined);
+    const cfg = configFrom(opts, existsSync(runConfig) ? runConfig : undefined);
     const dir = isRun ? latestCheckpoint(path) : path;
     if (!dir || !existsSync(dir)) throw new ConfigError(`--checkpoint ${path}: no checkpoint there`);
     if (!['train', 'dev', 'test'].includes(opts.split)) throw new ConfigError(`--split must be train, dev or test, got "${opts.split}"`);
@@ -241,38 +241,22 @@ withConfig(
     if (reflexion && opts.freshMemory) throw new ConfigError('--fresh-memory is for --method tips: Reflexion keeps no tip memory and starts every variation with no plans');
     const reflexionSettings = { window: positiveInteger(opts.reflections, '--reflections'), reflectionMaxTokens: positiveInteger(opts.reflectionMaxTokens, '--reflection-max-tokens') };
     if (opts.out) checkOutputDir(opts.out, '--out');
-    // An instruct model's directory given alone (no run config, no model.path) is the model: its chat template sets the prompt style.
-    const { chatTemplateIn } = await import('../trainer/prompt-style.ts');
-    if (!existsSync(runConfig) && !cfg.model.path && chatTemplateIn(dir)) cfg = { ...cfg, model: { ...cfg.model, path: dir } };
-    let engine: import('../policy/types.ts').PolicyEngine;
-    if (opts.remote) {
-      const { remoteEngineFromDir } = await import('../policy/remote/index.ts');
-      engine = remoteEngineFromDir(dir, { baseUrl: opts.remote, model: opts.remoteModel });
-    } else {
-      const { initBackend } = await import('../policy/tfjs/backend.ts');
-      await initBackend();
-      const { createPlayingEngine } = await import('../trainer/trainer.ts');
-      engine = (await createPlayingEngine(cfg, dir)).engine;
-    }
-    try {
-      const trials = {
+    const { adaptCommand } = await import('./commands/adapt.ts');
+    await adaptCommand(dir, cfg, {
+      method: reflexion ? 'reflexion' : 'tips',
+      modelIsRunConfig: existsSync(runConfig),
+      remote: opts.remote ? { baseUrl: opts.remote, model: opts.remoteModel } : undefined,
+      trials: {
         task: opts.task,
         trials: Number(opts.trials),
         variations: Number(opts.variations),
         split: opts.split,
         sameSeed: !opts.newDrawEachTrial,
         outDir: opts.out ?? join(dir, `${reflexion ? 'reflexion' : 'adapt'}-${opts.task}`),
-      };
-      if (reflexion) {
-        const { reflexion: runReflexion } = await import('../trainer/reflexion.ts');
-        await runReflexion(engine, cfg, { ...trials, ...reflexionSettings });
-      } else {
-        const { adapt } = await import('../trainer/adapt.ts');
-        await adapt(engine, cfg, { ...trials, memoryFrom: opts.freshMemory ? null : dir });
-      }
-    } finally {
-      engine.dispose();
-    }
+      },
+      reflexion: reflexionSettings,
+      memoryFrom: opts.freshMemory ? null : dir,
+    });
   });
 
 withConfig(
@@ -289,7 +273,7 @@ withConfig(
     const examples = opts.examples !== undefined ? Number(opts.examples) : cfg.model.tip_warmup_examples || 6000;
     if (!Number.isInteger(examples) || examples <= 0) throw new ConfigError(`--examples: expected a positive integer, got "${opts.examples}"`);
     checkOutputDir(opts.out, '--out');
-    const { warmupModelDir } = await import('../trainer/tip-warmup.ts');
+    const { warmupModelDir } = await import('./commands/warmup.ts');
     await warmupModelDir({ ...cfg, model: { ...cfg.model, tip_warmup_examples: examples } }, opts.out);
   });
 
@@ -302,7 +286,7 @@ memoryCommand
   .option('--limit <n>', 'entries shown per slot', '10')
   .option('--json', 'print the entries as JSON')
   .action(async (path: string, opts) => {
-    const { showMemory } = await import('../memory/show.ts');
+    const { showMemory } = await import('./commands/memory-show.ts');
     console.log(showMemory(path, { task: opts.task, limit: Number(opts.limit), json: !!opts.json }));
   });
 

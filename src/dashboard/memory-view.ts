@@ -8,7 +8,7 @@ import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfig, validateConfig } from '../config/load.ts';
 import type { Config } from '../config/schema.ts';
-import { findMemoryFile } from '../memory/show.ts';
+import { findMemoryFile } from '../memory/memory-file.ts';
 import { MemoryRuntime } from '../trainer/memory.ts';
 import type { ShownTip } from '../trainer/rollout.ts';
 import { DataError, readAdaptReport } from './run-data.ts';

@@ -405,21 +405,15 @@ const INDEX_FILE = 'model.safetensors.index.json';
  * `metadata` merges the shards' `__metadata__`.
  */
 export function readSafetensorsDir(dir: string, opts: ReadOptions = {}): SafetensorsContents {
+  const files = modelWeightFiles(dir);
   const indexPath = join(dir, INDEX_FILE);
-  if (!existsSync(indexPath)) {
-    const singlePath = join(dir, SINGLE_FILE);
-    if (!existsSync(singlePath)) throw new Error(`${dir}: neither ${SINGLE_FILE} nor ${INDEX_FILE} is there`);
-    return readSafetensors(singlePath, opts);
-  }
+  if (!existsSync(indexPath)) return readSafetensors(join(dir, SINGLE_FILE), opts);
 
-  const weightMap = readWeightMap(indexPath);
-  const shardFiles = [...new Set(weightMap.values())].sort();
   const tensors = new Map<string, SafeTensor>();
   const shardOf = new Map<string, string>();
   const metadata: Record<string, string> = {};
-  for (const shard of shardFiles) {
-    const shardPath = join(dir, shard);
-    if (!existsSync(shardPath)) throw new Error(`${indexPath}: shard ${shard} is listed but ${shardPath} does not exist`);
+  for (const shardPath of [...files.keys()].sort()) {
+    const shard = basename(shardPath);
     const contents = readSafetensors(shardPath, opts);
     for (const [name, tensor] of contents.tensors) {
       const earlier = shardOf.get(name);
@@ -429,16 +423,31 @@ export function readSafetensorsDir(dir: string, opts: ReadOptions = {}): Safeten
     }
     for (const [key, value] of Object.entries(contents.metadata)) if (!(key in metadata)) metadata[key] = value;
   }
-  for (const [name, shard] of weightMap) {
-    if (opts.filter && !opts.filter(name)) continue;
-    if (shardOf.get(name) !== shard) {
-      throw new Error(`${indexPath}: tensor "${name}" should be in ${shard} but is ${shardOf.has(name) ? `in ${shardOf.get(name)}` : 'in no shard'}`);
+  for (const [shardPath, names] of files) {
+    const shard = basename(shardPath);
+    for (const name of names) {
+      if (opts.filter && !opts.filter(name)) continue;
+      if (shardOf.get(name) !== shard) {
+        throw new Error(`${indexPath}: tensor "${name}" should be in ${shard} but is ${shardOf.has(name) ? `in ${shardOf.get(name)}` : 'in no shard'}`);
+      }
     }
   }
   return { tensors, metadata };
 }
 
-function readWeightMap(indexPath: string): Map<string, string> {
+/**
+ * The weight files of a model directory, each with the tensor names the index puts in it:
+ * `model.safetensors` alone (with an empty list: every tensor in it), or the shards
+ * `model.safetensors.index.json` lists, in the order it first names them. Refuses an index that
+ * is not JSON, has no `weight_map`, names a shard outside the directory, or lists a missing shard.
+ */
+export function modelWeightFiles(dir: string): Map<string, string[]> {
+  const indexPath = join(dir, INDEX_FILE);
+  if (!existsSync(indexPath)) {
+    const single = join(dir, SINGLE_FILE);
+    if (!existsSync(single)) throw new Error(`${dir}: neither ${SINGLE_FILE} nor ${INDEX_FILE} is there`);
+    return new Map([[single, []]]);
+  }
   let index: unknown;
   try {
     index = JSON.parse(readFileSync(indexPath, 'utf8'));
@@ -449,15 +458,20 @@ function readWeightMap(indexPath: string): Map<string, string> {
   if (typeof weightMap !== 'object' || weightMap === null || Array.isArray(weightMap)) {
     throw new Error(`${indexPath}: "weight_map" (tensor name -> shard file) is missing or not an object`);
   }
-  const result = new Map<string, string>();
+  const files = new Map<string, string[]>();
   for (const [name, shard] of Object.entries(weightMap)) {
     // Shards are plain file names next to the index; anything else could reach outside the model directory.
     if (typeof shard !== 'string' || shard === '' || basename(shard) !== shard || shard === '.' || shard === '..') {
       throw new Error(`${indexPath}: weight_map["${name}"] is ${JSON.stringify(shard)}, not a shard file name`);
     }
-    result.set(name, shard);
+    const path = join(dir, shard);
+    if (!files.has(path)) {
+      if (!existsSync(path)) throw new Error(`${indexPath}: shard ${shard} is listed but ${path} does not exist`);
+      files.set(path, []);
+    }
+    files.get(path)!.push(name);
   }
-  return result;
+  return files;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
  * Chat messages as the policy saw them in training: ChatML, the same markers the trainer's
  * prompts use (src/trainer/prompt.ts), ending with an open assistant turn for the model to fill.
  */
-import { IM_END, IM_START } from '../trainer/prompt.ts';
+import { IM_END, IM_START } from '../policy/chat-tokens.ts';
 import type { ChatMessage } from './protocol.ts';
 
 export function messageText(m: ChatMessage): string {

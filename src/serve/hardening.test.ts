@@ -13,12 +13,12 @@ import { join, resolve } from 'node:path';
 import { loadConfig } from '../config/load.ts';
 import type { GenerateOptions, Generation, PolicyEngine } from '../policy/types.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
-import { createEngine } from '../trainer/trainer.ts';
+import { createEngine } from '../trainer/engines.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 import { loadServedModel, type ServedModel } from './load.ts';
 import { EngineQueue, QueueFullError } from './queue.ts';
 import { startServer, type RunningServer } from './server.ts';
-import { startServedFixture, type ServedFixture } from './test-fixture.ts';
+import { startServedFixture, type ServedFixture } from '../../test/support/served-fixture.ts';
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 

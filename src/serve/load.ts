@@ -10,7 +10,7 @@ import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { resolveModelPath } from '../policy/gguf/model-path.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { latestCheckpoint } from '../trainer/checkpoint.ts';
-import { END_OF_TEXT, IM_END, endTokenIds } from '../trainer/prompt.ts';
+import { END_OF_TEXT, IM_END, endTokenIds } from '../policy/chat-tokens.ts';
 
 export function resolveModelDir(path: string): string {
   if (!existsSync(path)) throw new Error(`${path} does not exist (give a run directory or a model directory)`);

@@ -9,7 +9,7 @@ import { join, resolve } from 'node:path';
 import type { GenerateOptions, Generation, PolicyEngine } from '../policy/types.ts';
 import { renderChatML } from './chat.ts';
 import { EngineQueue } from './queue.ts';
-import { startServedFixture, type ServedFixture } from './test-fixture.ts';
+import { startServedFixture, type ServedFixture } from '../../test/support/served-fixture.ts';
 
 let f: ServedFixture;
 beforeAll(async () => {

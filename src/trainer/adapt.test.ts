@@ -4,13 +4,14 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../config/load.ts';
-import { showMemory } from '../memory/show.ts';
+import { showMemory } from '../cli/commands/memory-show.ts';
 import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { EpisodeRecordSchema } from '../trajectory/format.ts';
 import { ADAPT_TRAJECTORIES, adapt, stepKey, tipUse, type ShownTips } from './adapt.ts';
 import { latestCheckpoint } from './checkpoint.ts';
-import { createEngine, train } from './trainer.ts';
+import { train } from './trainer.ts';
+import { createEngine } from './engines.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-adapt-'));

@@ -211,7 +211,7 @@ interface Serve {
 
 /** `empo2 serve` on a new tiny model, in its own process group (the trainers' Ctrl-C does not reach it). */
 async function startServe(name: string): Promise<Serve> {
-  const [{ initBackend }, { createEngine }] = await Promise.all([import('../policy/tfjs/backend.ts'), import('./trainer.ts')]);
+  const [{ initBackend }, { createEngine }] = await Promise.all([import('../policy/tfjs/backend.ts'), import('./engines.ts')]);
   await initBackend();
   const modelDir = join(root, name);
   const { engine } = await createEngine(loadConfig(null, [`run_dir=${join(root, `${name}-unused`)}`, 'seed=3', ...TINY_MODEL, 'env.tasks=[fetch]']), 'fresh');

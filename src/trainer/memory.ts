@@ -13,7 +13,7 @@ import { PolicyReflector, TrajectorySummaryReflector, stepTipText, type Reflecto
 import { TipMemory, type RetrievedTip } from '../memory/store.ts';
 import type { Embedder } from '../memory/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import { IM_END, IM_START } from './prompt.ts';
+import { IM_END, IM_START } from '../policy/chat-tokens.ts';
 import { promptSettings } from './prompt-style.ts';
 import type { ChatMessage } from '../policy/chat-template.ts';
 import type { Episode, RolloutJob, ShownTip, TipQuery, TipSource } from './rollout.ts';

@@ -3,7 +3,8 @@ import { sampleCorpus } from '../envs/builtin/index.ts';
 import { Tokenizer, trainByteLevelBPE } from '../policy/tokenizer.ts';
 import { Rng } from '../util/rng.ts';
 import { ChatTemplate } from '../policy/chat-template.ts';
-import { CHAT_SPECIAL_TOKENS, encodePrompt, parseAction, removeTips, renderPrompt, renderTipBlock, startDialogue, TIP_CLOSE, TIP_OPEN, type EncodedPrompt, type PromptSettings, type Turn } from './prompt.ts';
+import { CHAT_SPECIAL_TOKENS } from '../policy/chat-tokens.ts';
+import { encodePrompt, parseAction, removeTips, renderPrompt, renderTipBlock, startDialogue, TIP_CLOSE, TIP_OPEN, type EncodedPrompt, type PromptSettings, type Turn } from './prompt.ts';
 import type { PastReflection } from '../memory/reflexion.ts';
 
 const tokenizer = Tokenizer.fromJSON(trainByteLevelBPE(sampleCorpus(60), { vocabSize: 400, specialTokens: CHAT_SPECIAL_TOKENS }), 'test tokenizer');

@@ -14,16 +14,7 @@
 import type { PastReflection } from '../memory/reflexion.ts';
 import type { ChatMessage, ChatTemplate } from '../policy/chat-template.ts';
 import type { TextTokenizer } from '../policy/types.ts';
-
-export const IM_START = '<|im_start|>';
-export const IM_END = '<|im_end|>';
-export const END_OF_TEXT = '<|endoftext|>';
-export const CHAT_SPECIAL_TOKENS = [END_OF_TEXT, IM_START, IM_END];
-
-/** Ids of the tokens that end an action (end of turn, end of text) that the tokenizer has, in that order. */
-export function endTokenIds(tokenizer: { tokenToId(t: string): number | undefined }): number[] {
-  return [IM_END, END_OF_TEXT].map((t) => tokenizer.tokenToId(t)).filter((x): x is number => x !== undefined);
-}
+import { IM_END, IM_START } from '../policy/chat-tokens.ts';
 
 export interface Turn {
   observation: string;

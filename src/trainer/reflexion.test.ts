@@ -16,7 +16,7 @@ import { reflectionRender } from './memory.ts';
 import { INSTRUCT_SYSTEM_PROMPT, REFLECTIONS_HEADER, renderReflections, startDialogue } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
 import { reflexion, type ReflexionTrialResult } from './reflexion.ts';
-import { createEngine } from './trainer.ts';
+import { createEngine } from './engines.ts';
 import { REPO_ROOT } from '../../test/support/python.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 

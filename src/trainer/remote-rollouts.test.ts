@@ -12,7 +12,8 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { loadServedModel } from '../serve/load.ts';
 import { startServer, type RunningServer } from '../serve/server.ts';
 import { latestCheckpoint } from './checkpoint.ts';
-import { createEngine, train } from './trainer.ts';
+import { train } from './trainer.ts';
+import { createEngine } from './engines.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-remote-rollouts-'));
 let server: RunningServer;

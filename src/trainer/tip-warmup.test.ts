@@ -9,8 +9,10 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { Rng } from '../util/rng.ts';
 import { TIPS_HEADER, TIP_CLOSE, TIP_OPEN } from './prompt.ts';
-import { createEngine, train } from './trainer.ts';
-import { buildWarmupExamples, makeExample, measureTipFollowing, runTipWarmup, TipRehearsal, tipWarmupSettings, warmupModelDir } from './tip-warmup.ts';
+import { train } from './trainer.ts';
+import { createEngine } from './engines.ts';
+import { buildWarmupExamples, makeExample, measureTipFollowing, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
+import { warmupModelDir } from '../cli/commands/warmup.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-warmup-'));

@@ -16,18 +16,14 @@
  * to solve a task, and without tips it stays close to uniform over valid actions. GRPO and EMPO²
  * comparisons start both arms from the same warmed-up weights.
  */
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
-import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { summarise, stepTipText, type StepCredit, type Trajectory } from '../memory/reflector.ts';
-import { initBackend } from '../policy/tfjs/backend.ts';
-import { saveModelDir } from '../policy/tfjs/checkpoint.ts';
 import type { PolicyEngine, TrainSequence } from '../policy/types.ts';
 import { Rng } from '../util/rng.ts';
-import { encodePrompt, endTokenIds, type PromptSettings, type Turn } from './prompt.ts';
+import { endTokenIds } from '../policy/chat-tokens.ts';
+import { encodePrompt, type PromptSettings, type Turn } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
 
 export interface TipWarmupSettings {
@@ -320,48 +316,4 @@ export async function measureTipFollowing(engine: PolicyEngine, examples: readon
     followProbability: followProbability / Math.max(1, hits.follow[1]),
     uniformProbability: uniformProbability / Math.max(1, hits.follow[1]),
   };
-}
-
-/**
- * `empo2 warmup`: build the tiny model, warm it up and save it in the Hugging Face layout, with
- * `warmup.json` saying how well it follows tips before and after (200 held-out prompts each from
- * the configured tasks and from the environment's other tasks, built with another seed).
- */
-export async function warmupModelDir(cfg: Config, outDir: string, log: (line: string) => void = console.log): Promise<object> {
-  // trainer.ts imports this module for the in-run warm-up, so it is loaded lazily here.
-  const { createEngine } = await import('./trainer.ts');
-  if (existsSync(join(outDir, 'config.json'))) throw new Error(`${outDir} already holds a model; choose another --out`);
-  if (cfg.model.tip_warmup_examples <= 0) throw new Error('model.tip_warmup_examples must be positive for a warm-up');
-  await initBackend();
-  const { engine } = await createEngine(cfg, 'fresh');
-  const env = await createEnv({ ...cfg.env, tasks: null });
-  try {
-    const tasks = cfg.env.tasks ?? env.tasks();
-    const others = env.tasks().filter((t) => !tasks.includes(t));
-    const ws = tipWarmupSettings(cfg);
-    const examples = await buildWarmupExamples(env, tasks, engine.tokenizer, ws);
-    const heldOut = { same_tasks: await buildWarmupExamples(env, tasks, engine.tokenizer, { ...ws, examples: 200, seed: ws.seed + 1 }) } as Record<string, WarmupExample[]>;
-    if (others.length) heldOut.other_tasks = await buildWarmupExamples(env, others, engine.tokenizer, { ...ws, examples: 200, seed: ws.seed + 2 });
-    const measure = async () => Object.fromEntries(await Promise.all(Object.entries(heldOut).map(async ([k, v]) => [k, await measureTipFollowing(engine, v)] as const)));
-    const before = await measure();
-    log(`tip warm-up: ${examples.length} prompts from ${tasks.join(', ')} (train split), ${ws.epochs} epochs, lr ${ws.lr}; before: follows the best tip ${fmtFollow(before)}`);
-    const report = await runTipWarmup(engine, examples, ws, log);
-    const after = await measure();
-    log(`after: follows the best tip ${fmtFollow(after)}`);
-    mkdirSync(outDir, { recursive: true });
-    await saveModelDir(outDir, engine.model, engine.tokenizer);
-    const summary = { ...report, tasks, held_out_tasks: others, before, after, settings: { ...ws, prompt: undefined }, prompt: ws.prompt };
-    writeFileSync(join(outDir, 'warmup.json'), JSON.stringify(summary, null, 2) + '\n');
-    log(`saved ${outDir}`);
-    return summary;
-  } finally {
-    await env.close();
-    engine.dispose();
-  }
-}
-
-function fmtFollow(m: Record<string, TipFollowing>): string {
-  return Object.entries(m)
-    .map(([k, v]) => `${k}: p(target) ${v.followProbability.toFixed(2)} vs uniform ${v.uniformProbability.toFixed(2)}, top-1 ${(v.follow * 100).toFixed(0)}%`)
-    .join('; ');
 }

@@ -12,8 +12,9 @@ import { loadConfig } from '../config/load.ts';
 import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { latestCheckpoint } from './checkpoint.ts';
-import { createPlayingEngine, train } from './trainer.ts';
-import { evaluateModelDir } from './eval-command.ts';
+import { train } from './trainer.ts';
+import { createPlayingEngine } from './engines.ts';
+import { evaluateModelDir } from '../cli/commands/eval.ts';
 import { existsSync } from 'node:fs';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 

@@ -18,7 +18,8 @@ import { Rng } from '../util/rng.ts';
 import { latestCheckpoint, loadCheckpoint } from './checkpoint.ts';
 import { grpoUpdate, type GrpoSettings } from './grpo.ts';
 import type { Episode, StepRecord } from './rollout.ts';
-import { checkTinyModelFits, createEngine, train } from './trainer.ts';
+import { train } from './trainer.ts';
+import { checkTinyModelFits, createEngine } from './engines.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-trainer-'));

@@ -4,41 +4,34 @@
  * at the next iteration boundary after saving; a second Ctrl-C exits at once (the last complete
  * checkpoint stays intact either way, since checkpoints are written atomically; ./interrupt.ts).
  */
-import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { totalmem } from 'node:os';
-import { join, resolve } from 'node:path';
+import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { stringify as toYaml } from 'yaml';
 import { ConfigError, loadConfig } from '../config/load.ts';
 import { RESUMABLE_OPTIONS, resolveAlgo, resumeConflicts, type Config } from '../config/schema.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { formatDuration } from '../util/duration.ts';
 import { drawMode, scheduledP, usesMemory, type Mode } from '../algo/modes.ts';
-import { createEnv, environmentCorpus } from '../envs/index.ts';
+import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
-import { initBackend, tf } from '../policy/tfjs/backend.ts';
+import { initBackend } from '../policy/tfjs/backend.ts';
 import { nativeMatMulStatus } from '../policy/tfjs/native-matmul.ts';
-import { ADAPTER_SUBDIR, loadModelDir, saveModelDir } from '../policy/tfjs/checkpoint.ts';
 import { resolveModelPath } from '../policy/gguf/model-path.ts';
-import { Tokenizer } from '../policy/tokenizer.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import type { TorchEngineOptions } from '../policy/torch/engine.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
-import { countParameters, type ModelConfig } from '../policy/tfjs/qwen2.ts';
-import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
 import { buildWarmupExamples, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
 import { Rng } from '../util/rng.ts';
-import { latestCheckpoint, loadCheckpoint, loadTrainerState, removeOwnTemporaryFiles, removeStaleTemporaryFiles, saveCheckpoint, type TrainerState } from './checkpoint.ts';
+import { latestCheckpoint, loadTrainerState, removeOwnTemporaryFiles, removeStaleTemporaryFiles, saveCheckpoint, type TrainerState } from './checkpoint.ts';
+import { createRemoteRollouts, createTrainingEngine } from './engines.ts';
 import { InterruptHandling, policyCalls } from './interrupt.ts';
 import { MetricsLog } from './metrics-log.ts';
 import { EpisodeProgress } from './progress.ts';
 import { grpoUpdate } from './grpo.ts';
 import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
-import { IM_END, END_OF_TEXT, endTokenIds } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
-import { chooseEngine } from './engine-choice.ts';
 import { environmentCount, oracleOf, rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob } from './rollout.ts';
 import { evaluate, formatEvalTable, timing, type EvalResult } from './evaluate.ts';
-import { evaluationEpisodes } from './eval-command.ts';
+import { evaluationEpisodes } from './evaluate-checkpoint.ts';
 import { openRunRecorders, recordEpisodes, sampledTokenEntropy, spreadSample, tipFollowRate } from './trajectories.ts';
 
 export interface TrainOptions {
@@ -56,183 +49,6 @@ export interface TrainResult {
   initialEval: EvalResult | null;
   finalEval: EvalResult;
   interrupted: boolean;
-}
-
-/** The config's AdamW settings and LoRA settings, in the engines' option shapes (both engines take the same). */
-const optimizerSettings = (cfg: Config) => ({ lr: cfg.optim.lr, beta1: cfg.optim.beta1, beta2: cfg.optim.beta2, eps: cfg.optim.eps, weightDecay: cfg.optim.weight_decay });
-const loraSettings = (cfg: Config) => (cfg.model.lora ? { r: cfg.model.lora.r, alpha: cfg.model.lora.alpha, dropout: cfg.model.lora.dropout, targetModules: cfg.model.lora.target_modules } : null);
-
-/**
- * Refuses a default tiny model that cannot be held, before the corpus and tokenizer are built for
- * it: every weight needs 16 bytes while training (value, gradient, two AdamW moments), and the
- * WebAssembly backend keeps all tensors in one heap of at most 4 GiB.
- */
-export function checkTinyModelFits(cfg: Config): void {
-  const m = cfg.model;
-  const config = { model_type: 'qwen2', vocab_size: m.vocab_size, hidden_size: m.hidden_size, intermediate_size: m.intermediate_size, num_hidden_layers: m.num_hidden_layers, num_attention_heads: m.num_attention_heads, num_key_value_heads: m.num_key_value_heads, tie_word_embeddings: m.tie_word_embeddings } as ModelConfig;
-  const parameters = countParameters(config);
-  const wasm = tf.getBackend() === 'wasm';
-  const limit = wasm ? 4 * 2 ** 30 : totalmem();
-  if (parameters * 16 <= limit) return;
-  const sizes = (['hidden_size', 'intermediate_size', 'num_hidden_layers', 'vocab_size'] as const).map((k) => `model.${k}=${m[k]}`).join(', ');
-  throw new ConfigError(
-    `${sizes}: the default tiny model would have ${parameters.toLocaleString('en')} parameters, ${(parameters * 16 / 2 ** 30).toFixed(1)} GiB to train ` +
-      `(weights, gradients and AdamW moments), more than the ${wasm ? '4 GiB WebAssembly heap of the tfjs engine' : `${(limit / 2 ** 30).toFixed(0)} GiB of memory of this machine`}; make it smaller, or give a pretrained model.path`,
-  );
-}
-
-export async function createEngine(cfg: Config, from: 'fresh' | string): Promise<{ engine: TfjsEngine; loaded?: ReturnType<typeof loadCheckpoint> }> {
-  const engineOptions = (endTokens: number[], pad: number) => ({
-    optimizer: optimizerSettings(cfg),
-    maxGradNorm: cfg.optim.max_grad_norm,
-    microBatchTokens: cfg.optim.micro_batch_tokens,
-    endTokens,
-    padToken: pad,
-    lora: loraSettings(cfg) ?? undefined,
-    loraSeed: cfg.seed,
-  });
-  if (from !== 'fresh') {
-    const loaded = loadCheckpoint(from);
-    const e = endTokenIds(loaded.tokenizer);
-    const engine = new TfjsEngine(loaded.model, loaded.tokenizer, engineOptions(e, e[e.length - 1]));
-    engine.optimizer.importState(loaded.optimizer.step, loaded.optimizer.tensors);
-    return { engine, loaded };
-  }
-  if (!cfg.model.path) checkTinyModelFits(cfg);
-  const { model, tokenizer } = cfg.model.path ? loadModelDir(await resolveModelPath(cfg.model.path)) : buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
-  const e = endTokenIds(tokenizer);
-  if (e.length === 0) throw new Error(`the tokenizer has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
-  return { engine: new TfjsEngine(model, tokenizer, engineOptions(e, e[e.length - 1])) };
-}
-
-/** An engine for training plus how to checkpoint it and one line describing it. */
-export interface TrainingEngine {
-  engine: PolicyEngine;
-  state?: TrainerState;
-  checkpointWriter: TfjsEngine | { writePolicy: (dir: string) => Promise<void> };
-  description: string;
-  close(): Promise<void>;
-}
-
-export async function createTrainingEngine(cfg: Config, from: 'fresh' | string): Promise<TrainingEngine> {
-  const choice = chooseEngine(cfg, cfg.model.path && (await resolveModelPath(cfg.model.path)));
-  const why = choice.reason ? ` [${choice.reason}]` : '';
-  if (choice.engine === 'tfjs') {
-    const { engine, loaded } = await createEngine(cfg, from);
-    return {
-      engine,
-      state: loaded?.state,
-      checkpointWriter: engine,
-      description: `tfjs engine, ${countParameters(engine.model.config).toLocaleString()} parameters${cfg.model.lora ? ` (LoRA r=${cfg.model.lora.r})` : ''}${why}`,
-      close: async () => engine.dispose(),
-    };
-  }
-  // The worker loads a directory: the default tiny model is built once and saved for it.
-  let baseDir = cfg.model.path && (await resolveModelPath(cfg.model.path));
-  if (!baseDir) {
-    baseDir = join(cfg.run_dir, 'initial-model');
-    if (!existsSync(join(baseDir, 'config.json'))) {
-      checkTinyModelFits(cfg);
-      const tiny = buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
-      // Written aside and renamed, so a kill in the middle never leaves a directory that looks complete.
-      const tmp = `${baseDir}.tmp-${process.pid}`;
-      rmSync(tmp, { recursive: true, force: true });
-      await saveModelDir(tmp, tiny.model, tiny.tokenizer);
-      tiny.model.dispose();
-      rmSync(baseDir, { recursive: true, force: true });
-      renameSync(tmp, baseDir);
-    }
-  }
-  const lora = loraSettings(cfg);
-  // A checkpoint holds the full model (or, with LoRA, the adapter) and optimizer.pt.
-  const policyDir = from === 'fresh' ? null : lora ? join(from, 'adapter') : from;
-  const modelDir = policyDir && !lora ? policyDir : baseDir;
-  const engine = await startTorchWorker(cfg, modelDir, {
-    adapterDir: lora && policyDir ? policyDir : undefined,
-    optimizerState: policyDir ? join(policyDir, 'optimizer.pt') : undefined,
-    gradientCheckpointing: cfg.model.torch.gradient_checkpointing,
-    lora,
-  });
-  const info = engine.info;
-  return {
-    engine,
-    state: from === 'fresh' ? undefined : loadTrainerState(from),
-    checkpointWriter: { writePolicy: (dir) => engine.save(lora ? join(dir, 'adapter') : dir, { optimizer: true }) },
-    description: `torch worker on ${info.device} (${info.dtype}), ${info.parameters.toLocaleString()} parameters, ${info.trainable_parameters.toLocaleString()} trainable${why}`,
-    close: () => engine.close(),
-  };
-}
-
-/** The PyTorch worker on `modelDir` with the config's optimiser and worker settings, plus `extra`. */
-async function startTorchWorker(cfg: Config, modelDir: string, extra: Partial<TorchEngineOptions>) {
-  const { TorchEngine } = await import('../policy/torch/engine.ts');
-  const ends = endTokenIds(Tokenizer.fromFile(join(modelDir, 'tokenizer.json')));
-  if (ends.length === 0) throw new Error(`${modelDir}/tokenizer.json has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
-  const t = cfg.model.torch;
-  return TorchEngine.start({
-    modelDir,
-    optimizer: optimizerSettings(cfg),
-    maxGradNorm: cfg.optim.max_grad_norm,
-    microBatchTokens: cfg.optim.micro_batch_tokens,
-    endTokens: ends,
-    padToken: ends[ends.length - 1],
-    device: t.device,
-    dtype: t.dtype,
-    autocast: t.autocast,
-    seed: cfg.seed,
-    threads: t.threads ?? undefined,
-    launcher: t.launcher ?? undefined,
-    ...extra,
-  });
-}
-
-/**
- * An engine that plays (evaluation, adaptation) the model in `dir`: a model directory, or a checkpoint,
- * which with LoRA on the PyTorch worker holds only `adapter/` and takes its base from model.path.
- */
-export async function createPlayingEngine(cfg: Config, dir: string): Promise<{ engine: PolicyEngine; description: string }> {
-  const hasWeights = existsSync(join(dir, 'model.safetensors'));
-  const adapterDir = existsSync(join(dir, ADAPTER_SUBDIR, 'adapter_config.json')) ? join(dir, ADAPTER_SUBDIR) : null;
-  let modelDir = dir;
-  if (!hasWeights && adapterDir) {
-    if (!cfg.model.path) throw new ConfigError(`${dir} holds a LoRA adapter without its base model: give the base as model.path (the run's config.yaml has it)`);
-    modelDir = await resolveModelPath(cfg.model.path);
-  }
-  const choice = chooseEngine(cfg, modelDir);
-  const why = choice.reason ? ` [${choice.reason}]` : '';
-  if (choice.engine === 'tfjs') {
-    const loaded = loadModelDir(modelDir, { adapter: adapterDir ?? false });
-    const e = endTokenIds(loaded.tokenizer);
-    if (e.length === 0) throw new Error(`${modelDir}/tokenizer.json has neither ${IM_END} nor ${END_OF_TEXT}: cannot tell where an action ends`);
-    const engine = new TfjsEngine(loaded.model, loaded.tokenizer, { endTokens: e, padToken: e[e.length - 1], optimizer: optimizerSettings(cfg), maxGradNorm: cfg.optim.max_grad_norm, microBatchTokens: cfg.optim.micro_batch_tokens });
-    return { engine, description: `tfjs engine, ${countParameters(engine.model.config).toLocaleString()} parameters${adapterDir ? ' with its LoRA adapter' : ''}${why}` };
-  }
-  const engine = await startTorchWorker(cfg, modelDir, { adapterDir: adapterDir ?? undefined, lora: adapterDir ? loraSettings(cfg) ?? undefined : undefined });
-  return { engine, description: `torch worker on ${engine.info.device}, ${engine.info.parameters.toLocaleString()} parameters${adapterDir ? ' with its LoRA adapter' : ''}${why}` };
-}
-
-/**
- * Rollouts through an OpenAI-compatible server while the update runs here. With sync
- * `load_weights` the trainer writes its policy to <run>/rollout-policy after every update and asks
- * the server (empo2 serve --allow-weight-updates --weights-root <runs>, the key in $EMPO2_API_KEY) to load
- * it, so samples stay on-policy.
- */
-async function createRemoteRollouts(cfg: Config, engine: PolicyEngine): Promise<{ engine: PolicyEngine; sync: () => Promise<void> }> {
-  const r = cfg.rollout.remote!;
-  const { RemoteEngine } = await import('../policy/remote/index.ts');
-  const { requestJson } = await import('../policy/remote/http.ts');
-  const ends = endTokenIds(engine.tokenizer);
-  const remote = new RemoteEngine({ baseUrl: r.base_url, model: r.model ?? undefined, tokenizer: engine.tokenizer, endTokens: ends, timeoutMs: r.timeout_s * 1000, retries: r.retries });
-  const dir = resolve(cfg.run_dir, 'rollout-policy');
-  const base = r.base_url.replace(/\/+$/, '').replace(/\/v1$/, '');
-  return {
-    engine: remote,
-    sync: async () => {
-      if (r.sync === 'none') return;
-      await engine.save(dir);
-      await requestJson(`${base}/v1/empo2/load_weights`, { path: dir }, { timeoutMs: r.timeout_s * 1000, retries: r.retries, backoffMs: 500 });
-    },
-  };
 }
 
 export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResult> {

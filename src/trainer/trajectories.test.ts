@@ -13,8 +13,9 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { EpisodeRecordSchema, type EpisodeRecord } from '../trajectory/format.ts';
 import type { Episode, StepRecord } from './rollout.ts';
 import { latestCheckpoint } from './checkpoint.ts';
-import { defaultEvalTrajectories, evaluateEngine } from './eval-command.ts';
-import { createEngine, train } from './trainer.ts';
+import { defaultEvalTrajectories, evaluateEngine } from './evaluate-checkpoint.ts';
+import { train } from './trainer.ts';
+import { createEngine } from './engines.ts';
 import { episodeRecord, runTrajectoryFile, sampledTokenEntropy, spreadSample, tipFollowRate } from './trajectories.ts';
 import { TINY_RUN } from '../../test/support/tiny.ts';
 

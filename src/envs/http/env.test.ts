@@ -6,8 +6,8 @@
 import { createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { createHttpEnv, HttpEnv, openInstanceCount, parseHttpEnvOptions, parseIndices, actionsInObservation, SEARCH_ACTION } from './index.ts';
-import { FindGame, TestEnvServer } from './test-server.ts';
-import { useTestServers } from './test-fixtures.ts';
+import { FindGame, TestEnvServer } from '../../../test/support/http-env-server.ts';
+import { useTestServers } from '../../../test/support/http-env-servers.ts';
 
 const { serve, envs } = useTestServers();
 

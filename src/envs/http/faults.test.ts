@@ -7,8 +7,8 @@
 import { describe, expect, it } from 'vitest';
 import { Rng } from '../../util/rng.ts';
 import { createHttpEnv, HttpEnv, openInstanceCount } from './index.ts';
-import { FindGame, TestEnvServer, type Fault } from './test-server.ts';
-import { useTestServers } from './test-fixtures.ts';
+import { FindGame, TestEnvServer, type Fault } from '../../../test/support/http-env-server.ts';
+import { useTestServers } from '../../../test/support/http-env-servers.ts';
 
 const { serve, envs } = useTestServers();
 

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { TestEnvServer } from './test-server.ts';
+import { TestEnvServer } from '../../../test/support/http-env-server.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'empo2-http-shutdown-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

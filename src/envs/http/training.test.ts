@@ -12,7 +12,7 @@ import { initBackend } from '../../policy/tfjs/backend.ts';
 import { train } from '../../trainer/trainer.ts';
 import { TINY_MODEL } from '../../../test/support/tiny.ts';
 import { Rng } from '../../util/rng.ts';
-import { TestEnvServer, type Fault } from './test-server.ts';
+import { TestEnvServer, type Fault } from '../../../test/support/http-env-server.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-http-train-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));

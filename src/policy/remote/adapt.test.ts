@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startServedFixture, type ServedFixture } from '../../serve/test-fixture.ts';
+import { startServedFixture, type ServedFixture } from '../../../test/support/served-fixture.ts';
 import { adapt } from '../../trainer/adapt.ts';
 import { remoteEngineFromDir } from './index.ts';
 

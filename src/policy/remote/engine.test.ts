@@ -13,7 +13,7 @@ import type { AddressInfo } from 'node:net';
 import { createEnv } from '../../envs/index.ts';
 import type { Env } from '../../envs/types.ts';
 import { evaluate, formatEvalTable } from '../../trainer/evaluate.ts';
-import { startServedFixture, type ServedFixture } from '../../serve/test-fixture.ts';
+import { startServedFixture, type ServedFixture } from '../../../test/support/served-fixture.ts';
 import type { GenerateOptions, Generation } from '../types.ts';
 import { RemoteEngine, remoteEngineFromDir } from './index.ts';
 

@@ -7,11 +7,11 @@
  * PEFT's layout, so a saved LoRA policy reloads as it was.
  */
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { join } from 'node:path';
 import { tf } from './backend.ts';
 import { Qwen2Model, parameterShapes, type ModelConfig } from './qwen2.ts';
 import { parseHfConfig } from '../hf/config.ts';
-import { readSafetensors, toFloat32, writeSafetensors, type TensorToWrite } from '../safetensors.ts';
+import { modelWeightFiles, readSafetensors, toFloat32, writeSafetensors, type TensorToWrite } from '../safetensors.ts';
 import { Tokenizer } from '../tokenizer.ts';
 import type { TextTokenizer } from '../types.ts';
 import { ADAPTER_CONFIG_FILE, loadLoraAdapter, saveLoraAdapter, type LoraConfig } from './lora.ts';
@@ -53,43 +53,13 @@ export interface LoadOptions {
   loraSeed?: number;
 }
 
-/** Which file holds each tensor: the single file, or the shards the index lists. */
-function weightFiles(dir: string): Map<string, string[]> {
-  const indexPath = join(dir, INDEX_FILE);
-  if (!existsSync(indexPath)) {
-    const single = join(dir, SINGLE_FILE);
-    if (!existsSync(single)) throw new Error(`${dir}: neither ${SINGLE_FILE} nor ${INDEX_FILE} is there`);
-    return new Map([[single, []]]); // [] : every tensor in it
-  }
-  let index: unknown;
-  try {
-    index = JSON.parse(readFileSync(indexPath, 'utf8'));
-  } catch (e) {
-    throw new Error(`${indexPath}: invalid JSON: ${(e as Error).message}`);
-  }
-  const map = (index as { weight_map?: unknown } | null)?.weight_map;
-  if (typeof map !== 'object' || map === null || Array.isArray(map)) throw new Error(`${indexPath}: "weight_map" (tensor name -> shard file) is missing or not an object`);
-  const files = new Map<string, string[]>();
-  for (const [name, shard] of Object.entries(map)) {
-    // Shards are plain file names next to the index; anything else could reach outside the directory.
-    if (typeof shard !== 'string' || basename(shard) !== shard || shard === '' || shard === '.' || shard === '..') throw new Error(`${indexPath}: weight_map["${name}"] is ${JSON.stringify(shard)}, not a shard file name`);
-    const path = join(dir, shard);
-    if (!files.has(path)) {
-      if (!existsSync(path)) throw new Error(`${indexPath}: shard ${shard} is listed but ${path} does not exist`);
-      files.set(path, []);
-    }
-    files.get(path)!.push(name);
-  }
-  return files;
-}
-
 /**
  * The parameters `config` implies, read one weight file at a time (so at most one shard's raw
  * bytes are in memory next to the fp32 variables).
  */
 function loadWeights(dir: string, config: ModelConfig): Map<string, tf.Variable> {
   const wanted = parameterShapes(config);
-  const files = weightFiles(dir);
+  const files = modelWeightFiles(dir);
   const params = new Map<string, tf.Variable>();
   const foundIn = new Map<string, string>();
   try {

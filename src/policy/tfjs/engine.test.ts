@@ -18,7 +18,7 @@ import { loadModelDir, saveModelDir } from './checkpoint.ts';
 import { HEAP_SAFETY, PREFILL_TOKENS, chunkReserveBytes, inferenceBytesPerToken, kvBytesPerToken, plainTrainingBytesPerToken, trainingBytesPerToken } from './memory-plan.ts';
 import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
 import { objectiveTerms, type ObjectiveConfig } from '../../algo/objective.ts';
-import { CHAT_SPECIAL_TOKENS, IM_END, END_OF_TEXT } from '../../trainer/prompt.ts';
+import { CHAT_SPECIAL_TOKENS, IM_END, END_OF_TEXT } from '../chat-tokens.ts';
 import type { Generation, TrainSequence } from '../types.ts';
 
 const CORPUS = [

@@ -4,7 +4,7 @@
  */
 import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
 import { Qwen2Model, type ModelConfig } from './qwen2.ts';
-import { CHAT_SPECIAL_TOKENS } from '../../trainer/prompt.ts';
+import { CHAT_SPECIAL_TOKENS } from '../chat-tokens.ts';
 
 export interface TinyModelSettings {
   hidden_size: number;

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pythonGate, runPython, REPO_ROOT } from '../../../test/support/python.ts';
 import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
-import { CHAT_SPECIAL_TOKENS } from '../../trainer/prompt.ts';
+import { CHAT_SPECIAL_TOKENS } from '../chat-tokens.ts';
 
 const gate = pythonGate(['torch', 'tokenizers', 'transformers']);
 const SCRIPT = join(REPO_ROOT, 'workers', 'torch', 'check_decoding.py');

@@ -21,7 +21,7 @@ import { loadModelDir, saveModelDir } from '../tfjs/checkpoint.ts';
 import { readSafetensorsDir, toFloat32 } from '../safetensors.ts';
 import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
 import type { ObjectiveConfig } from '../../algo/objective.ts';
-import { CHAT_SPECIAL_TOKENS, IM_END, END_OF_TEXT } from '../../trainer/prompt.ts';
+import { CHAT_SPECIAL_TOKENS, IM_END, END_OF_TEXT } from '../chat-tokens.ts';
 import type { TrainSequence } from '../types.ts';
 import { TorchEngine, type TorchEngineOptions } from './engine.ts';
 

@@ -3,8 +3,8 @@
  * on them are all closed after each test, so one failing test leaves nothing open for the next.
  */
 import { afterEach } from 'vitest';
-import type { HttpEnv } from './index.ts';
-import { TestEnvServer } from './test-server.ts';
+import type { HttpEnv } from '../../src/envs/http/index.ts';
+import { TestEnvServer } from './http-env-server.ts';
 
 export function useTestServers(): { serve: (options?: Parameters<typeof TestEnvServer.start>[0]) => Promise<TestEnvServer>; envs: HttpEnv[] } {
   const servers: TestEnvServer[] = [];

@@ -1,22 +1,7 @@
 /** `empo2 memory show`: a run's tip memory as text (or JSON), per slot, newest entries first. */
-import { existsSync, readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
-import { TipMemory } from './store.ts';
-
-export function findMemoryFile(path: string): string {
-  if (!existsSync(path)) throw new Error(`${path} does not exist`);
-  if (statSync(path).isFile()) return path;
-  const direct = join(path, 'memory.json');
-  if (existsSync(direct)) return direct;
-  const pointer = join(path, 'checkpoints', 'latest.json');
-  if (existsSync(pointer)) {
-    const name = (JSON.parse(readFileSync(pointer, 'utf8')) as { checkpoint: string }).checkpoint;
-    const inLatest = join(path, 'checkpoints', name, 'memory.json');
-    if (existsSync(inLatest)) return inLatest;
-    throw new Error(`${path}: the latest checkpoint (${name}) has no memory.json (was the run trained with algo.name=empo2?)`);
-  }
-  throw new Error(`${path}: no memory.json here and not a run directory`);
-}
+import { readFileSync } from 'node:fs';
+import { findMemoryFile } from '../../memory/memory-file.ts';
+import { TipMemory } from '../../memory/store.ts';
 
 export function showMemory(path: string, o: { task?: string; limit: number; json: boolean }): string {
   if (!Number.isInteger(o.limit) || o.limit < 1) throw new Error(`--limit must be a positive integer, got ${o.limit}`);

@@ -6,14 +6,14 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadConfig } from '../config/load.ts';
-import type { Config } from '../config/schema.ts';
-import { initBackend } from '../policy/tfjs/backend.ts';
-import type { TfjsEngine } from '../policy/tfjs/engine.ts';
-import { createEngine } from '../trainer/trainer.ts';
-import { loadServedModel } from './load.ts';
-import { startServer, type RunningServer, type ServeOptions } from './server.ts';
-import { TINY_MODEL } from '../../test/support/tiny.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import type { Config } from '../../src/config/schema.ts';
+import { initBackend } from '../../src/policy/tfjs/backend.ts';
+import type { TfjsEngine } from '../../src/policy/tfjs/engine.ts';
+import { createEngine } from '../../src/trainer/engines.ts';
+import { loadServedModel } from '../../src/serve/load.ts';
+import { startServer, type RunningServer, type ServeOptions } from '../../src/serve/server.ts';
+import { TINY_MODEL } from './tiny.ts';
 
 export interface ServedFixture {
   cfg: Config;

@@ -1,4 +1,7 @@
-/** `empo2 eval`: load a policy directory (or use a served one) and print the held-out evaluation table. */
+/**
+ * A held-out evaluation of one policy (a checkpoint, a model directory or a served model): the episodes
+ * recorded, the table printed, and the record `empo2 eval --json` writes.
+ */
 import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { ConfigError } from '../config/load.ts';
@@ -139,19 +142,5 @@ function checkpointSteps(dir: string): { train_env_steps?: number } {
   } catch {
     // The weights evaluate fine without it; the record just cannot say where the checkpoint sits.
     return {};
-  }
-}
-
-export async function evaluateModelDir(dir: string, cfg: Config, opts: { json?: string; trajectories?: string } = {}): Promise<EvalResult> {
-  // Loaded here, not at the top, so `eval --remote` does not load TensorFlow.js or the training code.
-  const { initBackend } = await import('../policy/tfjs/backend.ts');
-  const { createPlayingEngine } = await import('./trainer.ts');
-  await initBackend();
-  const { engine, description } = await createPlayingEngine(cfg, dir);
-  console.error(`empo2 eval | ${dir} | ${description}`);
-  try {
-    return await evaluateEngine(engine, cfg, { column: 'checkpoint', json: opts.json, modelDir: dir, trajectories: opts.trajectories });
-  } finally {
-    engine.dispose();
   }
 }

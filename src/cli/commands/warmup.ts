@@ -1,0 +1,50 @@
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Config } from '../../config/schema.ts';
+import { createEnv } from '../../envs/index.ts';
+import { initBackend } from '../../policy/tfjs/backend.ts';
+import { saveModelDir } from '../../policy/tfjs/checkpoint.ts';
+import { createEngine } from '../../trainer/engines.ts';
+import { buildWarmupExamples, measureTipFollowing, runTipWarmup, tipWarmupSettings, type TipFollowing, type WarmupExample } from '../../trainer/tip-warmup.ts';
+
+/**
+ * `empo2 warmup`: build the tiny model, warm it up and save it in the Hugging Face layout, with
+ * `warmup.json` saying how well it follows tips before and after (200 held-out prompts each from
+ * the configured tasks and from the environment's other tasks, built with another seed).
+ */
+export async function warmupModelDir(cfg: Config, outDir: string, log: (line: string) => void = console.log): Promise<object> {
+  if (existsSync(join(outDir, 'config.json'))) throw new Error(`${outDir} already holds a model; choose another --out`);
+  if (cfg.model.tip_warmup_examples <= 0) throw new Error('model.tip_warmup_examples must be positive for a warm-up');
+  await initBackend();
+  const { engine } = await createEngine(cfg, 'fresh');
+  const env = await createEnv({ ...cfg.env, tasks: null });
+  try {
+    const tasks = cfg.env.tasks ?? env.tasks();
+    const others = env.tasks().filter((t) => !tasks.includes(t));
+    const ws = tipWarmupSettings(cfg);
+    const examples = await buildWarmupExamples(env, tasks, engine.tokenizer, ws);
+    const heldOut = { same_tasks: await buildWarmupExamples(env, tasks, engine.tokenizer, { ...ws, examples: 200, seed: ws.seed + 1 }) } as Record<string, WarmupExample[]>;
+    if (others.length) heldOut.other_tasks = await buildWarmupExamples(env, others, engine.tokenizer, { ...ws, examples: 200, seed: ws.seed + 2 });
+    const measure = async () => Object.fromEntries(await Promise.all(Object.entries(heldOut).map(async ([k, v]) => [k, await measureTipFollowing(engine, v)] as const)));
+    const before = await measure();
+    log(`tip warm-up: ${examples.length} prompts from ${tasks.join(', ')} (train split), ${ws.epochs} epochs, lr ${ws.lr}; before: follows the best tip ${fmtFollow(before)}`);
+    const report = await runTipWarmup(engine, examples, ws, log);
+    const after = await measure();
+    log(`after: follows the best tip ${fmtFollow(after)}`);
+    mkdirSync(outDir, { recursive: true });
+    await saveModelDir(outDir, engine.model, engine.tokenizer);
+    const summary = { ...report, tasks, held_out_tasks: others, before, after, settings: { ...ws, prompt: undefined }, prompt: ws.prompt };
+    writeFileSync(join(outDir, 'warmup.json'), JSON.stringify(summary, null, 2) + '\n');
+    log(`saved ${outDir}`);
+    return summary;
+  } finally {
+    await env.close();
+    engine.dispose();
+  }
+}
+
+function fmtFollow(m: Record<string, TipFollowing>): string {
+  return Object.entries(m)
+    .map(([k, v]) => `${k}: p(target) ${v.followProbability.toFixed(2)} vs uniform ${v.uniformProbability.toFixed(2)}, top-1 ${(v.follow * 100).toFixed(0)}%`)
+    .join('; ');
+}

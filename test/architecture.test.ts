@@ -1,0 +1,100 @@
+/**
+ * The direction of dependencies (docs/ARCHITECTURE.md): every import between top-level folders of
+ * src/ must go down the layer table, and no source file may reach itself through imports (static
+ * or dynamic `import()`). Test files are exempt: they assemble pieces from several layers.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+const SRC = resolve(import.meta.dirname, '..', 'src');
+
+/** Which folders each folder of src/ may import from (its own files always). */
+export const ALLOWED: Record<string, readonly string[]> = {
+  util: [],
+  config: ['util'],
+  algo: ['util'],
+  envs: ['config', 'util'],
+  trajectory: ['config', 'util'],
+  policy: ['algo', 'config', 'util'],
+  memory: ['policy', 'config', 'util'],
+  trainer: ['algo', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
+  compare: ['trainer', 'algo', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
+  serve: ['trainer', 'policy', 'config', 'util'],
+  dashboard: ['compare', 'serve', 'trainer', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
+  cli: ['dashboard', 'compare', 'serve', 'trainer', 'algo', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
+};
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) return sourceFiles(path);
+    return e.name.endsWith('.ts') && !e.name.endsWith('.test.ts') ? [path] : [];
+  });
+}
+
+/**
+ * Relative module specifiers a file imports: `import … from`, `export … from`, `import '…'` and
+ * `import('…')`; with `runtimeOnly`, not `import type`, which the compiler erases (it couples layers,
+ * so the layer check counts it, but it cannot close a cycle at run time).
+ */
+export function importsOf(text: string, runtimeOnly = false): string[] {
+  const code = runtimeOnly ? text.replace(/\b(?:import|export)\s+type\s[^;]*?\bfrom\s+'[^']*'/gs, '') : text;
+  const specs = [...code.matchAll(/(?:\bfrom\s+|\bimport\s*\(\s*|^\s*import\s+)'(\.[^']*)'/gm)].map((m) => m[1]);
+  return [...new Set(specs)];
+}
+
+const topFolder = (file: string) => relative(SRC, file).split('/')[0];
+
+interface Edge {
+  from: string;
+  to: string;
+}
+
+function importGraph(runtimeOnly: boolean): Edge[] {
+  return sourceFiles(SRC).flatMap((file) => importsOf(readFileSync(file, 'utf8'), runtimeOnly).map((spec) => ({ from: file, to: resolve(dirname(file), spec) })));
+}
+
+describe('architecture', () => {
+  const edges = importGraph(false);
+
+  it('finds the imports it checks (static and dynamic)', () => {
+    const text = `import { a } from './a.ts';\nexport { b } from '../b.ts';\nconst c = await import('./c.ts');\nimport './d.ts';\nimport x from 'node:fs';\nimport type {\n  E,\n} from './e.ts';`;
+    expect(importsOf(text)).toEqual(['./a.ts', '../b.ts', './c.ts', './d.ts', './e.ts']);
+    expect(importsOf(text, true)).toEqual(['./a.ts', '../b.ts', './c.ts', './d.ts']);
+    expect(edges.length).toBeGreaterThan(200);
+  });
+
+  it('imports only go down the layer table', () => {
+    const folders = new Set(sourceFiles(SRC).map(topFolder).filter((f) => !f.endsWith('.ts')));
+    expect([...folders].filter((f) => !(f in ALLOWED)), 'folders missing from the layer table (add them to docs/ARCHITECTURE.md and here)').toEqual([]);
+    const backEdges = edges
+      .filter((e) => {
+        const from = topFolder(e.from);
+        const to = topFolder(e.to);
+        return from !== to && !(ALLOWED[from] ?? []).includes(to);
+      })
+      .map((e) => `${relative(SRC, e.from)} imports ${relative(SRC, e.to)}`);
+    expect(backEdges).toEqual([]);
+  });
+
+  it('no source file imports itself through a cycle', () => {
+    const next = new Map<string, string[]>();
+    for (const e of importGraph(true)) next.set(e.from, [...(next.get(e.from) ?? []), e.to]);
+    const cycles: string[] = [];
+    const state = new Map<string, 'open' | 'done'>();
+    const stack: string[] = [];
+    const visit = (file: string) => {
+      state.set(file, 'open');
+      stack.push(file);
+      for (const to of next.get(file) ?? []) {
+        if (state.get(to) === 'open') cycles.push([...stack.slice(stack.indexOf(to)), to].map((f) => relative(SRC, f)).join(' -> '));
+        else if (!state.has(to)) visit(to);
+      }
+      stack.pop();
+      state.set(file, 'done');
+    };
+    for (const file of next.keys()) if (!state.has(file)) visit(file);
+    expect(cycles).toEqual([]);
+  });
+});
