@@ -7,9 +7,8 @@
  *   3. every action token of a step gets that step's advantage (GRPO: the same for every step of a
  *      rollout), and a step whose advantage is 0 is left out (skipZeroAdvantage);
  *   4. the prompt each step is scored on: as sampled (plain and on-policy-with-tips rollouts), or
- *      with the tip block cut out (off-policy rollouts: ρ = πθ(a|s,u) / πold(a|s,u,tips), the old
- *      log-probs being the sampler's, taken with tips; or, decoupled, not in the paper: the ratio
- *      to the tip-free old policy, A weighted by min(cap, πold(a|s,u) / πold(a|s,u,tips)));
+ *      with the tip block cut out (off-policy rollouts, whose ratio ρ = πθ(a|s,u) / πold(a|s,u,tips)
+ *      or its decoupled variant is paired in ../algo/off-policy.ts, offPolicyRatio);
  *   5. low-probability masks (token-level δ, or sequence-level min old log-prob) on off-policy
  *      samples (or on all, by config);
  *   6. clipped-ratio objective, token mean, over `minibatches` optimiser steps for `epochs` passes.
@@ -17,7 +16,7 @@
 import { groupNormalisedAdvantages, rolloutReturn } from '../algo/advantage.ts';
 import { gigpoAdvantages, summariseStepGroups, type GigpoSettings, type StepGroupSummary } from '../algo/gigpo.ts';
 import { sequenceLowProbKeep, type ObjectiveConfig } from '../algo/objective.ts';
-import { decoupledOffPolicy } from '../algo/off-policy.ts';
+import { offPolicyRatio, type OffPolicyRatio } from '../algo/off-policy.ts';
 import type { PolicyEngine, TrainSequence, TrainStats } from '../policy/types.ts';
 import type { Rng } from '../util/rng.ts';
 import type { Mode } from '../algo/modes.ts';
@@ -44,7 +43,7 @@ export interface GrpoSettings {
   /** Where the low-probability masks apply: off-policy samples only (EMPO²) or every sample. */
   maskScope?: 'off_policy' | 'all';
   /** Off-policy ratio: the paper's (to the sampler with tips), or decoupled (see algo/off-policy.ts). */
-  offPolicyRatio?: 'paper' | 'decoupled';
+  offPolicyRatio?: OffPolicyRatio;
   /** Decoupled: cap of the importance weight (null: w = 1). */
   offPolicyWeightCap?: number | null;
   lr?: number;
@@ -123,21 +122,23 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
     if (offPolicy) offPolicySamples.push(...sequences);
   });
 
-  let offPolicyMeanWeight: number | null = null;
-  if (s.offPolicyRatio === 'decoupled' && offPolicySamples.length > 0) {
-    // πold(a|s,u): the tip-free prompts scored with the weights before this update.
-    const tipFree = await engine.logprobs(offPolicySamples, s.temperature);
-    let weightSum = 0;
-    let weightCount = 0;
-    offPolicySamples.forEach((sample, k) => {
-      const d = decoupledOffPolicy(sample.advantages, tipFree[k], sample.oldLogprobs, s.offPolicyWeightCap ?? null);
-      sample.advantages = d.advantages;
-      sample.oldLogprobs = d.oldLogprobs;
-      weightSum += d.weights.reduce((a, b) => a + b, 0);
-      weightCount += d.weights.length;
-    });
-    offPolicyMeanWeight = weightSum / Math.max(1, weightCount);
-  }
+  // The engine scores ρ's numerator on each sample's prompt, tip-free for off-policy ones;
+  // offPolicyRatio pairs it with its denominator. The decoupled ratio's denominator is πold(a|s,u):
+  // the tip-free prompts scored with the weights before this update.
+  const ratio = s.offPolicyRatio ?? 'paper';
+  const tipFree = ratio === 'decoupled' && offPolicySamples.length > 0 ? await engine.logprobs(offPolicySamples, s.temperature) : null;
+  let weightSum = 0;
+  let weightCount = 0;
+  offPolicySamples.forEach((sample, k) => {
+    const terms = offPolicyRatio(ratio, { advantages: sample.advantages, sampledWithTips: sample.oldLogprobs, tipFreeBeforeUpdate: tipFree?.[k] ?? null }, s.offPolicyWeightCap ?? null);
+    sample.advantages = terms.advantages;
+    sample.oldLogprobs = terms.oldLogprobs;
+    if (terms.weights) {
+      weightSum += terms.weights.reduce((a, b) => a + b, 0);
+      weightCount += terms.weights.length;
+    }
+  });
+  const offPolicyMeanWeight = tipFree ? weightSum / Math.max(1, weightCount) : null;
 
   const totals = { loss: 0, tokens: 0, clipFraction: 0, meanRatio: 0, kl: 0, gradNorm: 0 };
   let optimizerSteps = 0;
