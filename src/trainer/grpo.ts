@@ -17,11 +17,13 @@ import { groupNormalisedAdvantages, rolloutReturn } from '../algo/advantage.ts';
 import { gigpoAdvantages, summariseStepGroups, type GigpoSettings, type StepGroupSummary } from '../algo/gigpo.ts';
 import { sequenceLowProbKeep, type ObjectiveConfig } from '../algo/objective.ts';
 import { offPolicyRatio, type OffPolicyRatio } from '../algo/off-policy.ts';
+import { resolveAlgo, type Config } from '../config/schema.ts';
 import type { PolicyEngine, TrainSequence, TrainStats } from '../policy/types.ts';
 import type { Rng } from '../util/rng.ts';
 import type { Mode } from '../algo/modes.ts';
 import type { Episode } from './rollout.ts';
 import { removeTips } from './prompt.ts';
+import { promptSettings } from './prompt-style.ts';
 import { packEpisodeSteps } from './packing.ts';
 
 export interface UpdateEpisode extends Episode {
@@ -69,6 +71,25 @@ export interface UpdateStats extends TrainStats {
   packedSteps: number;
   /** GiGPO only: how the anchor states grouped, and the share of rollouts of 2+ steps whose steps got different advantages. */
   stepGroups: (StepGroupSummary & { variedRollouts: number }) | null;
+}
+
+/** The config's update settings (algo.*, and the rollout temperature the log-probs are taken at). */
+export function updateSettings(cfg: Config): GrpoSettings {
+  const algo = resolveAlgo(cfg);
+  return {
+    objective: { clipLow: cfg.algo.clip_low, clipHigh: cfg.algo.clip_high, dualClip: cfg.algo.dual_clip, klCoef: cfg.algo.kl_coef, lowProbDelta: cfg.algo.low_prob_delta },
+    seqMinLogprob: cfg.algo.seq_min_logprob,
+    minibatches: cfg.algo.minibatches,
+    epochs: cfg.algo.epochs,
+    rewardScale: cfg.algo.reward_scale,
+    skipZeroAdvantage: cfg.algo.skip_zero_advantage,
+    temperature: cfg.rollout.temperature > 0 ? cfg.rollout.temperature : 1,
+    maskScope: cfg.algo.low_prob_scope,
+    offPolicyRatio: cfg.algo.off_policy_ratio,
+    offPolicyWeightCap: cfg.algo.off_policy_weight_cap,
+    pack: cfg.optim.pack_episodes ?? promptSettings(cfg).template !== undefined,
+    gigpo: algo.stepAdvantage === 'gigpo' ? { omega: cfg.algo.gigpo_omega, gamma: cfg.algo.gigpo_gamma, mode: cfg.algo.gigpo_mode } : null,
+  };
 }
 
 export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: GrpoSettings, rng: Rng): Promise<UpdateStats> {
