@@ -3,9 +3,9 @@
  *
  *   L = − mean_tokens[ min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A) · m ] + β·KL(πθ ‖ πref)
  *
- * ρ = exp(log πθ − log πold) per token. In the off-policy mode the caller computes log πθ on the
- * tip-free prompt while log πold comes from the prompt with tips (that is what makes it
- * self-distillation); this function only sees the two numbers. Dual clip (c): for A < 0 the
+ * ρ = exp(log πθ − log πold) per token. In the off-policy mode log πθ is scored on the tip-free
+ * prompt and log πold is the sampler's, with tips: off-policy.ts (offPolicyRatio) pairs the two;
+ * this function only sees the two numbers. Dual clip (c): for A < 0 the
  * objective is bounded below by c·A. Token-level low-probability masking drops tokens whose
  * current probability is below δ; the sequence-level variant is applied by the caller through m.
  */

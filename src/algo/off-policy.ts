@@ -1,4 +1,49 @@
 /**
+ * The off-policy ratio of EMPO² (spec §4): a rollout sampled with tips from memory is updated as if
+ * the tips had never been shown.
+ *
+ *   ρ_t = πθ(a_t | s, u) / πθold(a_t | s, u, tips)
+ *
+ * Numerator: the policy being trained, on the prompt with the tip block cut out (the engine scores
+ * it, with gradient, on the sample's prompt, which the caller made tip-free). Denominator: the
+ * behaviour policy that sampled a_t, on the prompt with tips: the sampler's own log-probs. The
+ * engine's objective takes ρ = exp(log πθ − log πold) from the pair (objective.ts), clips it, and
+ * so pushes actions the tips made good into the tip-free policy (reward-guided self-distillation).
+ * `offPolicyRatio` below is the one place where the two meet, for both variants.
+ */
+export type OffPolicyRatio = 'paper' | 'decoupled';
+
+/** What the engine's clipped objective is fed for one off-policy sample, per response token. */
+export interface OffPolicyTerms {
+  /** A (paper) or w·A (decoupled). */
+  advantages: number[];
+  /** The denominator's log-probs: log πθold(a|s,u,tips) (paper) or log πθold(a|s,u) (decoupled). */
+  oldLogprobs: number[];
+  /** Decoupled only: the importance weight w of every token (null for the paper's ratio). */
+  weights: number[] | null;
+}
+
+/**
+ * Pairs the numerator πθ(a|s,u), scored by the engine on the sample's tip-free prompt, with its
+ * denominator:
+ *   paper:     ρ = πθ(a|s,u) / πθold(a|s,u,tips)            (the sampler's log-probs, as they are)
+ *   decoupled: ρ = πθ(a|s,u) / πθold(a|s,u), A ← w·A,
+ *              w = min(cap, πθold(a|s,u) / πθold(a|s,u,tips)) (not in the paper; see decoupledOffPolicy)
+ * `sampledWithTips`: log πθold(a|s,u,tips) per token; `tipFreeBeforeUpdate`: log πθold(a|s,u), the
+ * tip-free prompt scored with the weights before the update (needed by the decoupled variant only).
+ */
+export function offPolicyRatio(
+  variant: OffPolicyRatio,
+  sample: { advantages: readonly number[]; sampledWithTips: readonly number[]; tipFreeBeforeUpdate: readonly number[] | null },
+  cap: number | null,
+): OffPolicyTerms {
+  if (sample.advantages.length !== sample.sampledWithTips.length) throw new Error(`offPolicyRatio: ${sample.advantages.length} advantages for ${sample.sampledWithTips.length} sampled log-probs`);
+  if (variant === 'paper') return { advantages: [...sample.advantages], oldLogprobs: [...sample.sampledWithTips], weights: null };
+  if (!sample.tipFreeBeforeUpdate) throw new Error('offPolicyRatio: the decoupled ratio needs the tip-free log-probs before the update');
+  return decoupledOffPolicy(sample.advantages, sample.tipFreeBeforeUpdate, sample.sampledWithTips, cap);
+}
+
+/**
  * A decoupled off-policy update, not in the paper (algo.off_policy_ratio: decoupled).
  *
  * The paper's ratio ρ = πθ(a|s,u) / πold(a|s,u,tips) is clipped to [1−ε_low, 1+ε_high], but it

@@ -7,9 +7,8 @@
  *   3. every action token of a step gets that step's advantage (GRPO: the same for every step of a
  *      rollout), and a step whose advantage is 0 is left out (skipZeroAdvantage);
  *   4. the prompt each step is scored on: as sampled (plain and on-policy-with-tips rollouts), or
- *      with the tip block cut out (off-policy rollouts: ρ = πθ(a|s,u) / πold(a|s,u,tips), the old
- *      log-probs being the sampler's, taken with tips; or, decoupled, not in the paper: the ratio
- *      to the tip-free old policy, A weighted by min(cap, πold(a|s,u) / πold(a|s,u,tips)));
+ *      with the tip block cut out (off-policy rollouts, whose ratio ρ = πθ(a|s,u) / πold(a|s,u,tips)
+ *      or its decoupled variant is paired in ../algo/off-policy.ts, offPolicyRatio);
  *   5. low-probability masks (token-level δ, or sequence-level min old log-prob) on off-policy
  *      samples (or on all, by config);
  *   6. clipped-ratio objective, token mean, over `minibatches` optimiser steps for `epochs` passes.
@@ -17,12 +16,14 @@
 import { groupNormalisedAdvantages, rolloutReturn } from '../algo/advantage.ts';
 import { gigpoAdvantages, summariseStepGroups, type GigpoSettings, type StepGroupSummary } from '../algo/gigpo.ts';
 import { sequenceLowProbKeep, type ObjectiveConfig } from '../algo/objective.ts';
-import { decoupledOffPolicy } from '../algo/off-policy.ts';
+import { offPolicyRatio, type OffPolicyRatio } from '../algo/off-policy.ts';
+import { resolveAlgo, type Config } from '../config/schema.ts';
 import type { PolicyEngine, TrainSequence, TrainStats } from '../policy/types.ts';
 import type { Rng } from '../util/rng.ts';
 import type { Mode } from '../algo/modes.ts';
 import type { Episode } from './rollout.ts';
 import { removeTips } from './prompt.ts';
+import { promptSettings } from './prompt-style.ts';
 import { packEpisodeSteps } from './packing.ts';
 
 export interface UpdateEpisode extends Episode {
@@ -44,7 +45,7 @@ export interface GrpoSettings {
   /** Where the low-probability masks apply: off-policy samples only (EMPO²) or every sample. */
   maskScope?: 'off_policy' | 'all';
   /** Off-policy ratio: the paper's (to the sampler with tips), or decoupled (see algo/off-policy.ts). */
-  offPolicyRatio?: 'paper' | 'decoupled';
+  offPolicyRatio?: OffPolicyRatio;
   /** Decoupled: cap of the importance weight (null: w = 1). */
   offPolicyWeightCap?: number | null;
   lr?: number;
@@ -70,6 +71,25 @@ export interface UpdateStats extends TrainStats {
   packedSteps: number;
   /** GiGPO only: how the anchor states grouped, and the share of rollouts of 2+ steps whose steps got different advantages. */
   stepGroups: (StepGroupSummary & { variedRollouts: number }) | null;
+}
+
+/** The config's update settings (algo.*, and the rollout temperature the log-probs are taken at). */
+export function updateSettings(cfg: Config): GrpoSettings {
+  const algo = resolveAlgo(cfg);
+  return {
+    objective: { clipLow: cfg.algo.clip_low, clipHigh: cfg.algo.clip_high, dualClip: cfg.algo.dual_clip, klCoef: cfg.algo.kl_coef, lowProbDelta: cfg.algo.low_prob_delta },
+    seqMinLogprob: cfg.algo.seq_min_logprob,
+    minibatches: cfg.algo.minibatches,
+    epochs: cfg.algo.epochs,
+    rewardScale: cfg.algo.reward_scale,
+    skipZeroAdvantage: cfg.algo.skip_zero_advantage,
+    temperature: cfg.rollout.temperature > 0 ? cfg.rollout.temperature : 1,
+    maskScope: cfg.algo.low_prob_scope,
+    offPolicyRatio: cfg.algo.off_policy_ratio,
+    offPolicyWeightCap: cfg.algo.off_policy_weight_cap,
+    pack: cfg.optim.pack_episodes ?? promptSettings(cfg).template !== undefined,
+    gigpo: algo.stepAdvantage === 'gigpo' ? { omega: cfg.algo.gigpo_omega, gamma: cfg.algo.gigpo_gamma, mode: cfg.algo.gigpo_mode } : null,
+  };
 }
 
 export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: GrpoSettings, rng: Rng): Promise<UpdateStats> {
@@ -123,21 +143,23 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
     if (offPolicy) offPolicySamples.push(...sequences);
   });
 
-  let offPolicyMeanWeight: number | null = null;
-  if (s.offPolicyRatio === 'decoupled' && offPolicySamples.length > 0) {
-    // πold(a|s,u): the tip-free prompts scored with the weights before this update.
-    const tipFree = await engine.logprobs(offPolicySamples, s.temperature);
-    let weightSum = 0;
-    let weightCount = 0;
-    offPolicySamples.forEach((sample, k) => {
-      const d = decoupledOffPolicy(sample.advantages, tipFree[k], sample.oldLogprobs, s.offPolicyWeightCap ?? null);
-      sample.advantages = d.advantages;
-      sample.oldLogprobs = d.oldLogprobs;
-      weightSum += d.weights.reduce((a, b) => a + b, 0);
-      weightCount += d.weights.length;
-    });
-    offPolicyMeanWeight = weightSum / Math.max(1, weightCount);
-  }
+  // The engine scores ρ's numerator on each sample's prompt, tip-free for off-policy ones;
+  // offPolicyRatio pairs it with its denominator. The decoupled ratio's denominator is πold(a|s,u):
+  // the tip-free prompts scored with the weights before this update.
+  const ratio = s.offPolicyRatio ?? 'paper';
+  const tipFree = ratio === 'decoupled' && offPolicySamples.length > 0 ? await engine.logprobs(offPolicySamples, s.temperature) : null;
+  let weightSum = 0;
+  let weightCount = 0;
+  offPolicySamples.forEach((sample, k) => {
+    const terms = offPolicyRatio(ratio, { advantages: sample.advantages, sampledWithTips: sample.oldLogprobs, tipFreeBeforeUpdate: tipFree?.[k] ?? null }, s.offPolicyWeightCap ?? null);
+    sample.advantages = terms.advantages;
+    sample.oldLogprobs = terms.oldLogprobs;
+    if (terms.weights) {
+      weightSum += terms.weights.reduce((a, b) => a + b, 0);
+      weightCount += terms.weights.length;
+    }
+  });
+  const offPolicyMeanWeight = tipFree ? weightSum / Math.max(1, weightCount) : null;
 
   const totals = { loss: 0, tokens: 0, clipFraction: 0, meanRatio: 0, kl: 0, gradNorm: 0 };
   let optimizerSteps = 0;
