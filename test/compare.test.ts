@@ -41,12 +41,10 @@ const TINY = [
 ].flatMap((s) => ['--set', s]);
 
 const out = join(root, 'cmp');
-/** The shipped GRPO config with its learning rate set, so the two configs differ in a way the test can check. */
+/** The shipped GRPO config with its learning rate set (through extends:, as a user's variant would), so the two configs differ in a way the test can check. */
 function grpoWithLr(lr: number): string {
-  const cfg = parseYaml(readFileSync(join(repoRoot, 'configs', 'builtin-grpo.yaml'), 'utf8')) as Record<string, Record<string, unknown>>;
-  cfg.optim = { ...(cfg.optim ?? {}), lr };
   const file = join(root, `grpo-lr${lr}.yaml`);
-  writeFileSync(file, stringifyYaml(cfg));
+  writeFileSync(file, stringifyYaml({ extends: join(repoRoot, 'configs', 'builtin-grpo.yaml'), optim: { lr } }));
   return file;
 }
 const compareArgs = ['compare', '--config', grpoWithLr(0.001), '--config', grpoWithLr(0.003), '--label', 'grpo', '--label', 'grpo-fast', '--seeds', '0,1', '--out', out, '--jobs', '2', ...TINY];
@@ -75,6 +73,8 @@ describe('empo2 compare', () => {
       for (const seed of [0, 1]) {
         const dir = join(out, label, `seed${seed}`);
         const cfg = parseYaml(readFileSync(join(dir, 'config.yaml'), 'utf8')) as { seed: number; optim: { lr: number }; train: { iterations: number } };
+        // The run keeps the resolved config, with no extends: left to follow.
+        expect(cfg).not.toHaveProperty('extends');
         expect(cfg.seed).toBe(seed);
         expect(cfg.optim.lr).toBe(label === 'grpo' ? 0.001 : 0.003);
         expect(cfg.train.iterations).toBe(1);

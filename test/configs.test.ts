@@ -1,23 +1,53 @@
-import { readdirSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/config/load.ts';
+import { parse as parseYaml } from 'yaml';
+import { loadConfig, readConfigFile } from '../src/config/load.ts';
 import { createEnv } from '../src/envs/index.ts';
 
+/** Leaf options of a raw config as dotted paths (lists and null are leaves, as `extends` merges them). */
+function leaves(raw: Record<string, unknown>, prefix = ''): [string, unknown][] {
+  return Object.entries(raw).flatMap(([key, value]) => {
+    const path = prefix ? `${prefix}.${key}` : key;
+    return typeof value === 'object' && value !== null && !Array.isArray(value) ? leaves(value as Record<string, unknown>, path) : [[path, value] as [string, unknown]];
+  });
+}
+const valueAt = (raw: Record<string, unknown>, path: string) => path.split('.').reduce<unknown>((node, key) => (node as Record<string, unknown> | undefined)?.[key], raw);
+
 describe('shipped configs', () => {
-  const files = readdirSync('configs').filter((f) => f.endsWith('.yaml'));
-  it('there are some', () => expect(files.length).toBeGreaterThan(0));
+  const files = (readdirSync('configs', { recursive: true }) as string[]).filter((f) => f.endsWith('.yaml')).map((f) => join('configs', f));
+  it('there are some, and the research variants are under configs/experiments/', () => {
+    expect(files.length).toBeGreaterThan(0);
+    expect(files.some((f) => f.startsWith(join('configs', 'experiments')))).toBe(true);
+  });
   for (const f of files) {
     it(`${f} validates against the schema`, () => {
-      const cfg = loadConfig(`configs/${f}`);
+      const cfg = loadConfig(f);
       expect(cfg.run_dir).toMatch(/^runs\//);
+    });
+  }
+
+  // A variant states only what it changes: a key it sets to the value its base files already give is
+  // a copy that would silently stop following the base.
+  for (const f of files) {
+    const own = parseYaml(readFileSync(f, 'utf8')) as Record<string, unknown>;
+    if (typeof own.extends !== 'string') continue;
+    it(`${f} sets only keys that differ from its base`, () => {
+      const base = readConfigFile(join(dirname(f), own.extends as string)).raw;
+      const restated = leaves(own)
+        .filter(([path]) => path !== 'extends')
+        .filter(([path, value]) => isDeepStrictEqual(valueAt(base, path), value))
+        .map(([path]) => path);
+      expect(restated).toEqual([]);
     });
   }
 
   // The schema leaves env.options to each environment; building the ScienceWorld env checks them
   // (zod, strict) without starting a simulator.
-  for (const f of files.filter((name) => name.startsWith('scienceworld-'))) {
+  for (const f of files.filter((name) => name.split(/[\\/]/).pop()!.startsWith('scienceworld-'))) {
     it(`${f}: the ScienceWorld factory accepts its env options and tasks`, async () => {
-      const cfg = loadConfig(`configs/${f}`);
+      const cfg = loadConfig(f);
       expect(cfg.env.name).toBe('scienceworld');
       const env = await createEnv(cfg.env);
       try {

@@ -1,8 +1,8 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { applyOverride, ConfigError, describeOptions, loadConfig } from './load.ts';
+import { applyOverride, ConfigError, describeOptions, loadConfig, readConfigFile } from './load.ts';
 import { ConfigSchema } from './schema.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'empo2-config-'));
@@ -145,6 +145,102 @@ describe('loadConfig', () => {
     expect(() => loadConfig(list)).toThrow(/must hold a mapping of options at the top level/);
   });
 });
+
+describe('extends', () => {
+  const root = join(dir, 'extends');
+  /** Writes `text` to `root/name` (making folders) and returns the full path. */
+  const write = (name: string, text: string) => {
+    const file = join(root, name);
+    mkdirSync(join(file, '..'), { recursive: true });
+    writeFileSync(file, text);
+    return file;
+  };
+  const base = write(
+    'base.yaml',
+    ['seed: 3', 'env:', '  tasks: [power, clue, unlock]', '  eval_variations: 10', 'algo:', '  name: empo2', '  p: 0.25', '  off_policy_weight_cap: 1', 'model:', '  lora: {r: 16, alpha: 32}', ''].join('\n'),
+  );
+
+  it('merges the file over its base: mappings key by key, scalars and lists replaced, null replaces', () => {
+    const child = write(
+      'child.yaml',
+      ['extends: base.yaml', 'env:', '  tasks: [fetch]', 'algo:', '  p: 0.5', '  off_policy_weight_cap: null', 'model:', '  lora: null', ''].join('\n'),
+    );
+    const { raw, files } = readConfigFile(child);
+    expect(files).toEqual([child, base]);
+    expect(raw).toEqual({
+      seed: 3,
+      env: { tasks: ['fetch'], eval_variations: 10 },
+      algo: { name: 'empo2', p: 0.5, off_policy_weight_cap: null },
+      model: { lora: null },
+    });
+    const cfg = loadConfig(child);
+    expect(cfg.seed).toBe(3);
+    expect(cfg.env.tasks).toEqual(['fetch']);
+    expect(cfg.env.eval_variations).toBe(10);
+    expect(cfg.algo.p).toBe(0.5);
+    expect(cfg.algo.off_policy_weight_cap).toBeNull();
+    expect(cfg.model.lora).toBeNull();
+  });
+
+  it('follows a chain across folders, each path relative to the file that names it, and --set wins over all', () => {
+    const middle = write('sub/middle.yaml', 'extends: ../base.yaml\nalgo:\n  q: 0.5\nrollout:\n  group_size: 6\n');
+    const leaf = write('sub/deeper/leaf.yaml', 'extends: ../middle.yaml\nrollout:\n  group_size: 2\n');
+    expect(readConfigFile(leaf).files).toEqual([leaf, middle, base]);
+    const cfg = loadConfig(leaf, ['algo.q=0.25', 'seed=9']);
+    expect([cfg.seed, cfg.algo.name, cfg.algo.p, cfg.algo.q, cfg.rollout.group_size]).toEqual([9, 'empo2', 0.25, 0.25, 2]);
+    // The base's own key survives two layers untouched.
+    expect(cfg.env.tasks).toEqual(['power', 'clue', 'unlock']);
+  });
+
+  it('an absolute path works as a base too', () => {
+    const child = write('abs.yaml', `extends: ${JSON.stringify(base)}\nseed: 4\n`);
+    expect(loadConfig(child).seed).toBe(4);
+    expect(loadConfig(child).algo.p).toBe(0.25);
+  });
+
+  it('a missing base names the missing file and the file that extends it', () => {
+    const child = write('orphan.yaml', 'extends: gone.yaml\n');
+    const e = errorOf(() => loadConfig(child));
+    expect(e).toBeInstanceOf(ConfigError);
+    expect(e.message).toBe(`config file not found: ${join(root, 'gone.yaml')} (extended by ${child})`);
+  });
+
+  it('a cycle is refused with the chain that closes it', () => {
+    const a = write('cycle-a.yaml', 'extends: cycle-b.yaml\n');
+    const b = write('cycle-b.yaml', 'extends: cycle-a.yaml\n');
+    expect(errorOf(() => loadConfig(a)).message).toBe(`config files extend each other in a cycle: ${a} -> ${b} -> ${a}`);
+    const self = write('cycle-self.yaml', 'extends: ./cycle-self.yaml\n');
+    expect(errorOf(() => loadConfig(self)).message).toBe(`config files extend each other in a cycle: ${self} -> ${self}`);
+  });
+
+  it('extends that is not a path is refused, naming the file and the value', () => {
+    const number = write('extends-number.yaml', 'extends: 3\n');
+    expect(errorOf(() => loadConfig(number)).message).toBe(`config file ${number}: extends must be the path of another config file, got 3`);
+    const list = write('extends-list.yaml', 'extends: [base.yaml]\n');
+    expect(errorOf(() => loadConfig(list)).message).toBe(`config file ${list}: extends must be the path of another config file, got ["base.yaml"]`);
+    const empty = write('extends-empty.yaml', 'extends: ""\n');
+    expect(errorOf(() => loadConfig(empty)).message).toContain('extends must be the path of another config file, got ""');
+  });
+
+  it('invalid YAML or a non-mapping in a base names the base and the file that extends it', () => {
+    const broken = write('broken-base.yaml', 'seed: [1, 2\n');
+    const child = write('on-broken.yaml', 'extends: broken-base.yaml\n');
+    expect(errorOf(() => loadConfig(child)).message).toMatch(new RegExp(`^config file ${escape(broken)} \\(extended by ${escape(child)}\\) is not valid YAML/JSON: `));
+    write('list-base.yaml', '- 1\n');
+    const onList = write('on-list.yaml', 'extends: list-base.yaml\n');
+    expect(errorOf(() => loadConfig(onList)).message).toBe(`config file ${join(root, 'list-base.yaml')} (extended by ${onList}) must hold a mapping of options at the top level`);
+  });
+
+  it('a validation error names every file of the chain, whichever of them holds the bad key', () => {
+    const badBase = write('bad-base.yaml', 'rollout:\n  group_sise: 4\n');
+    const child = write('on-bad.yaml', 'extends: bad-base.yaml\nseed: 1\n');
+    const e = errorOf(() => loadConfig(child, ['seed=2']));
+    expect(e.message).toContain(`invalid config (${child}, extending ${badBase} + command-line overrides)`);
+    expect(e.message).toContain('rollout.group_sise: unknown option (did you mean "group_size"?)');
+  });
+});
+
+const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 describe('applyOverride', () => {
   it('creates missing sections and keeps siblings', () => {

@@ -1,8 +1,10 @@
 /**
- * Reading a config: YAML or JSON file, then `key.path=value` overrides from the command line,
- * then schema validation with errors that name the file, the key and what is wrong.
+ * Reading a config: YAML or JSON file (with the `extends:` chain of files it builds on), then
+ * `key.path=value` overrides from the command line, then schema validation with errors that name the
+ * file(s), the key and what is wrong.
  */
 import { readFileSync, existsSync } from 'node:fs';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ConfigSchema, configProblems, type Config } from './schema.ts';
@@ -10,19 +12,63 @@ import { ConfigSchema, configProblems, type Config } from './schema.ts';
 export class ConfigError extends Error {}
 
 export function loadConfig(file: string | null, overrides: string[] = []): Config {
-  let raw: Record<string, unknown> = {};
-  const source = file ?? 'defaults';
-  if (file) {
-    if (!existsSync(file)) throw new ConfigError(`config file not found: ${file}`);
-    try {
-      raw = (parseYaml(readFileSync(file, 'utf8')) as Record<string, unknown>) ?? {};
-    } catch (e) {
-      throw new ConfigError(`config file ${file} is not valid YAML/JSON: ${(e as Error).message}`);
-    }
-    if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError(`config file ${file} must hold a mapping of options at the top level`);
-  }
+  const { raw, files } = file ? readConfigFile(file) : { raw: {}, files: [] };
   for (const o of overrides) applyOverride(raw, o);
+  const source = files.length > 0 ? files.join(', extending ') : 'defaults';
   return validateConfig(raw, overrides.length > 0 ? `${source} + command-line overrides` : source);
+}
+
+/**
+ * A config file's options, not yet validated, with its `extends:` chain resolved: the base file
+ * (a path relative to the file that names it) is read first and the file's own keys are merged over
+ * it, mappings key by key, scalars and lists replaced whole. `files` is the chain, the named file first.
+ */
+export function readConfigFile(file: string): { raw: Record<string, unknown>; files: string[] } {
+  const files: string[] = [];
+  const layers: Record<string, unknown>[] = [];
+  for (let current: string | null = file; current !== null; ) {
+    const referrer = files.at(-1);
+    if (files.some((f) => resolve(f) === resolve(current!))) {
+      throw new ConfigError(`config files extend each other in a cycle: ${[...files, current].join(' -> ')}`);
+    }
+    files.push(current);
+    const layer = readOneFile(current, referrer);
+    const base = layer.extends;
+    delete layer.extends;
+    layers.push(layer);
+    if (base === undefined || base === null) current = null;
+    else if (typeof base !== 'string' || base.trim() === '') {
+      throw new ConfigError(`config file ${current}: extends must be the path of another config file, got ${JSON.stringify(base)}`);
+    } else current = isAbsolute(base) ? base : join(dirname(current), base);
+  }
+  const raw = layers.reduceRight<Record<string, unknown>>((merged, layer) => mergeOver(merged, layer), {});
+  return { raw, files };
+}
+
+function readOneFile(file: string, referrer: string | undefined): Record<string, unknown> {
+  const named = referrer ? `${file} (extended by ${referrer})` : file;
+  if (!existsSync(file)) throw new ConfigError(`config file not found: ${named}`);
+  let parsed: unknown;
+  try {
+    parsed = parseYaml(readFileSync(file, 'utf8')) ?? {};
+  } catch (e) {
+    throw new ConfigError(`config file ${named} is not valid YAML/JSON: ${(e as Error).message}`);
+  }
+  if (!isMapping(parsed)) throw new ConfigError(`config file ${named} must hold a mapping of options at the top level`);
+  return parsed;
+}
+
+function isMapping(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** `top` over `base`: mappings merge key by key, anything else in `top` (scalar, list, null) replaces. */
+function mergeOver(base: Record<string, unknown>, top: Record<string, unknown>): Record<string, unknown> {
+  const merged: Record<string, unknown> = { ...base };
+  for (const [key, value] of Object.entries(top)) {
+    merged[key] = isMapping(value) && isMapping(base[key]) ? mergeOver(base[key], value) : value;
+  }
+  return merged;
 }
 
 export function validateConfig(raw: unknown, source: string): Config {

@@ -6,7 +6,7 @@
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { parse as parseYaml } from 'yaml';
+import { readConfigFile } from '../config/load.ts';
 import { readRunMetrics, type RunMetrics } from '../compare/metrics.ts';
 import { TrajectoryFile } from '../trajectory/reader.ts';
 import type { Source } from './sources.ts';
@@ -29,15 +29,14 @@ export interface RunSummary {
 
 const RUNNING_WITHIN_MS = 10 * 60_000;
 
+/** A run's config.yaml as written, not validated (an older run may predate options the schema has now). */
 export function readConfig(dir: string): { config: Record<string, unknown> | null; problem: string | null } {
   const file = join(dir, 'config.yaml');
   if (!existsSync(file)) return { config: null, problem: `${file} does not exist` };
   try {
-    const parsed: unknown = parseYaml(readFileSync(file, 'utf8'));
-    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return { config: null, problem: `${file} does not hold a mapping of options` };
-    return { config: parsed as Record<string, unknown>, problem: null };
+    return { config: readConfigFile(file).raw, problem: null };
   } catch (e) {
-    return { config: null, problem: `${file} is not valid YAML (${(e as Error).message})` };
+    return { config: null, problem: (e as Error).message };
   }
 }
 
