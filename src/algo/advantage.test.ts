@@ -7,7 +7,7 @@ const close = (actual: number[], expected: number[]) => {
   actual.forEach((a, i) => expect(a).toBeCloseTo(expected[i], 12));
 };
 
-describe('groupNormalisedAdvantages (spec §7: A = (R − mean) / (std + 1e-6), unbiased std)', () => {
+describe('groupNormalisedAdvantages (docs/EMPO2.md §7: A = (R − mean) / (std + 1e-6), unbiased std)', () => {
   it('group of three returns [1, 2, 3]: mean 2, unbiased std 1, so A = [-1, 0, 1] / (1 + 1e-6)', () => {
     // variance = ((1-2)² + 0 + (3-2)²) / (3 - 1) = 1, std = 1.
     close(groupNormalisedAdvantages([1, 2, 3], [0, 0, 0]), [-1 / (1 + ADVANTAGE_EPS), 0, 1 / (1 + ADVANTAGE_EPS)]);

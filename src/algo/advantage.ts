@@ -1,5 +1,5 @@
 /**
- * Multi-step GRPO advantage (EMPO² spec §7): every rollout's return is normalised within the group
+ * Multi-step GRPO advantage (EMPO², docs/EMPO2.md §7): every rollout's return is normalised within the group
  * of rollouts of the same task, A = (R − mean) / (std + 1e-6) with the unbiased std; a group of
  * one gets mean 0 and std 1. Every action token of every step of the rollout gets that A.
  */

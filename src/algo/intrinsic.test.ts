@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { noveltyReward, retrievalReward } from './intrinsic.ts';
 import { drawMode, modeShares, scheduledP } from './modes.ts';
 
-describe('intrinsic rewards (spec §6)', () => {
+describe('intrinsic rewards (docs/EMPO2.md §6)', () => {
   it('novelty variant: 1/n', () => {
     expect([1, 2, 4, 10].map(noveltyReward)).toEqual([1, 0.5, 0.25, 0.1]);
     expect(() => noveltyReward(0)).toThrow(/>= 1/);
@@ -13,7 +13,7 @@ describe('intrinsic rewards (spec §6)', () => {
   });
 });
 
-describe('mode schedule (spec §5)', () => {
+describe('mode schedule (docs/EMPO2.md §5)', () => {
   const ref = { p: 0.25, q: 0.68 };
   it('p_end (not in the paper): p moves linearly from p at the first iteration to p_end at the last', () => {
     // p = 0.5 → 0.1 over 5 iterations: steps of 0.1.

@@ -1,5 +1,5 @@
 /**
- * Intrinsic novelty reward (spec §6), as pure functions of counts; the counting itself (novelty
+ * Intrinsic novelty reward (docs/EMPO2.md §6), as pure functions of counts; the counting itself (novelty
  * list, tip retrieval) lives in src/memory.
  *  - novelty-list variant (paper): r_int = 1/n, n = visits to this state so far (1 for a new state);
  *  - retrieval variant (reference): r_int = 1/(k+1), k = tips retrieved for the state (1 when none).

@@ -1,5 +1,5 @@
 /**
- * EMPO² mode schedule (spec §5). With probability p a batch is rolled out with tips from memory;
+ * EMPO² mode schedule (docs/EMPO2.md §5). With probability p a batch is rolled out with tips from memory;
  * of those, with probability q it is updated off-policy (tips removed from the prompt, ρ against
  * the prompt with tips), otherwise on-policy with tips. The rest is plain on-policy without memory.
  * Reference: p = 0.25, q = 0.68 → ≈17% off-policy, 8% on-policy with tips, 75% without memory.

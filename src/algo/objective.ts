@@ -1,5 +1,5 @@
 /**
- * The clipped policy objective of EMPO² (spec §8), as a loss to minimise:
+ * The clipped policy objective of EMPO² (docs/EMPO2.md §8), as a loss to minimise:
  *
  *   L = − mean_tokens[ min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A) · m ] + β·KL(πθ ‖ πref)
  *

@@ -1,5 +1,5 @@
 /**
- * The off-policy ratio of EMPO² (spec §4): a rollout sampled with tips from memory is updated as if
+ * The off-policy ratio of EMPO² (docs/EMPO2.md §4): a rollout sampled with tips from memory is updated as if
  * the tips had never been shown.
  *
  *   ρ_t = πθ(a_t | s, u) / πθold(a_t | s, u, tips)

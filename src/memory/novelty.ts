@@ -1,5 +1,5 @@
 /**
- * The novelty list of the intrinsic reward (spec §6, paper variant): per slot, a list of distinct
+ * The novelty list of the intrinsic reward (docs/EMPO2.md §6, paper variant): per slot, a list of distinct
  * states with a visit count each. A state whose cosine similarity to every kept state is at or
  * below the threshold is new: it is added with count 1. Otherwise the most similar kept state's
  * count goes up. Either way the visit count n is returned; the reward is 1/n (src/algo/intrinsic.ts).

@@ -1,5 +1,5 @@
 /**
- * Tip writing (spec §2): after a training episode, a reflector turns the trajectory into one short
+ * Tip writing (docs/EMPO2.md §2): after a training episode, a reflector turns the trajectory into one short
  * tip. Two kinds:
  *  - the policy reflector asks the policy itself (the paper's method; needs a model that writes
  *    useful text, i.e. a real instruction-tuned LLM);

@@ -1,5 +1,5 @@
 /**
- * Tip memory M (spec §2): one slot per task (or per task variation), each a first-in-first-out
+ * Tip memory M (docs/EMPO2.md §2): one slot per task (or per task variation), each a first-in-first-out
  * list of at most `capacity` entries. An entry is a tip text keyed by the embedding of the state it
  * was written for, and carries the episode's final score. Retrieval keeps entries whose cosine
  * similarity to the query exceeds the threshold and returns the top k by score.

@@ -1,5 +1,5 @@
 /**
- * One multi-step GRPO update with EMPO²'s update modes, top to bottom (spec §4, §7–§8):
+ * One multi-step GRPO update with EMPO²'s update modes, top to bottom (docs/EMPO2.md §4, §7–§8):
  *   1. return of each rollout = sum of its scaled step rewards + its weighted intrinsic rewards;
  *   2. advantage = return normalised within its group (same task and variation); with the GiGPO
  *      step term (algo.step_advantage: gigpo, ../algo/gigpo.ts) plus ω times the step's discounted

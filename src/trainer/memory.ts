@@ -180,7 +180,7 @@ export class MemoryRuntime {
   }
 
   /**
-   * Weighted intrinsic reward of every step (spec §6), visited in time order across the batch so
+   * Weighted intrinsic reward of every step (docs/EMPO2.md §6), visited in time order across the batch so
    * the novelty counts are what they would be had they been taken during the rollout (the memory
    * does not change during a rollout: tips are written after it).
    */

@@ -22,7 +22,7 @@ function randomText(rng: Rng, maxPieces: number): string {
   return s;
 }
 
-describe('tips in the prompt (spec §3-4)', () => {
+describe('tips in the prompt (docs/EMPO2.md §3-4)', () => {
   it('cutting the tip span out gives exactly the tip-free ids, for random prompts and tips (marker-like text included)', () => {
     const rng = new Rng(2024);
     for (let trial = 0; trial < 300; trial++) {

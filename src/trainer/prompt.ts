@@ -56,7 +56,7 @@ export function renderPromptParts(task: string, turns: readonly Turn[], validAct
   return { head: text, tail: `${IM_END}\n${IM_START}assistant\n` };
 }
 
-/** The line that introduces retrieved tips, and the marker pair around each (spec §3). */
+/** The line that introduces retrieved tips, and the marker pair around each (docs/EMPO2.md §3). */
 export const TIPS_HEADER = 'Memories from your earlier exploration of this task:';
 export const TIP_OPEN = '<tip>';
 export const TIP_CLOSE = '</tip>';
