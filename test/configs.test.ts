@@ -3,7 +3,7 @@ import { dirname, join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { loadConfig, readConfigFile } from '../src/config/load.ts';
+import { configReference, loadConfig, readConfigFile } from '../src/config/load.ts';
 import { createEnv } from '../src/envs/index.ts';
 
 /** Leaf options of a raw config as dotted paths (lists and null are leaves, as `extends` merges them). */
@@ -60,4 +60,12 @@ describe('shipped configs', () => {
       }
     });
   }
+});
+
+describe('docs/CONFIG.md', () => {
+  it('is the reference generated from the current schema (regenerate with npm run docs:config)', () => {
+    const reference = configReference();
+    expect(reference).toContain('| `algo.clip_low` | `0.2` |');
+    expect(readFileSync('docs/CONFIG.md', 'utf8')).toBe(reference);
+  });
 });

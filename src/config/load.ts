@@ -111,9 +111,16 @@ export function applyOverride(target: Record<string, unknown>, assignment: strin
   node[path[path.length - 1]] = value;
 }
 
-/** Every option with its default and description, for `--help`. */
-export function describeOptions(): string[] {
-  const lines: string[] = [];
+export interface OptionEntry {
+  /** Dotted key, e.g. algo.clip_low. */
+  path: string;
+  default: unknown;
+  description: string;
+}
+
+/** Every option in schema order: nested sections are walked, `options` mappings and nullable sections are leaves. */
+export function optionEntries(): OptionEntry[] {
+  const entries: OptionEntry[] = [];
   const defaults = ConfigSchema.parse({}) as Record<string, unknown>;
   const walk = (schema: z.ZodType, prefix: string, defaultsHere: unknown) => {
     const shape = objectShape(schema);
@@ -124,12 +131,39 @@ export function describeOptions(): string[] {
       if (objectShape(child as z.ZodType) && value && typeof value === 'object' && !Array.isArray(value) && key !== 'options') {
         walk(child as z.ZodType, path, value);
       } else {
-        lines.push(`  ${path.padEnd(28)} ${JSON.stringify(value)?.padEnd(16)} ${(child as z.ZodType).description ?? ''}`);
+        entries.push({ path, default: value, description: (child as z.ZodType).description ?? '' });
       }
     }
   };
   walk(ConfigSchema, '', defaults);
-  return lines;
+  return entries;
+}
+
+/** Every option with its default and description, for `--help`. */
+export function describeOptions(): string[] {
+  return optionEntries().map((o) => `  ${o.path.padEnd(28)} ${JSON.stringify(o.default)?.padEnd(16)} ${o.description}`);
+}
+
+/** docs/CONFIG.md: the options as tables, one per section, generated from the schema (npm run docs:config). */
+export function configReference(): string {
+  const cell = (text: string) => text.replace(/\|/g, '\\|').replace(/\n/g, ' ');
+  const sections = new Map<string, OptionEntry[]>();
+  for (const o of optionEntries()) {
+    const section = o.path.includes('.') ? o.path.split('.')[0] : '(top level)';
+    sections.set(section, [...(sections.get(section) ?? []), o]);
+  }
+  const out = [
+    '# Configuration reference',
+    '',
+    'Generated from `src/config/schema.ts` by `npm run docs:config`; do not edit by hand. A config file (YAML or',
+    'JSON) sets any of these keys, may start from another file with `extends:` (configs/README.md), and',
+    '`--set key=value` overrides one on the command line. `empo2 train --help` prints the same list.',
+  ];
+  for (const [section, entries] of sections) {
+    out.push('', `## ${section}`, '', '| key | default | what it does |', '|---|---|---|');
+    for (const o of entries) out.push(`| \`${o.path}\` | \`${cell(JSON.stringify(o.default) ?? 'none')}\` | ${cell(o.description)} |`);
+  }
+  return out.join('\n') + '\n';
 }
 
 function objectShape(schema: z.ZodType): Record<string, z.ZodType> | null {
