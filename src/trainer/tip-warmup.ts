@@ -3,7 +3,8 @@
  *
  * EMPO² assumes a policy that reads its prompt: the paper's Qwen2.5-7B-Instruct acts on a retrieved
  * tip ("the action you took was X; you finally scored 100/100") without being trained to. A 0.25M
- * model built from scratch has no such skill, so in its hands tips are noise (results/README.md).
+ * model built from scratch has no such skill, so in its hands tips are noise (results/builtin-explore,
+ * results/builtin-explore-lr1e-3).
  * This warm-up gives it the skill, and only the skill, by supervised training on synthetic prompts:
  *
  *  - states come from random-action episodes on the configured train tasks (never the test split);
@@ -204,8 +205,8 @@ export async function runTipWarmup(engine: PolicyEngine, examples: readonly Warm
 /**
  * Tip rehearsal (model.tip_rehearsal; not in the paper): the warm-up's kind of examples, replayed
  * one supervised step per RL iteration. Measured on the CPU proxy, RL erases the tip reading the
- * warm-up taught (results/README.md), in EMPO² because most of its samples train tip-free prompts;
- * the replay keeps the skill the memory relies on. Only prompts that show tips are replayed: the
+ * warm-up taught (results/builtin-explore-tipreader-gain/oracle-tips-32), in EMPO² because most of
+ * its samples train tip-free prompts; the replay keeps the skill the memory relies on. Only prompts that show tips are replayed: the
  * warm-up's tip-free examples target a random valid action and would pull the tip-free policy,
  * which RL trains, towards uniform. Targets never depend on the task's reward, so the replay teaches
  * no task; its random-action episodes, like the warm-up's, are on the train split.
