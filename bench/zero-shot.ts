@@ -12,7 +12,7 @@
  *
  * Cells already in <out>/cells are kept (re-running resumes); the report is <out>/zero-shot.md.
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { applyOverride, validateConfig } from '../src/config/load.ts';
@@ -75,6 +75,7 @@ const out = a.out!;
 mkdirSync(join(out, 'cells'), { recursive: true });
 mkdirSync(join(out, 'traces'), { recursive: true });
 const cellFile = (set: string, task: string, policy: Policy) => join(out, 'cells', `${set}-${task}-${policy}.json`);
+const partialCellFile = (set: string, task: string, policy: Policy) => join(out, 'cells', `${set}-${task}-${policy}.partial.json`);
 
 function configFor(set: string, policy: Policy): Config {
   const raw: Record<string, unknown> = {
@@ -144,18 +145,39 @@ async function runCell(set: string, task: string, policy: Policy): Promise<Cell>
     // rollouts record the valid actions through a wrapping env.
     const seen = new Map<string, string[][]>();
     const wrapped = envs.map((env) => watchValid(env, seen));
-    const progress = new EpisodeProgress(jobs, { label: `${set} ${task} ${policy}` });
-    const { episodes } = await runEpisodesInChunks(wrapped, eng, jobs, (start) => rolloutSettings(cfg, true, 2_024 + start), undefined, progress);
-    progress.finish();
     const validOf = (e: Episode, t: number) => seen.get(`${e.task}:${e.variation}`)?.[t] ?? [];
-    // Two whole dialogues as the model saw them, to look at when a score is low.
-    const traces = episodes.slice(0, 2).map((e) => {
-      const last = e.steps.at(-1);
-      const dialogue = last ? eng.tokenizer.decode([...last.prompt, ...last.response]) : '(no step)';
-      return `=== ${e.task} variation ${e.variation}: score ${e.score}\n${dialogue}\n--- final observation: ${e.finalObservation}\n`;
-    });
-    writeFileSync(join(out, 'traces', `${set}-${task}-${policy}.txt`), traces.join('\n'));
-    return { set, task, policy, temperature, seconds: (performance.now() - t0) / 1000, episodes: episodes.map((e) => record(e, validOf)) };
+    // A long cell (WebShop free text: hours on one core) saves every finished chunk of env.max_instances
+    // episodes and resumes after the last one; each chunk keeps the seed it has in one uninterrupted run.
+    const partialFile = partialCellFile(set, task, policy);
+    const partial = existsSync(partialFile) ? (JSON.parse(readFileSync(partialFile, 'utf8')) as { seconds: number; chunk: number; episodes: EpisodeRecord[] }) : null;
+    if (partial && partial.chunk !== envs.length) {
+      throw new Error(`${partialFile} was made with ${partial.chunk} episodes in lockstep, this run has ${envs.length} (env.max_instances): use the same, or delete the file to start the cell again`);
+    }
+    const done: EpisodeRecord[] = partial?.episodes ?? [];
+    let seconds = partial?.seconds ?? 0;
+    if (partial) console.log(`${set} ${task} ${policy}: resuming after ${done.length} of ${jobs.length} episodes (${partialFile})`);
+    for (let start = done.length; start < jobs.length; start += envs.length) {
+      const t1 = performance.now();
+      const part = jobs.slice(start, start + envs.length);
+      const progress = new EpisodeProgress(part, { label: `${set} ${task} ${policy}` });
+      const { episodes } = await runEpisodesInChunks(wrapped, eng, part, (s) => rolloutSettings(cfg, true, 2_024 + start + s), undefined, progress);
+      progress.finish();
+      if (start === 0) {
+        // Two whole dialogues as the model saw them, to look at when a score is low.
+        const traces = episodes.slice(0, 2).map((e) => {
+          const last = e.steps.at(-1);
+          const dialogue = last ? eng.tokenizer.decode([...last.prompt, ...last.response]) : '(no step)';
+          return `=== ${e.task} variation ${e.variation}: score ${e.score}\n${dialogue}\n--- final observation: ${e.finalObservation}\n`;
+        });
+        writeFileSync(join(out, 'traces', `${set}-${task}-${policy}.txt`), traces.join('\n'));
+      }
+      done.push(...episodes.map((e) => record(e, validOf)));
+      seconds += (performance.now() - t1) / 1000;
+      writeFileSync(partialFile, JSON.stringify({ seconds, chunk: envs.length, episodes: done }) + '\n');
+      const mean = done.reduce((sum, e) => sum + e.score, 0) / done.length;
+      console.log(`${set} ${task} ${policy}: ${done.length}/${jobs.length} episodes, mean score so far ${mean.toFixed(1)}, ${(seconds / done.length).toFixed(1)} s per episode`);
+    }
+    return { set, task, policy, temperature, seconds, episodes: done };
   } finally {
     await Promise.all(envs.map((e) => e.close()));
   }
@@ -193,6 +215,7 @@ for (const set of sets) {
       }
       const cell = await runCell(set, task, policy);
       writeFileSync(file, JSON.stringify(cell) + '\n');
+      rmSync(partialCellFile(set, task, policy), { force: true });
       cells.push(cell);
       const s = summary(cell);
       console.log(`${set} ${task} ${policy}: score ${s.score.toFixed(1)}, success ${(s.success * 100).toFixed(0)}%, ${s.perEpisode.toFixed(1)} s per episode`);
