@@ -419,7 +419,7 @@ describe('options moved under experimental: (configs, saved runs and --set lines
   /** A run's config.yaml as `empo2 train` wrote it before the move: the resolved config, old layout. */
   function savedBeforeTheMove(cfg: Config): string {
     const { experimental: x, ...rest } = structuredClone(cfg);
-    const old = rest as Record<string, Record<string, unknown>>;
+    const old = rest as unknown as Record<string, Record<string, unknown>>;
     Object.assign(old.model, { tip_warmup_examples: x.tip_warmup_examples, tip_warmup_epochs: x.tip_warmup_epochs, tip_warmup_lr: x.tip_warmup_lr, tip_rehearsal: x.tip_rehearsal, tip_rehearsal_lr: x.tip_rehearsal_lr });
     Object.assign(old.algo, { p_end: x.p_end, off_policy_ratio: x.off_policy_ratio, off_policy_weight_cap: x.off_policy_weight_cap });
     if (x.mode_draw_per_rollout) old.algo.mode_draw = 'rollout';
