@@ -192,7 +192,7 @@ describe('MemoryRuntime.tipSource: experimental.min_tip_score', () => {
   });
 
   it('is checked in the config: a non-number is refused by name', () => {
-    expect(() => loadConfig(null, ['experimental.min_tip_score=lots'])).toThrow(/memory\.min_tip_score/);
+    expect(() => loadConfig(null, ['experimental.min_tip_score=lots'])).toThrow(/experimental\.min_tip_score/);
   });
 });
 
