@@ -200,9 +200,9 @@ export function describeOptions(): string[] {
   for (const o of optionEntries()) {
     const here = o.path.split('.')[0];
     const about = here !== section && o.path.includes('.') ? sectionDescription(here) : null;
-    if (about) lines.push(`  ${`${here}.*`.padEnd(28)} ${''.padEnd(16)} ${about}`);
+    if (about) lines.push(`  ${`${here}.*`.padEnd(35)} ${''.padEnd(16)} ${about}`);
     section = here;
-    lines.push(`  ${o.path.padEnd(28)} ${JSON.stringify(o.default)?.padEnd(16)} ${o.description}`);
+    lines.push(`  ${o.path.padEnd(35)} ${JSON.stringify(o.default)?.padEnd(16)} ${o.description}`);
   }
   return lines;
 }
