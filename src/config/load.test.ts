@@ -354,6 +354,27 @@ describe('options moved under experimental: (configs, saved runs and --set lines
     expect([cfg.algo.mode_draw, cfg.experimental.mode_draw_per_rollout, lines]).toEqual(['task', false, []]);
   });
 
+  it('algo.mode_draw set over an old `rollout` replaces it, as it did when it was one key', () => {
+    write('old-rollout-base.yaml', 'algo:\n  name: empo2\n  mode_draw: rollout\n');
+    const draw = (file: string, sets: string[] = []) => {
+      const cfg = loadConfig(file, sets, () => {});
+      return cfg.experimental.mode_draw_per_rollout ? 'rollout' : cfg.algo.mode_draw;
+    };
+    expect(draw(join(root, 'old-rollout-base.yaml'))).toBe('rollout');
+    const oldChild = write('old-task-child.yaml', 'extends: old-rollout-base.yaml\nalgo:\n  mode_draw: task\n');
+    expect(draw(oldChild)).toBe('task');
+    expect(draw(write('deeper.yaml', 'extends: old-task-child.yaml\nseed: 2\n'))).toBe('task');
+    expect(draw(write('other-child.yaml', 'extends: old-rollout-base.yaml\nseed: 2\n'))).toBe('rollout');
+    expect(draw(join(root, 'old-rollout-base.yaml'), ['algo.mode_draw=iteration'])).toBe('iteration');
+    expect(draw(oldChild, ['algo.mode_draw=rollout'])).toBe('rollout');
+    expect(draw(oldChild, ['algo.mode_draw=rollout', 'algo.mode_draw=task'])).toBe('task');
+    // In the new layout the switch overrides algo.mode_draw wherever each is set.
+    const newBase = write('new-switch-base.yaml', 'algo:\n  name: empo2\nexperimental:\n  mode_draw_per_rollout: true\n');
+    expect(draw(write('new-task-child.yaml', 'extends: new-switch-base.yaml\nalgo:\n  mode_draw: task\n'))).toBe('rollout');
+    expect(draw(newBase, ['algo.mode_draw=task'])).toBe('rollout');
+    expect(draw(write('new-over-old.yaml', 'extends: old-rollout-base.yaml\nalgo:\n  mode_draw: task\nexperimental:\n  mode_draw_per_rollout: true\n'))).toBe('rollout');
+  });
+
   it('old paths in an extends: base are read at the new ones, and the child may set the new path over them', () => {
     const base = write('old-base.yaml', 'algo:\n  name: empo2\n  p: 0.5\n  p_end: 0\nmemory:\n  source: oracle\n  tip_order: best_last\n');
     const child = write('new-child.yaml', 'extends: old-base.yaml\nexperimental:\n  p_end: 0.25\n');

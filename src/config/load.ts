@@ -8,7 +8,7 @@ import { readFileSync, existsSync } from 'node:fs';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { moveOldKeys, movedOverride } from './moved-keys.ts';
+import { lastModeDrawWins, moveOldKeys, movedOverride, PER_ROLLOUT } from './moved-keys.ts';
 import { ConfigSchema, configProblems, type Config } from './schema.ts';
 
 export class ConfigError extends Error {}
@@ -25,8 +25,9 @@ const printNotice: Notice = (line) => {
 };
 
 export function loadConfig(file: string | null, overrides: string[] = [], notice: Notice = printNotice): Config {
-  const { raw, files } = file ? readConfigFile(file, notice) : { raw: {}, files: [] };
+  const { raw, files, switchFromOldKey } = file ? readConfigFile(file, notice) : { raw: {}, files: [], switchFromOldKey: false };
   const setPaths = new Map<string, string>();
+  let fromOldKey = switchFromOldKey;
   for (const o of overrides) {
     const { given, path } = applyOverride(raw, o, notice);
     const other = setPaths.get(path);
@@ -35,6 +36,12 @@ export function loadConfig(file: string | null, overrides: string[] = [], notice
       throw new ConfigError(`--set gives both ${oldPath} and ${newPath}, the old and the new path of one option; keep only ${newPath}`);
     }
     setPaths.set(path, given);
+    // `--set algo.mode_draw=task` over an old `algo.mode_draw: rollout` replaces it, as it did (lastModeDrawWins).
+    if (path === PER_ROLLOUT) fromOldKey = given !== path;
+    else if (path === 'algo.mode_draw' && fromOldKey) {
+      applyOverride(raw, `${PER_ROLLOUT}=false`, notice);
+      fromOldKey = false;
+    }
   }
   const source = files.length > 0 ? files.join(', extending ') : 'defaults';
   return validateConfig(raw, overrides.length > 0 ? `${source} + command-line overrides` : source);
@@ -45,9 +52,9 @@ export function loadConfig(file: string | null, overrides: string[] = [], notice
  * (a path relative to the file that names it) is read first and the file's own keys are merged over
  * it, mappings key by key, scalars and lists replaced whole. `files` is the chain, the named file first.
  */
-export function readConfigFile(file: string, notice: Notice = printNotice): { raw: Record<string, unknown>; files: string[] } {
+export function readConfigFile(file: string, notice: Notice = printNotice): { raw: Record<string, unknown>; files: string[]; switchFromOldKey: boolean } {
   const files: string[] = [];
-  const layers: Record<string, unknown>[] = [];
+  const layers: { options: Record<string, unknown>; rolloutDrawMoved: boolean }[] = [];
   for (let current: string | null = file; current !== null; ) {
     const referrer = files.at(-1);
     if (files.some((f) => resolve(f) === resolve(current!))) {
@@ -55,20 +62,25 @@ export function readConfigFile(file: string, notice: Notice = printNotice): { ra
     }
     files.push(current);
     const layer = readOneFile(current, referrer, notice);
-    const base = layer.extends;
-    delete layer.extends;
+    const base = layer.options.extends;
+    delete layer.options.extends;
     layers.push(layer);
     if (base === undefined || base === null) current = null;
     else if (typeof base !== 'string' || base.trim() === '') {
       throw new ConfigError(`config file ${current}: extends must be the path of another config file, got ${JSON.stringify(base)}`);
     } else current = isAbsolute(base) ? base : join(dirname(current), base);
   }
-  const raw = layers.reduceRight<Record<string, unknown>>((merged, layer) => mergeOver(merged, layer), {});
-  return { raw, files };
+  let raw: Record<string, unknown> = {};
+  let switchFromOldKey = false;
+  for (const layer of [...layers].reverse()) {
+    switchFromOldKey = lastModeDrawWins(layer.options, switchFromOldKey, layer.rolloutDrawMoved);
+    raw = mergeOver(raw, layer.options);
+  }
+  return { raw, files, switchFromOldKey };
 }
 
 /** One file's options, with keys that moved under `experimental:` at their new paths. */
-function readOneFile(file: string, referrer: string | undefined, notice: Notice): Record<string, unknown> {
+function readOneFile(file: string, referrer: string | undefined, notice: Notice): { options: Record<string, unknown>; rolloutDrawMoved: boolean } {
   const named = referrer ? `${file} (extended by ${referrer})` : file;
   if (!existsSync(file)) throw new ConfigError(`config file not found: ${named}`);
   let parsed: unknown;
@@ -78,11 +90,11 @@ function readOneFile(file: string, referrer: string | undefined, notice: Notice)
     throw new ConfigError(`config file ${named} is not valid YAML/JSON: ${(e as Error).message}`);
   }
   if (!isMapping(parsed)) throw new ConfigError(`config file ${named} must hold a mapping of options at the top level`);
-  const { raw, moved, clashes } = moveOldKeys(parsed);
+  const { raw, moved, clashes, rolloutDrawMoved } = moveOldKeys(parsed);
   if (clashes.length > 0) throw new ConfigError(`config file ${named}:\n` + clashes.map((c) => '  - ' + c).join('\n'));
   // A run's own config.yaml from before the move is the program's record, not the user's to rewrite.
   if (!isSavedRunConfig(file)) for (const m of moved) notice(`${file}: ${m} (read as such)`);
-  return raw;
+  return { options: raw, rolloutDrawMoved };
 }
 
 /** A run's config.yaml (written by `empo2 train` beside the run's metrics and checkpoints). */

@@ -56,6 +56,8 @@ export interface KeyMove {
   moved: string[];
   /** One line per key given at both its old and its new path; such a config means two things at once. */
   clashes: string[];
+  /** Whether `algo.mode_draw: rollout` became experimental.mode_draw_per_rollout here (see lastModeDrawWins). */
+  rolloutDrawMoved: boolean;
 }
 
 /** Moves every old path that `raw` (one file's options, or one `--set` line's) gives to its new path. */
@@ -63,6 +65,7 @@ export function moveOldKeys(input: Record<string, unknown>): KeyMove {
   const raw = structuredClone(input);
   const moved: string[] = [];
   const clashes: string[] = [];
+  let rolloutDrawMoved = false;
   for (const m of MOVED_KEYS) {
     const old = oldKeyIn(raw, m);
     if (!old) continue;
@@ -78,8 +81,31 @@ export function moveOldKeys(input: Record<string, unknown>): KeyMove {
     delete old.section[old.key];
     raw[newSection] = { ...(isMapping(target) ? target : {}), [newKey]: value };
     moved.push(describeMove(m));
+    if (m.to === PER_ROLLOUT) rolloutDrawMoved = true;
   }
-  return { raw, moved, clashes };
+  return { raw, moved, clashes, rolloutDrawMoved };
+}
+
+export const PER_ROLLOUT = 'experimental.mode_draw_per_rollout';
+
+/**
+ * Before the move algo.mode_draw was one key, and the last file of an `extends:` chain (or `--set`
+ * line) to set it won: a file over a base that said `rollout` went back to iteration or task by
+ * setting algo.mode_draw. Read as experimental.mode_draw_per_rollout, the base's `rollout` would now
+ * override that. So over a switch that was read from an old key, a layer (already moved by
+ * moveOldKeys) that sets algo.mode_draw but not the switch turns the switch off, in `layer`.
+ * Returns whether the switch, from this layer on, was read from an old key.
+ */
+export function lastModeDrawWins(layer: Record<string, unknown>, switchFromOldKey: boolean, rolloutDrawMoved: boolean): boolean {
+  if (rolloutDrawMoved) return true;
+  const experimental = layer.experimental;
+  if (experimental !== undefined && experimental !== null && !isMapping(experimental)) return false; // the schema says what is wrong
+  if (isMapping(experimental) && 'mode_draw_per_rollout' in experimental) return false;
+  if (switchFromOldKey && isMapping(layer.algo) && 'mode_draw' in layer.algo) {
+    layer.experimental = { ...(experimental ?? {}), mode_draw_per_rollout: false };
+    return false;
+  }
+  return switchFromOldKey;
 }
 
 /**
