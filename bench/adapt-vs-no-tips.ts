@@ -4,7 +4,7 @@
  * A rise across trials means little on its own: with a new draw each trial, a score also moves
  * with the luck of the draw. So every (task, seed) is played twice with the same per-trial draws:
  * once with tips (the arm), once with the same memory written but never shown
- * (`memory.min_tip_score` above any score). Trial 1 shows no tips in either, so the two must agree
+ * (`experimental.min_tip_score` above any score). Trial 1 shows no tips in either, so the two must agree
  * there; the effect of the memory is the difference over trials 2..K, paired by (task, seed).
  *
  *   npx tsx bench/adapt-vs-no-tips.ts --checkpoint models/tipreader-explore-gain \
@@ -43,7 +43,7 @@ if (!Number.isInteger(trials) || trials < 2) throw new Error(`--trials must be a
 const tasks = a.tasks!.split(',').map((t) => t.trim()).filter(Boolean);
 const seeds = parseSeeds(a.seeds!);
 const BIN = fileURLToPath(new URL('../bin/empo2.js', import.meta.url));
-const NEVER_SHOWN = 'memory.min_tip_score=1000000';
+const NEVER_SHOWN = 'experimental.min_tip_score=1000000';
 const ARMS = { tips: a.set!, 'no-tips': [...a.set!, NEVER_SHOWN] } as const;
 type Arm = keyof typeof ARMS;
 

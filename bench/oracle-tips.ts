@@ -1,6 +1,6 @@
 /**
  * Does a policy still read tips? Each checkpoint plays every task once without tips and once shown
- * the built-in solver's next action as its one tip (`memory.source: oracle`), frozen weights, the
+ * the built-in solver's next action as its one tip (`experimental.tip_source: oracle`), frozen weights, the
  * same variations. The gain from a perfect tip bounds what any memory could add for that policy;
  * a policy that has lost tip reading gains nothing from it.
  *
@@ -61,7 +61,7 @@ await Promise.all(
   todo.map((r) =>
     limit(async () => {
       mkdirSync(r.out, { recursive: true });
-      const args = [BIN, 'adapt', '-c', a.config!, '--checkpoint', r.dir, '--task', r.task, '--trials', '1', '--variations', a.variations!, '--fresh-memory', ...a.set!.flatMap((s) => ['--set', s]), '--set', `memory.source=${r.source}`, '--out', r.out];
+      const args = [BIN, 'adapt', '-c', a.config!, '--checkpoint', r.dir, '--task', r.task, '--trials', '1', '--variations', a.variations!, '--fresh-memory', ...a.set!.flatMap((s) => ['--set', s]), '--set', `experimental.tip_source=${r.source}`, '--out', r.out];
       const res = await runChild(args, Number(a.jobs), join(r.out, 'log.txt'), children, `${r.name} ${r.task} ${r.source}`);
       if (res.code !== 0) throw new Error(`${r.name} ${r.task} ${r.source} failed (exit ${res.code ?? res.signal}); see ${join(r.out, 'log.txt')}`);
       console.log(`[${++done}/${todo.length}] ${r.name} ${r.task} ${r.source}: ${res.seconds.toFixed(0)} s`);

@@ -15,7 +15,7 @@ describe('intrinsic rewards (docs/EMPO2.md §6)', () => {
 
 describe('mode schedule (docs/EMPO2.md §5)', () => {
   const ref = { p: 0.25, q: 0.68 };
-  it('p_end (not in the paper): p moves linearly from p at the first iteration to p_end at the last', () => {
+  it('experimental.p_end (not in the paper): p moves linearly from p at the first iteration to p_end at the last', () => {
     // p = 0.5 → 0.1 over 5 iterations: steps of 0.1.
     const ps = [1, 2, 3, 4, 5].map((it) => scheduledP(0.5, 0.1, it, 5));
     ps.forEach((p, i) => expect(p).toBeCloseTo([0.5, 0.4, 0.3, 0.2, 0.1][i], 12));

@@ -44,7 +44,7 @@ export function offPolicyRatio(
 }
 
 /**
- * A decoupled off-policy update, not in the paper (algo.off_policy_ratio: decoupled).
+ * A decoupled off-policy update, not in the paper (experimental.off_policy_ratio: decoupled).
  *
  * The paper's ratio ρ = πθ(a|s,u) / πold(a|s,u,tips) is clipped to [1−ε_low, 1+ε_high], but it
  * does not start near 1: an action the tips made likely has ρ ≪ 1 before any step, an action the

@@ -267,14 +267,14 @@ withConfig(
 )
   .option('--seed <n>', 'shortcut for --set seed=<n>')
   .requiredOption('--out <dir>', 'directory to write the model to (config.json, model.safetensors, tokenizer.json, warmup.json)')
-  .option('--examples <n>', 'synthetic prompts (default: model.tip_warmup_examples, or 6000 when that is 0)')
+  .option('--examples <n>', 'synthetic prompts (default: experimental.tip_warmup_examples, or 6000 when that is 0)')
   .action(async (opts) => {
     const cfg = configFrom(opts);
-    const examples = opts.examples !== undefined ? Number(opts.examples) : cfg.model.tip_warmup_examples || 6000;
+    const examples = opts.examples !== undefined ? Number(opts.examples) : cfg.experimental.tip_warmup_examples || 6000;
     if (!Number.isInteger(examples) || examples <= 0) throw new ConfigError(`--examples: expected a positive integer, got "${opts.examples}"`);
     checkOutputDir(opts.out, '--out');
     const { warmupModelDir } = await import('./commands/warmup.ts');
-    await warmupModelDir({ ...cfg, model: { ...cfg.model, tip_warmup_examples: examples } }, opts.out);
+    await warmupModelDir({ ...cfg, experimental: { ...cfg.experimental, tip_warmup_examples: examples } }, opts.out);
   });
 
 const memoryCommand = program.command('memory').description('inspect a tip memory');

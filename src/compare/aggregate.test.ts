@@ -7,6 +7,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { loadConfig } from '../config/load.ts';
+import { inertInBoth } from '../config/schema.ts';
 import { aggregate, meanCurve, type RunRecord } from './aggregate.ts';
 import { bracketingCheckpoints, checkpointScoreAt, type KeptCheckpoint } from './checkpoint-evals.ts';
 import type { FinalEval } from './final-eval.ts';
@@ -537,5 +539,12 @@ describe('option parsing', () => {
 
   it('config differences name the key and both values, ignoring run_dir', () => {
     expect(configDifferences({ run_dir: 'a', train: { iterations: 3, eval_every: 1 } }, { run_dir: 'b', train: { iterations: 2, eval_every: 1 } })).toEqual(['train.iterations: 2 there, 3 now']);
+  });
+
+  it('config differences skip options inert in both (algo.mode_draw under experimental.mode_draw_per_rollout)', () => {
+    const perRollout = (modeDraw: 'iteration' | 'task') => loadConfig(null, [`algo.mode_draw=${modeDraw}`, 'experimental.mode_draw_per_rollout=true']);
+    const [now, there] = [perRollout('task'), perRollout('iteration')];
+    expect(configDifferences(now, there)).toEqual(['algo.mode_draw: "iteration" there, "task" now']);
+    expect(configDifferences(now, there, '', inertInBoth(now, there))).toEqual([]);
   });
 });

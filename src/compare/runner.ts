@@ -12,7 +12,7 @@ import { basename, extname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { ConfigError, loadConfig } from '../config/load.ts';
-import type { Config } from '../config/schema.ts';
+import { inertInBoth, type Config } from '../config/schema.ts';
 import { writeJsonAtomic } from '../policy/tfjs/json-file.ts';
 import { latestCheckpoint } from '../trainer/checkpoint.ts';
 import { aggregate, type Comparison, type RunRecord, type RunStatus } from './aggregate.ts';
@@ -149,12 +149,12 @@ function planRuns(opts: CompareOptions, out: string): { entries: Manifest['confi
 }
 
 /** Dotted paths where two configs differ, ignoring run_dir (a moved output folder is the same run). */
-export function configDifferences(a: unknown, b: unknown, prefix = ''): string[] {
-  if (prefix === 'run_dir') return [];
+export function configDifferences(a: unknown, b: unknown, prefix = '', ignore: ReadonlySet<string> = new Set()): string[] {
+  if (prefix === 'run_dir' || ignore.has(prefix)) return [];
   const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
   if (isObject(a) && isObject(b)) {
     const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
-    return keys.flatMap((k) => configDifferences(a[k], b[k], prefix ? `${prefix}.${k}` : k));
+    return keys.flatMap((k) => configDifferences(a[k], b[k], prefix ? `${prefix}.${k}` : k, ignore));
   }
   return JSON.stringify(a) === JSON.stringify(b) ? [] : [`${prefix}: ${JSON.stringify(b)} there, ${JSON.stringify(a)} now`];
 }
@@ -332,7 +332,7 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
       // A larger train.iterations extends a run (the learning rate is constant, so continuing a
       // finished run equals training longer from the start); fewer than it already ran cannot be undone.
       const made = loadConfig(saved);
-      const diff = configDifferences({ ...run.cfg, train: { ...run.cfg.train, iterations: made.train.iterations } }, made);
+      const diff = configDifferences({ ...run.cfg, train: { ...run.cfg.train, iterations: made.train.iterations } }, made, '', inertInBoth(run.cfg, made));
       if (state.lastEvalIteration !== null && state.lastEvalIteration > run.cfg.train.iterations) {
         diff.push(`train.iterations: it already ran ${state.lastEvalIteration}, ${run.cfg.train.iterations} now`);
       }

@@ -2,8 +2,10 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { applyOverride, ConfigError, describeOptions, loadConfig, readConfigFile } from './load.ts';
-import { ConfigSchema } from './schema.ts';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
+import { applyOverride, ConfigError, describeOptions, loadConfig, readConfigFile, validateConfig } from './load.ts';
+import { MOVED_KEYS } from './moved-keys.ts';
+import { ConfigSchema, ExperimentalSchema, resumeConflicts, type Config } from './schema.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'empo2-config-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -157,20 +159,20 @@ describe('extends', () => {
   };
   const base = write(
     'base.yaml',
-    ['seed: 3', 'env:', '  tasks: [power, clue, unlock]', '  eval_variations: 10', 'algo:', '  name: empo2', '  p: 0.25', '  off_policy_weight_cap: 1', 'model:', '  lora: {r: 16, alpha: 32}', ''].join('\n'),
+    ['seed: 3', 'env:', '  tasks: [power, clue, unlock]', '  eval_variations: 10', 'algo:', '  name: empo2', '  p: 0.25', '  dual_clip: 3', 'model:', '  lora: {r: 16, alpha: 32}', ''].join('\n'),
   );
 
   it('merges the file over its base: mappings key by key, scalars and lists replaced, null replaces', () => {
     const child = write(
       'child.yaml',
-      ['extends: base.yaml', 'env:', '  tasks: [fetch]', 'algo:', '  p: 0.5', '  off_policy_weight_cap: null', 'model:', '  lora: null', ''].join('\n'),
+      ['extends: base.yaml', 'env:', '  tasks: [fetch]', 'algo:', '  p: 0.5', '  dual_clip: null', 'model:', '  lora: null', ''].join('\n'),
     );
     const { raw, files } = readConfigFile(child);
     expect(files).toEqual([child, base]);
     expect(raw).toEqual({
       seed: 3,
       env: { tasks: ['fetch'], eval_variations: 10 },
-      algo: { name: 'empo2', p: 0.5, off_policy_weight_cap: null },
+      algo: { name: 'empo2', p: 0.5, dual_clip: null },
       model: { lora: null },
     });
     const cfg = loadConfig(child);
@@ -178,7 +180,7 @@ describe('extends', () => {
     expect(cfg.env.tasks).toEqual(['fetch']);
     expect(cfg.env.eval_variations).toBe(10);
     expect(cfg.algo.p).toBe(0.5);
-    expect(cfg.algo.off_policy_weight_cap).toBeNull();
+    expect(cfg.algo.dual_clip).toBeNull();
     expect(cfg.model.lora).toBeNull();
   });
 
@@ -259,6 +261,242 @@ describe('describeOptions', () => {
     expect(groupSize).toMatch(/rollout\.group_size\s+4\s/);
     for (const key of ['seed', 'run_dir', 'env.options', 'model.path', 'algo.dual_clip', 'optim.micro_batch_tokens', 'train.iterations']) {
       expect(lines.some((l) => l.trim().startsWith(key + ' '))).toBe(true);
+    }
+  });
+});
+
+describe('options moved under experimental: (configs, saved runs and --set lines written before the move)', () => {
+  const root = join(dir, 'moved');
+  mkdirSync(root, { recursive: true });
+  const write = (name: string, text: string) => {
+    const file = join(root, name);
+    mkdirSync(join(file, '..'), { recursive: true });
+    writeFileSync(file, text);
+    return file;
+  };
+  const collect = () => {
+    const lines: string[] = [];
+    return { lines, notice: (l: string) => lines.push(l) };
+  };
+  // Every moved key at a value other than its default, in the old layout and in the new one.
+  const OLD_LAYOUT = [
+    'algo:',
+    '  name: empo2',
+    '  p: 0.5',
+    '  p_end: 0',
+    '  mode_draw: rollout',
+    '  off_policy_ratio: decoupled',
+    '  off_policy_weight_cap: null',
+    'model:',
+    '  tip_warmup_examples: 16',
+    '  tip_warmup_epochs: 2',
+    '  tip_warmup_lr: 0.01',
+    '  tip_rehearsal: 8',
+    '  tip_rehearsal_lr: 0.002',
+    'memory:',
+    '  top_k: 3',
+    '  tip_order: best_last',
+    '  step_tip_reflection: false',
+    '  step_credit: gain',
+    '  skip_taken_actions: true',
+    '  valid_actions_only: true',
+    '  match_progress: true',
+    '  min_tip_score: 0',
+    '  source: oracle',
+    '',
+  ].join('\n');
+  const NEW_EXPERIMENTAL = {
+    tip_warmup_examples: 16,
+    tip_warmup_epochs: 2,
+    tip_warmup_lr: 0.01,
+    tip_rehearsal: 8,
+    tip_rehearsal_lr: 0.002,
+    p_end: 0,
+    mode_draw_per_rollout: true,
+    off_policy_ratio: 'decoupled',
+    off_policy_weight_cap: null,
+    tip_order: 'best_last',
+    step_tip_reflection: false,
+    step_credit: 'gain',
+    skip_taken_actions: true,
+    valid_actions_only: true,
+    match_progress: true,
+    min_tip_score: 0,
+    tip_source: 'oracle',
+  };
+  const newLayout = write('new-layout.yaml', toYaml({ algo: { name: 'empo2', p: 0.5 }, memory: { top_k: 3 }, experimental: NEW_EXPERIMENTAL }));
+
+  it('every experimental option has exactly one old path, and every old path leads to one', () => {
+    expect(MOVED_KEYS.map((m) => m.to.replace('experimental.', '')).sort()).toEqual(Object.keys(ExperimentalSchema.shape).sort());
+    expect(new Set(MOVED_KEYS.map((m) => m.from)).size).toBe(MOVED_KEYS.length);
+  });
+
+  it('a YAML or JSON file with the old paths loads as the same file with the new ones, one line per moved key', () => {
+    const expected = loadConfig(newLayout, [], () => {});
+    expect(expected.experimental).toEqual(NEW_EXPERIMENTAL);
+    const oldYaml = write('old-layout.yaml', OLD_LAYOUT);
+    const { lines, notice } = collect();
+    expect(loadConfig(oldYaml, [], notice)).toEqual(expected);
+    expect(lines).toHaveLength(17);
+    expect(lines).toContain(`${oldYaml}: algo.p_end is now experimental.p_end (read as such)`);
+    expect(lines).toContain(`${oldYaml}: memory.source is now experimental.tip_source (read as such)`);
+    expect(lines).toContain(`${oldYaml}: algo.mode_draw: rollout is now experimental.mode_draw_per_rollout: true (read as such)`);
+    const oldJson = write('old-layout.json', JSON.stringify(parseYaml(OLD_LAYOUT)));
+    const json = collect();
+    expect(loadConfig(oldJson, [], json.notice)).toEqual(expected);
+    expect(json.lines).toHaveLength(17);
+  });
+
+  it('algo.mode_draw keeps iteration and task where they were; only rollout moved', () => {
+    const task = write('task-draw.yaml', 'algo:\n  mode_draw: task\n');
+    const { lines, notice } = collect();
+    const cfg = loadConfig(task, [], notice);
+    expect([cfg.algo.mode_draw, cfg.experimental.mode_draw_per_rollout, lines]).toEqual(['task', false, []]);
+  });
+
+  it('algo.mode_draw set over an old `rollout` replaces it, as it did when it was one key', () => {
+    write('old-rollout-base.yaml', 'algo:\n  name: empo2\n  mode_draw: rollout\n');
+    const draw = (file: string, sets: string[] = []) => {
+      const cfg = loadConfig(file, sets, () => {});
+      return cfg.experimental.mode_draw_per_rollout ? 'rollout' : cfg.algo.mode_draw;
+    };
+    expect(draw(join(root, 'old-rollout-base.yaml'))).toBe('rollout');
+    const oldChild = write('old-task-child.yaml', 'extends: old-rollout-base.yaml\nalgo:\n  mode_draw: task\n');
+    expect(draw(oldChild)).toBe('task');
+    expect(draw(write('deeper.yaml', 'extends: old-task-child.yaml\nseed: 2\n'))).toBe('task');
+    expect(draw(write('other-child.yaml', 'extends: old-rollout-base.yaml\nseed: 2\n'))).toBe('rollout');
+    expect(draw(join(root, 'old-rollout-base.yaml'), ['algo.mode_draw=iteration'])).toBe('iteration');
+    expect(draw(oldChild, ['algo.mode_draw=rollout'])).toBe('rollout');
+    expect(draw(oldChild, ['algo.mode_draw=rollout', 'algo.mode_draw=task'])).toBe('task');
+    // In the new layout the switch overrides algo.mode_draw wherever each is set.
+    const newBase = write('new-switch-base.yaml', 'algo:\n  name: empo2\nexperimental:\n  mode_draw_per_rollout: true\n');
+    expect(draw(write('new-task-child.yaml', 'extends: new-switch-base.yaml\nalgo:\n  mode_draw: task\n'))).toBe('rollout');
+    expect(draw(newBase, ['algo.mode_draw=task'])).toBe('rollout');
+    expect(draw(write('new-over-old.yaml', 'extends: old-rollout-base.yaml\nalgo:\n  mode_draw: task\nexperimental:\n  mode_draw_per_rollout: true\n'))).toBe('rollout');
+  });
+
+  it('old paths in an extends: base are read at the new ones, and the child may set the new path over them', () => {
+    const base = write('old-base.yaml', 'algo:\n  name: empo2\n  p: 0.5\n  p_end: 0\nmemory:\n  source: oracle\n  tip_order: best_last\n');
+    const child = write('new-child.yaml', 'extends: old-base.yaml\nexperimental:\n  p_end: 0.25\n');
+    const { lines, notice } = collect();
+    const cfg = loadConfig(child, [], notice);
+    expect(cfg.experimental.p_end).toBe(0.25); // the child's, over the base's old algo.p_end
+    expect(cfg.experimental.tip_source).toBe('oracle');
+    expect(cfg.experimental.tip_order).toBe('best_last');
+    expect(readConfigFile(child, () => {}).raw).toEqual({ algo: { name: 'empo2', p: 0.5 }, memory: {}, experimental: { p_end: 0.25, tip_source: 'oracle', tip_order: 'best_last' } });
+    expect(lines).toEqual([
+      `${base}: algo.p_end is now experimental.p_end (read as such)`,
+      `${base}: memory.tip_order is now experimental.tip_order (read as such)`,
+      `${base}: memory.source is now experimental.tip_source (read as such)`,
+    ]);
+  });
+
+  it('--set lines with the old paths set the new ones', () => {
+    const { lines, notice } = collect();
+    const cfg = loadConfig(null, ['algo.name=empo2', 'algo.p_end=0', 'memory.source=oracle', 'model.tip_rehearsal=4', 'algo.mode_draw=rollout', 'memory.min_tip_score=1000000'], notice);
+    expect(cfg.experimental).toMatchObject({ p_end: 0, tip_source: 'oracle', tip_rehearsal: 4, mode_draw_per_rollout: true, min_tip_score: 1000000 });
+    expect(cfg.algo.mode_draw).toBe('iteration');
+    expect(lines).toEqual([
+      '--set algo.p_end is now experimental.p_end (read as such)',
+      '--set memory.source is now experimental.tip_source (read as such)',
+      '--set model.tip_rehearsal is now experimental.tip_rehearsal (read as such)',
+      '--set algo.mode_draw: rollout is now experimental.mode_draw_per_rollout: true (read as such)',
+      '--set memory.min_tip_score is now experimental.min_tip_score (read as such)',
+    ]);
+    // An old --set over a file that uses the new path replaces it, as any --set does.
+    expect(loadConfig(newLayout, ['algo.p_end=0.75'], () => {}).experimental.p_end).toBe(0.75);
+    expect(loadConfig(null, ['algo.mode_draw=task'], () => {}).algo.mode_draw).toBe('task');
+  });
+
+  it('the old and the new path of one option given together is an error naming both', () => {
+    const both = write('both.yaml', 'algo:\n  p_end: 0\nexperimental:\n  p_end: 0.5\n');
+    expect(errorOf(() => loadConfig(both, [], () => {})).message).toBe(
+      `config file ${both}:\n  - algo.p_end and experimental.p_end are both given (algo.p_end is now experimental.p_end); keep only experimental.p_end`,
+    );
+    const bothInBase = write('on-both.yaml', 'extends: both.yaml\nseed: 1\n');
+    expect(errorOf(() => loadConfig(bothInBase, [], () => {})).message).toContain(`config file ${both} (extended by ${bothInBase}):`);
+    const draw = write('both-draw.yaml', 'algo:\n  mode_draw: rollout\nexperimental:\n  mode_draw_per_rollout: false\n');
+    expect(errorOf(() => loadConfig(draw, [], () => {})).message).toContain(
+      'algo.mode_draw: rollout and experimental.mode_draw_per_rollout are both given (algo.mode_draw: rollout is now experimental.mode_draw_per_rollout: true); keep only experimental.mode_draw_per_rollout',
+    );
+    for (const sets of [
+      ['algo.p_end=0', 'experimental.p_end=0.5'],
+      ['experimental.p_end=0.5', 'algo.p_end=0'],
+    ]) {
+      const e = errorOf(() => loadConfig(null, sets, () => {}));
+      expect(e).toBeInstanceOf(ConfigError);
+      expect(e.message).toBe('--set gives both algo.p_end and experimental.p_end, the old and the new path of one option; keep only experimental.p_end');
+    }
+    expect(errorOf(() => validateConfig({ memory: { source: 'oracle' }, experimental: { tip_source: 'memory' } }, 'adapt.json')).message).toContain(
+      'invalid config (adapt.json):\n  - memory.source and experimental.tip_source are both given',
+    );
+  });
+
+  it('options recorded by the program under the old paths (an adapt report\'s memory settings) validate silently', () => {
+    const cfg = validateConfig({ memory: { top_k: 3, tip_order: 'best_last', skip_taken_actions: true } }, 'adapt.json');
+    expect([cfg.memory.top_k, cfg.experimental.tip_order, cfg.experimental.skip_taken_actions]).toEqual([3, 'best_last', true]);
+  });
+
+  /** A run's config.yaml as `empo2 train` wrote it before the move: the resolved config, old layout. */
+  function savedBeforeTheMove(cfg: Config): string {
+    const { experimental: x, ...rest } = structuredClone(cfg);
+    const old = rest as unknown as Record<string, Record<string, unknown>>;
+    Object.assign(old.model, { tip_warmup_examples: x.tip_warmup_examples, tip_warmup_epochs: x.tip_warmup_epochs, tip_warmup_lr: x.tip_warmup_lr, tip_rehearsal: x.tip_rehearsal, tip_rehearsal_lr: x.tip_rehearsal_lr });
+    Object.assign(old.algo, { p_end: x.p_end, off_policy_ratio: x.off_policy_ratio, off_policy_weight_cap: x.off_policy_weight_cap });
+    if (x.mode_draw_per_rollout) old.algo.mode_draw = 'rollout';
+    Object.assign(old.memory, { tip_order: x.tip_order, step_tip_reflection: x.step_tip_reflection, step_credit: x.step_credit, skip_taken_actions: x.skip_taken_actions, valid_actions_only: x.valid_actions_only, match_progress: x.match_progress, min_tip_score: x.min_tip_score, source: x.tip_source });
+    return toYaml(old);
+  }
+
+  it('a run saved before the move resumes under the new config without conflicts, and its config.yaml is read silently', () => {
+    // The new-layout config extends a base that draws per task group; the old run said `algo.mode_draw: rollout`.
+    write('run-base.yaml', 'algo:\n  name: empo2\n  mode_draw: task\nmemory:\n  top_k: 3\n');
+    const requestedFile = write('run-new.yaml', `extends: run-base.yaml\nrun_dir: ${join(root, 'run')}\nexperimental:\n${Object.entries(NEW_EXPERIMENTAL).map(([k, v]) => `  ${k}: ${JSON.stringify(v)}`).join('\n')}\n`);
+    const requested = loadConfig(requestedFile, [], () => {});
+    expect([requested.algo.mode_draw, requested.experimental.mode_draw_per_rollout]).toEqual(['task', true]);
+
+    const runDir = join(root, 'run');
+    mkdirSync(join(runDir, 'checkpoints', 'iter-000002'), { recursive: true });
+    writeFileSync(join(runDir, 'metrics.jsonl'), '');
+    const savedText = savedBeforeTheMove({ ...requested, algo: { ...requested.algo, mode_draw: 'iteration' } });
+    expect(savedText).toContain('mode_draw: rollout');
+    expect(savedText).toContain('source: oracle');
+    const savedPath = join(runDir, 'config.yaml');
+    writeFileSync(savedPath, savedText);
+
+    const { lines, notice } = collect();
+    const saved = loadConfig(savedPath, [], notice);
+    expect(lines).toEqual([]); // the program's own record: nothing for the user to rewrite
+    expect(saved.experimental).toEqual(requested.experimental);
+    expect(resumeConflicts(saved, requested)).toEqual([]);
+    // What --resume does without --config: the saved file, with the command line's overrides.
+    expect(resumeConflicts(saved, loadConfig(savedPath, ['train.iterations=80'], () => {}))).toEqual([]);
+    // The check still sees a real change, in the moved options as elsewhere.
+    expect(resumeConflicts(saved, loadConfig(requestedFile, ['experimental.tip_order=best_first', 'seed=5'], () => {}))).toEqual([
+      'experimental.tip_order: "best_last" in the run, "best_first" now',
+      'seed: 0 in the run, 5 now',
+    ]);
+    // The switch makes algo.mode_draw inert only while both configs have it on.
+    expect(resumeConflicts(saved, loadConfig(requestedFile, ['experimental.mode_draw_per_rollout=false'], () => {}))).toEqual([
+      'algo.mode_draw: "iteration" in the run, "task" now',
+      'experimental.mode_draw_per_rollout: true in the run, false now',
+    ]);
+
+    // The same file copied out of its run folder is a user's file again, and says what it read.
+    const copy = write('copied-run-config.yaml', savedText);
+    const copied = collect();
+    loadConfig(copy, [], copied.notice);
+    expect(copied.lines).toHaveLength(17);
+  });
+
+  it('--help lists the experimental section with what it is, then its options', () => {
+    const lines = describeOptions();
+    const header = lines.findIndex((l) => l.trim().startsWith('experimental.*'));
+    expect(lines[header]).toContain("not part of the paper's method");
+    expect(lines[header]).toContain('results/builtin-explore-tipreader-gain/');
+    expect(lines[header + 1].trim()).toMatch(/^experimental\.tip_warmup_examples\s+0\s/);
+    for (const key of ['algo.p_end', 'algo.off_policy_ratio', 'memory.source', 'memory.tip_order', 'model.tip_rehearsal']) {
+      expect(lines.some((l) => l.trim().startsWith(key + ' '))).toBe(false);
     }
   });
 });

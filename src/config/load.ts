@@ -1,19 +1,48 @@
 /**
  * Reading a config: YAML or JSON file (with the `extends:` chain of files it builds on), then
  * `key.path=value` overrides from the command line, then schema validation with errors that name the
- * file(s), the key and what is wrong.
+ * file(s), the key and what is wrong. Keys that moved under `experimental:` are read at their new
+ * paths wherever they come from (moved-keys.ts), with a line saying so.
  */
 import { readFileSync, existsSync } from 'node:fs';
-import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { lastModeDrawWins, moveOldKeys, movedOverride, PER_ROLLOUT } from './moved-keys.ts';
 import { ConfigSchema, configProblems, type Config } from './schema.ts';
 
 export class ConfigError extends Error {}
 
-export function loadConfig(file: string | null, overrides: string[] = []): Config {
-  const { raw, files } = file ? readConfigFile(file) : { raw: {}, files: [] };
-  for (const o of overrides) applyOverride(raw, o);
+/** Where the "X is now Y (read as such)" lines about moved keys go. */
+export type Notice = (line: string) => void;
+
+const printed = new Set<string>();
+/** stderr, each line once per process (a resume reads its --set lines twice). */
+const printNotice: Notice = (line) => {
+  if (printed.has(line)) return;
+  printed.add(line);
+  process.stderr.write(line + '\n');
+};
+
+export function loadConfig(file: string | null, overrides: string[] = [], notice: Notice = printNotice): Config {
+  const { raw, files, switchFromOldKey } = file ? readConfigFile(file, notice) : { raw: {}, files: [], switchFromOldKey: false };
+  const setPaths = new Map<string, string>();
+  let fromOldKey = switchFromOldKey;
+  for (const o of overrides) {
+    const { given, path } = applyOverride(raw, o, notice);
+    const other = setPaths.get(path);
+    if (other !== undefined && other !== given) {
+      const [oldPath, newPath] = given === path ? [other, given] : [given, other];
+      throw new ConfigError(`--set gives both ${oldPath} and ${newPath}, the old and the new path of one option; keep only ${newPath}`);
+    }
+    setPaths.set(path, given);
+    // `--set algo.mode_draw=task` over an old `algo.mode_draw: rollout` replaces it, as it did (lastModeDrawWins).
+    if (path === PER_ROLLOUT) fromOldKey = given !== path;
+    else if (path === 'algo.mode_draw' && fromOldKey) {
+      applyOverride(raw, `${PER_ROLLOUT}=false`, notice);
+      fromOldKey = false;
+    }
+  }
   const source = files.length > 0 ? files.join(', extending ') : 'defaults';
   return validateConfig(raw, overrides.length > 0 ? `${source} + command-line overrides` : source);
 }
@@ -23,29 +52,35 @@ export function loadConfig(file: string | null, overrides: string[] = []): Confi
  * (a path relative to the file that names it) is read first and the file's own keys are merged over
  * it, mappings key by key, scalars and lists replaced whole. `files` is the chain, the named file first.
  */
-export function readConfigFile(file: string): { raw: Record<string, unknown>; files: string[] } {
+export function readConfigFile(file: string, notice: Notice = printNotice): { raw: Record<string, unknown>; files: string[]; switchFromOldKey: boolean } {
   const files: string[] = [];
-  const layers: Record<string, unknown>[] = [];
+  const layers: { options: Record<string, unknown>; rolloutDrawMoved: boolean }[] = [];
   for (let current: string | null = file; current !== null; ) {
     const referrer = files.at(-1);
     if (files.some((f) => resolve(f) === resolve(current!))) {
       throw new ConfigError(`config files extend each other in a cycle: ${[...files, current].join(' -> ')}`);
     }
     files.push(current);
-    const layer = readOneFile(current, referrer);
-    const base = layer.extends;
-    delete layer.extends;
+    const layer = readOneFile(current, referrer, notice);
+    const base = layer.options.extends;
+    delete layer.options.extends;
     layers.push(layer);
     if (base === undefined || base === null) current = null;
     else if (typeof base !== 'string' || base.trim() === '') {
       throw new ConfigError(`config file ${current}: extends must be the path of another config file, got ${JSON.stringify(base)}`);
     } else current = isAbsolute(base) ? base : join(dirname(current), base);
   }
-  const raw = layers.reduceRight<Record<string, unknown>>((merged, layer) => mergeOver(merged, layer), {});
-  return { raw, files };
+  let raw: Record<string, unknown> = {};
+  let switchFromOldKey = false;
+  for (const layer of [...layers].reverse()) {
+    switchFromOldKey = lastModeDrawWins(layer.options, switchFromOldKey, layer.rolloutDrawMoved);
+    raw = mergeOver(raw, layer.options);
+  }
+  return { raw, files, switchFromOldKey };
 }
 
-function readOneFile(file: string, referrer: string | undefined): Record<string, unknown> {
+/** One file's options, with keys that moved under `experimental:` at their new paths. */
+function readOneFile(file: string, referrer: string | undefined, notice: Notice): { options: Record<string, unknown>; rolloutDrawMoved: boolean } {
   const named = referrer ? `${file} (extended by ${referrer})` : file;
   if (!existsSync(file)) throw new ConfigError(`config file not found: ${named}`);
   let parsed: unknown;
@@ -55,7 +90,17 @@ function readOneFile(file: string, referrer: string | undefined): Record<string,
     throw new ConfigError(`config file ${named} is not valid YAML/JSON: ${(e as Error).message}`);
   }
   if (!isMapping(parsed)) throw new ConfigError(`config file ${named} must hold a mapping of options at the top level`);
-  return parsed;
+  const { raw, moved, clashes, rolloutDrawMoved } = moveOldKeys(parsed);
+  if (clashes.length > 0) throw new ConfigError(`config file ${named}:\n` + clashes.map((c) => '  - ' + c).join('\n'));
+  // A run's own config.yaml from before the move is the program's record, not the user's to rewrite.
+  if (!isSavedRunConfig(file)) for (const m of moved) notice(`${file}: ${m} (read as such)`);
+  return { options: raw, rolloutDrawMoved };
+}
+
+/** A run's config.yaml (written by `empo2 train` beside the run's metrics and checkpoints). */
+function isSavedRunConfig(file: string): boolean {
+  const dir = dirname(file);
+  return basename(file) === 'config.yaml' && (existsSync(join(dir, 'metrics.jsonl')) || existsSync(join(dir, 'checkpoints')));
 }
 
 function isMapping(value: unknown): value is Record<string, unknown> {
@@ -71,8 +116,15 @@ function mergeOver(base: Record<string, unknown>, top: Record<string, unknown>):
   return merged;
 }
 
+/**
+ * Validates raw options. Keys that moved under `experimental:` are read at their new paths here too,
+ * silently: callers that read files or `--set` lines have already said so (loadConfig); others pass
+ * options recorded by the program (an adapt report's memory settings).
+ */
 export function validateConfig(raw: unknown, source: string): Config {
-  const result = ConfigSchema.safeParse(raw);
+  const move = isMapping(raw) ? moveOldKeys(raw) : null;
+  if (move && move.clashes.length > 0) throw new ConfigError(`invalid config (${source}):\n` + move.clashes.map((c) => '  - ' + c).join('\n'));
+  const result = ConfigSchema.safeParse(move ? move.raw : raw);
   if (result.success) {
     const problems = configProblems(result.data);
     if (problems.length === 0) return result.data;
@@ -95,12 +147,20 @@ function describeIssue(issue: z.core.$ZodIssue): string {
   return `${at || '(top level)'}: ${issue.message}`;
 }
 
-/** Sets `a.b.c=value` in a nested object; the value is read as YAML so numbers, booleans and null keep their type. */
-export function applyOverride(target: Record<string, unknown>, assignment: string): void {
+/**
+ * Sets `a.b.c=value` in a nested object; the value is read as YAML so numbers, booleans and null keep
+ * their type. A path that moved under `experimental:` is set at its new place (with a notice).
+ * Returns the path as given and the path set.
+ */
+export function applyOverride(target: Record<string, unknown>, assignment: string, notice: Notice = printNotice): { given: string; path: string } {
   const eq = assignment.indexOf('=');
   if (eq <= 0) throw new ConfigError(`override "${assignment}" must look like key.path=value`);
-  const path = assignment.slice(0, eq).trim().split('.');
-  const value = parseYaml(assignment.slice(eq + 1));
+  const given = assignment.slice(0, eq).trim();
+  const parsed = parseYaml(assignment.slice(eq + 1));
+  const move = movedOverride(given, parsed);
+  if (move) notice(`--set ${move.moved} (read as such)`);
+  const path = (move ? move.path : given).split('.');
+  const value = move ? move.value : parsed;
   let node = target;
   for (const key of path.slice(0, -1)) {
     const next = node[key];
@@ -109,6 +169,7 @@ export function applyOverride(target: Record<string, unknown>, assignment: strin
     node = node[key] as Record<string, unknown>;
   }
   node[path[path.length - 1]] = value;
+  return { given, path: path.join('.') };
 }
 
 export interface OptionEntry {
@@ -139,9 +200,23 @@ export function optionEntries(): OptionEntry[] {
   return entries;
 }
 
-/** Every option with its default and description, for `--help`. */
+/** What a top-level section as a whole is for, where the schema says (e.g. experimental); else null. */
+function sectionDescription(section: string): string | null {
+  return objectShape(ConfigSchema)?.[section]?.description ?? null;
+}
+
+/** Every option with its default and description, for `--help`; a described section starts with a line saying what it is. */
 export function describeOptions(): string[] {
-  return optionEntries().map((o) => `  ${o.path.padEnd(28)} ${JSON.stringify(o.default)?.padEnd(16)} ${o.description}`);
+  const lines: string[] = [];
+  let section = '';
+  for (const o of optionEntries()) {
+    const here = o.path.split('.')[0];
+    const about = here !== section && o.path.includes('.') ? sectionDescription(here) : null;
+    if (about) lines.push(`  ${`${here}.*`.padEnd(35)} ${''.padEnd(16)} ${about}`);
+    section = here;
+    lines.push(`  ${o.path.padEnd(35)} ${JSON.stringify(o.default)?.padEnd(16)} ${o.description}`);
+  }
+  return lines;
 }
 
 /** docs/CONFIG.md: the options as tables, one per section, generated from the schema (npm run docs:config). */
@@ -160,7 +235,8 @@ export function configReference(): string {
     '`--set key=value` overrides one on the command line. `empo2 train --help` prints the same list.',
   ];
   for (const [section, entries] of sections) {
-    out.push('', `## ${section}`, '', '| key | default | what it does |', '|---|---|---|');
+    const about = sectionDescription(section);
+    out.push('', `## ${section}`, '', ...(about ? [about[0].toUpperCase() + about.slice(1) + '.', ''] : []), '| key | default | what it does |', '|---|---|---|');
     for (const o of entries) out.push(`| \`${o.path}\` | \`${cell(JSON.stringify(o.default) ?? 'none')}\` | ${cell(o.description)} |`);
   }
   return out.join('\n') + '\n';

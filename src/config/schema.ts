@@ -50,11 +50,6 @@ export const ModelSchema = strict({
   num_key_value_heads: z.number().int().positive().max(256).default(2).describe('default tiny model: key/value heads (grouped-query attention)'),
   vocab_size: z.number().int().min(300).max(262_144).default(512).describe('default tiny model: byte-level BPE vocabulary size, trained on environment text'),
   tie_word_embeddings: z.boolean().default(true).describe('default tiny model: share input and output embeddings'),
-  tip_warmup_examples: z.number().int().min(0).default(0).describe('tiny model: supervised tip-reading warm-up on this many synthetic prompts before RL (0: none); teaches following and avoiding memories, never the task (src/trainer/tip-warmup.ts)'),
-  tip_warmup_epochs: z.number().int().positive().default(3).describe('passes over the tip warm-up examples'),
-  tip_warmup_lr: z.number().positive().default(3e-3).describe('learning rate of the tip warm-up'),
-  tip_rehearsal: z.number().int().min(0).default(0).describe('not in the paper: after every RL update, one supervised step on this many tip-reading examples (the warm-up\'s kind, prompts with tips only) so that RL does not erase the skill (0: none; src/trainer/tip-warmup.ts)'),
-  tip_rehearsal_lr: z.number().positive().nullable().default(null).describe('learning rate of the tip rehearsal step (null: optim.lr)'),
   lora: strict({
     r: z.number().int().positive().default(16).describe('LoRA rank'),
     alpha: z.number().positive().default(32).describe('LoRA scaling numerator (update = alpha/r · B·A)'),
@@ -104,17 +99,14 @@ export const RolloutSchema = strict({
 export const AlgoSchema = strict({
   name: z.enum(['grpo', 'empo2', 'gigpo']).default('grpo').describe('grpo: plain multi-step GRPO (p = 0, no intrinsic reward); empo2: memory modes + off-policy distillation + intrinsic reward; gigpo: GiGPO (Feng et al., 2025), GRPO plus the step-level advantage of algo.step_advantage: gigpo'),
   p: z.number().min(0).max(1).nullable().default(null).describe('p: probability that a batch is rolled out with tips from memory (null: 0.25 for empo2, 0 for grpo)'),
-  p_end: prob.nullable().default(null).describe('not in the paper: move p linearly from algo.p at the first iteration to this at the last (train.iterations); null: p stays constant'),
   q: prob.default(0.68).describe('q: probability that a memory batch is updated off-policy (tips removed; the rest on-policy with tips)'),
   mode_draw: z
-    .enum(['iteration', 'task', 'rollout'])
+    .enum(['iteration', 'task'])
     .default('iteration')
-    .describe('draw the mode once per iteration (reference), once per task group, or (not in the paper) once per rollout, so a group mixes rollouts with and without tips and its advantage compares them'),
+    .describe('draw the mode once per iteration (reference), or once per task group (experimental.mode_draw_per_rollout: true overrides it with a draw per rollout)'),
   intrinsic: z.enum(['none', 'novelty', 'retrieval']).nullable().default(null).describe('intrinsic reward: novelty list 1/n (paper), retrieval 1/(k+1) (reference), none (null: novelty for empo2, none for grpo)'),
   intrinsic_coef: z.number().min(0).default(0.01).describe('weight of the intrinsic reward per step, added to the scaled environment reward'),
   novelty_threshold: z.number().min(-1).max(1).default(0.9).describe('cosine similarity above which two states count as the same state (novelty list)'),
-  off_policy_ratio: z.enum(['paper', 'decoupled']).default('paper').describe('off-policy update: ρ = πθ(a|s,u)/πold(a|s,u,tips) clipped around 1 (paper), or, not in the paper, decoupled: clip πθ(a|s,u)/πold(a|s,u) and weight A by min(off_policy_weight_cap, πold(a|s,u)/πold(a|s,u,tips)) (one extra scoring pass over the off-policy samples)'),
-  off_policy_weight_cap: z.number().positive().nullable().default(1).describe('decoupled off-policy ratio: cap of the importance weight (null: no weight)'),
   low_prob_scope: z.enum(['off_policy', 'all']).default('off_policy').describe('where the low-probability masks (low_prob_delta, seq_min_logprob) apply'),
   clip_low: z.number().min(0).default(0.2).describe('ε_low: lower clip range of the ratio'),
   clip_high: z.number().min(0).default(0.3).describe('ε_high: upper clip range of the ratio'),
@@ -143,18 +135,10 @@ export const MemorySchema = strict({
   capacity: z.number().int().positive().default(1000).describe('entries per memory slot; the oldest is evicted first'),
   threshold: z.number().min(-1).max(1).default(0.5).describe('retrieve entries whose cosine similarity to the state is above this'),
   top_k: z.number().int().positive().default(10).describe('tips shown per step (highest score first)'),
-  tip_order: z.enum(['best_first', 'best_last']).default('best_first').describe('order of the shown tips: highest score first, or last so the best tip sits next to the answer (easier for small models to copy)'),
   slot: z.enum(['task', 'variation']).default('task').describe('one memory per task (paper) or per task variation (reference)'),
   reflector: z.enum(['auto', 'summary', 'policy']).default('auto').describe('tip writer: the policy reflects (paper), a trajectory summary, or auto (policy for a model.path, summary for the tiny default)'),
   reflection_max_tokens: z.number().int().positive().default(128).describe('policy reflector: maximum tokens of a tip'),
   per_step_entries: z.boolean().default(true).describe('store one entry per step with its action and the final score (reference) instead of one per episode keyed by the final state'),
-  step_tip_reflection: z.boolean().default(true).describe("per-step entries: start each with the episode's reflection (reference); false (not in the paper) keeps only the action and its score, about half the tokens per tip, which a tiny model copies from more reliably"),
-  step_credit: z.enum(['final', 'to_go', 'gain']).default('final').describe("per-step entries: score each action by the episode's final score (reference), by the points scored from that step on (to_go), or by the points that step scored (gain); step-level credit is for a small model that copies the best tip"),
-  source: z.enum(['memory', 'oracle']).default('memory').describe("where memory rollouts get their tips: the tip memory (paper), or, as a diagnostic upper bound, one tip naming the environment's scripted next action (built-in environment only)"),
-  skip_taken_actions: z.boolean().default(false).describe('not in the paper: leave out per-step tips about an action the episode has already taken (a small model that copies the best tip otherwise goes back to steps already credited)'),
-  valid_actions_only: z.boolean().default(false).describe("not in the paper: show only per-step tips whose action the environment accepts in the current state, where it lists its valid actions (the paper's LLM judges whether a tip applies; a small model that copies the best tip cannot)"),
-  match_progress: z.boolean().default(false).describe("not in the paper: show a per-step tip only in states where the episode has reached the score it had before that tip's step; observations that do not say what the agent carries otherwise show 'go to hallway (+50)', written while carrying the item, in the same room before the item was found"),
-  min_tip_score: z.number().nullable().default(null).describe("not in the paper: show only tips whose score (a per-step tip's credit, an episode tip's final score) is above this (null: all); with step_credit gain, 0 leaves out tips about actions that scored nothing, which a small model reads as 'avoid this' although walking and opening, which every solution needs, never score"),
 });
 
 export const OptimSchema = strict({
@@ -183,6 +167,33 @@ export const TrajectoriesSchema = strict({
   max_megabytes: z.number().positive().max(65_536).default(64).describe('size cap of each trajectory file; once reached, recording stops with a last line saying so'),
 });
 
+/**
+ * Switches tried on the 0.25M-parameter tiny model, which could not read its tips
+ * (results/builtin-explore-tipreader-gain/). None is part of the paper's method; they are kept so that
+ * those studies can be reproduced. The defaults leave the paper's path unchanged. Configs written
+ * before this section existed give these keys under model, algo and memory: src/config/moved-keys.ts
+ * reads them here.
+ */
+export const ExperimentalSchema = strict({
+  tip_warmup_examples: z.number().int().min(0).default(0).describe('supervised tip-reading warm-up of the model on this many synthetic prompts before RL (0: none); teaches following and avoiding memories, never the task (src/trainer/tip-warmup.ts)'),
+  tip_warmup_epochs: z.number().int().positive().default(3).describe('passes over the tip warm-up examples'),
+  tip_warmup_lr: z.number().positive().default(3e-3).describe('learning rate of the tip warm-up'),
+  tip_rehearsal: z.number().int().min(0).default(0).describe("after every RL update, one supervised step on this many tip-reading examples (the warm-up's kind, prompts with tips only) so that RL does not erase the skill (0: none; src/trainer/tip-warmup.ts)"),
+  tip_rehearsal_lr: z.number().positive().nullable().default(null).describe('learning rate of the tip rehearsal step (null: optim.lr)'),
+  p_end: prob.nullable().default(null).describe('move p linearly from algo.p at the first iteration to this at the last (train.iterations); null: p stays constant'),
+  mode_draw_per_rollout: z.boolean().default(false).describe('draw the mode once per rollout, so a group mixes rollouts with and without tips and its advantage compares them; true overrides algo.mode_draw'),
+  off_policy_ratio: z.enum(['paper', 'decoupled']).default('paper').describe('off-policy update: ρ = πθ(a|s,u)/πold(a|s,u,tips) clipped around 1 (paper), or decoupled: clip πθ(a|s,u)/πold(a|s,u) and weight A by min(off_policy_weight_cap, πold(a|s,u)/πold(a|s,u,tips)) (one extra scoring pass over the off-policy samples)'),
+  off_policy_weight_cap: z.number().positive().nullable().default(1).describe('decoupled off-policy ratio: cap of the importance weight (null: no weight)'),
+  tip_order: z.enum(['best_first', 'best_last']).default('best_first').describe('order of the shown tips: highest score first, or last so the best tip sits next to the answer (easier for small models to copy)'),
+  step_tip_reflection: z.boolean().default(true).describe("with memory.per_step_entries: start each entry with the episode's reflection (reference); false keeps only the action and its score, about half the tokens per tip, which a tiny model copies from more reliably"),
+  step_credit: z.enum(['final', 'to_go', 'gain']).default('final').describe("with memory.per_step_entries: score each action by the episode's final score (reference), by the points scored from that step on (to_go), or by the points that step scored (gain); step-level credit is for a small model that copies the best tip"),
+  skip_taken_actions: z.boolean().default(false).describe('leave out per-step tips about an action the episode has already taken (a small model that copies the best tip otherwise goes back to steps already credited)'),
+  valid_actions_only: z.boolean().default(false).describe("show only per-step tips whose action the environment accepts in the current state, where it lists its valid actions (the paper's LLM judges whether a tip applies; a small model that copies the best tip cannot)"),
+  match_progress: z.boolean().default(false).describe("show a per-step tip only in states where the episode has reached the score it had before that tip's step; observations that do not say what the agent carries otherwise show 'go to hallway (+50)', written while carrying the item, in the same room before the item was found"),
+  min_tip_score: z.number().nullable().default(null).describe("show only tips whose score (a per-step tip's credit, an episode tip's final score) is above this (null: all); with step_credit gain, 0 leaves out tips about actions that scored nothing, which a small model reads as 'avoid this' although walking and opening, which every solution needs, never score"),
+  tip_source: z.enum(['memory', 'oracle']).default('memory').describe("where memory rollouts get their tips: the tip memory (paper), or, as a diagnostic upper bound, one tip naming the environment's scripted next action (built-in environment only)"),
+});
+
 export const ConfigSchema = strict({
   seed: z.number().int().min(0).default(0).describe('seed for model init, task sampling and action sampling'),
   run_dir: z.string().default('runs/default').describe('where checkpoints, metrics.jsonl and the evaluation table go'),
@@ -195,6 +206,7 @@ export const ConfigSchema = strict({
   memory: MemorySchema.prefault({}),
   train: TrainSchema.prefault({}),
   trajectories: TrajectoriesSchema.prefault({}).describe('episodes written as JSON lines for reading (empo2 dashboard); never changes training'),
+  experimental: ExperimentalSchema.prefault({}).describe("switches tried on the 0.25M-parameter tiny model that could not read its tips (results/builtin-explore-tipreader-gain/); not part of the paper's method, kept for reproducing those studies"),
 });
 
 export type Config = z.infer<typeof ConfigSchema>;
@@ -204,6 +216,8 @@ export interface ResolvedAlgo {
   p: number;
   /** p at the last iteration (null: constant p). */
   pEnd: number | null;
+  /** How often the mode is drawn: algo.mode_draw, or per rollout where experimental.mode_draw_per_rollout says so. */
+  modeDraw: 'iteration' | 'task' | 'rollout';
   /**
    * Whether modes are drawn at all: p is above 0 at some iteration. Drawn even where the schedule
    * reaches 0, so the random stream (and with it the task sequence) does not depend on it.
@@ -221,10 +235,11 @@ export function resolveAlgo(cfg: Config): ResolvedAlgo {
   const empo2 = cfg.algo.name === 'empo2';
   const p = cfg.algo.p ?? (empo2 ? 0.25 : 0);
   const intrinsic = cfg.algo.intrinsic ?? (empo2 ? 'novelty' : 'none');
-  const pEnd = cfg.algo.p_end;
+  const pEnd = cfg.experimental.p_end;
+  const modeDraw = cfg.experimental.mode_draw_per_rollout ? 'rollout' : cfg.algo.mode_draw;
   const drawsModes = p > 0 || (pEnd ?? 0) > 0;
   const stepAdvantage = cfg.algo.step_advantage ?? (cfg.algo.name === 'gigpo' ? 'gigpo' : 'none');
-  return { p, pEnd, drawsModes, q: cfg.algo.q, intrinsic, memory: drawsModes || intrinsic === 'retrieval', stepAdvantage };
+  return { p, pEnd, modeDraw, drawsModes, q: cfg.algo.q, intrinsic, memory: drawsModes || intrinsic === 'retrieval', stepAdvantage };
 }
 
 /**
@@ -248,13 +263,13 @@ export function configProblems(cfg: Config): string[] {
   }
   if (cfg.algo.name === 'grpo') {
     if (cfg.algo.p !== null && cfg.algo.p > 0) out.push(`algo.p: ${cfg.algo.p} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
-    if (cfg.algo.p_end !== null && cfg.algo.p_end > 0) out.push(`algo.p_end: ${cfg.algo.p_end} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
+    if (cfg.experimental.p_end !== null && cfg.experimental.p_end > 0) out.push(`experimental.p_end: ${cfg.experimental.p_end} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
     if (cfg.algo.intrinsic !== null && cfg.algo.intrinsic !== 'none') out.push(`algo.intrinsic: ${cfg.algo.intrinsic} with algo.name=grpo (GRPO has no intrinsic reward; use algo.name=empo2)`);
   }
   if (cfg.algo.name === 'gigpo') {
     const instead = 'use algo.name=empo2 with algo.step_advantage=gigpo';
     if (cfg.algo.p !== null && cfg.algo.p > 0) out.push(`algo.p: ${cfg.algo.p} with algo.name=gigpo (GiGPO never rolls out with memory; ${instead})`);
-    if (cfg.algo.p_end !== null && cfg.algo.p_end > 0) out.push(`algo.p_end: ${cfg.algo.p_end} with algo.name=gigpo (GiGPO never rolls out with memory; ${instead})`);
+    if (cfg.experimental.p_end !== null && cfg.experimental.p_end > 0) out.push(`experimental.p_end: ${cfg.experimental.p_end} with algo.name=gigpo (GiGPO never rolls out with memory; ${instead})`);
     if (cfg.algo.intrinsic !== null && cfg.algo.intrinsic !== 'none') out.push(`algo.intrinsic: ${cfg.algo.intrinsic} with algo.name=gigpo (GiGPO has no intrinsic reward; ${instead})`);
     if (cfg.algo.step_advantage === 'none') out.push('algo.step_advantage: none with algo.name=gigpo (GiGPO is GRPO plus its step-level advantage; use algo.name=grpo)');
   }
@@ -293,9 +308,26 @@ export const RESUMABLE_OPTIONS = [
   'trajectories.max_megabytes',
 ] as const;
 
+/**
+ * Options that have no effect given the config's other options. algo.mode_draw is one while
+ * experimental.mode_draw_per_rollout is true, which matters when two configs are compared: a run
+ * saved before the experimental section existed says `algo.mode_draw: rollout`, read as the switch
+ * with algo.mode_draw at its default, while a config written since sets the switch over whatever
+ * algo.mode_draw its base gives. Both run the same.
+ */
+export function inertOptions(cfg: Config): string[] {
+  return cfg.experimental.mode_draw_per_rollout ? ['algo.mode_draw'] : [];
+}
+
+/** Options inert in both configs: a difference there changes nothing. */
+export function inertInBoth(a: Config, b: Config): Set<string> {
+  const inB = new Set(inertOptions(b));
+  return new Set(inertOptions(a).filter((key) => inB.has(key)));
+}
+
 /** "key: value in the run, value now" for every option that differs and that a resume may not change. */
 export function resumeConflicts(saved: Config, requested: Config): string[] {
-  const allowed = new Set<string>(RESUMABLE_OPTIONS);
+  const allowed = new Set<string>([...RESUMABLE_OPTIONS, ...inertInBoth(saved, requested)]);
   const out: string[] = [];
   const walk = (a: unknown, b: unknown, key: string) => {
     if (allowed.has(key)) return;

@@ -59,12 +59,13 @@ export class MemoryViews {
     const newestFirst = chosen === null ? [] : tips.entries(chosen).reverse();
     const matching = needle ? newestFirst.filter((e) => e.text.toLowerCase().includes(needle) || (e.action ?? '').toLowerCase().includes(needle)) : newestFirst;
     const m = runtime.cfg.memory;
+    const x = runtime.cfg.experimental;
     return {
       file,
       embedder: runtime.embedder.name,
       settings: tips.settings,
       slot_per: m.slot,
-      filters: { tip_order: m.tip_order, skip_taken_actions: m.skip_taken_actions, valid_actions_only: m.valid_actions_only, match_progress: m.match_progress, min_tip_score: m.min_tip_score },
+      filters: { tip_order: x.tip_order, skip_taken_actions: x.skip_taken_actions, valid_actions_only: x.valid_actions_only, match_progress: x.match_progress, min_tip_score: x.min_tip_score },
       slots,
       slot: chosen,
       total: tips.size(),
@@ -123,8 +124,9 @@ function memoryFileOf(source: Source): string {
 function configOf(source: Source): Config {
   try {
     if (source.kind === 'adapt') {
-      const { memory } = readAdaptReport(source.path);
-      return memory ? validateConfig({ memory }, join(source.path, 'adapt.json')) : loadConfig(null);
+      // An adapt.json from before the experimental section gives its tip filters under memory (validateConfig reads them there).
+      const { memory, experimental } = readAdaptReport(source.path);
+      return memory ? validateConfig({ memory, ...(experimental ? { experimental } : {}) }, join(source.path, 'adapt.json')) : loadConfig(null);
     }
     return loadConfig(join(source.path, 'config.yaml'));
   } catch (e) {

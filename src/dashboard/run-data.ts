@@ -182,14 +182,14 @@ export function parseCsv(text: string, where: string): string[][] {
 }
 
 /** An adapt output's report (adapt.json), for the memory settings its trials used. */
-export function readAdaptReport(dir: string): { method: string; task: string; memory: Record<string, unknown> | null } {
+export function readAdaptReport(dir: string): { method: string; task: string; memory: Record<string, unknown> | null; experimental: Record<string, unknown> | null } {
   const file = join(dir, 'adapt.json');
-  let report: { method?: unknown; task?: unknown; memory?: unknown };
+  let report: { method?: unknown; task?: unknown; memory?: unknown; experimental?: unknown };
   try {
     report = JSON.parse(readFileSync(file, 'utf8'));
   } catch (e) {
     throw new DataError(`${file} is not valid JSON (${(e as Error).message})`);
   }
-  const memory = typeof report.memory === 'object' && report.memory !== null ? (report.memory as Record<string, unknown>) : null;
-  return { method: String(report.method ?? 'tips'), task: String(report.task ?? basename(dir)), memory };
+  const section = (value: unknown) => (typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : null);
+  return { method: String(report.method ?? 'tips'), task: String(report.task ?? basename(dir)), memory: section(report.memory), experimental: section(report.experimental) };
 }

@@ -31,7 +31,7 @@ const runsDir = join(root, 'runs');
 const runDir = join(runsDir, 'empo2-seed0');
 const compareDir = join(root, 'results', 'cmp');
 const adaptDir = join(runDir, 'checkpoints', 'iter-000002', 'adapt-fetch');
-const cfg = loadConfig(null, [`run_dir=${runDir}`, 'algo.name=empo2', 'algo.p=1', 'memory.reflector=summary', 'memory.top_k=3', 'train.iterations=4', 'memory.skip_taken_actions=true']);
+const cfg = loadConfig(null, [`run_dir=${runDir}`, 'algo.name=empo2', 'algo.p=1', 'memory.reflector=summary', 'memory.top_k=3', 'train.iterations=4', 'experimental.skip_taken_actions=true']);
 
 function record(iteration: number, task: string, mode: EpisodeRecord['mode'], score: number, tipped: boolean): EpisodeRecord {
   return {

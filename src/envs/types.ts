@@ -48,7 +48,7 @@ export interface Env {
   done(): boolean;
   /**
    * Optional, for diagnostics: the next action of a scripted solver that reads the hidden state
-   * (null once the episode is over). `memory.source: oracle` shows it to memory rollouts as their
+   * (null once the episode is over). `experimental.tip_source: oracle` shows it to memory rollouts as their
    * only tip, to measure what EMPO²'s update makes of perfect tips.
    */
   oracleAction?(): string | null;

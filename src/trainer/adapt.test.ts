@@ -84,7 +84,7 @@ describe('empo2 adapt', () => {
     expect(plain[0].solver_action_share!.with_tips).toBeNull();
     expect(plain[0].solver_action_share!.without_tips).toBeGreaterThanOrEqual(0);
     expect(readFileSync(join(root, 'use', 'adapt.md'), 'utf8')).toMatch(/\| tips followed \| best tip = solver's action \|/);
-    const oracleCfg = { ...cfg, memory: { ...cfg.memory, source: 'oracle' as const } };
+    const oracleCfg = { ...cfg, experimental: { ...cfg.experimental, tip_source: 'oracle' as const } };
     const guided = await adapt(engine, oracleCfg, { task: 'fetch', trials: 1, variations: 2, split: 'test', memoryFrom: null, outDir: join(root, 'use-oracle'), log: () => {} });
     expect(guided[0].best_tip_is_solver).toBe(1);
     // The only tip is the solver's action, so following it and taking the solver's action are the same steps.

@@ -135,7 +135,7 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
       return [...scoreCells(r), r.tips_shown_per_step.toFixed(1), pct(r.tips_followed), ...solver, String(r.memory_size)];
     }),
   );
-  saveTrialReport(o.outDir, { method: 'tips', task: o.task, split: o.split, variations, memory: cfg.memory, trials: results }, table, log, { 'memory.json': JSON.stringify(memory.toJSON()) });
+  saveTrialReport(o.outDir, { method: 'tips', task: o.task, split: o.split, variations, memory: cfg.memory, experimental: cfg.experimental, trials: results }, table, log, { 'memory.json': JSON.stringify(memory.toJSON()) });
   memory.dispose();
   return results;
 }

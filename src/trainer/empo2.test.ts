@@ -85,10 +85,10 @@ describe('EMPO² modes end to end', () => {
     expect(existsSync(join(latestCheckpoint(plain)!, MEMORY_FILE))).toBe(true); // the novelty list
   });
 
-  it('algo.p_end moves p from 1 at the first iteration to 0 at the last: all memory rollouts, then none', async () => {
+  it('experimental.p_end moves p from 1 at the first iteration to 0 at the last: all memory rollouts, then none', async () => {
     const dir = join(root, 'p-end');
     const log: string[] = [];
-    await train(config(dir, 3, ['algo.p=1', 'algo.p_end=0', 'algo.q=1']), { resume: false, log: (l) => log.push(l) });
+    await train(config(dir, 3, ['algo.p=1', 'experimental.p_end=0', 'algo.q=1']), { resume: false, log: (l) => log.push(l) });
     const modes = trainLines(dir).map((l) => l.modes);
     expect(modes[0]).toEqual({ plain: 0, 'tips-on-policy': 0, 'tips-off-policy': 4 });
     expect(modes[2]).toEqual({ plain: 4, 'tips-on-policy': 0, 'tips-off-policy': 0 });
@@ -111,10 +111,10 @@ describe('EMPO² modes end to end', () => {
     }
   });
 
-  it('mode_draw: rollout mixes modes within a group and logs how many rollouts ran in each', async () => {
+  it('experimental.mode_draw_per_rollout mixes modes within a group and logs how many rollouts ran in each', async () => {
     const dir = join(root, 'per-rollout');
     const log: string[] = [];
-    await train(config(dir, 3, ['algo.p=0.5', 'algo.q=1', 'algo.mode_draw=rollout']), { resume: false, log: (l) => log.push(l) });
+    await train(config(dir, 3, ['algo.p=0.5', 'algo.q=1', 'experimental.mode_draw_per_rollout=true']), { resume: false, log: (l) => log.push(l) });
     const counts = trainLines(dir).map((l) => l.modes as Record<string, number>);
     // Groups of 2: an odd number of tip-guided rollouts in an iteration means a group holds both kinds.
     expect(counts.some((c) => c['tips-off-policy'] % 2 === 1)).toBe(true);
@@ -142,7 +142,7 @@ describe('EMPO² modes end to end', () => {
   it('GRPO with memory or intrinsic options is refused, naming the key', () => {
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(ConfigError);
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(/algo\.p: 0\.3 with algo\.name=grpo/);
-    expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p_end=0.3'])).toThrow(/algo\.p_end: 0\.3 with algo\.name=grpo/);
+    expect(() => loadConfig(null, ['algo.name=grpo', 'experimental.p_end=0.3'])).toThrow(/experimental\.p_end: 0\.3 with algo\.name=grpo/);
     expect(() => loadConfig(null, ['algo.intrinsic=novelty'])).toThrow(/algo\.intrinsic: novelty with algo\.name=grpo/);
   });
 });

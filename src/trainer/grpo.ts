@@ -85,8 +85,8 @@ export function updateSettings(cfg: Config): GrpoSettings {
     skipZeroAdvantage: cfg.algo.skip_zero_advantage,
     temperature: cfg.rollout.temperature > 0 ? cfg.rollout.temperature : 1,
     maskScope: cfg.algo.low_prob_scope,
-    offPolicyRatio: cfg.algo.off_policy_ratio,
-    offPolicyWeightCap: cfg.algo.off_policy_weight_cap,
+    offPolicyRatio: cfg.experimental.off_policy_ratio,
+    offPolicyWeightCap: cfg.experimental.off_policy_weight_cap,
     pack: cfg.optim.pack_episodes ?? promptSettings(cfg).template !== undefined,
     gigpo: algo.stepAdvantage === 'gigpo' ? { omega: cfg.algo.gigpo_omega, gamma: cfg.algo.gigpo_gamma, mode: cfg.algo.gigpo_mode } : null,
   };

@@ -101,10 +101,10 @@ export interface RunDescription {
 export function bannerLines(cfg: Config, algo: ResolvedAlgo, d: RunDescription): string[] {
   return [
     `empo2 train | run ${d.runDir} | backend ${d.backend} (${d.matMul}) | ${d.engine}, vocab ${d.vocabSize}`,
-    `algo ${cfg.algo.name}: p=${algo.p}${algo.pEnd !== null ? ` → ${algo.pEnd} by iteration ${cfg.train.iterations}` : ''} q=${algo.q} (mode drawn per ${cfg.algo.mode_draw}), intrinsic ${algo.intrinsic}` +
+    `algo ${cfg.algo.name}: p=${algo.p}${algo.pEnd !== null ? ` → ${algo.pEnd} by iteration ${cfg.train.iterations}` : ''} q=${algo.q} (mode drawn per ${algo.modeDraw}), intrinsic ${algo.intrinsic}` +
       (algo.stepAdvantage === 'gigpo' ? `, GiGPO step advantage (ω=${cfg.algo.gigpo_omega}, γ=${cfg.algo.gigpo_gamma}, ${cfg.algo.gigpo_mode})` : '') +
       (d.memory ? ` | memory: ${d.memory.embedder} embedder, ${d.memory.reflector} reflector, slot per ${cfg.memory.slot}, ${d.memory.tips} tips` : '') +
-      (d.rehearsalPool !== null ? ` | tip rehearsal: ${cfg.model.tip_rehearsal} of ${d.rehearsalPool} examples after every update` : ''),
+      (d.rehearsalPool !== null ? ` | tip rehearsal: ${cfg.experimental.tip_rehearsal} of ${d.rehearsalPool} examples after every update` : ''),
     `env ${cfg.env.name}: ${d.tasks.length} tasks (${d.tasks.join(', ')}) | ${cfg.rollout.tasks_per_batch} groups x ${cfg.rollout.group_size} rollouts per iteration | ${cfg.train.iterations} iterations` + (d.resumeFrom ? ` | resuming from ${d.resumeFrom}` : ''),
   ];
 }

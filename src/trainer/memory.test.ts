@@ -1,6 +1,6 @@
 /**
  * Tip writing through the trainer's memory runtime: one entry per step, scored by the episode's
- * final score (reference), by the points scored from that step on (memory.step_credit: to_go) or by
+ * final score (reference), by the points scored from that step on (experimental.step_credit: to_go) or by
  * the points the step itself scored (gain).
  */
 import { describe, expect, it } from 'vitest';
@@ -50,7 +50,7 @@ function runtime(overrides: string[]): MemoryRuntime {
 }
 
 async function written(credit: 'final' | 'to_go' | 'gain') {
-  const memory = runtime([`memory.step_credit=${credit}`]);
+  const memory = runtime([`experimental.step_credit=${credit}`]);
   expect(await memory.write([episode])).toBe(4);
   // Oldest first, so entry t is step t.
   return [...memory.tips.entries('power')].sort((a, b) => a.order - b.order);
@@ -78,14 +78,14 @@ describe('MemoryRuntime.write: step credit', () => {
   });
 });
 
-describe('MemoryRuntime.write: memory.step_tip_reflection', () => {
+describe('MemoryRuntime.write: experimental.step_tip_reflection', () => {
   it('true (reference): each step entry starts with the episode summary; false: the action and its score alone', async () => {
-    const withSummary = runtime(['memory.step_credit=gain']);
+    const withSummary = runtime(['experimental.step_credit=gain']);
     await withSummary.write([episode]);
     const summary = (await new TrajectorySummaryReflector().reflect([{ ...episode, task: episode.description }]))[0];
     const long = [...withSummary.tips.entries('power')].sort((a, b) => a.order - b.order);
     expect(long[2].text).toBe(`${summary} The action you took was take battery; it raised your score by 25 points.`);
-    const bare = runtime(['memory.step_credit=gain', 'memory.step_tip_reflection=false']);
+    const bare = runtime(['experimental.step_credit=gain', 'experimental.step_tip_reflection=false']);
     expect(await bare.write([episode])).toBe(4);
     const short = [...bare.tips.entries('power')].sort((a, b) => a.order - b.order);
     expect(short.map((e) => e.text)).toEqual([
@@ -99,18 +99,18 @@ describe('MemoryRuntime.write: memory.step_tip_reflection', () => {
 
   it('applies to the oracle tip too', async () => {
     const q = tipQuery('anywhere', { oracleAction: () => 'take battery' });
-    expect(await tipTexts(runtime(['memory.source=oracle', 'memory.step_credit=gain']), q)).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was take battery; it raised your score by 20 points.`]]);
-    expect(await tipTexts(runtime(['memory.source=oracle', 'memory.step_credit=gain', 'memory.step_tip_reflection=false']), q)).toEqual([['The action you took was take battery; it raised your score by 20 points.']]);
+    expect(await tipTexts(runtime(['experimental.tip_source=oracle', 'experimental.step_credit=gain']), q)).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was take battery; it raised your score by 20 points.`]]);
+    expect(await tipTexts(runtime(['experimental.tip_source=oracle', 'experimental.step_credit=gain', 'experimental.step_tip_reflection=false']), q)).toEqual([['The action you took was take battery; it raised your score by 20 points.']]);
   });
 });
 
-describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
+describe('MemoryRuntime.tipSource: experimental.skip_taken_actions', () => {
   // The state after the battery was taken still looks like the state it was taken in, so the best
   // match is the tip to take it again: credit a small tip-copying model cannot earn twice.
   const query = (taken: string[]) => tipQuery('You carry nothing. The red box holds a battery.', { taken });
 
   it('off (default): the tip about the action already taken stays first', async () => {
-    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1']);
+    const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=1']);
     await memory.write([episode]);
     const [tips] = await tipTexts(memory, query(['open red box', 'inventory', 'take battery']));
     expect(tips).toHaveLength(1);
@@ -118,7 +118,7 @@ describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
   });
 
   it('on: tips about actions this episode has taken are left out, the next best tip takes their place', async () => {
-    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1', 'memory.skip_taken_actions=true']);
+    const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=1', 'experimental.skip_taken_actions=true']);
     await memory.write([episode]);
     const [before] = await tipTexts(memory, query([]));
     expect(before[0]).toMatch(/took was take battery/);
@@ -128,20 +128,20 @@ describe('MemoryRuntime.tipSource: memory.skip_taken_actions', () => {
   });
 });
 
-describe('MemoryRuntime.tipSource: memory.valid_actions_only', () => {
+describe('MemoryRuntime.tipSource: experimental.valid_actions_only', () => {
   // The same state as above with the battery still in the box: the memory's best tip (take battery,
   // +25) is shown only where the environment offers that action.
   const query = (validActions: string[], taken: string[] = []) => tipQuery('You carry nothing. The red box holds a battery.', { taken, validActions });
 
   it('off (default): tips are shown whatever the current state accepts', async () => {
-    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1']);
+    const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=1']);
     await memory.write([episode]);
     const [tips] = await tipTexts(memory, query(['look around']));
     expect(tips[0]).toMatch(/took was take battery/);
   });
 
   it('on: only tips whose action is valid now are shown, best first among them (ties: the more similar state first)', async () => {
-    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=2', 'memory.valid_actions_only=true']);
+    const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=2', 'experimental.valid_actions_only=true']);
     await memory.write([episode]);
     const [offered] = await tipTexts(memory, query(['inventory', 'look around', 'take battery']));
     expect(offered.map((t) => t.match(/took was ([a-z ]+);/)![1])).toEqual(['take battery', 'inventory']);
@@ -151,38 +151,38 @@ describe('MemoryRuntime.tipSource: memory.valid_actions_only', () => {
   });
 
   it('on, in a state that lists no valid actions (free-text environments): tips are not filtered', async () => {
-    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=1', 'memory.valid_actions_only=true']);
+    const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=1', 'experimental.valid_actions_only=true']);
     await memory.write([episode]);
     expect((await tipTexts(memory, query([])))[0][0]).toMatch(/took was take battery/);
   });
 
   it('combines with skip_taken_actions: a tip must be valid now and not yet taken', async () => {
-    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=3', 'memory.valid_actions_only=true', 'memory.skip_taken_actions=true']);
+    const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=3', 'experimental.valid_actions_only=true', 'experimental.skip_taken_actions=true']);
     await memory.write([episode]);
     const [tips] = await tipTexts(memory, query(['inventory', 'look around', 'take battery', 'open red box'], ['inventory', 'open red box']));
     expect(tips.map((t) => t.match(/took was ([a-z ]+);/)![1])).toEqual(['take battery', 'look around']);
   });
 });
 
-describe('MemoryRuntime.tipSource: memory.min_tip_score', () => {
+describe('MemoryRuntime.tipSource: experimental.min_tip_score', () => {
   const query = tipQuery('You carry nothing. The red box holds a battery.');
   const actions = (tips: string[]) => tips.map((t) => t.match(/took was ([a-z ]+);/)![1]);
 
   it('off (default): tips about steps that scored nothing fill the top k', async () => {
-    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4']);
+    const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=4']);
     await memory.write([episode]);
     expect(actions((await tipTexts(memory, query))[0])).toEqual(['take battery', 'inventory', 'look around']);
   });
 
   it('0 with gain credit: only tips about actions that raised the score are shown', async () => {
-    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4', 'memory.min_tip_score=0']);
+    const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=4', 'experimental.min_tip_score=0']);
     await memory.write([episode]);
     expect(actions((await tipTexts(memory, query))[0])).toEqual(['take battery']);
   });
 
   it('is strict (a tip scored exactly the bound is left out) and applies with the action filters', async () => {
     const at = async (bound: number, taken: string[] = []) => {
-      const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4', `memory.min_tip_score=${bound}`, 'memory.skip_taken_actions=true']);
+      const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=4', `experimental.min_tip_score=${bound}`, 'experimental.skip_taken_actions=true']);
       await memory.write([episode]);
       return actions((await tipTexts(memory, tipQuery('You carry nothing. The red box holds a battery.', { taken })))[0]);
     };
@@ -192,11 +192,11 @@ describe('MemoryRuntime.tipSource: memory.min_tip_score', () => {
   });
 
   it('is checked in the config: a non-number is refused by name', () => {
-    expect(() => loadConfig(null, ['memory.min_tip_score=lots'])).toThrow(/memory\.min_tip_score/);
+    expect(() => loadConfig(null, ['experimental.min_tip_score=lots'])).toThrow(/experimental\.min_tip_score/);
   });
 });
 
-describe('MemoryRuntime.tipSource: memory.match_progress', () => {
+describe('MemoryRuntime.tipSource: experimental.match_progress', () => {
   // Scores before each step: open red box 0, inventory 10, take battery 10, look around 35.
   const query = (scoreSoFar: number) => tipQuery('You carry nothing. The red box holds a battery.', { scoreSoFar });
   const actions = (tips: string[]) => tips.map((t) => t.match(/took was ([a-z ]+);/)![1]);
@@ -206,13 +206,13 @@ describe('MemoryRuntime.tipSource: memory.match_progress', () => {
   });
 
   it('off (default): tips from any point of the episode are shown', async () => {
-    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4']);
+    const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=4']);
     await memory.write([episode]);
     expect(actions((await tipTexts(memory, query(35)))[0])).toEqual(['take battery', 'inventory', 'look around']);
   });
 
   it('on: only tips written at the score the episode has now', async () => {
-    const memory = runtime(['memory.step_credit=gain', 'memory.top_k=4', 'memory.match_progress=true']);
+    const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=4', 'experimental.match_progress=true']);
     await memory.write([episode]);
     expect(actions((await tipTexts(memory, query(10)))[0])).toEqual(['take battery', 'inventory']);
     expect(actions((await tipTexts(memory, query(35)))[0])).toEqual(['look around']);
@@ -220,18 +220,18 @@ describe('MemoryRuntime.tipSource: memory.match_progress', () => {
   });
 });
 
-describe('MemoryRuntime.tipSource: memory.source=oracle', () => {
+describe('MemoryRuntime.tipSource: experimental.tip_source=oracle', () => {
   const query = (action: string | null) => tipQuery('You are in the hall.', { oracleAction: () => action });
 
   it("shows the solver's next action as the only tip, in the step-tip wording of the run's credit, whatever the memory holds", async () => {
-    const gain = runtime(['memory.step_credit=gain', 'memory.source=oracle']);
+    const gain = runtime(['experimental.step_credit=gain', 'experimental.tip_source=oracle']);
     await gain.write([episode]);
     expect(await tipTexts(gain, query('open red box'))).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was open red box; it raised your score by 20 points.`]]);
-    const final = runtime(['memory.source=oracle']);
+    const final = runtime(['experimental.tip_source=oracle']);
     expect(await tipTexts(final, query('take battery'))).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was take battery; you finally scored 20/100.`]]);
   });
 
   it('shows no tip once the solver has no action left', async () => {
-    expect(await tipTexts(runtime(['memory.source=oracle']), query(null))).toEqual([[]]);
+    expect(await tipTexts(runtime(['experimental.tip_source=oracle']), query(null))).toEqual([[]]);
   });
 });

@@ -57,8 +57,8 @@ export function trajectoryOf(e: Episode): Trajectory {
 const ORACLE_TIP_POINTS = 20;
 export const ORACLE_TIP_SUMMARY = 'A solver that can see the whole world suggests this step.';
 
-/** `memory.source: oracle`: the solver's next action as the only tip (none once it has no action). */
-export function oracleTips(action: string | null, credit: Config['memory']['step_credit'], reflection = true): ShownTip[] {
+/** `experimental.tip_source: oracle`: the solver's next action as the only tip (none once it has no action). */
+export function oracleTips(action: string | null, credit: Config['experimental']['step_credit'], reflection = true): ShownTip[] {
   return action === null ? [] : [{ text: stepTipText(reflection ? ORACLE_TIP_SUMMARY : '', action, ORACLE_TIP_POINTS, credit), score: ORACLE_TIP_POINTS, similarity: null, action }];
 }
 
@@ -112,7 +112,7 @@ export class MemoryRuntime {
    * shown): retrieval goes through `tipSource`, as in training, and nothing is written.
    */
   static async forRetrieval(cfg: Config, file: string): Promise<MemoryRuntime> {
-    const readOnly: Config = { ...cfg, memory: { ...cfg.memory, source: 'memory' } };
+    const readOnly: Config = { ...cfg, experimental: { ...cfg.experimental, tip_source: 'memory' } };
     const embedder = await createEmbedder(readOnly);
     try {
       const { tips, novelty } = loadSavedMemory(file, embedder);
@@ -144,19 +144,19 @@ export class MemoryRuntime {
    * `empo2 adapt` reports: whether the agent acted on its tips).
    */
   tipSource(observe?: (query: TipQuery, tipActions: (string | null)[]) => void): TipSource {
-    if (this.cfg.memory.source === 'oracle')
+    if (this.cfg.experimental.tip_source === 'oracle')
       return async (queries) =>
         queries.map((q) => {
           const action = q.oracleAction();
           observe?.(q, action === null ? [] : [action]);
-          return oracleTips(action, this.cfg.memory.step_credit, this.cfg.memory.step_tip_reflection);
+          return oracleTips(action, this.cfg.experimental.step_credit, this.cfg.experimental.step_tip_reflection);
         });
     return async (queries) => {
       const t0 = performance.now();
       const keys = await this.embed(queries.map((q) => q.state));
-      const bestLast = this.cfg.memory.tip_order === 'best_last';
+      const bestLast = this.cfg.experimental.tip_order === 'best_last';
       const out = queries.map((q, i) => {
-        const filter = { keepAction: this.actionFilter(q), minScore: this.cfg.memory.min_tip_score, progress: this.cfg.memory.match_progress ? q.scoreSoFar : null };
+        const filter = { keepAction: this.actionFilter(q), minScore: this.cfg.experimental.min_tip_score, progress: this.cfg.experimental.match_progress ? q.scoreSoFar : null };
         const hits: RetrievedTip[] = this.tips.retrieve(this.slotOf(q.job), keys[i], undefined, filter);
         observe?.(q, hits.map((h) => h.action));
         const shown: ShownTip[] = hits.map(({ text, score, similarity, action }) => ({ text, score, similarity, action }));
@@ -168,13 +168,13 @@ export class MemoryRuntime {
   }
 
   /**
-   * Which per-step tips may be shown in this state (memory.skip_taken_actions, memory.valid_actions_only).
+   * Which per-step tips may be shown in this state (experimental.skip_taken_actions, experimental.valid_actions_only).
    * A state that lists no valid actions (an environment that takes free text) has nothing to check
    * a tip against, so its tips are not filtered for validity.
    */
   private actionFilter(q: TipQuery): ((action: string) => boolean) | undefined {
-    const taken = this.cfg.memory.skip_taken_actions ? new Set(q.taken) : null;
-    const valid = this.cfg.memory.valid_actions_only && q.validActions.length > 0 ? new Set(q.validActions) : null;
+    const taken = this.cfg.experimental.skip_taken_actions ? new Set(q.taken) : null;
+    const valid = this.cfg.experimental.valid_actions_only && q.validActions.length > 0 ? new Set(q.validActions) : null;
     if (!taken && !valid) return undefined;
     return (action) => !taken?.has(action) && (!valid || valid.has(action));
   }
@@ -220,14 +220,14 @@ export class MemoryRuntime {
     const t0 = performance.now();
     const trajectories = episodes.map(trajectoryOf);
     // Per-step tips without the reflection never read it: skip the reflector (a generation pass for the policy reflector).
-    const reflect = !this.cfg.memory.per_step_entries || this.cfg.memory.step_tip_reflection;
+    const reflect = !this.cfg.memory.per_step_entries || this.cfg.experimental.step_tip_reflection;
     const reflections = reflect ? await this.reflector.reflect(trajectories) : trajectories.map(() => '');
     let added = 0;
     for (const [i, e] of episodes.entries()) {
       const slot = this.slotOf(e);
       if (this.cfg.memory.per_step_entries) {
         const keys = await this.embed(e.steps.map((s) => s.observation));
-        const credit = this.cfg.memory.step_credit;
+        const credit = this.cfg.experimental.step_credit;
         e.steps.forEach((s, t) => {
           const before = t > 0 ? e.steps[t - 1].score : 0;
           const score = credit === 'final' ? e.score : credit === 'to_go' ? e.score - before : s.score - before;

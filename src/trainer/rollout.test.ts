@@ -105,8 +105,8 @@ class TipFollower {
   }
 }
 
-describe('memory.source=oracle in rollouts', () => {
-  const oracleCfg = loadConfig(null, ['env.tasks=[power,clue,unlock]', 'rollout.constrained=true', 'algo.name=empo2', 'algo.p=1', 'memory.source=oracle', 'memory.reflector=summary']);
+describe('experimental.tip_source=oracle in rollouts', () => {
+  const oracleCfg = loadConfig(null, ['env.tasks=[power,clue,unlock]', 'rollout.constrained=true', 'algo.name=empo2', 'algo.p=1', 'experimental.tip_source=oracle', 'memory.reflector=summary']);
   const oracleJobs: RolloutJob[] = ['power', 'clue', 'unlock'].map((task, k) => ({ task, variation: k, group: k }));
 
   it("a policy that follows the tip solves every episode: the tip is the environment's own next step", async () => {
@@ -124,7 +124,7 @@ describe('memory.source=oracle in rollouts', () => {
     Object.defineProperty(env, 'oracleAction', { value: undefined });
     const memory = await MemoryRuntime.create(oracleCfg, resolveAlgo(oracleCfg), new TipFollower() as unknown as PolicyEngine, null);
     await expect(runEpisodesInChunks([env], new TipFollower() as unknown as PolicyEngine, oracleJobs.slice(0, 1), () => rolloutSettings(oracleCfg, false, 1), { tips: memory.tipSource(), uses: () => true })).rejects.toThrow(
-      /memory\.source: oracle needs an environment with a scripted solver \(the built-in one\); builtin has none/,
+      /experimental\.tip_source: oracle needs an environment with a scripted solver \(the built-in one\); builtin has none/,
     );
   });
 });

@@ -127,9 +127,9 @@ function emptyStats(): RolloutStats {
   return { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0, memorySeconds: 0, prefilledTokens: 0 };
 }
 
-/** The environment's solver for `memory.source: oracle`, or an error naming the environment. */
+/** The environment's solver for `experimental.tip_source: oracle`, or an error naming the environment. */
 export function oracleOf(env: Env): () => string | null {
-  if (!env.oracleAction) throw new Error(`memory.source: oracle needs an environment with a scripted solver (the built-in one); ${env.name} has none`);
+  if (!env.oracleAction) throw new Error(`experimental.tip_source: oracle needs an environment with a scripted solver (the built-in one); ${env.name} has none`);
   return env.oracleAction.bind(env);
 }
 

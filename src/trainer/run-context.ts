@@ -88,14 +88,14 @@ export async function openRun(cfg: Config, resume: boolean, handleSignals: boole
   const recorders = openRunRecorders(cfg, resumeFrom ? state.iteration : null, log);
 
   const probe = await createEnv(cfg.env);
-  if (memory && cfg.memory.source === 'oracle') oracleOf(probe); // fail before training, not at the first memory rollout
+  if (memory && cfg.experimental.tip_source === 'oracle') oracleOf(probe); // fail before training, not at the first memory rollout
   const tasks = cfg.env.tasks ?? probe.tasks();
   const trainVariations = new Map(tasks.map((t) => [t, probe.variations(t, 'train').slice(0, cfg.env.train_variations ?? undefined)]));
   const batchSize = cfg.rollout.tasks_per_batch * cfg.rollout.group_size;
   const envs: Env[] = [probe];
   while (envs.length < environmentCount(cfg, Math.max(batchSize, evaluationEpisodes(probe, tasks, cfg)))) envs.push(await createEnv(cfg.env));
 
-  if (!resumeFrom && cfg.model.tip_warmup_examples > 0) {
+  if (!resumeFrom && cfg.experimental.tip_warmup_examples > 0) {
     const ws = tipWarmupSettings(cfg);
     const examples = await buildWarmupExamples(probe, tasks, engine.tokenizer, ws);
     log(`tip warm-up: ${examples.length} synthetic prompts from random-action episodes on the train split of ${tasks.join(', ')}, ${ws.epochs} epochs`);
@@ -104,7 +104,7 @@ export async function openRun(cfg: Config, resume: boolean, handleSignals: boole
     if (training.engine instanceof TfjsEngine) training.engine.optimizer.importState(0, new Map());
     writeFileSync(join(runDir, 'tip-warmup.json'), JSON.stringify(report, null, 2) + '\n');
   }
-  const rehearsal = cfg.model.tip_rehearsal > 0 ? await TipRehearsal.build(probe, tasks, engine.tokenizer, cfg) : null;
+  const rehearsal = cfg.experimental.tip_rehearsal > 0 ? await TipRehearsal.build(probe, tasks, engine.tokenizer, cfg) : null;
 
   const banner = bannerLines(cfg, algo, {
     runDir,

@@ -17,7 +17,7 @@ import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-warmup-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
-const cfg = loadConfig(null, [...TINY_MODEL, 'seed=3', 'env.tasks=[unlock]', 'memory.top_k=3', 'memory.tip_order=best_last', 'model.tip_warmup_examples=64', 'model.tip_warmup_epochs=2']);
+const cfg = loadConfig(null, [...TINY_MODEL, 'seed=3', 'env.tasks=[unlock]', 'memory.top_k=3', 'experimental.tip_order=best_last', 'experimental.tip_warmup_examples=64', 'experimental.tip_warmup_epochs=2']);
 
 beforeAll(async () => {
   await initBackend();
@@ -30,7 +30,7 @@ function shownTips(text: string): { action: string; score: number }[] {
 }
 
 describe('warm-up examples', () => {
-  it('target: the best tip when it scored, else an action no tip names; tips ordered by memory.tip_order', async () => {
+  it('target: the best tip when it scored, else an action no tip names; tips ordered by experimental.tip_order', async () => {
     const { engine } = await createEngine(cfg, 'fresh');
     const env = await createEnv(cfg.env);
     const tok = engine.tokenizer;
@@ -73,7 +73,7 @@ describe('warm-up examples', () => {
     engine.dispose();
   });
 
-  it('memory.step_tip_reflection false: the made-up tips carry no summary, as the memory would write them', async () => {
+  it('experimental.step_tip_reflection false: the made-up tips carry no summary, as the memory would write them', async () => {
     const { engine } = await createEngine(cfg, 'fresh');
     const tok = engine.tokenizer;
     const state = { task: 'unlock', description: 'Unlock the door.', turns: [{ observation: 'You are in the hall.' }], valid: ['go to attic', 'open box'] };
@@ -131,11 +131,11 @@ describe('warm-up training', () => {
     engine.dispose();
   });
 
-  it('train() runs the warm-up before RL when model.tip_warmup_examples > 0 and records it', async () => {
+  it('train() runs the warm-up before RL when experimental.tip_warmup_examples > 0 and records it', async () => {
     const runDir = join(root, 'run');
     const lines: string[] = [];
     await train(
-      loadConfig(null, [...TINY_MODEL, `run_dir=${runDir}`, 'env.tasks=[unlock]', 'env.max_steps=4', 'env.eval_variations=1', 'rollout.tasks_per_batch=1', 'rollout.group_size=2', 'train.iterations=1', 'train.eval_every=0', 'model.tip_warmup_examples=32', 'model.tip_warmup_epochs=1']),
+      loadConfig(null, [...TINY_MODEL, `run_dir=${runDir}`, 'env.tasks=[unlock]', 'env.max_steps=4', 'env.eval_variations=1', 'rollout.tasks_per_batch=1', 'rollout.group_size=2', 'train.iterations=1', 'train.eval_every=0', 'experimental.tip_warmup_examples=32', 'experimental.tip_warmup_epochs=1']),
       { resume: false, log: (l) => lines.push(l) },
     );
     const report = JSON.parse(readFileSync(join(runDir, 'tip-warmup.json'), 'utf8'));
@@ -145,8 +145,8 @@ describe('warm-up training', () => {
   });
 });
 
-describe('tip rehearsal (model.tip_rehearsal)', () => {
-  const rcfg = { ...cfg, model: { ...cfg.model, tip_rehearsal: 16, tip_rehearsal_lr: 1e-2 } };
+describe('tip rehearsal (experimental.tip_rehearsal)', () => {
+  const rcfg = { ...cfg, experimental: { ...cfg.experimental, tip_rehearsal: 16, tip_rehearsal_lr: 1e-2 } };
 
   it('replays only prompts with tips, the same batch for the same iteration, and lowers their NLL', async () => {
     const { engine } = await createEngine(rcfg, 'fresh');
@@ -181,7 +181,7 @@ describe('tip rehearsal (model.tip_rehearsal)', () => {
     const runDir = join(root, 'rehearse');
     const lines: string[] = [];
     await train(
-      loadConfig(null, [...TINY_MODEL, `run_dir=${runDir}`, 'env.tasks=[unlock]', 'env.max_steps=4', 'env.eval_variations=1', 'rollout.tasks_per_batch=1', 'rollout.group_size=2', 'train.iterations=2', 'train.eval_every=0', 'model.tip_rehearsal=8']),
+      loadConfig(null, [...TINY_MODEL, `run_dir=${runDir}`, 'env.tasks=[unlock]', 'env.max_steps=4', 'env.eval_variations=1', 'rollout.tasks_per_batch=1', 'rollout.group_size=2', 'train.iterations=2', 'train.eval_every=0', 'experimental.tip_rehearsal=8']),
       { resume: false, log: (l) => lines.push(l) },
     );
     const train_ = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((m) => m.type === 'train');
@@ -196,7 +196,7 @@ describe('empo2 warmup (model directory)', () => {
   it('saves a loadable model with warmup.json, and refuses to overwrite a model', async () => {
     const out = join(root, 'model');
     const logs: string[] = [];
-    const summary = (await warmupModelDir({ ...cfg, model: { ...cfg.model, tip_warmup_examples: 32, tip_warmup_epochs: 1 } }, out, (l) => logs.push(l))) as { after: Record<string, unknown> };
+    const summary = (await warmupModelDir({ ...cfg, experimental: { ...cfg.experimental, tip_warmup_examples: 32, tip_warmup_epochs: 1 } }, out, (l) => logs.push(l))) as { after: Record<string, unknown> };
     for (const f of ['config.json', 'model.safetensors', 'tokenizer.json', 'warmup.json']) expect(existsSync(join(out, f))).toBe(true);
     expect(Object.keys(summary.after)).toEqual(['same_tasks', 'other_tasks']);
     const loaded = loadModelDir(out);

@@ -34,11 +34,11 @@ export interface TipWarmupSettings {
   lr: number;
   /** Most tips in one prompt (the memory's top_k). */
   maxTips: number;
-  /** Where the best tip is shown (memory.tip_order). */
+  /** Where the best tip is shown (experimental.tip_order). */
   bestLast: boolean;
-  /** What a tip's score means (memory.step_credit): the made-up tips are written the way the memory writes them. */
+  /** What a tip's score means (experimental.step_credit): the made-up tips are written the way the memory writes them. */
   credit: StepCredit;
-  /** Whether a tip starts with an episode summary (memory.step_tip_reflection): the made-up tips look like the memory's. */
+  /** Whether a tip starts with an episode summary (experimental.step_tip_reflection): the made-up tips look like the memory's. */
   reflection: boolean;
   prompt: PromptSettings;
   seed: number;
@@ -203,7 +203,7 @@ export async function runTipWarmup(engine: PolicyEngine, examples: readonly Warm
 }
 
 /**
- * Tip rehearsal (model.tip_rehearsal; not in the paper): the warm-up's kind of examples, replayed
+ * Tip rehearsal (experimental.tip_rehearsal; not in the paper): the warm-up's kind of examples, replayed
  * one supervised step per RL iteration. Measured on the CPU proxy, RL erases the tip reading the
  * warm-up taught (results/builtin-explore-tipreader-gain/oracle-tips-32), in EMPO² because most of
  * its samples train tip-free prompts; the replay keeps the skill the memory relies on. Only prompts that show tips are replayed: the
@@ -225,7 +225,7 @@ export class TipRehearsal {
     // Its own seed: the examples differ from the ones a warm-up in the same run trained on.
     const settings = { ...tipWarmupSettings(cfg), examples: TipRehearsal.POOL_SIZE, seed: cfg.seed + 7_777 };
     const pool = (await buildWarmupExamples(env, tasks, tokenizer, settings)).filter((x) => x.followsTip !== null);
-    return new TipRehearsal(pool, cfg.model.tip_rehearsal, cfg.model.tip_rehearsal_lr ?? cfg.optim.lr, cfg.seed);
+    return new TipRehearsal(pool, cfg.experimental.tip_rehearsal, cfg.experimental.tip_rehearsal_lr ?? cfg.optim.lr, cfg.seed);
   }
 
   /** The examples replayed after iteration `iteration`: a function of (seed, iteration), so a resumed run replays the same. */
@@ -249,14 +249,14 @@ export class TipRehearsal {
 
 export function tipWarmupSettings(cfg: Config): TipWarmupSettings {
   return {
-    examples: cfg.model.tip_warmup_examples,
-    epochs: cfg.model.tip_warmup_epochs,
+    examples: cfg.experimental.tip_warmup_examples,
+    epochs: cfg.experimental.tip_warmup_epochs,
     batchSize: 32,
-    lr: cfg.model.tip_warmup_lr,
+    lr: cfg.experimental.tip_warmup_lr,
     maxTips: cfg.memory.top_k,
-    bestLast: cfg.memory.tip_order === 'best_last',
-    credit: cfg.memory.step_credit,
-    reflection: cfg.memory.step_tip_reflection,
+    bestLast: cfg.experimental.tip_order === 'best_last',
+    credit: cfg.experimental.step_credit,
+    reflection: cfg.experimental.step_tip_reflection,
     prompt: promptSettings(cfg),
     seed: cfg.seed,
   };

@@ -487,7 +487,7 @@ describe('grpoUpdate on hand-made episodes', () => {
     expect(engine.batches[0].some((x) => x.prompt.join() === '1,90,2')).toBe(true);
   });
 
-  it('a group mixing modes (mode_draw: rollout) normalises over all its rollouts; each is scored on its own prompt', async () => {
+  it('a group mixing modes (experimental.mode_draw_per_rollout) normalises over all its rollouts; each is scored on its own prompt', async () => {
     // Group 3: a tip-guided off-policy rollout scoring 100 and a plain one scoring 0: returns 1 and 0, A = ±0.7071.
     const guided: StepRecord = { ...step(100), prompt: [5, 90, 91, 6], tipSpan: [1, 3] };
     const plain: StepRecord = { ...step(0), prompt: [5, 6] };

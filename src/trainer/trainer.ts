@@ -6,7 +6,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Config } from '../config/schema.ts';
+import type { Config, ResolvedAlgo } from '../config/schema.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { formatDuration } from '../util/duration.ts';
 import { drawMode, scheduledP, usesMemory, type Mode } from '../algo/modes.ts';
@@ -102,7 +102,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
 }
 
 /** Whether modes are drawn, and drawn once per `scope` (iteration, task group or rollout). */
-const drawnPer = (run: RunContext, scope: Config['algo']['mode_draw']) => run.algo.drawsModes && run.cfg.algo.mode_draw === scope;
+const drawnPer = (run: RunContext, scope: ResolvedAlgo['modeDraw']) => run.algo.drawsModes && run.algo.modeDraw === scope;
 
 /**
  * The iteration's batch, from the run's random stream: tasks_per_batch (task, variation) groups of

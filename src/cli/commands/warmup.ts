@@ -14,7 +14,7 @@ import { buildWarmupExamples, measureTipFollowing, runTipWarmup, tipWarmupSettin
  */
 export async function warmupModelDir(cfg: Config, outDir: string, log: (line: string) => void = console.log): Promise<object> {
   if (existsSync(join(outDir, 'config.json'))) throw new Error(`${outDir} already holds a model; choose another --out`);
-  if (cfg.model.tip_warmup_examples <= 0) throw new Error('model.tip_warmup_examples must be positive for a warm-up');
+  if (cfg.experimental.tip_warmup_examples <= 0) throw new Error('experimental.tip_warmup_examples must be positive for a warm-up');
   await initBackend();
   const { engine } = await createEngine(cfg, 'fresh');
   const env = await createEnv({ ...cfg.env, tasks: null });
