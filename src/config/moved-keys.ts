@@ -12,24 +12,16 @@ export interface MovedKey {
   value?: { old: unknown; now: unknown };
 }
 
+/** Keys that kept their name and moved from `section` to experimental. */
+const sameName = (section: string, keys: string[]): MovedKey[] => keys.map((k) => ({ from: `${section}.${k}`, to: `experimental.${k}` }));
+
 export const MOVED_KEYS: readonly MovedKey[] = [
-  { from: 'model.tip_warmup_examples', to: 'experimental.tip_warmup_examples' },
-  { from: 'model.tip_warmup_epochs', to: 'experimental.tip_warmup_epochs' },
-  { from: 'model.tip_warmup_lr', to: 'experimental.tip_warmup_lr' },
-  { from: 'model.tip_rehearsal', to: 'experimental.tip_rehearsal' },
-  { from: 'model.tip_rehearsal_lr', to: 'experimental.tip_rehearsal_lr' },
-  { from: 'algo.p_end', to: 'experimental.p_end' },
+  ...sameName('model', ['tip_warmup_examples', 'tip_warmup_epochs', 'tip_warmup_lr', 'tip_rehearsal', 'tip_rehearsal_lr']),
+  ...sameName('algo', ['p_end']),
   // algo.mode_draw keeps iteration and task; its third value became a switch that overrides both.
   { from: 'algo.mode_draw', to: 'experimental.mode_draw_per_rollout', value: { old: 'rollout', now: true } },
-  { from: 'algo.off_policy_ratio', to: 'experimental.off_policy_ratio' },
-  { from: 'algo.off_policy_weight_cap', to: 'experimental.off_policy_weight_cap' },
-  { from: 'memory.tip_order', to: 'experimental.tip_order' },
-  { from: 'memory.step_tip_reflection', to: 'experimental.step_tip_reflection' },
-  { from: 'memory.step_credit', to: 'experimental.step_credit' },
-  { from: 'memory.skip_taken_actions', to: 'experimental.skip_taken_actions' },
-  { from: 'memory.valid_actions_only', to: 'experimental.valid_actions_only' },
-  { from: 'memory.match_progress', to: 'experimental.match_progress' },
-  { from: 'memory.min_tip_score', to: 'experimental.min_tip_score' },
+  ...sameName('algo', ['off_policy_ratio', 'off_policy_weight_cap']),
+  ...sameName('memory', ['tip_order', 'step_tip_reflection', 'step_credit', 'skip_taken_actions', 'valid_actions_only', 'match_progress', 'min_tip_score']),
   { from: 'memory.source', to: 'experimental.tip_source' },
 ];
 
