@@ -265,6 +265,7 @@ function kept(rows: [iteration: number, steps: number, score: number | null, var
       envSteps: steps,
       evaluated: score === null ? null : evalRecord(name, variations, score, steps),
       final: final !== undefined && i === rows.length - 1 ? evalRecord(name, 50, final) : null,
+      logged: null,
     };
   });
 }

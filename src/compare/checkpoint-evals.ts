@@ -7,13 +7,16 @@
  * iterations, and configs spend different numbers of steps per iteration. This takes, for each run,
  * the two kept checkpoints whose training env steps bracket N, evaluates both on N variations per
  * task (`<run>/checkpoint-evals/<checkpoint>.json`, written by `empo2 eval --json`) and
- * interpolates linearly between them. A run's final evaluation counts for its last checkpoint.
+ * interpolates linearly between them. A run's final evaluation counts for its last checkpoint, and an
+ * evaluation the run logged during training counts for the checkpoint saved with it when it used the
+ * same settings (it is the same computation).
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { checkpointsDir } from '../trainer/checkpoint.ts';
 import { loadTrainerState } from '../trainer/trainer-state.ts';
 import { readEvalRecord, type FinalEval } from './final-eval.ts';
+import type { EvalLine } from './metrics.ts';
 import { interpolateAt } from './stats.ts';
 
 export const CHECKPOINT_EVALS = 'checkpoint-evals';
@@ -28,6 +31,47 @@ export interface KeptCheckpoint {
   evaluated: FinalEval | null;
   /** The run's final evaluation, when this is the checkpoint it was made on. */
   final: FinalEval | null;
+  /**
+   * The evaluation the run logged during training with these weights (metrics.jsonl), when it was
+   * played as `empo2 eval` would play it now: the same split, variations, temperature and tips. The
+   * evaluation's sampling seed depends only on the run's seed, so `empo2 eval` would repeat it episode
+   * for episode (src/compare/checkpoint-evals.test.ts checks that it does).
+   */
+  logged: FinalEval | null;
+}
+
+/** How `empo2 eval` plays a run's checkpoints: its config.yaml's evaluation settings. */
+export interface RunEvalSettings {
+  split: string;
+  variations: number;
+  temperature: number;
+  withMemory: boolean;
+}
+
+/**
+ * The evaluation logged at `iteration` after `envSteps` steps, as a record of checkpoint `name`, when
+ * it matches `settings`. Lines written before the trainer recorded its settings count when their
+ * episode count fits the variations (the temperature and tips are then taken from the config).
+ */
+export function loggedEval(evals: readonly EvalLine[], name: string, iteration: number, envSteps: number, settings: RunEvalSettings): FinalEval | null {
+  const line = evals.find((e) => e.iteration === iteration && e.train_env_steps === envSteps);
+  if (!line) return null;
+  const episodes = typeof line.episodes === 'number' ? line.episodes : null;
+  const recorded = typeof line.eval_variations === 'number';
+  const same = recorded
+    ? line.eval_split === settings.split && line.eval_variations === settings.variations && line.eval_temperature === settings.temperature && line.eval_with_memory === settings.withMemory
+    : episodes === settings.variations * line.per_task.length;
+  if (!same || episodes === null) return null;
+  return {
+    checkpoint: name,
+    train_env_steps: envSteps,
+    eval_split: settings.split,
+    eval_variations: settings.variations,
+    episodes,
+    mean_score: line.mean_score,
+    success_rate: line.success_rate,
+    per_task: line.per_task,
+  };
 }
 
 export function checkpointEvalFile(runDir: string, checkpoint: string): string {
@@ -51,7 +95,7 @@ export function readCheckpointEval(runDir: string, name: string, envSteps: numbe
 }
 
 /** The run's checkpoints still on disk, by env steps, with their evaluations; `final` is the run's final evaluation (readFinalEval), already checked to be of its latest checkpoint. */
-export function keptCheckpoints(runDir: string, final: FinalEval | null): { checkpoints: KeptCheckpoint[]; notes: string[] } {
+export function keptCheckpoints(runDir: string, final: FinalEval | null, logged?: { evals: readonly EvalLine[]; settings: RunEvalSettings }): { checkpoints: KeptCheckpoint[]; notes: string[] } {
   const root = checkpointsDir(runDir);
   const notes: string[] = [];
   if (!existsSync(root)) return { checkpoints: [], notes };
@@ -59,15 +103,23 @@ export function keptCheckpoints(runDir: string, final: FinalEval | null): { chec
   for (const name of readdirSync(root).filter((n) => /^iter-\d+$/.test(n)).sort()) {
     const dir = join(root, name);
     let envSteps: number;
+    let iteration: number;
     try {
-      envSteps = loadTrainerState(dir).envSteps;
+      ({ envSteps, iteration } = loadTrainerState(dir));
     } catch (e) {
       notes.push(`${(e as Error).message}; that checkpoint was skipped`);
       continue;
     }
     const evaluated = readCheckpointEval(runDir, name, envSteps);
     if (evaluated.note) notes.push(evaluated.note);
-    checkpoints.push({ name, dir, envSteps, evaluated: evaluated.record, final: final?.checkpoint === name ? final : null });
+    checkpoints.push({
+      name,
+      dir,
+      envSteps,
+      evaluated: evaluated.record,
+      final: final?.checkpoint === name ? final : null,
+      logged: logged ? loggedEval(logged.evals, name, iteration, envSteps, logged.settings) : null,
+    });
   }
   checkpoints.sort((a, b) => a.envSteps - b.envSteps);
   return { checkpoints, notes };
@@ -88,7 +140,7 @@ export interface EvalSetting {
 }
 
 export function evalOf(c: KeptCheckpoint, setting: EvalSetting): FinalEval | undefined {
-  return [c.evaluated, c.final].find((e) => e !== null && e.eval_split === setting.split && e.eval_variations === setting.variations) ?? undefined;
+  return [c.evaluated, c.final, c.logged].find((e) => e !== null && e.eval_split === setting.split && e.eval_variations === setting.variations) ?? undefined;
 }
 
 /**

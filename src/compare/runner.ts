@@ -240,7 +240,8 @@ function collectRun(out: string, label: string, seed: number, targetIterations?:
   if (!existsSync(dir)) return { label, seed, dir, status: 'missing', metrics: null, wallSeconds: null, wallSource: null, note: 'not run' };
   const metrics = readRunMetrics(dir);
   const saved = join(dir, 'config.yaml');
-  const target = targetIterations ?? (existsSync(saved) ? loadConfig(saved).train.iterations : undefined);
+  const cfg = existsSync(saved) ? loadConfig(saved) : null;
+  const target = targetIterations ?? cfg?.train.iterations;
   let status: RunStatus;
   let note: string | undefined;
   if (!metrics && !latestCheckpoint(dir)) {
@@ -260,7 +261,8 @@ function collectRun(out: string, label: string, seed: number, targetIterations?:
     note = `${note}; its last attempt ${how}, see ${join(dir, 'train.log')}`;
   }
   const finalEval = readFinalEval(dir);
-  const kept = keptCheckpoints(dir, finalEval.record);
+  const evalSettings = cfg && { split: cfg.env.eval_split, variations: cfg.env.eval_variations, temperature: cfg.rollout.eval_temperature, withMemory: cfg.train.eval_with_memory };
+  const kept = keptCheckpoints(dir, finalEval.record, metrics && evalSettings ? { evals: metrics.evals, settings: evalSettings } : undefined);
   return {
     label,
     seed,

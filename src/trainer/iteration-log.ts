@@ -73,9 +73,17 @@ export function formatIterationLine(r: IterationReport, draw: ModeDraw): string 
   );
 }
 
+/** How an evaluation was played; `empo2 compare` reuses a logged evaluation only where these match its own. */
+export interface EvalSettings {
+  eval_split: string;
+  eval_variations: number;
+  eval_temperature: number;
+  eval_with_memory: boolean;
+}
+
 /** An evaluation's `eval` line of metrics.jsonl; `tipsFollowed` only where the evaluation showed tips. */
-export function evalRecord(r: EvalResult, iteration: number, trainEnvSteps: number, tipsFollowed?: number | null): MetricsLine {
-  return { type: 'eval', iteration, train_env_steps: trainEnvSteps, ...r.summary, per_task: r.perTask, ...(tipsFollowed !== undefined ? { tips_followed: tipsFollowed } : {}) };
+export function evalRecord(r: EvalResult, iteration: number, trainEnvSteps: number, settings: EvalSettings, tipsFollowed?: number | null): MetricsLine {
+  return { type: 'eval', iteration, train_env_steps: trainEnvSteps, ...settings, ...r.summary, per_task: r.perTask, ...(tipsFollowed !== undefined ? { tips_followed: tipsFollowed } : {}) };
 }
 
 export function formatEvalLine(r: EvalResult, iteration: number, split: string): string {

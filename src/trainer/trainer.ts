@@ -160,7 +160,8 @@ async function evaluateAndLog(run: RunContext, iteration: number): Promise<EvalR
     recordEpisodes(run.recorders.eval, episodes, spreadSample(episodes.length, k ?? episodes.length), { source: 'eval', iteration, envSteps: state.envSteps }, (i) => ({ mode: shown ? 'tips' : 'plain', slot: slot(i), reflection: null }));
   };
   const r = await evaluate(run.engine, run.envs, run.tasks, cfg, iteration, shown, `eval @ iter ${iteration}`, played);
-  run.metrics.append(evalRecord(r, iteration, state.envSteps, shown ? followed : undefined));
+  const settings = { eval_split: cfg.env.eval_split, eval_variations: cfg.env.eval_variations, eval_temperature: cfg.rollout.eval_temperature, eval_with_memory: shown !== undefined };
+  run.metrics.append(evalRecord(r, iteration, state.envSteps, settings, shown ? followed : undefined));
   run.log(formatEvalLine(r, iteration, cfg.env.eval_split));
   return r;
 }
