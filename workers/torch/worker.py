@@ -26,6 +26,25 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 
+def exit_with_parent() -> None:
+    """Linux: SIGTERM this worker when the process that started it dies. A trainer killed by SIGKILL or
+    by the out-of-memory killer otherwise leaves its worker computing the current request (an update can
+    take minutes) and holding its memory; the closed stdin is noticed only after that."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the request was in place
+        sys.exit(0)
+
+
+exit_with_parent()
+
+
 def emit(message: dict[str, Any]) -> None:
     _protocol_out.write(json.dumps(message, allow_nan=False) + "\n")
     _protocol_out.flush()

@@ -9,7 +9,7 @@
  * the output distribution are far from uniform and every code path carries signal.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,6 +24,7 @@ import type { ObjectiveConfig } from '../../algo/objective.ts';
 import { CHAT_SPECIAL_TOKENS, IM_END, END_OF_TEXT } from '../chat-tokens.ts';
 import type { TrainSequence } from '../types.ts';
 import { TorchEngine, type TorchEngineOptions } from './engine.ts';
+import { projectPython, TORCH_WORKER_SCRIPT } from './python.ts';
 
 const gate = pythonGate(['torch', 'transformers', 'peft']);
 
@@ -507,6 +508,40 @@ describe('start-up failures are explained', () => {
   it('a model directory without tokenizer.json is refused before Python starts', async () => {
     await expect(TorchEngine.start({ ...fallbackOptions(), modelDir: tempDir() })).rejects.toThrow(/tokenizer file not found: .*tokenizer\.json/);
   });
+});
+
+describe.skipIf(!gate.available || process.platform !== 'linux')(`a worker does not outlive the process that started it (${gate.label})`, () => {
+  it('its parent killed with SIGKILL while its stdin stays open: the worker exits too', async () => {
+    // sh starts the worker reading from a pipe that \`sleep\` holds open after sh is gone, so the
+    // worker cannot notice the end of its input; only the parent-death signal can stop it.
+    const sh = spawn('sh', ['-c', `sleep 60 | "$0" "$1" & wait`, projectPython(), TORCH_WORKER_SCRIPT], { stdio: ['ignore', 'pipe', 'ignore'] });
+    try {
+      const ready = await new Promise<{ pid: number }>((done, fail) => {
+        let out = '';
+        sh.stdout.on('data', (d: Buffer) => {
+          out += d.toString();
+          const line = out.split('\n').find((l) => l.includes('"ready"'));
+          if (line) done(JSON.parse(line));
+        });
+        sh.on('exit', () => fail(new Error(`sh exited before the worker was ready: ${out}`)));
+      });
+      const alive = () => {
+        try {
+          process.kill(ready.pid, 0);
+          return true;
+        } catch {
+          return false;
+        }
+      };
+      expect(alive()).toBe(true);
+      sh.kill('SIGKILL');
+      const t0 = Date.now();
+      while (alive() && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 100));
+      expect(alive()).toBe(false);
+    } finally {
+      sh.kill('SIGKILL');
+    }
+  }, 60_000);
 });
 
 /** Options for start-up tests, which fail before the model is used. */
