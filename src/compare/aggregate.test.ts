@@ -402,6 +402,20 @@ describe('report from run folders (--report-only)', () => {
     expect(a.excluded[0].note).toBe(`nothing recorded; its last attempt failed with exit code 1, see ${join(out, 'A', 'seed1', 'train.log')}`);
   });
 
+  it('wall time from the trainer\'s clock when its evaluations were timed, even where compare recorded attempts', async () => {
+    const out = join(root, 'trainer-clock');
+    const timed = (point: Point, seconds: number) => JSON.stringify({ ...JSON.parse(evalLine(point)), seconds });
+    // Eval 1 ran inside iteration 2's elapsed_seconds (90); evals 0 and 2 ran outside it.
+    writeRun(out, 'A', 0, 2, [timed([0, 0, 10], 20), trainLine(1, 30), timed([1, 10, 20], 25), trainLine(2, 90), timed([2, 20, 30], 22)]);
+    // Compare saw only the last attempt: an earlier one was killed together with it.
+    writeFileSync(join(out, 'A', 'seed0', 'compare-run.json'), JSON.stringify({ attempts: [{ started_at: '2025-01-01T00:00:00.000Z', seconds: 40, exit_code: 0, signal: null, resumed: true }] }));
+    const r = await reportCompare({ out, log: () => {} });
+    const [run] = r.comparison.configs[0].included;
+    expect(run.wallSource).toBe('trainer');
+    expect(run.wallSeconds).toBe(90 + 20 + 22);
+    expect(r.comparison.notes.join('\n')).not.toContain('wall time');
+  });
+
   it('final evaluations: used when made on the latest checkpoint, ignored with a note when stale or broken', async () => {
     const out = join(root, 'final-eval');
     const finalEval = (checkpoint: string, variations: number, fetch: number, maze: number) => ({

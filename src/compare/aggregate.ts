@@ -22,8 +22,12 @@ export interface RunRecord {
   metrics: RunMetrics | null;
   /** Seconds the run took; see wallSource for what was measured. */
   wallSeconds: number | null;
-  /** 'compare': child-process wall time measured by `empo2 compare` (summed over attempts); 'trainer': the trainer's elapsed_seconds (excludes the first and last evaluation). */
-  wallSource: 'compare' | 'trainer' | null;
+  /**
+   * 'trainer': the trainer's clock, iterations and every evaluation, summed over resumed attempts;
+   * 'compare': child-process wall time measured by `empo2 compare` (summed over the attempts it saw
+   * end); 'iterations': the trainer's elapsed_seconds alone (the first and last evaluation untimed).
+   */
+  wallSource: 'trainer' | 'compare' | 'iterations' | null;
   /** Why the run is not finished, or what went wrong, for the notes under the table. */
   note?: string;
   /** The larger evaluation of the run's last checkpoint (`compare --final-eval`), if it has one. */
@@ -182,8 +186,8 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
   });
   for (const c of configs) {
     for (const r of c.excluded) notes.push(`${c.label}/seed${r.seed}: not counted (${r.note ?? r.status})`);
-    const wallFromTrainer = c.included.filter((r) => r.wallSource === 'trainer');
-    if (wallFromTrainer.length > 0) notes.push(`${c.label}: wall time of ${wallFromTrainer.length} run(s) is the trainer's elapsed_seconds (not launched by compare; excludes the first and last evaluation)`);
+    const iterationsOnly = c.included.filter((r) => r.wallSource === 'iterations');
+    if (iterationsOnly.length > 0) notes.push(`${c.label}: wall time of ${iterationsOnly.length} run(s) is the trainer's elapsed_seconds (not launched by compare; excludes the first and last evaluation)`);
   }
   const metrics: { metric: string; value: (r: RunRecord) => number | null }[] = [];
   if (finalEval) metrics.push({ metric: `score on ${finalEval.variations} ${finalEval.split} variations per task (final checkpoint)`, value: (r) => r.finalEval?.mean_score ?? null });

@@ -24,7 +24,10 @@ export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
         `AUC: area under that curve over ${fmtSteps(range.from)}–${fmtSteps(range.to)} steps (the range every run covers) divided by its width, i.e. the average held-out score over it.`,
     );
   }
-  out.push('');
+  out.push(
+    "Wall time / run: the trainer's clock, its iterations and evaluations summed over resumed attempts (work repeated after an interruption counts once), or, for runs logged before evaluations were timed, compare's record of the processes it started.",
+    '',
+  );
   const head = ['config', 'runs', 'final score', 'final success', ...cmp.equalSteps.map((s) => `score @ ${fmtSteps(s)} steps`)];
   if (range) head.push(`AUC ${fmtSteps(range.from)}–${fmtSteps(range.to)}`);
   head.push('final env steps', 'wall time / run');

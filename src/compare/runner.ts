@@ -184,11 +184,25 @@ function readAttempts(dir: string): RunAttempts {
   }
 }
 
+/**
+ * What the run took. Preferred: the trainer's own clock, which survives interruptions: its
+ * `elapsed_seconds` (iterations and the evaluations between them; a resumed run carries the
+ * checkpoint's count on, so work repeated after an interruption counts once) plus the evaluations
+ * outside it (iteration 0's and the final one), when those were timed. Else compare's record of
+ * the child processes it started, which misses an attempt killed together with compare. Else the
+ * trainer's elapsed_seconds alone.
+ */
 function wallTime(dir: string, record: RunRecord['metrics']): Pick<RunRecord, 'wallSeconds' | 'wallSource'> {
+  const lastTrain = record?.train.at(-1);
+  const elapsed = typeof lastTrain?.elapsed_seconds === 'number' ? lastTrain.elapsed_seconds : null;
+  const outside = (record?.evals ?? []).filter((e) => e.iteration === 0 || e.iteration >= (lastTrain?.iteration ?? 0));
+  const timed = outside.every((e) => typeof e.seconds === 'number');
+  if (record && outside.length > 0 && timed && (elapsed !== null || !lastTrain)) {
+    return { wallSeconds: (elapsed ?? 0) + outside.reduce((a, e) => a + (e.seconds as number), 0), wallSource: 'trainer' };
+  }
   const attempts = readAttempts(dir).attempts;
   if (attempts.length > 0) return { wallSeconds: attempts.reduce((a, t) => a + t.seconds, 0), wallSource: 'compare' };
-  const elapsed = record?.train.at(-1)?.elapsed_seconds;
-  return typeof elapsed === 'number' ? { wallSeconds: elapsed, wallSource: 'trainer' } : { wallSeconds: null, wallSource: null };
+  return elapsed !== null ? { wallSeconds: elapsed, wallSource: 'iterations' } : { wallSeconds: null, wallSource: null };
 }
 
 function readManifest(out: string): Manifest | null {
