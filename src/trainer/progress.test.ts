@@ -39,4 +39,29 @@ describe('episode progress', () => {
     expect(out.at(-2)).toMatch(/3\/3 episodes/);
     expect(out.at(-1)).toBe('\n');
   });
+
+  it('off a terminal with a log interval: status lines while episodes run, none once all have ended', () => {
+    const lines: string[] = [];
+    const p = new EpisodeProgress(jobs, { label: 'iter 3 rollouts', terminal: false, write: (t) => lines.push(t), logIntervalMs: 0, taskLines: false });
+    jobs.forEach((_, i) => p.started(i, 10));
+    p.stepped([0, 1, 2]);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^iter 3 rollouts: 0\/3 episodes \| 3 steps \| \d+s elapsed \| ETA \d+s\n$/);
+    p.ended(0, 20);
+    p.stepped([1, 2]);
+    expect(lines.at(-1)).toMatch(/^iter 3 rollouts: 1\/3 episodes \| 5 steps/);
+    const before = lines.length;
+    p.ended(1, 40);
+    p.ended(2, 100);
+    p.finish();
+    // No task lines (taskLines: false) and no status line after the last episode.
+    expect(lines.slice(before).every((l) => !l.includes('done') && !l.includes('3/3'))).toBe(true);
+
+    const quiet: string[] = [];
+    const q = new EpisodeProgress(jobs, { label: 'iter 4 rollouts', terminal: false, write: (t) => quiet.push(t), logIntervalMs: 60_000, taskLines: false });
+    jobs.forEach((_, i) => q.started(i, 10));
+    q.stepped([0, 1, 2]);
+    jobs.forEach((_, i) => q.ended(i, 0));
+    expect(quiet).toEqual([]);
+  });
 });

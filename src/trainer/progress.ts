@@ -1,7 +1,8 @@
 /**
  * Progress of a long batch of episodes (`empo2 eval`, `empo2 adapt`): on a terminal one line that
  * updates in place (episodes done / total, steps, elapsed, ETA); otherwise (logs, CI) a line per
- * task once all its episodes have ended.
+ * task once all its episodes have ended, and with `logIntervalMs` the status line every so often as well
+ * (a real model's training rollouts take minutes, and a log that is silent for them looks hung).
  */
 import { formatDuration } from '../util/duration.ts';
 import type { ProgressSink, RolloutJob } from './rollout.ts';
@@ -15,6 +16,10 @@ export interface ProgressOptions {
   terminal?: boolean;
   /** Least time between two in-place updates. */
   intervalMs?: number;
+  /** Off a terminal: also write the status line, at most this often (default: never). */
+  logIntervalMs?: number;
+  /** Off a terminal: a line per task once its episodes have ended (default: true). */
+  taskLines?: boolean;
 }
 
 export class EpisodeProgress implements ProgressSink {
@@ -55,7 +60,7 @@ export class EpisodeProgress implements ProgressSink {
     const scores = this.scores.get(task) ?? [];
     scores.push(score);
     this.scores.set(task, scores);
-    if (!this.terminal && scores.length === this.perTask.get(task)) {
+    if (!this.terminal && (this.opts.taskLines ?? true) && scores.length === this.perTask.get(task)) {
       const mean = scores.reduce((a, b) => a + b, 0) / scores.length;
       this.write(`${this.opts.label}: ${task} done, ${scores.length} episodes, mean score ${mean.toFixed(1)} | ${this.ended_.size}/${this.jobs.length} episodes, ${this.totalSteps} steps, ${formatDuration(this.elapsed())} elapsed\n`);
     }
@@ -85,12 +90,21 @@ export class EpisodeProgress implements ProgressSink {
   }
 
   private draw(force: boolean): void {
-    if (!this.terminal) return;
     const now = performance.now();
-    if (!force && now - this.lastDraw < (this.opts.intervalMs ?? 250)) return;
-    this.lastDraw = now;
+    if (this.terminal) {
+      if (!force && now - this.lastDraw < (this.opts.intervalMs ?? 250)) return;
+      this.lastDraw = now;
+      this.write(`\r\x1b[2K${this.status()}`);
+    } else if (this.opts.logIntervalMs !== undefined && this.ended_.size < this.jobs.length) {
+      if (now - Math.max(this.lastDraw, this.t0) < this.opts.logIntervalMs) return;
+      this.lastDraw = now;
+      this.write(`${this.status()}\n`);
+    }
+  }
+
+  private status(): string {
     const f = this.fraction();
     const eta = f > 0 ? (this.elapsed() * (1 - f)) / f : NaN;
-    this.write(`\r\x1b[2K${this.opts.label}: ${this.ended_.size}/${this.jobs.length} episodes | ${this.totalSteps} steps | ${formatDuration(this.elapsed())} elapsed | ETA ${f > 0 ? formatDuration(eta) : '?'}`);
+    return `${this.opts.label}: ${this.ended_.size}/${this.jobs.length} episodes | ${this.totalSteps} steps | ${formatDuration(this.elapsed())} elapsed | ETA ${f > 0 ? formatDuration(eta) : '?'}`;
   }
 }

@@ -131,8 +131,9 @@ function drawModes(run: RunContext, it: number): { jobs: RolloutJob[]; modes: Mo
 async function rollOut(run: RunContext, it: number, jobs: RolloutJob[], modes: readonly Mode[], showProgress: boolean) {
   const { cfg, memory } = run;
   const withTips = memory && modes.some(usesMemory) ? { tips: memory.tipSource(), uses: (i: number) => usesMemory(modes[i]) } : undefined;
-  // A real model takes minutes per iteration: on a terminal its rollouts show progress in place.
-  const progress = showProgress && process.stderr.isTTY ? new EpisodeProgress(jobs, { label: `iter ${it} rollouts` }) : undefined;
+  // A real model takes minutes per iteration: on a terminal its rollouts show progress in place, in a log
+  // a status line every 2 minutes (none for a fast model, whose iteration line comes first).
+  const progress = showProgress ? new EpisodeProgress(jobs, { label: `iter ${it} rollouts`, logIntervalMs: 120_000, taskLines: false }) : undefined;
   const played = await runEpisodesInChunks(run.envs, run.rolloutEngine, jobs, (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start), withTips, progress);
   progress?.finish();
   return played;
