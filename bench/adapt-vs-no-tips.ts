@@ -12,8 +12,9 @@
  *     [--trials 5] [--variations 30] [--jobs 2] [--out /tmp/adapt-vs-no-tips] [--set memory.key=value ...]
  *
  * Each run is an `empo2 adapt` child process writing <out>/<arm>/<task>/seed<k>/adapt.json; runs
- * already there are kept (re-running resumes). Prints and writes <out>/adapt-vs-no-tips.md and
- * <out>/runs.csv. Asserts nothing.
+ * already there are kept, and a run stopped midway goes on after its last finished trial (`adapt
+ * --resume`), so re-running resumes. Prints and writes <out>/adapt-vs-no-tips.md and <out>/runs.csv.
+ * Asserts nothing.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -71,7 +72,7 @@ await Promise.all(
     limit(async () => {
       mkdirSync(r.dir, { recursive: true });
       const sets = [...ARMS[r.arm], `seed=${r.seed}`].flatMap((s) => ['--set', s]);
-      const args = [BIN, 'adapt', '--checkpoint', a.checkpoint!, '-c', a.config!, '--fresh-memory', '--new-draw-each-trial', '--task', r.task, '--trials', String(trials), '--variations', a.variations!, '--out', r.dir, ...sets];
+      const args = [BIN, 'adapt', '--checkpoint', a.checkpoint!, '-c', a.config!, '--fresh-memory', '--new-draw-each-trial', '--resume', '--task', r.task, '--trials', String(trials), '--variations', a.variations!, '--out', r.dir, ...sets];
       const res = await runChild(args, Number(a.jobs), join(r.dir, 'log.txt'), children, `adapt ${r.task} seed ${r.seed}`);
       done++;
       const eta = ((performance.now() - t0) / 1000 / done) * (todo.length - done);

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, readFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -219,6 +219,21 @@ describe('empo2 adapt --method reflexion', () => {
     const [first, second] = saved.trials;
     expect(first.reflections).toHaveLength(first.scores.filter((s: number) => s < 100).length);
     expect(second.played).toBe(first.reflections.length);
+  });
+
+  it('refuses to overwrite an unfinished adaptation, and --resume refuses one started with other options', async () => {
+    const out = join(root, 'reflexion-unfinished');
+    mkdirSync(out, { recursive: true });
+    writeFileSync(join(out, 'adapt-state.json'), JSON.stringify({ identity: { method: 'tips' }, results: [{ trial: 1 }], carry: {} }));
+    const args = ['adapt', '--method', 'reflexion', '--checkpoint', runDir, '--task', 'clue', '--trials', '2', '--variations', '2', '--out', out];
+    const fresh = await run(args);
+    expect(fresh.code).toBe(1);
+    expect(fresh.stderr).toContain(`${join(out, 'adapt-state.json')} holds an unfinished adaptation; continue it with --resume`);
+    const resumed = await run([...args, '--resume']);
+    expect(resumed.code).toBe(1);
+    expect(resumed.stderr).toMatch(/--resume: .*adapt-state\.json was written by an adaptation with another method, settings, task/);
+    expect(resumed.stderr).not.toMatch(/\n\s+at /);
+    expect(readFileSync(join(out, 'adapt-state.json'), 'utf8')).toContain('"method":"tips"');
   });
 
   it('refuses options of the other method, an unknown method and a bad count, naming them', async () => {

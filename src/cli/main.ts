@@ -219,6 +219,7 @@ withConfig(
   .option('--out <dir>', 'where adapt.json, adapt.md (and memory.json for tips) go (default: <checkpoint>/adapt-<task>, or reflexion-<task>)')
   .option('--fresh-memory', "start from an empty memory instead of the checkpoint's")
   .option('--new-draw-each-trial', 'sample each trial with its own seed (default: the same seed, so only the memory differs between trials)')
+  .option('--resume', 'go on after the last trial an interrupted adaptation in --out finished (started with the same options); with none there, start')
   .option('--remote <url>', 'generate through this OpenAI-compatible server; the checkpoint then only supplies tokenizer.json')
   .option('--remote-model <name>', 'with --remote: the model name to request')
   .option('--reflections <k>', 'with --method reflexion: plans of a variation shown in its next trial (default 3, as Reflexion)')
@@ -252,6 +253,8 @@ withConfig(
         variations: Number(opts.variations),
         split: opts.split,
         sameSeed: !opts.newDrawEachTrial,
+        resume: !!opts.resume,
+        source: dir,
         outDir: opts.out ?? join(dir, `${reflexion ? 'reflexion' : 'adapt'}-${opts.task}`),
       },
       reflexion: reflexionSettings,

@@ -1,6 +1,6 @@
 /** Memory-only adaptation and `memory show` on a tiny trained run. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../config/load.ts';
@@ -10,6 +10,7 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { EpisodeRecordSchema } from '../trajectory/format.ts';
 import { ADAPT_TRAJECTORIES, adapt, stepKey, tipUse, type ShownTips } from './adapt.ts';
 import { latestCheckpoint } from './checkpoint.ts';
+import { TRIAL_STATE_FILE } from './trials.ts';
 import { train } from './trainer.ts';
 import { createEngine } from './engines.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
@@ -131,6 +132,40 @@ describe('empo2 adapt', () => {
     const fetchSlots = Object.entries(saved.slots as Record<string, { size: number }>).filter(([name]) => name.startsWith('fetch#'));
     expect(fetchSlots).toHaveLength(2);
     expect(results[0].memory_size).toBe(fetchSlots.reduce((n, [, v]) => n + v.size, 0));
+    engine.dispose();
+  });
+
+  it('an adaptation stopped after a trial goes on from it with --resume and ends as one never stopped', async () => {
+    const dir = latestCheckpoint(runDir)!;
+    const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: dir } }, 'fresh');
+    const opts = { task: 'fetch', trials: 3, variations: 2, split: 'test' as const, memoryFrom: dir, source: dir, log: () => {} };
+    const whole = join(root, 'whole');
+    await adapt(engine, cfg, { ...opts, outDir: whole, resume: true });
+    // A kill right after trial 2 was saved: its log line throws.
+    const cut = join(root, 'cut');
+    const killAfterTrial2 = (l: string) => {
+      if (l.startsWith('trial 2/3: mean score')) throw new Error('killed');
+    };
+    await expect(adapt(engine, cfg, { ...opts, outDir: cut, log: killAfterTrial2 })).rejects.toThrow('killed');
+    expect(existsSync(join(cut, TRIAL_STATE_FILE))).toBe(true);
+    expect(existsSync(join(cut, 'adapt.json'))).toBe(false);
+    // Without --resume the unfinished trials are refused, not overwritten; with other options, the option is named.
+    await expect(adapt(engine, cfg, { ...opts, outDir: cut })).rejects.toThrow(/holds an unfinished adaptation; continue it with --resume/);
+    await expect(adapt(engine, cfg, { ...opts, variations: 3, outDir: cut, resume: true })).rejects.toThrow(/another variations; resume with the same command/);
+    await expect(adapt(engine, { ...cfg, memory: { ...cfg.memory, top_k: 1 } }, { ...opts, outDir: cut, resume: true })).rejects.toThrow(/another the config/);
+
+    const lines: string[] = [];
+    await adapt(engine, cfg, { ...opts, outDir: cut, resume: true, log: (l) => lines.push(l) });
+    expect(lines.filter((l) => l.startsWith('resuming after trial 2'))).toHaveLength(1);
+    expect(lines.filter((l) => /^trial \d\/3: mean score/.test(l)).map((l) => l.slice(0, 9))).toEqual(['trial 3/3']);
+    const read = (d: string, f: string) => readFileSync(join(d, f), 'utf8');
+    expect(JSON.parse(read(cut, 'adapt.json'))).toEqual(JSON.parse(read(whole, 'adapt.json')));
+    expect(read(cut, 'memory.json')).toBe(read(whole, 'memory.json'));
+    // The same records in the same order; only the time each was written differs.
+    const records = (d: string) => read(d, ADAPT_TRAJECTORIES).trim().split('\n').map((l) => ({ ...JSON.parse(l), time: null }));
+    expect(records(cut)).toEqual(records(whole));
+    expect(records(cut).map((r) => r.trial)).toEqual([1, 1, 2, 2, 3, 3]);
+    expect(existsSync(join(cut, TRIAL_STATE_FILE))).toBe(false);
     engine.dispose();
   });
 

@@ -12,7 +12,7 @@ import type { PolicyEngine } from '../policy/types.ts';
 import { MemoryRuntime } from './memory.ts';
 import type { Episode } from './rollout.ts';
 import { recordEpisodes } from './trajectories.ts';
-import { checkTrialOptions, markdownTable, openTrialBed, pct, playTrial, saveTrialReport, scoreCells, trialScores, trialSeed, type TrialOptions, type TrialScores } from './trials.ts';
+import { checkTrialOptions, loadTrialState, markdownTable, openTrialBed, pct, playTrial, removeTrialState, saveTrialReport, saveTrialState, scoreCells, TRIAL_STATE_FILE, trialScores, trialSeed, type TrialOptions, type TrialScores, type TrialState } from './trials.ts';
 
 export interface AdaptOptions extends TrialOptions {
   /** Checkpoint whose memory.json to start from (other tasks' slots are kept; the task's slot usually starts empty). */
@@ -89,17 +89,26 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
   // The memory is always on here, whatever algorithm trained the checkpoint. adapt.json records the
   // memory settings, since retrieval filters (not in the paper) change what every trial is shown.
   const memCfg: Config = { ...cfg, algo: { ...cfg.algo, name: 'empo2', p: 1, intrinsic: 'none' } };
-  const memory = await MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, o.memoryFrom);
-  const bed = await openTrialBed(cfg, o).catch((e: unknown) => {
-    memory.dispose();
-    throw e;
-  });
+  const bed = await openTrialBed(cfg, o);
   const { jobs, variations, hasSolver } = bed;
-  const recorder = TrajectoryWriter.fresh(join(o.outDir, ADAPT_TRAJECTORIES), { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log });
-  log(`adapt: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, memory on (${memory.embedder.name}, ${memory.reflector.name} reflector, top ${cfg.memory.top_k})`);
-  const results: TrialResult[] = [];
+  let memory: MemoryRuntime;
+  let resumed: TrialState<TrialResult, object> | null;
   try {
-    for (let trial = 1; trial <= o.trials; trial++) {
+    // Resumed, the memory is the one the last finished trial left (the reflector is seeded alike every call).
+    resumed = loadTrialState<TrialResult, object>('tips', cfg, o, variations);
+    memory = await MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, o.memoryFrom, resumed ? { memory: resumed.carry, where: join(o.outDir, TRIAL_STATE_FILE) } : undefined);
+  } catch (e) {
+    await bed.close();
+    throw e;
+  }
+  const results: TrialResult[] = resumed?.results ?? [];
+  const writerOptions = { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log };
+  const trajectories = join(o.outDir, ADAPT_TRAJECTORIES);
+  const recorder = resumed ? TrajectoryWriter.resume(trajectories, results.length, writerOptions, 'trial') : TrajectoryWriter.fresh(trajectories, writerOptions);
+  log(`adapt: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, memory on (${memory.embedder.name}, ${memory.reflector.name} reflector, top ${cfg.memory.top_k})`);
+  if (resumed) log(`resuming after trial ${results.length} (${join(o.outDir, TRIAL_STATE_FILE)}, ${results.at(-1)!.memory_size} tips in memory)`);
+  try {
+    for (let trial = results.length + 1; trial <= o.trials; trial++) {
       let tipsShown = 0;
       let steps = 0;
       const shown = new Map<string, ShownTips>();
@@ -121,9 +130,13 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
         ...tipUse(episodes, shown, hasSolver),
       };
       results.push(r);
+      saveTrialState('tips', cfg, o, variations, { results, carry: memory.toJSON() });
       const solverNote = r.best_tip_is_solver === null ? '' : ` | best tip = solver's action ${pct(r.best_tip_is_solver)}`;
       log(`trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.tips_shown_per_step.toFixed(1)} tips per step | tips followed ${pct(r.tips_followed)}${solverNote} | ${r.memory_size} tips in memory`);
     }
+  } catch (e) {
+    memory.dispose();
+    throw e;
   } finally {
     await bed.close();
   }
@@ -136,6 +149,7 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
     }),
   );
   saveTrialReport(o.outDir, { method: 'tips', task: o.task, split: o.split, variations, memory: cfg.memory, experimental: cfg.experimental, trials: results }, table, log, { 'memory.json': JSON.stringify(memory.toJSON()) });
+  removeTrialState(o.outDir);
   memory.dispose();
   return results;
 }

@@ -68,14 +68,21 @@ function emptyMemory(cfg: Config, embedder: Embedder): { tips: TipMemory; novelt
 
 /** A checkpoint's memory.json, refused when it is corrupt or keyed by another embedder. */
 function loadSavedMemory(file: string, embedder: Embedder): { tips: TipMemory; novelty: NoveltyList } {
-  let saved: { embedder: string; tips: unknown; novelty: Parameters<typeof NoveltyList.fromJSON>[0] };
+  let saved: unknown;
   try {
     saved = JSON.parse(readFileSync(file, 'utf8'));
   } catch (e) {
     throw new Error(`${file} is corrupt (${(e as Error).message})`);
   }
-  if (saved.embedder !== embedder.name) throw new Error(`${file} was written with embedder ${saved.embedder}, but this run uses ${embedder.name}: keys would not compare`);
-  return { tips: TipMemory.fromJSON(saved.tips, file), novelty: NoveltyList.fromJSON(saved.novelty, embedder.dim, file) };
+  return restoreMemory(saved, embedder, file);
+}
+
+/** A memory as `MemoryRuntime.toJSON` wrote it; `where` names its file in errors. */
+function restoreMemory(saved: unknown, embedder: Embedder, where: string): { tips: TipMemory; novelty: NoveltyList } {
+  if (typeof saved !== 'object' || saved === null) throw new Error(`${where}: the saved memory is not an object`);
+  const m = saved as { embedder?: unknown; tips?: unknown; novelty?: Parameters<typeof NoveltyList.fromJSON>[0] };
+  if (m.embedder !== embedder.name) throw new Error(`${where} was written with embedder ${String(m.embedder)}, but this run uses ${embedder.name}: keys would not compare`);
+  return { tips: TipMemory.fromJSON(m.tips, where), novelty: NoveltyList.fromJSON(m.novelty!, embedder.dim, where) };
 }
 
 const READ_ONLY_REFLECTOR: Reflector = {
@@ -99,12 +106,21 @@ export class MemoryRuntime {
     readonly novelty: NoveltyList,
   ) {}
 
-  static async create(cfg: Config, algo: ResolvedAlgo, engine: PolicyEngine, restoreFrom: string | null): Promise<MemoryRuntime> {
+  /**
+   * The memory saved in the checkpoint `restoreFrom` (null: an empty one), or, with `saved`, the memory
+   * `toJSON` gave (an adaptation resumed from its state file, named by `saved.where`).
+   */
+  static async create(cfg: Config, algo: ResolvedAlgo, engine: PolicyEngine, restoreFrom: string | null, saved?: { memory: unknown; where: string }): Promise<MemoryRuntime> {
     const embedder = await createEmbedder(cfg);
-    const file = restoreFrom ? join(restoreFrom, MEMORY_FILE) : null;
-    if (file && !existsSync(file) && algo.memory) throw new Error(`checkpoint ${restoreFrom} has no ${MEMORY_FILE}, but this run keeps a tip memory`);
-    const { tips, novelty } = file && existsSync(file) ? loadSavedMemory(file, embedder) : emptyMemory(cfg, embedder);
-    return new MemoryRuntime(cfg, algo, embedder, createReflector(cfg, engine, cfg.seed), tips, novelty);
+    try {
+      const file = restoreFrom ? join(restoreFrom, MEMORY_FILE) : null;
+      if (!saved && file && !existsSync(file) && algo.memory) throw new Error(`checkpoint ${restoreFrom} has no ${MEMORY_FILE}, but this run keeps a tip memory`);
+      const { tips, novelty } = saved ? restoreMemory(saved.memory, embedder, saved.where) : file && existsSync(file) ? loadSavedMemory(file, embedder) : emptyMemory(cfg, embedder);
+      return new MemoryRuntime(cfg, algo, embedder, createReflector(cfg, engine, cfg.seed), tips, novelty);
+    } catch (e) {
+      embedder.dispose?.();
+      throw e;
+    }
   }
 
   /**

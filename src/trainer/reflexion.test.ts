@@ -16,6 +16,7 @@ import { reflectionRender } from './memory.ts';
 import { INSTRUCT_SYSTEM_PROMPT, REFLECTIONS_HEADER, renderReflections, startDialogue } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
 import { reflexion, type ReflexionTrialResult } from './reflexion.ts';
+import { TRIAL_STATE_FILE } from './trials.ts';
 import { createEngine } from './engines.ts';
 import { REPO_ROOT } from '../../test/support/python.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
@@ -180,6 +181,29 @@ describe('empo2 adapt --method reflexion', () => {
     expect(table).toContain(`| 2 | ${results[1].mean_score.toFixed(1)} | ${(results[1].success_rate * 100).toFixed(0)}% | ${results[1].played} | 1.0 |`);
     expect(lines.some((l) => l.startsWith('trial 4/4: mean score'))).toBe(true);
   });
+});
+
+describe('reflexion resumed after a trial', () => {
+  it('goes on from the saved trials and ends as a run never stopped: same rows, plans and solved variations', async () => {
+    const { engine } = await createEngine(cfg, 'fresh');
+    const base = { task: TASK, trials: 3, variations: VARIATIONS, split: 'test' as const, window: WINDOW, reflectionMaxTokens: 12, resume: true, log: () => {} };
+    const whole = await reflexion(engine, cfg, { ...base, outDir: join(root, 'whole') });
+    // Trial 1 solves a variation and writes plans, so what the resume must restore is not empty.
+    expect(whole[0].success_rate).toBeGreaterThan(0);
+    expect(whole[0].reflections.length).toBeGreaterThan(0);
+    const cut = join(root, 'cut');
+    const killAfterTrial2 = (l: string) => {
+      if (l.startsWith('trial 2/3: mean score')) throw new Error('killed');
+    };
+    await expect(reflexion(engine, cfg, { ...base, outDir: cut, log: killAfterTrial2 })).rejects.toThrow('killed');
+    await expect(reflexion(engine, cfg, { ...base, window: 1, outDir: cut })).rejects.toThrow(/another settings/);
+    const lines: string[] = [];
+    const resumed = await reflexion(engine, cfg, { ...base, outDir: cut, log: (l) => lines.push(l) });
+    expect(lines.some((l) => l.startsWith('resuming after trial 2'))).toBe(true);
+    expect(resumed).toEqual(whole);
+    expect(existsSync(join(cut, TRIAL_STATE_FILE))).toBe(false);
+    engine.dispose();
+  }, 600_000);
 });
 
 describe('reflexion refuses bad options', () => {

@@ -21,7 +21,7 @@ import { TrajectoryWriter } from '../trajectory/writer.ts';
 import { ADAPT_TRAJECTORIES } from './adapt.ts';
 import { reflectionRender, trajectoryOf } from './memory.ts';
 import { recordEpisodes } from './trajectories.ts';
-import { checkTrialOptions, markdownTable, openTrialBed, pct, playTrial, saveTrialReport, scoreCells, trialScores, trialSeed, type TrialOptions, type TrialScores } from './trials.ts';
+import { checkTrialOptions, loadTrialState, markdownTable, openTrialBed, pct, playTrial, removeTrialState, saveTrialReport, saveTrialState, scoreCells, TRIAL_STATE_FILE, trialScores, trialSeed, type TrialOptions, type TrialScores, type TrialState } from './trials.ts';
 
 /** Reflexion's reflections: 256 tokens, the `max_tokens` of its `get_completion`. */
 export const REFLECTION_MAX_TOKENS = 256;
@@ -44,6 +44,9 @@ export interface ReflexionTrialResult extends TrialScores {
   memory_size: number;
 }
 
+/** What Reflexion carries between trials besides its plans: each variation's latest outcome. */
+type Outcomes = [variation: number, outcome: { score: number; success: boolean }][];
+
 export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionOptions): Promise<ReflexionTrialResult[]> {
   const log = o.log ?? ((l: string) => console.log(l));
   checkTrialOptions(o);
@@ -54,15 +57,28 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
   const memory = new ReflexionMemory(window);
   // Reflections are sampled as the actions are: the evaluation temperature.
   const reflector = new ReflexionReflector(engine, reflectionRender(cfg), { maxTokens, temperature: cfg.rollout.eval_temperature });
+  const settings = { window, reflection_max_tokens: maxTokens, temperature: cfg.rollout.eval_temperature };
   const bed = await openTrialBed(cfg, o);
   const { jobs, variations } = bed;
-  const recorder = TrajectoryWriter.fresh(join(o.outDir, ADAPT_TRAJECTORIES), { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log });
-  log(`adapt --method reflexion: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, the last ${window} plans of a variation in its prompts (plans of up to ${maxTokens} tokens)`);
-  // The latest outcome of each variation: a solved one keeps its score and is not played again.
-  const outcome = new Map<number, { score: number; success: boolean }>();
-  const results: ReflexionTrialResult[] = [];
+  let resumed: TrialState<ReflexionTrialResult, Outcomes> | null;
   try {
-    for (let trial = 1; trial <= o.trials; trial++) {
+    resumed = loadTrialState<ReflexionTrialResult, Outcomes>('reflexion', cfg, o, variations, settings);
+  } catch (e) {
+    await bed.close();
+    throw e;
+  }
+  const results: ReflexionTrialResult[] = resumed?.results ?? [];
+  // The latest outcome of each variation: a solved one keeps its score and is not played again.
+  const outcome = new Map<number, { score: number; success: boolean }>(resumed?.carry ?? []);
+  // A resumed memory is the plans the finished trials wrote, in order (the window keeps the last k).
+  for (const r of results) for (const { variation, plan } of r.reflections) memory.add(variation, { trial: r.trial, plan });
+  const writerOptions = { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log };
+  const trajectories = join(o.outDir, ADAPT_TRAJECTORIES);
+  const recorder = resumed ? TrajectoryWriter.resume(trajectories, results.length, writerOptions, 'trial') : TrajectoryWriter.fresh(trajectories, writerOptions);
+  log(`adapt --method reflexion: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, the last ${window} plans of a variation in its prompts (plans of up to ${maxTokens} tokens)`);
+  if (resumed) log(`resuming after trial ${results.length} (${join(o.outDir, TRIAL_STATE_FILE)}, ${memory.size()} plans held)`);
+  try {
+    for (let trial = results.length + 1; trial <= o.trials; trial++) {
       const unsolved = jobs.filter((j) => !outcome.get(j.variation)?.success).map((j) => ({ ...j, reflections: memory.recent(j.variation) }));
       const seed = trialSeed(cfg, trial, o.sameSeed !== false);
       const episodes = await playTrial(bed, engine, cfg, unsolved, { trial, trials: o.trials, seed });
@@ -89,6 +105,7 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
         memory_size: memory.size(),
       };
       results.push(r);
+      saveTrialState('reflexion', cfg, o, variations, { results, carry: [...outcome] }, settings);
       log(`trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.played} variations played | ${r.reflections_shown_per_episode.toFixed(1)} plans per episode | ${r.reflections.length} plans written`);
     }
   } finally {
@@ -98,7 +115,7 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
     ['trial', 'mean score', 'success', 'variations played', 'plans per episode', 'plans written', 'memory entries'],
     results.map((r) => [...scoreCells(r), String(r.played), r.reflections_shown_per_episode.toFixed(1), String(r.reflections.length), String(r.memory_size)]),
   );
-  const settings = { window, reflection_max_tokens: maxTokens, temperature: cfg.rollout.eval_temperature };
   saveTrialReport(o.outDir, { method: 'reflexion', task: o.task, split: o.split, variations, reflexion: settings, trials: results }, table, log);
+  removeTrialState(o.outDir);
   return results;
 }

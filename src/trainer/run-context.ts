@@ -3,7 +3,7 @@
  * resume checks, the engines, the tip memory, the environments, the tip warm-up and rehearsal, the
  * metrics and trajectory files, Ctrl-C handling. ./trainer.ts opens one and runs its loop over it.
  */
-import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify as toYaml } from 'yaml';
 import { ConfigError, loadConfig } from '../config/load.ts';
@@ -15,6 +15,7 @@ import { nativeMatMulStatus } from '../policy/tfjs/native-matmul.ts';
 import { resolveModelPath } from '../policy/gguf/model-path.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
+import { writeTextAtomic } from '../util/atomic-write.ts';
 import { Rng } from '../util/rng.ts';
 import { latestCheckpoint, loadTrainerState, removeOwnTemporaryFiles, removeStaleTemporaryFiles, saveCheckpoint, type TrainerState } from './checkpoint.ts';
 import { createRemoteRollouts, createTrainingEngine, type TrainingEngine } from './engines.ts';
@@ -176,10 +177,4 @@ function checkResumeConfig(cfg: Config, runDir: string, checkpointIteration: num
         `\nA resume may change only: ${RESUMABLE_OPTIONS.join(', ')}. Start a new run (another run_dir) to change the others.`,
     );
   }
-}
-
-function writeTextAtomic(path: string, text: string): void {
-  const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, text);
-  renameSync(tmp, path);
 }

@@ -4,12 +4,14 @@
  * table printed and saved. Only what a method keeps between trials, and what it shows in the prompt,
  * differs; everything here is the same for both, so their tables compare side by side.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
 import { createEnv } from '../envs/index.ts';
 import type { Env, Split } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
+import { writeTextAtomic } from '../util/atomic-write.ts';
 import { EpisodeProgress } from './progress.ts';
 import { environmentCount, rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob, type TipSource } from './rollout.ts';
 
@@ -22,6 +24,10 @@ export interface TrialOptions {
   outDir: string;
   /** Sample every trial with the same seed (default), so score changes come from the memory alone; false gives each trial its own draw. */
   sameSeed?: boolean;
+  /** Go on from the trials an interrupted adaptation in `outDir` finished (its state file); without one, start. */
+  resume?: boolean;
+  /** What was loaded (a checkpoint or model directory), recorded so a resume with another one is refused. */
+  source?: string;
   log?: (line: string) => void;
 }
 
@@ -134,4 +140,62 @@ export function saveTrialReport(outDir: string, report: object, table: string, l
 
 export function pct(x: number | null): string {
   return x === null ? '–' : `${(x * 100).toFixed(0)}%`;
+}
+
+/** Where an adaptation keeps its finished trials while it runs (removed once adapt.json is written). */
+export const TRIAL_STATE_FILE = 'adapt-state.json';
+
+/** What an adaptation must keep to go on after its last finished trial: the rows so far and what the method carries between trials. */
+export interface TrialState<R extends TrialScores, C> {
+  results: R[];
+  carry: C;
+}
+
+/** What a saved state must match to be continued: the same method and its settings, task, variations, draws, config and checkpoint. */
+function trialIdentity(method: string, cfg: Config, o: TrialOptions, variations: readonly number[], settings: object) {
+  return {
+    method,
+    settings,
+    task: o.task,
+    split: o.split,
+    variations: [...variations],
+    same_seed: o.sameSeed !== false,
+    source: o.source ?? null,
+    config_sha256: createHash('sha256').update(JSON.stringify(cfg)).digest('hex'),
+  };
+}
+
+/**
+ * The finished trials of an interrupted adaptation in `o.outDir`, to go on from (null: start from
+ * trial 1). Without `o.resume`, a state file there is refused rather than overwritten: it holds
+ * hours of a real model's trials. A state written for other options is refused, naming what differs.
+ */
+export function loadTrialState<R extends TrialScores, C>(method: string, cfg: Config, o: TrialOptions, variations: readonly number[], settings: object = {}): TrialState<R, C> | null {
+  const path = join(o.outDir, TRIAL_STATE_FILE);
+  if (!existsSync(path)) return null;
+  if (!o.resume) throw new Error(`${path} holds an unfinished adaptation; continue it with --resume, or delete it (or choose another --out) to start again`);
+  let saved: { identity?: Record<string, unknown>; results?: unknown; carry?: unknown };
+  try {
+    saved = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (e) {
+    throw new Error(`${path} is corrupt (${(e as Error).message}); delete it to start again`);
+  }
+  if (!saved.identity || !Array.isArray(saved.results) || saved.results.length === 0) throw new Error(`${path}: not an adaptation state (identity or results missing); delete it to start again`);
+  const want = trialIdentity(method, cfg, o, variations, settings);
+  const differs = Object.entries(want)
+    .filter(([k, v]) => JSON.stringify(saved.identity![k]) !== JSON.stringify(v))
+    .map(([k]) => (k === 'config_sha256' ? 'the config' : k));
+  if (differs.length) throw new Error(`--resume: ${path} was written by an adaptation with another ${differs.join(', ')}; resume with the same command, or delete it to start again`);
+  if (saved.results.length >= o.trials) throw new Error(`--resume: ${path} already holds ${saved.results.length} trials, and --trials is ${o.trials}`);
+  return { results: saved.results as R[], carry: saved.carry as C };
+}
+
+/** Saves the finished trials (atomically: a kill leaves the previous state or this one). */
+export function saveTrialState<R extends TrialScores, C>(method: string, cfg: Config, o: TrialOptions, variations: readonly number[], state: TrialState<R, C>, settings: object = {}): void {
+  writeTextAtomic(join(o.outDir, TRIAL_STATE_FILE), JSON.stringify({ identity: trialIdentity(method, cfg, o, variations, settings), ...state }) + '\n');
+}
+
+/** Once the report is written the state is no longer needed. */
+export function removeTrialState(outDir: string): void {
+  rmSync(join(outDir, TRIAL_STATE_FILE), { force: true });
 }

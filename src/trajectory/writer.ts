@@ -37,9 +37,9 @@ export class TrajectoryWriter {
   /**
    * Continues the file of a run resumed from the checkpoint of `iteration`: the iterations after it are
    * played again, so their records (and a partial last line, or a cap line) are dropped first, as
-   * metrics.jsonl drops its lines.
+   * metrics.jsonl drops its lines. An adaptation resumes after a trial: `by` 'trial'.
    */
-  static resume(path: string, iteration: number, options: WriterOptions): TrajectoryWriter {
+  static resume(path: string, iteration: number, options: WriterOptions, by: 'iteration' | 'trial' = 'iteration'): TrajectoryWriter {
     checkCap(options.maxBytes);
     if (!existsSync(path)) return TrajectoryWriter.fresh(path, options);
     const text = readFileSync(path, 'utf8');
@@ -47,7 +47,7 @@ export class TrajectoryWriter {
     // A last row without its newline is a write cut short by a kill.
     rows.pop();
     const kept = rows.filter((row) => {
-      let line: { type?: unknown; iteration?: unknown };
+      let line: { type?: unknown; iteration?: unknown; trial?: unknown };
       try {
         line = JSON.parse(row);
       } catch {
@@ -55,7 +55,8 @@ export class TrajectoryWriter {
         return true;
       }
       if (line.type === 'cap_reached') return false;
-      return !(typeof line.iteration === 'number' && line.iteration > iteration);
+      const at = line[by];
+      return !(typeof at === 'number' && at > iteration);
     });
     const body = kept.map((r) => r + '\n').join('');
     if (body.length !== text.length) {

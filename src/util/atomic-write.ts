@@ -1,0 +1,8 @@
+import { renameSync, writeFileSync } from 'node:fs';
+
+/** Writes `text` to `path` through a temporary file and a rename, so a kill leaves the old file or the new one, never half of one. */
+export function writeTextAtomic(path: string, text: string): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, text);
+  renameSync(tmp, path);
+}
