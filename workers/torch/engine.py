@@ -18,7 +18,7 @@ import os
 import shutil
 import types
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -209,6 +209,9 @@ class Engine:
 
         self.spec = spec
         self.dist = d
+        # Called with (done, total) after each micro-batch of a logprobs or train_step request; the
+        # worker turns it into a progress event, so a long update is told apart from a hung one.
+        self.progress: Callable[[int, int], None] = lambda done, total: None
         self.device = pick_device(spec.device, d)
         if spec.dtype not in DTYPES:
             raise RequestError(f"init: dtype must be one of {sorted(DTYPES)} (got {spec.dtype!r})")
@@ -511,6 +514,7 @@ class Engine:
                 n = seqs[i].scored
                 result[i] = flat[at : at + n]
                 at += n
+            self.progress(r + 1, rounds)
         merged: dict[int, list[float]] = {}
         for part in self.dist.gather(result):
             merged.update(part)
@@ -725,6 +729,7 @@ class Engine:
                 )
                 (terms.loss_sum * loss_scale).backward()
                 stats += torch.stack([terms.loss_sum, terms.tokens, terms.clipped, terms.ratio_sum, terms.kl_sum]).detach().double()
+                self.progress(r + 1, rounds)
             self.dist.sum_(stats)
             loss_sum, tokens, clipped, ratio_sum, kl_sum = (float(x) for x in stats.tolist())
             # Token mean over the whole batch: the sums are exact, so divide once here.

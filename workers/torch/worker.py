@@ -17,7 +17,7 @@ import sys
 import traceback
 from typing import Any, Callable, Optional
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 # The protocol owns the real stdout; everything else that prints (transformers' progress bars,
 # warnings, C extensions writing to fd 1) is sent to stderr so it can never corrupt a response.
@@ -184,6 +184,12 @@ class Worker:
     def __init__(self) -> None:
         self.dist = Dist()
         self.engine: Optional[Engine] = None
+        self.request_id: Any = None
+
+    def report_progress(self, done: int, total: int) -> None:
+        """A progress event for the request being served (rank 0 speaks for all ranks)."""
+        if self.dist.rank == 0:
+            emit({"event": "progress", "id": self.request_id, "done": done, "total": total})
 
     def need_engine(self, op: str) -> Engine:
         if self.engine is None:
@@ -200,6 +206,7 @@ class Worker:
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
             self.engine = Engine(spec, self.dist)
+            self.engine.progress = self.report_progress
             return self.engine.info()
         if op == "info":
             return self.need_engine(op).info()
@@ -313,6 +320,7 @@ def main() -> None:
             if not isinstance(req, dict):
                 raise RequestError("the request must be a JSON object {id, op, ...}")
             req_id, op = req.get("id"), req.get("op")
+            worker.request_id = req_id
             if record and op in ("init", "train_step"):
                 with open(record, "a", encoding="utf-8") as f:
                     f.write(line if line.endswith("\n") else line + "\n")

@@ -510,6 +510,81 @@ describe('start-up failures are explained', () => {
   });
 });
 
+/**
+ * A stand-in worker (node, started through `launcher`) that answers init at once and train_step after
+ * `steps` × 150 ms, reporting progress after each step when `report` is set: the call timeout is a
+ * bound on silence, not on the length of a call.
+ */
+function fakeWorker(report: boolean, steps: number): string[] {
+  const script = `
+const rl = require('node:readline').createInterface({ input: process.stdin });
+const send = (m) => process.stdout.write(JSON.stringify(m) + '\\n');
+send({ event: 'ready', protocol: 2, pid: process.pid, versions: {} });
+rl.on('line', (line) => {
+  const req = JSON.parse(line);
+  if (req.op === 'init') return send({ id: req.id, ok: true, result: { vocab_size: 1000 } });
+  if (req.op === 'shutdown') { send({ id: req.id, ok: true, result: {} }); process.exit(0); }
+  let done = 0;
+  const tick = setInterval(() => {
+    done++;
+    if (${report}) send({ event: 'progress', id: req.id, done, total: ${steps} });
+    if (done === ${steps}) { clearInterval(tick); send({ id: req.id, ok: true, result: { loss: 0, tokens: 1, clip_fraction: 0, mean_ratio: 1, kl: 0, grad_norm: 0 } }); }
+  }, 150);
+});`;
+  return [process.execPath, '-e', script];
+}
+
+describe.skipIf(!gate.available)(`the worker reports progress after each micro-batch (${gate.label})`, () => {
+  it('train_step and logprobs', async () => {
+    const seen: string[] = [];
+    // 12-token budget per forward pass: each of these sequences is a micro-batch of its own.
+    const engine = await TorchEngine.start(torchOptions({ microBatchTokens: 12, onProgress: (op, done, total) => seen.push(`${op} ${done}/${total}`) }));
+    try {
+      const seqs = ['go to kitchen', 'open red box', 'read note'].map((t) => {
+        const response = tokenizer.encode(t);
+        return { prompt: tokenizer.encode('look'), response, advantages: response.map(() => 1), oldLogprobs: response.map(() => -2), mask: response.map(() => 1) };
+      });
+      await engine.logprobs(seqs);
+      await engine.trainStep(seqs, { ...OBJECTIVE, klCoef: 0 }, 1);
+      expect(seen).toEqual(['logprobs 1/3', 'logprobs 2/3', 'logprobs 3/3', 'train_step 1/3', 'train_step 2/3', 'train_step 3/3']);
+    } finally {
+      await engine.close();
+    }
+  }, 120_000);
+});
+
+describe('the call timeout bounds silence, not the length of a call', () => {
+  const seq = { prompt: [5, 6], response: [7], advantages: [1], oldLogprobs: [-1], mask: [1] };
+
+  it('a train_step that reports progress runs past the timeout to its answer', async () => {
+    const seen: string[] = [];
+    const engine = await TorchEngine.start({ ...fallbackOptions(), launcher: fakeWorker(true, 8), callTimeoutMs: 600, onProgress: (op, done, total) => seen.push(`${op} ${done}/${total}`) });
+    try {
+      const t0 = Date.now();
+      await expect(engine.trainStep([seq], OBJECTIVE, 1)).resolves.toMatchObject({ tokens: 1 });
+      expect(Date.now() - t0).toBeGreaterThan(1000); // 8 × 150 ms: longer than the 600 ms timeout
+      expect(seen).toEqual(Array.from({ length: 8 }, (_, i) => `train_step ${i + 1}/8`));
+    } finally {
+      await engine.close();
+    }
+  }, 30_000);
+
+  it('a silent one is stopped with a message that says so', async () => {
+    const engine = await TorchEngine.start({ ...fallbackOptions(), launcher: fakeWorker(false, 8), callTimeoutMs: 600 });
+    try {
+      await expect(engine.trainStep([seq], OBJECTIVE, 1)).rejects.toThrow(/'train_step' did not answer or report progress within 0\.6s; the worker was stopped/);
+    } finally {
+      await engine.close();
+    }
+  }, 30_000);
+
+  it('a worker of another protocol version is refused at start-up', async () => {
+    const old = fakeWorker(true, 1);
+    old[2] = old[2].replace('protocol: 2', 'protocol: 1');
+    await expect(TorchEngine.start({ ...fallbackOptions(), launcher: old })).rejects.toThrow(/speaks protocol 1, this engine 2/);
+  }, 30_000);
+});
+
 describe.skipIf(!gate.available || process.platform !== 'linux')(`a worker does not outlive the process that started it (${gate.label})`, () => {
   it('its parent killed with SIGKILL while its stdin stays open: the worker exits too', async () => {
     // sh starts the worker reading from a pipe that \`sleep\` holds open after sh is gone, so the

@@ -78,8 +78,14 @@ export interface TorchEngineOptions {
   launcher?: string[];
   /** Time allowed for Python to start and load the model (default 10 minutes). */
   startTimeoutMs?: number;
-  /** Time allowed for any one call (default 30 minutes). */
+  /**
+   * Time a call may go without an answer or a progress report (default 30 minutes). `train_step` and
+   * `logprobs` report after every micro-batch, so an update of any size runs to its end while a
+   * worker that hangs is still stopped.
+   */
   callTimeoutMs?: number;
+  /** Receives the worker's progress reports: micro-batches done of the request's total. */
+  onProgress?: (op: string, done: number, total: number) => void;
   /** Receives the worker's stderr lines (logs, warnings); by default only the tail is kept for errors. */
   onLog?: (line: string) => void;
 }
@@ -116,6 +122,8 @@ interface Pending {
   resolve: (value: unknown) => void;
   reject: (error: Error) => void;
   timer: NodeJS.Timeout;
+  /** Starts the silence timer again (on a progress report). */
+  rearm: () => void;
 }
 
 interface WireGeneration {
@@ -125,6 +133,8 @@ interface WireGeneration {
 }
 
 const STDERR_TAIL_LINES = 40;
+/** workers/torch/PROTOCOL.md's version; 2 added progress events. */
+const WORKER_PROTOCOL = 2;
 
 /**
  * Workers run in their own process group, so a Ctrl-C in the terminal reaches only the trainer,
@@ -158,6 +168,7 @@ class WorkerConnection {
     private readonly child: ChildProcessWithoutNullStreams,
     private readonly describe: string,
     onLog?: (line: string) => void,
+    private readonly onProgress?: (op: string, done: number, total: number) => void,
   ) {
     createInterface({ input: child.stdout }).on('line', (line) => this.onLine(line));
     createInterface({ input: child.stderr }).on('line', (line) => {
@@ -199,13 +210,24 @@ class WorkerConnection {
     if (this.failure) return Promise.reject(new Error(`torch worker is not running: ${this.failure.message}`));
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(id);
-        this.fail(new Error(`torch worker: '${op}' did not answer within ${timeoutMs / 1000}s; the worker was stopped because its state is unknown`));
-        this.kill();
-        reject(this.failure!);
-      }, timeoutMs);
-      this.pending.set(id, { op, resolve: resolve as (v: unknown) => void, reject, timer });
+      const silent = () =>
+        setTimeout(() => {
+          this.pending.delete(id);
+          this.fail(new Error(`torch worker: '${op}' did not answer or report progress within ${timeoutMs / 1000}s; the worker was stopped because its state is unknown`));
+          this.kill();
+          reject(this.failure!);
+        }, timeoutMs);
+      const pending: Pending = {
+        op,
+        resolve: resolve as (v: unknown) => void,
+        reject,
+        timer: silent(),
+        rearm: () => {
+          clearTimeout(pending.timer);
+          pending.timer = silent();
+        },
+      };
+      this.pending.set(id, pending);
       this.child.stdin.write(JSON.stringify({ id, op, ...payload }) + '\n');
     });
   }
@@ -226,6 +248,14 @@ class WorkerConnection {
     }
     if (msg.event === 'fatal') {
       this.fail(new Error(`torch worker (${this.describe}) could not start: ${String(msg.message)}`));
+      return;
+    }
+    if (msg.event === 'progress') {
+      const p = this.pending.get(msg.id as number);
+      if (p) {
+        p.rearm();
+        this.onProgress?.(p.op, Number(msg.done), Number(msg.total));
+      }
       return;
     }
     const id = msg.id as number;
@@ -314,9 +344,10 @@ export class TorchEngine implements PolicyEngine {
       },
     });
     endWorkersOnExit(child);
-    const worker = new WorkerConnection(child, [command, ...args].join(' '), options.onLog);
+    const worker = new WorkerConnection(child, [command, ...args].join(' '), options.onLog, options.onProgress);
     try {
       const ready = await worker.waitReady(options.startTimeoutMs ?? 600_000);
+      if (ready.protocol !== WORKER_PROTOCOL) throw new Error(`torch worker (${TORCH_WORKER_SCRIPT}) speaks protocol ${String(ready.protocol)}, this engine ${WORKER_PROTOCOL}: the worker and the TypeScript side come from different versions of empo2`);
       const info = await worker.call<WorkerInfo>(
         'init',
         {
