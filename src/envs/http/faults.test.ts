@@ -36,7 +36,8 @@ describe('a server that hangs', () => {
     expect(result).toMatchObject({ done: true, reward: 0, score: 0, validActions: [] });
     expect(result.observation).toBe('The environment server failed and this episode was ended.');
     expect(result.info).toMatchObject({ outcome: 'simulator_error' });
-    expect(String(result.info?.simulatorError)).toMatch(new RegExp(`POST ${server.url}/step gave no complete answer within 300 ms \\(payload \\{"id":0,"action":"look"\\}\\)`));
+    // The instance id is the server's: on a loaded machine the first instance's reset can time out, and reset moves to a fresh one.
+    expect(String(result.info?.simulatorError)).toMatch(new RegExp(`POST ${server.url}/step gave no complete answer within 300 ms \\(payload \\{"id":\\d+,"action":"look"\\}\\)`));
     expect(count(server, '/step')).toBe(1);
     expect(server.openInstances).toBe(0);
     expect(env.done()).toBe(true);
