@@ -86,5 +86,9 @@ export interface PolicyEngine {
   releaseCache?(keys: readonly string[]): void;
   /** Prompt tokens run through the model so far, and those skipped because a kept cache held them. */
   prefillCounts?(): { prefilledTokens: number; reusedTokens: number };
+  /** Engines whose calls report progress (the PyTorch worker: micro-batches done of the call's total); null stops it. */
+  setProgressListener?(listener: ProgressListener | null): void;
   dispose(): void;
 }
+
+export type ProgressListener = (op: string, done: number, total: number) => void;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { EpisodeProgress } from './progress.ts';
+import { EpisodeProgress, watchUpdate } from './progress.ts';
+import type { PolicyEngine, ProgressListener } from '../policy/types.ts';
 
 const jobs = [
   { task: 'fetch', variation: 250, group: 0 },
@@ -63,5 +64,34 @@ describe('episode progress', () => {
     q.stepped([0, 1, 2]);
     jobs.forEach((_, i) => q.ended(i, 0));
     expect(quiet).toEqual([]);
+  });
+});
+
+describe('update progress (engines that report it)', () => {
+  it('a status line at most every interval, naming the train step and its micro-batches; stopped after', () => {
+    let listener: ProgressListener | null = null;
+    const engine = { setProgressListener: (l: ProgressListener | null) => (listener = l) } as unknown as PolicyEngine;
+    let clock = 0;
+    const lines: string[] = [];
+    const stop = watchUpdate(engine, 'iter 5 update', (l) => lines.push(l), 120_000, () => clock);
+    const report = (op: string, done: number, total: number, at: number) => {
+      clock = at;
+      listener!(op, done, total);
+    };
+    report('train_step', 1, 3, 60_000); // too soon for a line
+    report('logprobs', 1, 1, 130_000); // scoring is not the update's train step
+    report('train_step', 2, 3, 130_000);
+    report('train_step', 3, 3, 200_000);
+    report('train_step', 1, 4, 251_000);
+    expect(lines).toEqual(['iter 5 update: train step 1, micro-batch 2/3 | 2m10s elapsed', 'iter 5 update: train step 2, micro-batch 1/4 | 4m11s elapsed']);
+    stop();
+    expect(listener).toBeNull();
+  });
+
+  it('an engine without progress reports: nothing to watch', () => {
+    const stop = watchUpdate({} as PolicyEngine, 'iter 1 update', () => {
+      throw new Error('no line expected');
+    });
+    expect(stop).not.toThrow();
   });
 });

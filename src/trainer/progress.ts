@@ -6,6 +6,7 @@
  */
 import { formatDuration } from '../util/duration.ts';
 import type { ProgressSink, RolloutJob } from './rollout.ts';
+import type { PolicyEngine } from '../policy/types.ts';
 
 export interface ProgressOptions {
   /** What is running, e.g. "eval" or "trial 2/5". */
@@ -107,4 +108,26 @@ export class EpisodeProgress implements ProgressSink {
     const eta = f > 0 ? (this.elapsed() * (1 - f)) / f : NaN;
     return `${this.opts.label}: ${this.ended_.size}/${this.jobs.length} episodes | ${this.totalSteps} steps | ${formatDuration(this.elapsed())} elapsed | ETA ${f > 0 ? formatDuration(eta) : '?'}`;
   }
+}
+
+/**
+ * Status lines while an update runs on an engine that reports progress (the PyTorch worker): at most one
+ * every `intervalMs`, naming the train step (minibatch) and its micro-batches done. An update on CPU can
+ * take hours (an EMPO² iteration with tips on-policy cannot pack its steps); without these the log is
+ * silent for all of it. Returns the function that stops it; engines without progress get a no-op.
+ */
+export function watchUpdate(engine: PolicyEngine, label: string, log: (line: string) => void, intervalMs = 120_000, now: () => number = () => performance.now()): () => void {
+  if (!engine.setProgressListener) return () => {};
+  const t0 = now();
+  let last = t0;
+  let steps = 0;
+  engine.setProgressListener((op, done, total) => {
+    if (op !== 'train_step') return;
+    if (done === 1) steps++;
+    const t = now();
+    if (t - last < intervalMs) return;
+    last = t;
+    log(`${label}: train step ${steps}, micro-batch ${done}/${total} | ${formatDuration((t - t0) / 1000)} elapsed`);
+  });
+  return () => engine.setProgressListener!(null);
 }

@@ -13,7 +13,7 @@ import { drawMode, scheduledP, usesMemory, type Mode } from '../algo/modes.ts';
 import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
 import { grpoUpdate, updateSettings } from './grpo.ts';
 import { evalRecord, formatEvalLine, formatIterationLine, trainRecord } from './iteration-log.ts';
-import { EpisodeProgress } from './progress.ts';
+import { EpisodeProgress, watchUpdate } from './progress.ts';
 import { rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob } from './rollout.ts';
 import { closeRun, openRun, saveRunCheckpoint, stopRequested, type RunContext } from './run-context.ts';
 import { recordEpisodes, spreadSample, tipFollowRate } from './trajectories.ts';
@@ -55,7 +55,8 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       if (t1 - t0 > 60_000) log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration((t1 - t0) / 1000)}; updating`);
       const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
       const tOptimizer = performance.now();
-      const update = await grpoUpdate(engine, episodes.map((e, i) => ({ ...e, mode: modes[i], intrinsic: intrinsic?.[i] })), updateSettings(cfg), rng);
+      const stopWatching = watchUpdate(engine, `iter ${it} update`, log);
+      const update = await grpoUpdate(engine, episodes.map((e, i) => ({ ...e, mode: modes[i], intrinsic: intrinsic?.[i] })), updateSettings(cfg), rng).finally(stopWatching);
       const tUpdate = performance.now();
       const rehearsalNll = rehearsal ? await rehearsal.step(engine, it) : null;
       if (remoteRollouts) await remoteRollouts.sync(); // the server samples the next rollouts: give it the weights this update produced

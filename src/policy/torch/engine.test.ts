@@ -547,6 +547,14 @@ describe.skipIf(!gate.available)(`the worker reports progress after each micro-b
       await engine.logprobs(seqs);
       await engine.trainStep(seqs, { ...OBJECTIVE, klCoef: 0 }, 1);
       expect(seen).toEqual(['logprobs 1/3', 'logprobs 2/3', 'logprobs 3/3', 'train_step 1/3', 'train_step 2/3', 'train_step 3/3']);
+      // The listener can be replaced and removed on a running engine (the trainer watches each update).
+      const later: number[] = [];
+      engine.setProgressListener((_op, done) => later.push(done));
+      await engine.logprobs(seqs.slice(0, 2));
+      engine.setProgressListener(null);
+      await engine.logprobs(seqs);
+      expect(later).toEqual([1, 2]);
+      expect(seen).toHaveLength(6);
     } finally {
       await engine.close();
     }

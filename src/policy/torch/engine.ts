@@ -15,7 +15,7 @@ import type { ObjectiveConfig } from '../../algo/objective.ts';
 import type { AdamWConfig } from '../tfjs/adamw.ts';
 import type { LoraConfig } from '../tfjs/lora.ts';
 import { Tokenizer } from '../tokenizer.ts';
-import type { Generation, GenerateOptions, PolicyEngine, ScoredSequence, TrainSequence, TrainStats } from '../types.ts';
+import type { Generation, GenerateOptions, PolicyEngine, ProgressListener, ScoredSequence, TrainSequence, TrainStats } from '../types.ts';
 import { PYTHON_SETUP_ADVICE, TORCH_WORKER_SCRIPT, projectPython, pythonProblem } from './python.ts';
 
 /** The TypeScript engine's LoRA settings, so one config object serves both engines. */
@@ -84,8 +84,8 @@ export interface TorchEngineOptions {
    * worker that hangs is still stopped.
    */
   callTimeoutMs?: number;
-  /** Receives the worker's progress reports: micro-batches done of the request's total. */
-  onProgress?: (op: string, done: number, total: number) => void;
+  /** Receives the worker's progress reports: micro-batches done of the request's total (also setProgressListener). */
+  onProgress?: ProgressListener;
   /** Receives the worker's stderr lines (logs, warnings); by default only the tail is kept for errors. */
   onLog?: (line: string) => void;
 }
@@ -168,7 +168,7 @@ class WorkerConnection {
     private readonly child: ChildProcessWithoutNullStreams,
     private readonly describe: string,
     onLog?: (line: string) => void,
-    private readonly onProgress?: (op: string, done: number, total: number) => void,
+    public onProgress?: ProgressListener,
   ) {
     createInterface({ input: child.stdout }).on('line', (line) => this.onLine(line));
     createInterface({ input: child.stderr }).on('line', (line) => {
@@ -385,6 +385,10 @@ export class TorchEngine implements PolicyEngine {
       await worker.shutdown(2000);
       throw e;
     }
+  }
+
+  setProgressListener(listener: ProgressListener | null): void {
+    this.worker.onProgress = listener ?? undefined;
   }
 
   private call<T>(op: string, payload: Record<string, unknown>): Promise<T> {
