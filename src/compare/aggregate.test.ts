@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { loadConfig } from '../config/load.ts';
 import { inertInBoth } from '../config/schema.ts';
 import { aggregate, meanCurve, type RunRecord } from './aggregate.ts';
-import { bracketingCheckpoints, checkpointScoreAt, type KeptCheckpoint } from './checkpoint-evals.ts';
+import { bracketingCheckpoints, checkpointScoreAt, checkpointTaskScoresAt, type KeptCheckpoint } from './checkpoint-evals.ts';
 import type { FinalEval } from './final-eval.ts';
 import { parseMetrics } from './metrics.ts';
 import { reportCompare, parseSeeds, parseSteps, configDifferences } from './runner.ts';
@@ -295,6 +295,44 @@ describe('score at equal steps from evaluated checkpoints', () => {
     });
   });
 
+  it('per task: each task interpolated between the same two evaluations; a task missing from either is left out', () => {
+    const setting = { split: 'test', variations: 50 };
+    const twoTasks = (name: string, steps: number, tasks: Record<string, number>): KeptCheckpoint => ({
+      name,
+      dir: `/x/${name}`,
+      envSteps: steps,
+      evaluated: { ...evalRecord(name, 50, 0, steps), per_task: Object.entries(tasks).map(([task, s]) => ({ task, episodes: 50, mean_score: s, success_rate: 0 })) },
+      final: null,
+      logged: null,
+    });
+    const cs = [twoTasks('iter-000004', 8, { power: 10, clue: 0, maze: 5 }), twoTasks('iter-000008', 16, { power: 30, clue: 40 })];
+    // power 10 + 20·7/8 = 27.5; clue 0 + 40·7/8 = 35; maze only in the first evaluation.
+    expect(checkpointTaskScoresAt(cs, 15, setting)).toEqual([{ task: 'power', score: 27.5 }, { task: 'clue', score: 35 }]);
+    expect(checkpointTaskScoresAt(cs, 8, setting)).toEqual([{ task: 'power', score: 10 }, { task: 'clue', score: 0 }, { task: 'maze', score: 5 }]);
+    expect(checkpointTaskScoresAt(cs, 17, setting)).toEqual([]);
+    expect(checkpointTaskScoresAt(cs, 15, { split: 'test', variations: 10 })).toEqual([]);
+
+    // Two seeds of A and B with these per-task evaluations: B − A per task, seed by seed.
+    const run = (label: string, seed: number, power: number, clue: number): RunRecord => ({
+      ...record(label, seed, [[0, 0, 10], [1, 8, 20], [2, 16, 30]]),
+      checkpoints: [twoTasks('iter-000001', 8, { power: 0, clue: 0 }), twoTasks('iter-000002', 16, { power, clue })],
+    });
+    const cmp = aggregate([
+      { label: 'A', runs: [run('A', 0, 10, 20), run('A', 1, 30, 20)] },
+      { label: 'B', runs: [run('B', 0, 20, 10), run('B', 1, 50, 10)] },
+    ]);
+    expect(cmp.equalSteps).toEqual([16]);
+    const [a] = cmp.configs;
+    expect(a.checkpointScoreAtSteps[0].perTask.map((t) => [t.task, t.runs, t.score!.mean])).toEqual([
+      ['power', [{ seed: 0, score: 10 }, { seed: 1, score: 30 }], 20],
+      ['clue', [{ seed: 0, score: 20 }, { seed: 1, score: 20 }], 20],
+    ]);
+    const power = cmp.paired.find((p) => p.metric === 'power: score @ 16 steps (checkpoints)')!;
+    expect(power.difference.diffs).toEqual([10, 20]);
+    const clue = cmp.paired.find((p) => p.metric === 'clue: score @ 16 steps (checkpoints)')!;
+    expect(clue.difference.diffs).toEqual([-10, -10]);
+  });
+
   const withCheckpoints = (label: string, seed: number, checkpoints: KeptCheckpoint[]): RunRecord => ({ ...record(label, seed, [[0, 0, 10], [1, 10, 20], [2, 20, 30]]), checkpoints });
   const groups = [
     { label: 'A', runs: [withCheckpoints('A', 0, kept([[1, 10, 20], [2, 20, null]], 40)), withCheckpoints('A', 1, kept([[4, 8, 10], [8, 16, 30]]))] },
@@ -526,12 +564,16 @@ describe('report from run folders (--report-only)', () => {
     expect(md).toContain('| A | 2/2 | 41.0 ± 12.7 | 32.0 | 50.0 |');
     expect(md).toContain('| B | 1/2 | 35.0 | 35.0 | – |');
     expect(md).toContain('| B − A | score @ 16 steps (checkpoints on 20 test variations per task) | 1 | +3.0 | – | 1 / 0 / 0 | 0: +3.0 |');
+    expect(md).toContain('| task | A | B |\n| --- | --- | --- |\n| fetch | 41.0 ± 12.7 (2) | 35.0 (1) |');
+    expect(md).toContain('| B − A | fetch: score @ 16 steps (checkpoints) | 1 | +3.0 | – | 1 / 0 / 0 | 0: +3.0 |');
     const runsCsv = readFileSync(r.files.runsCsv, 'utf8').trim().split('\n').map((l) => l.split(','));
     const col = runsCsv[0].indexOf('checkpoint_score_at_16_steps');
     expect(runsCsv.slice(1).map((row) => row[col])).toEqual(['32', '50', '35', '']);
     const csv = readFileSync(r.files.csv, 'utf8').trim().split('\n').map((l) => l.split(','));
     expect(Number(csv[1][csv[0].indexOf('checkpoint_score_at_16_steps_mean')])).toBe(41);
     expect(csv[1][csv[0].indexOf('checkpoint_eval_variations')]).toBe('20');
+    expect(Number(csv[2][csv[0].indexOf('checkpoint_task_fetch_score_at_16_steps_mean')])).toBe(35);
+    expect(runsCsv.slice(1).map((row) => row[runsCsv[0].indexOf('checkpoint_task_fetch_score_at_16_steps')])).toEqual(['32', '50', '35', '']);
   });
 
   it('an output folder without runs is a clear error', async () => {

@@ -7,7 +7,7 @@
  * because configs differ in how many steps one iteration takes; comparing at equal iterations
  * would favour whichever algorithm spends more steps per iteration.
  */
-import { checkpointScoreAt, type EvalSetting, type KeptCheckpoint } from './checkpoint-evals.ts';
+import { checkpointScoreAt, checkpointTaskScoresAt, type EvalSetting, type KeptCheckpoint } from './checkpoint-evals.ts';
 import type { FinalEval } from './final-eval.ts';
 import type { EvalLine, RunMetrics } from './metrics.ts';
 import { interpolateAt, normalizedArea, pairedDifference, summarize, type CurvePoint, type PairedDifference, type Summary } from './stats.ts';
@@ -72,7 +72,13 @@ export interface ConfigResult {
     perTask: { task: string; score: Summary | null; success: Summary | null }[];
   } | null;
   /** Per equal-steps point, the score interpolated between the evaluated checkpoints around it (Comparison.checkpointEval); empty without such evaluations. */
-  checkpointScoreAtSteps: { steps: number; runs: { seed: number; score: number }[]; score: Summary | null }[];
+  checkpointScoreAtSteps: {
+    steps: number;
+    runs: { seed: number; score: number }[];
+    score: Summary | null;
+    /** The same per task (family), over the runs that have both bracketing evaluations. */
+    perTask: { task: string; runs: { seed: number; score: number }[]; score: Summary | null }[];
+  }[];
 }
 
 /** One metric of one config against the first config, seed by seed. */
@@ -155,6 +161,11 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
     }
   }
   const checkpointScoreOf = (steps: number) => (r: RunRecord) => checkpointScore.get(r)?.get(steps) ?? null;
+  const checkpointTaskScoreOf = (steps: number, task: string) => (r: RunRecord) =>
+    checkpointEval ? (checkpointTaskScoresAt(r.checkpoints ?? [], steps, checkpointEval).find((t) => t.task === task)?.score ?? null) : null;
+  const checkpointTasks = checkpointEval
+    ? [...new Set(allIncluded.flatMap((r) => equalSteps.flatMap((steps) => checkpointTaskScoresAt(r.checkpoints ?? [], steps, checkpointEval).map((t) => t.task))))]
+    : [];
   const auc = rangeOk ? (r: RunRecord) => normalizedArea(curves.get(r)!, commonRange.from, commonRange.to) : null;
 
   const configs: ConfigResult[] = split.map(({ label, included, excluded }) => {
@@ -179,7 +190,14 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
               const score = checkpointScoreOf(steps)(r);
               return score === null ? [] : [{ seed: r.seed, score }];
             });
-            return { steps, runs, score: summarize(runs.map((x) => x.score)) };
+            const perTask = checkpointTasks.map((task) => {
+              const taskRuns = included.flatMap((r) => {
+                const score = checkpointTaskScoreOf(steps, task)(r);
+                return score === null ? [] : [{ seed: r.seed, score }];
+              });
+              return { task, runs: taskRuns, score: summarize(taskRuns.map((x) => x.score)) };
+            });
+            return { steps, runs, score: summarize(runs.map((x) => x.score)), perTask };
           })
         : [],
     };
@@ -193,6 +211,9 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
   if (finalEval) metrics.push({ metric: `score on ${finalEval.variations} ${finalEval.split} variations per task (final checkpoint)`, value: (r) => r.finalEval?.mean_score ?? null });
   if (checkpointEval) {
     for (const steps of equalSteps) metrics.push({ metric: `score @ ${fmtSteps(steps)} steps (checkpoints on ${checkpointEval.variations} ${checkpointEval.split} variations per task)`, value: checkpointScoreOf(steps) });
+    for (const steps of equalSteps) {
+      for (const task of checkpointTasks) metrics.push({ metric: `${task}: score @ ${fmtSteps(steps)} steps (checkpoints)`, value: checkpointTaskScoreOf(steps, task) });
+    }
   }
   for (const steps of equalSteps) metrics.push({ metric: `score @ ${fmtSteps(steps)} steps`, value: scoreAt(steps) });
   if (rangeOk && auc) metrics.push({ metric: `AUC ${fmtSteps(commonRange.from)}–${fmtSteps(commonRange.to)}`, value: auc });

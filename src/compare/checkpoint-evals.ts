@@ -160,3 +160,18 @@ export function checkpointScoreAt(checkpoints: KeptCheckpoint[], steps: number, 
   }
   return { score: interpolateAt(around.map((c, i) => ({ x: c.envSteps, y: scores[i]! })), steps)! };
 }
+
+/**
+ * Per task, the score at `steps` interpolated as checkpointScoreAt does, for the tasks both
+ * bracketing evaluations report; empty where checkpointScoreAt has no score.
+ */
+export function checkpointTaskScoresAt(checkpoints: KeptCheckpoint[], steps: number, setting: EvalSetting): { task: string; score: number }[] {
+  const around = bracketingCheckpoints(checkpoints, steps);
+  const evals = around?.map((c) => evalOf(c, setting));
+  if (!around || !evals || evals.some((e) => e === undefined)) return [];
+  return evals[0]!.per_task.flatMap(({ task }) => {
+    const scores = evals.map((e) => e!.per_task.find((t) => t.task === task)?.mean_score);
+    if (scores.some((s) => s === undefined)) return [];
+    return [{ task, score: interpolateAt(around.map((c, i) => ({ x: c.envSteps, y: scores[i]! })), steps)! }];
+  });
+}

@@ -82,6 +82,18 @@ export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
         const bySeed = (seed: number) => at?.runs.find((r) => r.seed === seed)?.score.toFixed(1) ?? '–';
         out.push(row([c.label, `${at?.runs.length ?? 0}/${c.included.length}`, score(at?.score ?? null), ...seeds.map(bySeed)]));
       }
+      const tasks = [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[i]?.perTask.map((t) => t.task) ?? []))];
+      if (tasks.length > 0) {
+        const taskHead = ['task', ...cmp.configs.map((c) => c.label)];
+        out.push('', `Per task, score @ ${fmtSteps(steps)} steps (mean ± sample std over runs; runs counted in brackets):`, '', row(taskHead), row(taskHead.map(() => '---')));
+        for (const task of tasks) {
+          const cell = (c: Comparison['configs'][number]) => {
+            const t = c.checkpointScoreAtSteps[i]?.perTask.find((p) => p.task === task);
+            return t && t.runs.length > 0 ? `${score(t.score)} (${t.runs.length})` : '–';
+          };
+          out.push(row([task, ...cmp.configs.map(cell)]));
+        }
+      }
     }
   }
   if (cmp.paired.length > 0) out.push('', ...pairedTable(cmp));
@@ -141,6 +153,8 @@ export function formatResultsCsv(cmp: Comparison): string {
   for (const t of tasks) head.push(...stat(`task_${t}_score`), ...stat(`task_${t}_success_rate`));
   head.push('final_eval_variations', 'final_eval_runs', ...stat('final_eval_score'), ...stat('final_eval_success_rate'));
   head.push('checkpoint_eval_variations', ...cmp.equalSteps.flatMap((st) => stat(`checkpoint_score_at_${st}_steps`)));
+  const checkpointTasks = checkpointTaskColumns(cmp);
+  for (const { steps, task } of checkpointTasks) head.push(...stat(`checkpoint_task_${task}_score_at_${steps}_steps`));
   const rows = cmp.configs.map((c) => {
     const cells: (string | number | null)[] = [c.label, c.included.length, c.included.length + c.excluded.length, ...values(c.finalScore), ...values(c.finalSuccess)];
     for (const s of c.scoreAtSteps) cells.push(...values(s.score));
@@ -152,14 +166,24 @@ export function formatResultsCsv(cmp: Comparison): string {
     const e = c.finalEval;
     cells.push(cmp.finalEval?.variations ?? null, e ? e.runs.length : null, ...values(e?.score ?? null), ...values(e?.success ?? null));
     cells.push(cmp.checkpointEval?.variations ?? null, ...cmp.equalSteps.flatMap((_, i) => values(c.checkpointScoreAtSteps[i]?.score ?? null)));
+    for (const { index, task } of checkpointTasks) cells.push(...values(c.checkpointScoreAtSteps[index]?.perTask.find((t) => t.task === task)?.score ?? null));
     return cells;
   });
   return toCsv([head, ...rows]);
 }
 
+/** (equal-steps point, task) pairs with a per-task checkpoint score in some config, for the CSV columns. */
+function checkpointTaskColumns(cmp: Comparison): { index: number; steps: number; task: string }[] {
+  return cmp.equalSteps.flatMap((steps, index) =>
+    [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[index]?.perTask.map((t) => t.task) ?? []))].map((task) => ({ index, steps, task })),
+  );
+}
+
 /** One row per planned run, counted or not, with the per-run numbers behind the summary. */
 export function formatRunsCsv(cmp: Comparison): string {
   const head = ['config', 'seed', 'status', 'counted', 'dir', 'iterations', 'final_env_steps', 'final_score', 'final_success_rate', ...cmp.equalSteps.map((s) => `score_at_${s}_steps`), 'auc', 'wall_seconds', 'wall_source', 'note', 'final_eval_variations', 'final_eval_episodes', 'final_eval_score', 'final_eval_success_rate', ...cmp.equalSteps.map((st) => `checkpoint_score_at_${st}_steps`)];
+  const checkpointTasks = checkpointTaskColumns(cmp);
+  for (const { steps, task } of checkpointTasks) head.push(`checkpoint_task_${task}_score_at_${steps}_steps`);
   const rows: (string | number | null)[][] = [];
   for (const c of cmp.configs) {
     for (const r of [...c.included, ...c.excluded]) {
@@ -186,6 +210,9 @@ export function formatRunsCsv(cmp: Comparison): string {
         r.finalEval?.mean_score ?? null,
         r.finalEval?.success_rate ?? null,
         ...cmp.equalSteps.map((_, i) => (c.included.includes(r) ? (c.checkpointScoreAtSteps[i]?.runs.find((x) => x.seed === r.seed)?.score ?? null) : null)),
+        ...checkpointTasks.map(({ index, task }) =>
+          c.included.includes(r) ? (c.checkpointScoreAtSteps[index]?.perTask.find((t) => t.task === task)?.runs.find((x) => x.seed === r.seed)?.score ?? null) : null,
+        ),
       ]);
     }
   }
