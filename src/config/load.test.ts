@@ -263,6 +263,14 @@ describe('describeOptions', () => {
       expect(lines.some((l) => l.trim().startsWith(key + ' '))).toBe(true);
     }
   });
+
+  it('a section that defaults to null is listed, then the keys it takes with their defaults when given', () => {
+    const lines = describeOptions().map((l) => l.trim());
+    expect(lines.find((l) => l.startsWith('model.lora '))).toMatch(/^model\.lora\s+null\s+train LoRA adapters/);
+    expect(lines.find((l) => l.startsWith('model.lora.r '))).toMatch(/^model\.lora\.r\s+16\s+LoRA rank/);
+    expect(lines.find((l) => l.startsWith('rollout.remote.base_url '))).toMatch(/^rollout\.remote\.base_url\s+\(required\)\s+the server/);
+    expect(lines.find((l) => l.startsWith('rollout.remote.timeout_s '))).toMatch(/\s120\s/);
+  });
 });
 
 describe('options moved under experimental: (configs, saved runs and --set lines written before the move)', () => {

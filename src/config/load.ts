@@ -177,9 +177,15 @@ export interface OptionEntry {
   path: string;
   default: unknown;
   description: string;
+  /** A key that must be given when its section is (inside a section that defaults to null). */
+  required?: boolean;
 }
 
-/** Every option in schema order: nested sections are walked, `options` mappings and nullable sections are leaves. */
+/**
+ * Every option in schema order: nested sections are walked, `options` mappings are leaves, and a
+ * section that defaults to null (model.lora, rollout.remote) is listed itself, then the keys it
+ * takes when given, with the defaults they get then.
+ */
 export function optionEntries(): OptionEntry[] {
   const entries: OptionEntry[] = [];
   const defaults = ConfigSchema.parse({}) as Record<string, unknown>;
@@ -189,10 +195,17 @@ export function optionEntries(): OptionEntry[] {
     for (const [key, child] of Object.entries(shape)) {
       const path = prefix ? `${prefix}.${key}` : key;
       const value = (defaultsHere as Record<string, unknown>)?.[key];
-      if (objectShape(child as z.ZodType) && value && typeof value === 'object' && !Array.isArray(value) && key !== 'options') {
+      const inner = key === 'options' ? null : objectShape(child as z.ZodType);
+      if (inner && value && typeof value === 'object' && !Array.isArray(value)) {
         walk(child as z.ZodType, path, value);
-      } else {
-        entries.push({ path, default: value, description: (child as z.ZodType).description ?? '' });
+        continue;
+      }
+      entries.push({ path, default: value, description: (child as z.ZodType).description ?? '' });
+      if (inner && value === null) {
+        for (const [innerKey, field] of Object.entries(inner)) {
+          const given = field.safeParse(undefined);
+          entries.push({ path: `${path}.${innerKey}`, default: given.success ? given.data : undefined, description: field.description ?? '', ...(given.success ? {} : { required: true }) });
+        }
       }
     }
   };
@@ -214,7 +227,7 @@ export function describeOptions(): string[] {
     const about = here !== section && o.path.includes('.') ? sectionDescription(here) : null;
     if (about) lines.push(`  ${`${here}.*`.padEnd(35)} ${''.padEnd(16)} ${about}`);
     section = here;
-    lines.push(`  ${o.path.padEnd(35)} ${JSON.stringify(o.default)?.padEnd(16)} ${o.description}`);
+    lines.push(`  ${o.path.padEnd(35)} ${(o.required ? '(required)' : JSON.stringify(o.default)).padEnd(16)} ${o.description}`);
   }
   return lines;
 }
@@ -237,7 +250,7 @@ export function configReference(): string {
   for (const [section, entries] of sections) {
     const about = sectionDescription(section);
     out.push('', `## ${section}`, '', ...(about ? [about[0].toUpperCase() + about.slice(1) + '.', ''] : []), '| key | default | what it does |', '|---|---|---|');
-    for (const o of entries) out.push(`| \`${o.path}\` | \`${cell(JSON.stringify(o.default) ?? 'none')}\` | ${cell(o.description)} |`);
+    for (const o of entries) out.push(`| \`${o.path}\` | ${o.required ? 'required' : `\`${cell(JSON.stringify(o.default) ?? 'none')}\``} | ${cell(o.description)} |`);
   }
   return out.join('\n') + '\n';
 }
