@@ -317,7 +317,7 @@ webshop
   .description('start a local shop page to pick a goal, search, click and buy, showing the reward and its parts')
   .option('--host <host>', 'interface to listen on', '127.0.0.1')
   .option('--port <port>', 'port (0 picks a free one)', '3000')
-  .option('--data <dir>', 'directory with the WebShop data files (default: ../shared/data/webshop or $EMPO2_WEBSHOP_DATA)')
+  .option('--data <dir>', 'directory with the WebShop data files (default: $EMPO2_WEBSHOP_DATA, else ../shared/data/webshop)')
   .action(async (opts) => {
     const { startWebShopServer } = await import('../envs/webshop/index.ts');
     const server = await startWebShopServer({ host: opts.host, port: Number(opts.port), ...(opts.data ? { dataDir: opts.data } : {}) });
