@@ -26,6 +26,7 @@ import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
 import { MetricsLog } from './metrics-log.ts';
 import { environmentCount, oracleOf } from './rollout.ts';
 import { buildWarmupExamples, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
+import { RunLock } from './run-lock.ts';
 import { openRunRecorders } from './trajectories.ts';
 
 export interface RunContext {
@@ -55,6 +56,8 @@ export interface RunContext {
   /** The model directory a checkpoint of a LoRA run refers to (null: the default tiny model). */
   baseModelDir: string | null;
   interrupts: InterruptHandling | null;
+  /** This process's hold on cfg.run_dir (./run-lock.ts), released by closeRun. */
+  lock: RunLock;
 }
 
 /**
@@ -63,9 +66,18 @@ export interface RunContext {
  */
 export async function openRun(cfg: Config, resume: boolean, handleSignals: boolean, log: (line: string) => void): Promise<RunContext> {
   const backend = await initBackend();
-  const runDir = cfg.run_dir;
-  mkdirSync(runDir, { recursive: true });
+  mkdirSync(cfg.run_dir, { recursive: true });
+  const lock = RunLock.acquire(cfg.run_dir, log);
+  try {
+    return await openLockedRun(cfg, resume, handleSignals, log, backend, lock);
+  } catch (e) {
+    lock.release();
+    throw e;
+  }
+}
 
+async function openLockedRun(cfg: Config, resume: boolean, handleSignals: boolean, log: (line: string) => void, backend: string, lock: RunLock): Promise<RunContext> {
+  const runDir = cfg.run_dir;
   const resumeFrom = resume ? latestCheckpoint(runDir) : null;
   if (resume && !resumeFrom) throw new Error(`--resume: no checkpoint in ${join(runDir, 'checkpoints')}`);
   if (!resume && latestCheckpoint(runDir)) throw new Error(`${runDir} already holds a run; use --resume to continue it or choose another run_dir`);
@@ -128,7 +140,7 @@ export async function openRun(cfg: Config, resume: boolean, handleSignals: boole
     log(`rollouts through ${cfg.rollout.remote!.base_url} (weights pushed after every update: ${cfg.rollout.remote!.sync === 'load_weights' ? 'yes' : 'no'})`);
   }
   return {
-    cfg, algo, log, resumeFrom, training, engine, rolloutEngine, remoteRollouts, memory, rehearsal, state, rng, metrics, recorders, envs, tasks, trainVariations, baseModelDir,
+    cfg, algo, log, resumeFrom, training, engine, rolloutEngine, remoteRollouts, memory, rehearsal, state, rng, metrics, recorders, envs, tasks, trainVariations, baseModelDir, lock,
     get interrupts() {
       return holder.interrupts;
     },
@@ -146,13 +158,17 @@ export function saveRunCheckpoint(run: RunContext): Promise<string> {
 
 /**
  * Closes the environments (which may own processes: ScienceWorld simulators), the memory and the
- * engine. After an error, failures to close are ignored so that the error itself is what surfaces.
+ * engine, and gives up the run folder's lock. After an error, failures to close are ignored so that the error itself is what surfaces.
  */
 export async function closeRun(run: RunContext, afterError = false): Promise<void> {
   const ignored = (p: Promise<void>) => (afterError ? p.catch(() => undefined) : p);
-  await Promise.all(run.envs.map((env) => ignored(env.close())));
-  run.memory?.dispose();
-  await ignored(run.training.close());
+  try {
+    await Promise.all(run.envs.map((env) => ignored(env.close())));
+    run.memory?.dispose();
+    await ignored(run.training.close());
+  } finally {
+    run.lock.release();
+  }
 }
 
 /**

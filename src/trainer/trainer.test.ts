@@ -4,9 +4,9 @@
  * hand-made episodes against a recording engine.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../config/load.ts';
 import type { Config } from '../config/schema.ts';
@@ -243,6 +243,22 @@ describe('train() end to end', () => {
 
   it('refuses to start a fresh run in a run_dir that already holds one', async () => {
     await expect(train(tinyConfig(runDir, 5), { resume: false, log: () => {} })).rejects.toThrow(`${runDir} already holds a run; use --resume`);
+  });
+
+  it('refuses a run_dir another trainer holds, naming its pid, and leaves no lock when it finishes or fails', async () => {
+    expect(existsSync(join(runDir, 'run.lock'))).toBe(false); // the finished run above gave its lock up
+    const dir = join(root, 'locked');
+    mkdirSync(dir, { recursive: true });
+    const other = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60000)']);
+    try {
+      writeFileSync(join(dir, 'run.lock'), JSON.stringify({ pid: other.pid, host: hostname(), started: '2026-11-25T10:00:00.000Z' }));
+      await expect(train(tinyConfig(dir, 1), { resume: false, log: () => {} })).rejects.toThrow(`${dir} is in use by pid ${other.pid}`);
+      expect(existsSync(join(dir, 'config.yaml'))).toBe(false); // refused before writing anything
+    } finally {
+      other.kill();
+    }
+    await expect(train(tinyConfig(runDir, 5), { resume: false, log: () => {} })).rejects.toThrow('already holds a run');
+    expect(existsSync(join(runDir, 'run.lock'))).toBe(false);
   });
 
   it('refuses --resume when there is no checkpoint', async () => {

@@ -40,7 +40,15 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const run = await openRun(cfg, opts.resume, opts.handleSignals ?? false, log);
   const { algo, engine, memory, rehearsal, remoteRollouts, state, rng, metrics } = run;
   // The "before" of the before/after table; on resume, the one logged when the run started.
-  const initialEval = metrics.evalAt(0) ?? (state.iteration === 0 ? await evaluateAndLog(run, 0) : null);
+  const closingOnError = async <T>(work: Promise<T>): Promise<T> => {
+    try {
+      return await work;
+    } catch (e) {
+      await closeRun(run, true);
+      throw e;
+    }
+  };
+  const initialEval = metrics.evalAt(0) ?? (state.iteration === 0 ? await closingOnError(evaluateAndLog(run, 0)) : null);
   if (state.iteration >= cfg.train.iterations) log(`the run already finished its ${state.iteration} iterations; raise train.iterations to train it longer`);
 
   const started = performance.now() - state.elapsedSeconds * 1000;
@@ -93,7 +101,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   let finalEval = lastEval;
   if (!interrupted) {
     // A finished run that is resumed (or one stopped between its final checkpoint and evaluation) keeps its logged evaluation.
-    finalEval = metrics.evalAt(state.iteration) ?? (await evaluateAndLog(run, state.iteration));
+    finalEval = metrics.evalAt(state.iteration) ?? (await closingOnError(evaluateAndLog(run, state.iteration)));
     const table = formatEvalTable(finalEval, initialEval);
     writeFileSync(join(cfg.run_dir, 'eval.md'), table + '\n');
     log('\n' + table);
