@@ -137,8 +137,10 @@ function planRuns(opts: CompareOptions, out: string): { entries: Manifest['confi
   });
   const entries = opts.configs.map((file, i) => ({ label: labels[i], config: resolve(file), set: [...opts.set], seeds: [...opts.seeds] }));
   const runs: PlannedRun[] = [];
-  for (const e of entries) {
-    for (const seed of opts.seeds) {
+  // Seed by seed, so that the configs of one seed (a pair of the paired comparison) run side by side
+  // and finish together: a comparison stopped early still holds complete pairs.
+  for (const seed of opts.seeds) {
+    for (const e of entries) {
       const dir = runDirFor(out, e.label, seed);
       const overrides = [...e.set, `seed=${seed}`, `run_dir=${dir}`];
       // Loading every config before starting anything turns a typo into one error, not N failed runs.
