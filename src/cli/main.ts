@@ -60,7 +60,11 @@ withConfig(program.command('train').description('train a policy (default: the ti
     const { train } = await import('../trainer/trainer.ts');
     const result = await train(cfg, { resume: !!opts.resume, handleSignals: true, progress: true });
     if (result.interrupted) {
-      console.log(`stopped at iteration ${result.iterations}; continue with: empo2 train --run-dir ${cfg.run_dir} --resume`);
+      console.log(
+        result.iterations === 0
+          ? `stopped before iteration 1, with no checkpoint; start again with: empo2 train --run-dir ${cfg.run_dir}`
+          : `stopped at iteration ${result.iterations}; continue with: empo2 train --run-dir ${cfg.run_dir} --resume`,
+      );
       process.exitCode = 130;
     }
   });

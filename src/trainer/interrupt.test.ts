@@ -247,6 +247,40 @@ describe('Ctrl-C during `empo2 train` (real process, real signals)', () => {
     expectCompleteLatest(runDir, 2);
   }, 180_000);
 
+  it('during the first or the final evaluation, the first stops the evaluation; --resume makes the final one', async () => {
+    // One episode at a time over 40 variations: about a thousand policy calls per evaluation.
+    const settings = [...SETTINGS.filter((x) => !x.startsWith('env.eval_variations')), 'env.eval_variations=40', 'env.max_instances=1'];
+    const runDir = join(root, 'evaluations');
+    const before = startTrainer(runDir, { iterations: 1, settings });
+    await before.waitFor(/^evaluating before training/);
+    before.ctrlC();
+    let { code } = await before.exited;
+    let output = before.lines.join('\n');
+    expect(code, output).toBe(130);
+    expect(output).toContain('interrupt: stopping this evaluation');
+    expect(output).toContain(`stopped before iteration 1, with no checkpoint; start again with: empo2 train --run-dir ${runDir}`);
+    expect(existsSync(join(runDir, 'checkpoints', 'latest.json'))).toBe(false);
+
+    const final = startTrainer(runDir, { iterations: 1, settings });
+    await final.waitFor(/^final evaluation at iteration 1 /);
+    final.ctrlC();
+    ({ code } = await final.exited);
+    output = final.lines.join('\n');
+    expect(code, output).toBe(130);
+    expect(output).toContain('stopped the evaluation at iteration 1; nothing of it was kept');
+    expect(output).toContain(`stopped at iteration 1; continue with: empo2 train --run-dir ${runDir} --resume`);
+    expectCompleteLatest(runDir, 1);
+    expect(existsSync(join(runDir, 'eval.md'))).toBe(false);
+
+    const resumed = startTrainer(runDir, { iterations: 1, settings, flags: ['--resume'] });
+    ({ code } = await resumed.exited);
+    output = resumed.lines.join('\n');
+    expect(code, output).toBe(0);
+    expect(existsSync(join(runDir, 'eval.md'))).toBe(true);
+    const evals = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { type: string; iteration: number }).filter((m) => m.type === 'eval');
+    expect(evals.map((e) => e.iteration)).toEqual([0, 1]);
+  }, 240_000);
+
   it('a second exits at once, in the middle of the iteration, leaving the last complete checkpoint', async () => {
     const runDir = join(root, 'twice');
     const serve = await startServe('twice-model');

@@ -30,6 +30,17 @@
 import type { PolicyEngine } from '../policy/types.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 
+/**
+ * Thrown at the next policy call after a Ctrl-C during an evaluation outside the loop (the first,
+ * before iteration 1, or the final one): nothing is left to save, so the run stops there.
+ */
+export class EvaluationInterrupted extends Error {
+  constructor() {
+    super('evaluation interrupted');
+    this.name = 'EvaluationInterrupted';
+  }
+}
+
 export interface InterruptOptions {
   /** Some policy calls of this run hold the thread (TensorFlow.js in this process). */
   holdsTheThread: boolean;
@@ -40,6 +51,8 @@ export class InterruptHandling {
   private listening = true;
   private acknowledged = false;
   private disposed = false;
+  /** An evaluation outside the loop is running: a Ctrl-C ends it at the next policy call. */
+  private evaluating = false;
 
   /** `beforeExit` runs (synchronously) just before this handler exits on a second signal. */
   constructor(
@@ -57,7 +70,24 @@ export class InterruptHandling {
 
   /** Called before every policy call: a pending switch to SIGINT's default action is made here. */
   beforePolicyCall(): void {
-    if (this.stop) this.useDefaultAction();
+    if (!this.stop) return;
+    this.useDefaultAction();
+    if (this.evaluating) throw new EvaluationInterrupted();
+  }
+
+  /**
+   * `work`, an evaluation before the first iteration or after the last, during which the first
+   * Ctrl-C ends the evaluation (EvaluationInterrupted) instead of waiting for an iteration to end:
+   * it would take as long as the evaluation itself, and `--resume` makes it again. A Ctrl-C that
+   * came before it (during the last iteration) ends it at its first call.
+   */
+  async evaluation<T>(work: () => Promise<T>): Promise<T> {
+    this.evaluating = true;
+    try {
+      return await work();
+    } finally {
+      this.evaluating = false;
+    }
   }
 
   /**
@@ -108,7 +138,11 @@ export class InterruptHandling {
   private acknowledge(): void {
     if (this.acknowledged) return;
     this.acknowledged = true;
-    this.log('interrupt: finishing this iteration, saving a checkpoint, then stopping (Ctrl-C again to exit at once)');
+    this.log(
+      this.evaluating
+        ? 'interrupt: stopping this evaluation; the last checkpoint is complete and --resume makes the evaluation again (Ctrl-C again to exit at once)'
+        : 'interrupt: finishing this iteration, saving a checkpoint, then stopping (Ctrl-C again to exit at once)',
+    );
   }
 }
 

@@ -192,7 +192,7 @@ describe('train() end to end', () => {
     expect(readFileSync(join(runDir, 'eval.md'), 'utf8')).toBe(table);
     expect(logs.some((l) => l.startsWith('eval @'))).toBe(false);
     expect(logs).toContain('the run already finished its 3 iterations; raise train.iterations to train it longer');
-    expect(result.finalEval.summary.mean_score).toBe(metrics(runDir).filter((m) => m.type === 'eval').at(-1)!.mean_score);
+    expect(result.finalEval!.summary.mean_score).toBe(metrics(runDir).filter((m) => m.type === 'eval').at(-1)!.mean_score);
     expect(result.initialEval!.iteration).toBe(0);
   });
 

@@ -15,6 +15,7 @@ import { grpoUpdate, updateSettings } from './grpo.ts';
 import { evalRecord, formatEvalLine, formatIterationLine, trainRecord } from './iteration-log.ts';
 import { EpisodeProgress, watchUpdate } from './progress.ts';
 import { rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob } from './rollout.ts';
+import { EvaluationInterrupted } from './interrupt.ts';
 import { closeRun, openRun, saveRunCheckpoint, stopRequested, type RunContext } from './run-context.ts';
 import { recordEpisodes, spreadSample, tipFollowRate } from './trajectories.ts';
 
@@ -31,7 +32,9 @@ export interface TrainResult {
   runDir: string;
   iterations: number;
   initialEval: EvalResult | null;
-  finalEval: EvalResult;
+  /** Null when the run was stopped before any evaluation finished. */
+  finalEval: EvalResult | null;
+  /** Stopped by Ctrl-C: after an iteration's checkpoint, or during the first or the final evaluation. */
   interrupted: boolean;
 }
 
@@ -39,16 +42,30 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const log = opts.log ?? ((l: string) => console.log(l));
   const run = await openRun(cfg, opts.resume, opts.handleSignals ?? false, log);
   const { algo, engine, memory, rehearsal, remoteRollouts, state, rng, metrics } = run;
-  // The "before" of the before/after table; on resume, the one logged when the run started.
-  const closingOnError = async <T>(work: Promise<T>): Promise<T> => {
+  // Before the first iteration and after the last, a Ctrl-C stops the evaluation itself (./interrupt.ts).
+  const outsideLoop = async (iteration: number): Promise<EvalResult | null> => {
+    const interrupts = run.interrupts;
     try {
-      return await work;
+      if (!interrupts) return await evaluateAndLog(run, iteration);
+      log(iteration === 0 ? 'evaluating before training (Ctrl-C stops the run here, with nothing saved)' : `final evaluation at iteration ${iteration} (Ctrl-C stops it; the checkpoint is saved and --resume makes it again)`);
+      return await interrupts.evaluation(() => evaluateAndLog(run, iteration));
     } catch (e) {
-      await closeRun(run, true);
-      throw e;
+      if (!(e instanceof EvaluationInterrupted)) {
+        run.interrupts?.dispose();
+        await closeRun(run, true);
+        throw e;
+      }
+      log(`stopped the evaluation at iteration ${iteration}; nothing of it was kept`);
+      return null;
     }
   };
-  const initialEval = metrics.evalAt(0) ?? (state.iteration === 0 ? await closingOnError(evaluateAndLog(run, 0)) : null);
+  // The "before" of the before/after table; on resume, the one logged when the run started.
+  const initialEval = metrics.evalAt(0) ?? (state.iteration === 0 ? await outsideLoop(0) : null);
+  if (state.iteration === 0 && !initialEval) {
+    run.interrupts?.dispose();
+    await closeRun(run);
+    return { runDir: cfg.run_dir, iterations: 0, initialEval, finalEval: null, interrupted: true };
+  }
   if (state.iteration >= cfg.train.iterations) log(`the run already finished its ${state.iteration} iterations; raise train.iterations to train it longer`);
 
   const started = performance.now() - state.elapsedSeconds * 1000;
@@ -93,21 +110,23 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       }
     }
   } catch (e) {
+    run.interrupts?.dispose();
     await closeRun(run, true);
     throw e;
-  } finally {
-    run.interrupts?.dispose();
   }
   let finalEval = lastEval;
   if (!interrupted) {
     // A finished run that is resumed (or one stopped between its final checkpoint and evaluation) keeps its logged evaluation.
-    finalEval = metrics.evalAt(state.iteration) ?? (await closingOnError(evaluateAndLog(run, state.iteration)));
-    const table = formatEvalTable(finalEval, initialEval);
-    writeFileSync(join(cfg.run_dir, 'eval.md'), table + '\n');
-    log('\n' + table);
+    finalEval = metrics.evalAt(state.iteration) ?? (await outsideLoop(state.iteration));
+    if (finalEval) {
+      const table = formatEvalTable(finalEval, initialEval);
+      writeFileSync(join(cfg.run_dir, 'eval.md'), table + '\n');
+      log('\n' + table);
+    } else interrupted = true;
   }
+  run.interrupts?.dispose();
   await closeRun(run);
-  return { runDir: cfg.run_dir, iterations: state.iteration, initialEval, finalEval: finalEval!, interrupted };
+  return { runDir: cfg.run_dir, iterations: state.iteration, initialEval, finalEval, interrupted };
 }
 
 /** Whether modes are drawn, and drawn once per `scope` (iteration, task group or rollout). */

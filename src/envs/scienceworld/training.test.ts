@@ -119,7 +119,7 @@ describe.skipIf(!gate.available)(`ScienceWorld in training (${gate.label})`, () 
     });
     expect(killed.length).toBeGreaterThanOrEqual(1);
     expect(result.iterations).toBe(1);
-    expect(result.finalEval.summary.episodes).toBe(1);
+    expect(result.finalEval!.summary.episodes).toBe(1);
     const metrics = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { type: string });
     expect(metrics.filter((m) => m.type === 'train')).toHaveLength(1);
     expect(logs.some((l) => l.includes('env scienceworld: 1 tasks (boil)'))).toBe(true);
