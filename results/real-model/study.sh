@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The real-model study's third attempt (RUNS.md, "Third attempt"): two slots, one per core, work down one
+# list of jobs; each job is what `empo2 compare` (or bench/adapt-vs-no-tips.ts) would run for it, and
+# each can be stopped and run again: it skips what is done and resumes what is not.
+#
+#   train:<label>:<seed>  empo2 train of configs/real-<label>.yaml into $OUT/<label>/seed<seed> (compare's
+#                         child command), then the evaluation of its iter-000006 checkpoint on 34
+#                         variations per task (compare --equal-steps-eval's child command), so that the
+#                         kept checkpoints at iterations 4, 6 and 8 all have an evaluation of 102 episodes
+#                         and any equal-steps point between them needs nothing more, even if the machine is
+#                         lost before the last run ends
+#   adapt:<label>:<seed>  memory-only adaptation of that run's final checkpoint (the protocol's command)
+#
+# After every job the small files of every run (no weights) are copied into $ARCHIVE, which is committed:
+# `compare --report-only --out $ARCHIVE` reads them as it reads the run folders.
+#
+#   STUDY=/work/wt/study bash results/real-model/study.sh     # from anywhere; stop with stop.sh
+set -uo pipefail
+STUDY=${STUDY:-/work/wt/study}
+OUT=${OUT:-/work/main/runs/real-model}
+ADAPT_OUT=${ADAPT_OUT:-/work/main/runs/real-model-adapt}
+ARCHIVE=${ARCHIVE:-/work/main/results/real-model/runs}
+JOBS=(train:grpo:0 train:empo2:0 train:grpo:1 train:empo2:1 train:grpo:2 train:empo2:2
+  adapt:grpo:0 adapt:empo2:0 adapt:grpo:1 adapt:empo2:1 adapt:grpo:2 adapt:empo2:2
+  train:gigpo:0 train:gigpo:1 train:gigpo:2)
+CLAIMS=$OUT/.claims
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+cd "$STUDY" || exit 1
+
+say() { echo "[study $(date -u +%FT%TZ) slot $SLOT] $*"; }
+
+finished() { [ -f "$OUT/$1/seed$2/eval.md" ]; }
+
+# The small files under $1 (metrics, evaluations, configs, reports; no weights, memories or
+# trajectories) into $2, and of each checkpoint its trainer_state.json and the latest pointer: enough
+# for compare's report.
+copy_small() {
+  [ -d "$1" ] || return 0
+  (cd "$1" && find . -name .claims -prune -o -name trajectories -prune -o -type f \( -path '*/checkpoints/*' \( -name trainer_state.json -o -name latest.json \) -o ! -path '*/checkpoints/*' \( -name '*.jsonl' -o -name '*.json' -o -name '*.yaml' -o -name '*.md' -o -name '*.csv' \) \) ! -name memory.json -print) |
+    while read -r f; do mkdir -p "$2/$(dirname "$f")" && cp -p "$1/$f" "$2/$f"; done
+}
+archive() { copy_small "$OUT" "$ARCHIVE" && copy_small "$ADAPT_OUT" "$ARCHIVE/adapt"; }
+
+train() { # label seed
+  local dir="$OUT/$1/seed$2" resume=()
+  if ! finished "$1" "$2"; then
+    [ -f "$dir/checkpoints/latest.json" ] && resume=(--resume)
+    mkdir -p "$dir"
+    say "train $1 seed $2 ${resume[*]}"
+    node bin/empo2.js train --config "configs/real-$1.yaml" --set env.max_instances=34 --set "seed=$2" --set "run_dir=$dir" "${resume[@]}" >>"$dir/train.log" 2>&1 || return $?
+  fi
+  local ck="$dir/checkpoints/iter-000006"
+  if [ -d "$ck" ] && [ ! -f "$dir/checkpoint-evals/iter-000006.json" ]; then
+    mkdir -p "$dir/checkpoint-evals"
+    say "evaluate $1 seed $2 iter-000006"
+    node bin/empo2.js eval "$ck" --config "$dir/config.yaml" --set env.eval_variations=34 --json "$dir/checkpoint-evals/iter-000006.json" >>"$dir/checkpoint-evals.log" 2>&1 || return $?
+  fi
+}
+
+adapt() { # label seed
+  until finished "$1" "$2"; do
+    [ -f "$CLAIMS/train:$1:$2/ended" ] && { say "adapt $1 seed $2: its training ended unfinished"; return 1; }
+    sleep 300
+  done
+  say "adapt $1 seed $2"
+  npx tsx bench/adapt-vs-no-tips.ts --checkpoint "$OUT/$1/seed$2" -c configs/real-empo2.yaml --set env.max_instances=34 \
+    --tasks fetch --seeds 0 --trials 5 --variations 10 --jobs 1 --out "$ADAPT_OUT/$1-seed$2" >>"$ADAPT_OUT/$1-seed$2.log" 2>&1
+}
+
+slot() {
+  for job in "${JOBS[@]}"; do
+    mkdir "$CLAIMS/$job" 2>/dev/null || continue
+    IFS=: read -r kind label seed <<<"$job"
+    $kind "$label" "$seed"
+    code=$?
+    touch "$CLAIMS/$job/ended"
+    archive
+    if [ $code -ne 0 ]; then say "$job stopped (exit $code); this slot stops"; return $code; fi
+    say "$job done"
+  done
+}
+
+rm -rf "$CLAIMS" && mkdir -p "$CLAIMS" "$ADAPT_OUT"
+SLOT=a slot &
+sleep 5
+SLOT=b slot &
+wait
