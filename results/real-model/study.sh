@@ -15,6 +15,7 @@
 # `compare --report-only --out $ARCHIVE` reads them as it reads the run folders.
 #
 #   STUDY=/work/wt/study bash results/real-model/study.sh     # from anywhere; stop with stop.sh
+#   bash results/real-model/study.sh archive                  # only the copy into $ARCHIVE
 set -uo pipefail
 STUDY=${STUDY:-/work/wt/study}
 OUT=${OUT:-/work/main/runs/real-model}
@@ -80,6 +81,7 @@ slot() {
   done
 }
 
+if [ "${1:-}" = archive ]; then archive; exit; fi   # the copy alone, e.g. before a session ends
 rm -rf "$CLAIMS" && mkdir -p "$CLAIMS" "$ADAPT_OUT"
 SLOT=a slot &
 sleep 5
