@@ -164,6 +164,7 @@ export function policyCalls(engine: PolicyEngine, interrupts: () => InterruptHan
     save: (dir) => engine.save(dir),
     releaseCache: engine.releaseCache ? (keys) => engine.releaseCache!(keys) : undefined,
     prefillCounts: engine.prefillCounts ? () => engine.prefillCounts!() : undefined,
+    setProgressListener: engine.setProgressListener ? (listener) => engine.setProgressListener!(listener) : undefined,
     dispose: () => engine.dispose(),
   };
 }

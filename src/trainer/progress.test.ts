@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { EpisodeProgress, watchUpdate } from './progress.ts';
+import { policyCalls } from './interrupt.ts';
 import type { PolicyEngine, ProgressListener } from '../policy/types.ts';
 
 const jobs = [
@@ -84,6 +85,19 @@ describe('update progress (engines that report it)', () => {
     report('train_step', 3, 3, 200_000);
     report('train_step', 1, 4, 251_000);
     expect(lines).toEqual(['iter 5 update: train step 1, micro-batch 2/3 | 2m10s elapsed', 'iter 5 update: train step 2, micro-batch 1/4 | 4m11s elapsed']);
+    stop();
+    expect(listener).toBeNull();
+  });
+
+  it("through the trainer's engine wrapper (policyCalls), the worker's reports still reach the watcher", () => {
+    let listener: ProgressListener | null = null;
+    const worker = { setProgressListener: (l: ProgressListener | null) => (listener = l) } as unknown as PolicyEngine;
+    let clock = 0;
+    const lines: string[] = [];
+    const stop = watchUpdate(policyCalls(worker, () => null), 'iter 5 update', (l) => lines.push(l), 120_000, () => clock);
+    clock = 130_000;
+    listener!('train_step', 1, 18);
+    expect(lines).toEqual(['iter 5 update: train step 1, micro-batch 1/18 | 2m10s elapsed']);
     stop();
     expect(listener).toBeNull();
   });
