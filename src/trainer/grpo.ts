@@ -92,7 +92,42 @@ export function updateSettings(cfg: Config): GrpoSettings {
   };
 }
 
+/**
+ * Steps 1–5: the update's training sequences and what is known of them before the first optimiser step
+ * (the decoupled ratio's tip-free log-probs are taken here, with the weights before the update). Plain
+ * data, so that an update interrupted between optimiser steps resumes from it (./partial.ts).
+ */
+export interface PreparedUpdate {
+  samples: TrainSequence[];
+  returns: number[];
+  droppedLowProb: number;
+  offPolicySequences: number;
+  offPolicyMeanWeight: number | null;
+  steps: number;
+  packedSteps: number;
+  stepGroups: UpdateStats['stepGroups'];
+}
+
+/** Where an update is between optimiser steps: enough to go on from there exactly. */
+export interface OptimiserProgress {
+  epoch: number;
+  /** Minibatches of this epoch already stepped on. */
+  minibatchesDone: number;
+  /** The samples' order in this epoch (indices into PreparedUpdate.samples), after its shuffle. */
+  order: number[];
+  /** The random stream's state after this epoch's shuffle. */
+  rngState: number;
+  totals: { loss: number; tokens: number; clipFraction: number; meanRatio: number; kl: number; gradNorm: number };
+  optimizerSteps: number;
+  sequenceTokens: number;
+}
+
+/** Steps 1–6 in one call: the update of one iteration's episodes. */
 export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: GrpoSettings, rng: Rng): Promise<UpdateStats> {
+  return runOptimiserSteps(engine, await prepareUpdate(engine, episodes, s), s, rng);
+}
+
+export async function prepareUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: GrpoSettings): Promise<PreparedUpdate> {
   const stepRewards = episodes.map((e) => e.steps.map((st, t) => st.reward * s.rewardScale + (e.intrinsic?.[t] ?? 0)));
   const returns = stepRewards.map(rolloutReturn);
   let advantages: number[][];
@@ -161,14 +196,37 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
   });
   const offPolicyMeanWeight = tipFree ? weightSum / Math.max(1, weightCount) : null;
 
-  const totals = { loss: 0, tokens: 0, clipFraction: 0, meanRatio: 0, kl: 0, gradNorm: 0 };
-  let optimizerSteps = 0;
-  let sequenceTokens = 0;
-  for (let epoch = 0; epoch < s.epochs && samples.length > 0; epoch++) {
-    rng.shuffle(samples);
-    const size = Math.ceil(samples.length / s.minibatches);
-    for (let start = 0; start < samples.length; start += size) {
-      const minibatch = samples.slice(start, start + size);
+  return { samples, returns, droppedLowProb, offPolicySequences, offPolicyMeanWeight, steps, packedSteps, stepGroups };
+}
+
+/**
+ * Step 6: `minibatches` optimiser steps for `epochs` passes over the prepared samples, each pass in a
+ * fresh random order. `from` continues an update at the point `onStep` was told of (the weights and
+ * optimiser must then be those saved at that point); `onStep` hears after every optimiser step.
+ */
+export async function runOptimiserSteps(
+  engine: PolicyEngine,
+  prepared: PreparedUpdate,
+  s: GrpoSettings,
+  rng: Rng,
+  from: OptimiserProgress | null = null,
+  onStep?: (progress: OptimiserProgress) => Promise<void>,
+): Promise<UpdateStats> {
+  const all = prepared.samples;
+  const totals = from ? { ...from.totals } : { loss: 0, tokens: 0, clipFraction: 0, meanRatio: 0, kl: 0, gradNorm: 0 };
+  let optimizerSteps = from?.optimizerSteps ?? 0;
+  let sequenceTokens = from?.sequenceTokens ?? 0;
+  // The samples in the current order; each epoch shuffles the previous epoch's order.
+  let order = from ? [...from.order] : all.map((_, i) => i);
+  if (from) rng.setState(from.rngState);
+  const size = Math.ceil(all.length / s.minibatches);
+  for (let epoch = from?.epoch ?? 0; epoch < s.epochs && all.length > 0; epoch++) {
+    const resuming = from !== null && epoch === from.epoch;
+    if (!resuming) rng.shuffle(order);
+    const rngState = rng.getState();
+    let done = resuming ? from.minibatchesDone : 0;
+    for (let start = done * size; start < all.length; start += size) {
+      const minibatch = order.slice(start, start + size).map((i) => all[i]);
       const stats = await engine.trainStep(minibatch, s.objective, s.temperature, s.lr);
       sequenceTokens += minibatch.reduce((n, x) => n + x.prompt.length + x.response.length, 0);
       optimizerSteps++;
@@ -178,8 +236,12 @@ export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[]
       totals.meanRatio += stats.meanRatio;
       totals.kl += stats.kl;
       totals.gradNorm += stats.gradNorm;
+      done++;
+      await onStep?.({ epoch, minibatchesDone: done, order: [...order], rngState, totals: { ...totals }, optimizerSteps, sequenceTokens });
     }
   }
+  const { returns, droppedLowProb, offPolicySequences, offPolicyMeanWeight, steps, packedSteps, stepGroups } = prepared;
+  const samples = all;
   const n = Math.max(1, optimizerSteps);
   return {
     loss: totals.loss / n,

@@ -16,7 +16,7 @@ import type { GenerateOptions, Generation, PolicyEngine, ScoredSequence, TrainSe
 import type { ObjectiveConfig } from '../algo/objective.ts';
 import { Rng } from '../util/rng.ts';
 import { latestCheckpoint, loadCheckpoint } from './checkpoint.ts';
-import { grpoUpdate, type GrpoSettings } from './grpo.ts';
+import { grpoUpdate, prepareUpdate, runOptimiserSteps, type GrpoSettings, type OptimiserProgress, type PreparedUpdate } from './grpo.ts';
 import type { Episode, StepRecord } from './rollout.ts';
 import { train } from './trainer.ts';
 import { checkTinyModelFits, createEngine } from './engines.ts';
@@ -352,6 +352,24 @@ describe('grpoUpdate on hand-made episodes', () => {
   }
   const A1 = 0.25 / (Math.sqrt(2 * 0.25 ** 2) + 1e-6);
   const A2 = 1 / (1 + 1e-6);
+
+  it('an update stopped after any optimiser step and continued from what onStep heard steps on the same minibatches, in order, to the same stats', async () => {
+    const s = settings({ minibatches: 2, epochs: 3, skipZeroAdvantage: false });
+    const whole = new RecordingEngine();
+    const rngWhole = new Rng(7);
+    const prepared = await prepareUpdate(whole, Object.values(handEpisodes()), s);
+    const heard: OptimiserProgress[] = [];
+    const expected = await runOptimiserSteps(whole, prepared, s, rngWhole, null, async (p) => void heard.push(JSON.parse(JSON.stringify(p))));
+    expect(heard).toHaveLength(6);
+    for (let k = 0; k < heard.length; k++) {
+      const rest = new RecordingEngine();
+      const rng = new Rng(12345); // whatever the stream holds, the saved state replaces it
+      const stats = await runOptimiserSteps(rest, JSON.parse(JSON.stringify(prepared)) as PreparedUpdate, s, rng, heard[k]);
+      expect(rest.batches).toEqual(whole.batches.slice(k + 1));
+      expect(stats).toEqual(expected);
+      expect(rng.getState()).toBe(rngWhole.getState());
+    }
+  });
 
   it('gives every token of every step its rollout\'s group-normalised return and skips zero-advantage groups', async () => {
     const e = handEpisodes();
