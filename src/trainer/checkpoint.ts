@@ -33,9 +33,27 @@ export async function saveCheckpoint(
   extraFiles: Record<string, string> = {},
   baseModelDir: string | null = null,
 ): Promise<string> {
+  const name = `iter-${String(state.iteration).padStart(6, '0')}`;
+  const final = await writeCheckpointDir(runDir, name, engine, state, extraFiles, baseModelDir);
+  const root = checkpointsDir(runDir);
+  writeJsonAtomic(join(root, 'latest.json'), { checkpoint: name });
+  pruneCheckpoints(root, keep, name);
+  // Iterations saved part-way up to this one are superseded by it.
+  for (const n of readdirSync(root)) if (PARTIAL.test(n) && Number(n.slice('partial-iter-'.length)) <= state.iteration) rmSync(join(root, n), { recursive: true, force: true });
+  return final;
+}
+
+/** A checkpoint folder `checkpoints/<name>`, written under a temporary name and renamed when complete. */
+export async function writeCheckpointDir(
+  runDir: string,
+  name: string,
+  engine: TfjsEngine | { writePolicy: (dir: string) => Promise<void> },
+  state: TrainerState,
+  extraFiles: Record<string, string> = {},
+  baseModelDir: string | null = null,
+): Promise<string> {
   const root = checkpointsDir(runDir);
   mkdirSync(root, { recursive: true });
-  const name = `iter-${String(state.iteration).padStart(6, '0')}`;
   const tmp = join(root, `${name}.tmp-${process.pid}`);
   rmSync(tmp, { recursive: true, force: true });
   if ('writePolicy' in engine) await engine.writePolicy(tmp);
@@ -54,10 +72,11 @@ export async function saveCheckpoint(
   const final = join(root, name);
   rmSync(final, { recursive: true, force: true });
   renameSync(tmp, final);
-  writeJsonAtomic(join(root, 'latest.json'), { checkpoint: name });
-  pruneCheckpoints(root, keep, name);
   return final;
 }
+
+/** Folders of an iteration saved part-way (./partial.ts): `partial-iter-NNNNNN`. */
+export const PARTIAL = /^partial-iter-\d+$/;
 
 const TEMPORARY = /^.+\.tmp-(\d+)$/;
 

@@ -139,6 +139,38 @@ describe('EMPO² modes end to end', () => {
     for (const [k, t] of wa) expect(Array.from(toFloat32(wb.get(k)!)), k).toEqual(Array.from(toFloat32(t)));
   });
 
+  it('a run stopped inside an iteration saved part-way resumes inside it and ends exactly where the straight run ends', async () => {
+    const extra = ['algo.p=0.5', 'algo.mode_draw=task', 'algo.intrinsic=novelty', 'algo.minibatches=2', 'algo.epochs=2'];
+    const straight = join(root, 'straight-partial');
+    await train(config(straight, 3, extra), { resume: false, log: () => {} });
+    // Stopped after iteration 3's rollouts (save 1), after its first optimiser step (2), after its third (4).
+    for (const stopAt of [1, 2, 4]) {
+      const split = join(root, `partial-${stopAt}`);
+      const cfg = config(split, 3, [...extra, 'train.partial_save_minutes=0']);
+      let saves = 0;
+      const stop = (dir: string) => {
+        if (dir.endsWith('partial-iter-000003') && ++saves === stopAt) throw new Error('stopped here');
+      };
+      await expect(train(cfg, { resume: false, log: () => {}, onPartialSave: stop })).rejects.toThrow('stopped here');
+      expect(existsSync(join(split, 'checkpoints', 'partial-iter-000003', 'batch.json'))).toBe(true);
+      const log: string[] = [];
+      await train(cfg, { resume: true, log: (l) => log.push(l) });
+      expect(log.some((l) => l.startsWith('resuming inside iteration 3'))).toBe(true);
+      expect(existsSync(join(split, 'checkpoints', 'partial-iter-000003'))).toBe(false); // superseded by iter-000003
+      const strip = (l: Line) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share/.test(k)));
+      expect(trainLines(split).map(strip), `stopped at save ${stopAt}`).toEqual(trainLines(straight).map(strip));
+      const a = latestCheckpoint(straight)!;
+      const b = latestCheckpoint(split)!;
+      expect(readFileSync(join(b, MEMORY_FILE), 'utf8')).toBe(readFileSync(join(a, MEMORY_FILE), 'utf8'));
+      const wa = readSafetensors(join(a, 'model.safetensors')).tensors;
+      const wb = readSafetensors(join(b, 'model.safetensors')).tensors;
+      for (const [k, t] of wa) expect(Array.from(toFloat32(wb.get(k)!)), k).toEqual(Array.from(toFloat32(t)));
+      const oa = readSafetensors(join(a, 'optimizer.safetensors')).tensors;
+      const ob = readSafetensors(join(b, 'optimizer.safetensors')).tensors;
+      for (const [k, t] of oa) expect(Array.from(toFloat32(ob.get(k)!)), k).toEqual(Array.from(toFloat32(t)));
+    }
+  });
+
   it('GRPO with memory or intrinsic options is refused, naming the key', () => {
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(ConfigError);
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(/algo\.p: 0\.3 with algo\.name=grpo/);

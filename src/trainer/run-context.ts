@@ -28,13 +28,16 @@ import { environmentCount, oracleOf } from './rollout.ts';
 import { buildWarmupExamples, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
 import { RunLock } from './run-lock.ts';
 import { openRunRecorders } from './trajectories.ts';
+import { partialToResume, type PartialBatch } from './partial.ts';
 
 export interface RunContext {
   cfg: Config;
   algo: ResolvedAlgo;
   log: (line: string) => void;
-  /** The checkpoint the run continues from (null: a fresh run). */
+  /** The checkpoint the run continues from (null: a fresh run): a checkpoint, or an iteration saved part-way. */
   resumeFrom: string | null;
+  /** The iteration saved part-way that the run goes on inside (./partial.ts); the trainer takes it once. */
+  partial: PartialBatch | null;
   training: TrainingEngine;
   /** The training engine; every call lets the event loop turn, so Ctrl-C is seen within one call (./interrupt.ts). */
   engine: PolicyEngine;
@@ -83,14 +86,20 @@ async function openLockedRun(cfg: Config, resume: boolean, handleSignals: boolea
   if (!resume && latestCheckpoint(runDir)) throw new Error(`${runDir} already holds a run; use --resume to continue it or choose another run_dir`);
   if (resumeFrom) checkResumeConfig(cfg, runDir, loadTrainerState(resumeFrom).iteration, log);
   for (const path of removeStaleTemporaryFiles(runDir)) log(`removed ${path}, left by a process that stopped while writing it`);
-  const training = await createTrainingEngine(cfg, resumeFrom ?? 'fresh');
+  const partial = resumeFrom ? partialToResume(runDir, loadTrainerState(resumeFrom).iteration) : null;
+  const restoreFrom = partial?.dir ?? resumeFrom;
+  if (partial) {
+    const p = partial.batch.progress;
+    log(`resuming inside iteration ${partial.batch.iteration} from ${partial.dir}: rollouts done${p ? `, ${p.optimizerSteps} optimiser step${p.optimizerSteps === 1 ? '' : 's'} done` : ''}`);
+  }
+  const training = await createTrainingEngine(cfg, restoreFrom ?? 'fresh');
   const baseModelDir = cfg.model.path ? await resolveModelPath(cfg.model.path) : null;
   const holder: { interrupts: InterruptHandling | null } = { interrupts: null };
   const engine = policyCalls(training.engine, () => holder.interrupts);
   const remoteRollouts = cfg.rollout.remote ? await createRemoteRollouts(cfg, engine) : null;
   const rolloutEngine: PolicyEngine = remoteRollouts ? policyCalls(remoteRollouts.engine, () => holder.interrupts) : engine;
   const algo = resolveAlgo(cfg);
-  const memory = algo.memory || algo.intrinsic !== 'none' ? await MemoryRuntime.create(cfg, algo, engine, resumeFrom) : null;
+  const memory = algo.memory || algo.intrinsic !== 'none' ? await MemoryRuntime.create(cfg, algo, engine, restoreFrom) : null;
   const state: TrainerState = training.state ?? { iteration: 0, envSteps: 0, rngState: new Rng(cfg.seed).getState(), elapsedSeconds: 0 };
   const rng = new Rng(0);
   rng.setState(state.rngState);
@@ -128,7 +137,7 @@ async function openLockedRun(cfg: Config, resume: boolean, handleSignals: boolea
     memory: memory ? { embedder: memory.embedder.name, reflector: memory.reflector.name, tips: memory.tips.size() } : null,
     rehearsalPool: rehearsal ? rehearsal.pool.length : null,
     tasks,
-    resumeFrom,
+    resumeFrom: restoreFrom,
   });
   for (const line of banner) log(line);
 
@@ -140,7 +149,7 @@ async function openLockedRun(cfg: Config, resume: boolean, handleSignals: boolea
     log(`rollouts through ${cfg.rollout.remote!.base_url} (weights pushed after every update: ${cfg.rollout.remote!.sync === 'load_weights' ? 'yes' : 'no'})`);
   }
   return {
-    cfg, algo, log, resumeFrom, training, engine, rolloutEngine, remoteRollouts, memory, rehearsal, state, rng, metrics, recorders, envs, tasks, trainVariations, baseModelDir, lock,
+    cfg, algo, log, resumeFrom: restoreFrom, partial: partial?.batch ?? null, training, engine, rolloutEngine, remoteRollouts, memory, rehearsal, state, rng, metrics, recorders, envs, tasks, trainVariations, baseModelDir, lock,
     get interrupts() {
       return holder.interrupts;
     },

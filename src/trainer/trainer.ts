@@ -11,7 +11,8 @@ import { turnEventLoop } from '../util/event-loop.ts';
 import { formatDuration } from '../util/duration.ts';
 import { drawMode, scheduledP, usesMemory, type Mode } from '../algo/modes.ts';
 import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
-import { grpoUpdate, updateSettings } from './grpo.ts';
+import { prepareUpdate, runOptimiserSteps, updateSettings, type OptimiserProgress } from './grpo.ts';
+import { savePartial, type PartialBatch } from './partial.ts';
 import { evalRecord, formatEvalLine, formatIterationLine, trainRecord } from './iteration-log.ts';
 import { EpisodeProgress, watchUpdate } from './progress.ts';
 import { rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob } from './rollout.ts';
@@ -24,6 +25,8 @@ export interface TrainOptions {
   log?: (line: string) => void;
   /** Install SIGINT handling (the CLI does; tests do not). */
   handleSignals?: boolean;
+  /** Told after each part-way save of an iteration (./partial.ts): its folder and where the update stood. */
+  onPartialSave?: (dir: string, progress: OptimiserProgress | null) => void;
   /** Show the rollouts' progress in place when stderr is a terminal (the CLI does). */
   progress?: boolean;
 }
@@ -68,20 +71,48 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   }
   if (state.iteration >= cfg.train.iterations) log(`the run already finished its ${state.iteration} iterations; raise train.iterations to train it longer`);
 
-  const started = performance.now() - state.elapsedSeconds * 1000;
+  // A resumed part-way iteration counts the time its saved phases had run (below).
+  let started = performance.now() - state.elapsedSeconds * 1000;
   let lastEval: EvalResult | null = initialEval;
   let interrupted = false;
   try {
     for (let it = state.iteration + 1; it <= cfg.train.iterations; it++) {
-      const t0 = performance.now();
-      const { jobs, modes } = drawModes(run, it);
-      const { episodes, stats } = await rollOut(run, it, jobs, modes, opts.progress ?? false);
-      const t1 = performance.now();
-      if (t1 - t0 > 60_000) log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration((t1 - t0) / 1000)}; updating`);
-      const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
-      const tOptimizer = performance.now();
+      // A resumed iteration saved part-way (./partial.ts) takes its rollouts and update from there; its
+      // clock starts as far in as the saved phases had run.
+      const resumed = run.partial?.iteration === it ? run.partial : null;
+      run.partial = null;
+      const t0 = performance.now() - (resumed ? (resumed.seconds.rollout + resumed.seconds.optimizer) * 1000 : 0);
+      let batch: PartialBatch;
+      let optimizerStart = performance.now();
+      if (resumed) {
+        batch = resumed;
+        started -= (resumed.seconds.rollout + resumed.seconds.optimizer) * 1000;
+        rng.setState(batch.rngAfterDraws);
+      } else {
+        const { jobs, modes } = drawModes(run, it);
+        const { episodes, stats } = await rollOut(run, it, jobs, modes, opts.progress ?? false);
+        const rolloutSeconds = (performance.now() - t0) / 1000;
+        if (rolloutSeconds > 60) log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration(rolloutSeconds)}; updating`);
+        const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
+        optimizerStart = performance.now();
+        const prepared = await prepareUpdate(engine, episodes.map((e, i) => ({ ...e, mode: modes[i], intrinsic: intrinsic?.[i] })), updateSettings(cfg));
+        batch = { format: 'empo2-partial-iteration', version: 1, iteration: it, jobs, modes, episodes, stats, intrinsic, prepared, rngAfterDraws: rng.getState(), progress: null, seconds: { rollout: rolloutSeconds, optimizer: 0 } };
+      }
+      const { modes, episodes, stats, intrinsic } = batch;
+      const t1 = t0 + batch.seconds.rollout * 1000;
+      const tOptimizer = resumed ? performance.now() - batch.seconds.optimizer * 1000 : optimizerStart;
+      const savePartIfLong = async (progress: OptimiserProgress | null) => {
+        const minutes = cfg.train.partial_save_minutes;
+        if (performance.now() - t0 < minutes * 60_000) return;
+        batch.progress = progress;
+        batch.seconds.optimizer = (performance.now() - tOptimizer) / 1000;
+        const dir = await savePartial(cfg.run_dir, run.training.checkpointWriter, state, batch, memory ? JSON.stringify(memory.toJSON()) : null, run.baseModelDir);
+        if (minutes > 0) log(`iter ${it}: saved part-way in ${dir}${progress ? ` (${progress.optimizerSteps} optimiser step${progress.optimizerSteps === 1 ? '' : 's'} done)` : ' (rollouts done)'}`);
+        opts.onPartialSave?.(dir, progress);
+      };
+      if (!resumed) await savePartIfLong(null);
       const stopWatching = watchUpdate(engine, `iter ${it} update`, log);
-      const update = await grpoUpdate(engine, episodes.map((e, i) => ({ ...e, mode: modes[i], intrinsic: intrinsic?.[i] })), updateSettings(cfg), rng).finally(stopWatching);
+      const update = await runOptimiserSteps(engine, batch.prepared, updateSettings(cfg), rng, batch.progress, savePartIfLong).finally(stopWatching);
       const tUpdate = performance.now();
       const rehearsalNll = rehearsal ? await rehearsal.step(engine, it) : null;
       if (remoteRollouts) await remoteRollouts.sync(); // the server samples the next rollouts: give it the weights this update produced

@@ -1,0 +1,87 @@
+/**
+ * An iteration saved part-way, so that `--resume` goes on inside it instead of starting it again. An
+ * iteration of a real model on a CPU can outlast the machine it runs on (an EMPO² iteration with tips
+ * on-policy trains every step's full prompt on its own: hours at one thread), and starting it again from
+ * the last checkpoint would never end.
+ *
+ * `checkpoints/partial-iter-K/` is a checkpoint of the state before iteration K (policy, optimiser,
+ * trainer state, memory as of the save) plus `batch.json`: iteration K's rollouts, their modes and
+ * intrinsic rewards, the prepared update (./grpo.ts) and, once optimiser steps have run, where the
+ * update stands. It is written after the rollouts and after each optimiser step, once the iteration has
+ * run longer than `train.partial_save_minutes`, replacing the previous one; the iteration's checkpoint,
+ * or any later one, supersedes it (./checkpoint.ts).
+ */
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Mode } from '../algo/modes.ts';
+import { checkpointsDir, loadTrainerState, PARTIAL, writeCheckpointDir, type TrainerState } from './checkpoint.ts';
+import type { OptimiserProgress, PreparedUpdate } from './grpo.ts';
+import type { Episode, RolloutJob, RolloutStats } from './rollout.ts';
+
+export const BATCH_FILE = 'batch.json';
+
+export interface PartialBatch {
+  format: 'empo2-partial-iteration';
+  version: 1;
+  iteration: number;
+  jobs: RolloutJob[];
+  modes: Mode[];
+  episodes: Episode[];
+  stats: RolloutStats;
+  intrinsic: number[][] | null;
+  prepared: PreparedUpdate;
+  /** The trainer's random stream after the iteration's draws (before the update's shuffles). */
+  rngAfterDraws: number;
+  /** Where the update stands; null before its first optimiser step. */
+  progress: OptimiserProgress | null;
+  /** Seconds the iteration has run so far, by phase (the resumed iteration's log and metrics add to them). */
+  seconds: { rollout: number; optimizer: number };
+}
+
+export const partialName = (iteration: number): string => `partial-iter-${String(iteration).padStart(6, '0')}`;
+
+/** Writes iteration `batch.iteration` part-way (the state and memory are those before it); removes older ones. */
+export async function savePartial(
+  runDir: string,
+  writer: { writePolicy: (dir: string) => Promise<void> } | Parameters<typeof writeCheckpointDir>[2],
+  state: TrainerState,
+  batch: PartialBatch,
+  memoryJson: string | null,
+  baseModelDir: string | null,
+): Promise<string> {
+  if (state.iteration !== batch.iteration - 1) throw new Error(`savePartial: iteration ${batch.iteration} saved over the state of iteration ${state.iteration}`);
+  const files: Record<string, string> = { [BATCH_FILE]: JSON.stringify(batch) };
+  if (memoryJson !== null) files['memory.json'] = memoryJson;
+  const name = partialName(batch.iteration);
+  const dir = await writeCheckpointDir(runDir, name, writer, state, files, baseModelDir);
+  const root = checkpointsDir(runDir);
+  for (const n of readdirSync(root)) if (PARTIAL.test(n) && n !== name) rmSync(join(root, n), { recursive: true, force: true });
+  return dir;
+}
+
+/**
+ * The partial iteration to resume, if one continues from the latest checkpoint: the newest
+ * `partial-iter-K` with K after that checkpoint's iteration. Its folder stands in for the checkpoint
+ * (policy, optimiser, memory, trainer state); a corrupt one is an error, not silently skipped.
+ */
+export function partialToResume(runDir: string, checkpointIteration: number): { dir: string; batch: PartialBatch } | null {
+  const root = checkpointsDir(runDir);
+  if (!existsSync(root)) return null;
+  const names = readdirSync(root)
+    .filter((n) => PARTIAL.test(n) && Number(n.slice('partial-iter-'.length)) > checkpointIteration)
+    .sort();
+  if (names.length === 0) return null;
+  const dir = join(root, names[names.length - 1]);
+  const state = loadTrainerState(dir);
+  const path = join(dir, BATCH_FILE);
+  if (!existsSync(path)) throw new Error(`${dir} is incomplete: ${BATCH_FILE} is missing (remove the folder to resume from the checkpoint instead)`);
+  let batch: PartialBatch;
+  try {
+    batch = JSON.parse(readFileSync(path, 'utf8')) as PartialBatch;
+  } catch (e) {
+    throw new Error(`${path} is corrupt (${(e as Error).message}); remove ${dir} to resume from the checkpoint instead`);
+  }
+  if (batch.format !== 'empo2-partial-iteration' || batch.version !== 1) throw new Error(`${path}: not a partial iteration of this version (format ${String(batch.format)}, version ${String(batch.version)})`);
+  if (batch.iteration !== state.iteration + 1) throw new Error(`${path}: iteration ${batch.iteration} saved over the state of iteration ${state.iteration}`);
+  return { dir, batch };
+}
