@@ -105,6 +105,24 @@ describe.skipIf(!gate.available)(`training through the PyTorch worker (${gate.la
     wb.dispose();
   });
 
+  it('LoRA through the worker, stopped after an optimiser step of an iteration saved part-way: the resumed run ends as the straight one, bit for bit', async () => {
+    // Dropout 0: the worker does not save torch's random state, so with LoRA dropout the steps after a resume draw other masks (measured: grad norm 0.02246 against 0.02267 at 0.05).
+    const lora = ['model.lora={r: 4, alpha: 8, dropout: 0, target_modules: [q_proj, v_proj]}', 'rollout.temperature=1', 'rollout.group_size=2'];
+    const straight = join(root, 'partial-straight');
+    await train(config(straight, 'torch', 2, lora), { resume: false, log: () => {} });
+    const split = join(root, 'partial-split');
+    const cfg = config(split, 'torch', 2, [...lora, 'train.partial_save_minutes=0']);
+    const stop = (dir: string, progress: { optimizerSteps: number } | null) => {
+      if (dir.endsWith('partial-iter-000002') && progress?.optimizerSteps === 1) throw new Error('stopped here');
+    };
+    await expect(train(cfg, { resume: false, log: () => {}, onPartialSave: stop })).rejects.toThrow('stopped here');
+    await train(cfg, { resume: true, log: () => {} });
+    const strip = (l: Line) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share/.test(k)));
+    expect(trainLines(split).map(strip)).toEqual(trainLines(straight).map(strip));
+    const adapter = (dir: string) => readFileSync(join(latestCheckpoint(dir)!, 'adapter', 'adapter_model.safetensors'));
+    expect(adapter(split).equals(adapter(straight))).toBe(true);
+  });
+
   it('a LoRA checkpoint of the worker (its adapter only) evaluates on either engine, alike', async () => {
     const base = join(root, 'torch', 'initial-model');
     const lora = [`model.path=${base}`, 'model.lora={r: 4, alpha: 8, dropout: 0, target_modules: [q_proj, v_proj]}', 'optim.lr=0.05'];
