@@ -187,6 +187,24 @@ def bf16_frozen_linears(model: torch.nn.Module) -> int:
     return n
 
 
+RNG_STATE_FILE = "rng_state.pt"
+
+
+def rng_states() -> dict[str, Any]:
+    """torch's global generators (CPU and every CUDA device): what dropout draws from."""
+    states: dict[str, Any] = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["cpu"])
+    cuda = states.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
 def pick_device(requested: str, d: Dist) -> torch.device:
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
@@ -329,6 +347,12 @@ class Engine:
             self.optimizer.load_state_dict(state)
         except (ValueError, KeyError) as e:
             raise RequestError(f"init: optimizer_state {path} does not fit this model's trainable parameters: {e}") from e
+        rng_path = os.path.join(os.path.dirname(path), RNG_STATE_FILE)
+        if self.dist.world == 1 and os.path.isfile(rng_path):
+            try:
+                set_rng_states(torch.load(rng_path, weights_only=True))
+            except Exception as e:  # torch.load raises unpickling, EOF and runtime errors alike
+                raise RequestError(f"init: {rng_path} is not a random state saved by this worker: {e}") from e
 
     def info(self) -> dict[str, Any]:
         total = sum(p.numel() for p in self.model.parameters())
@@ -803,6 +827,10 @@ class Engine:
                     shutil.copyfile(src, os.path.join(out_dir, name))
             if optim_state is not None:
                 torch.save(optim_state, os.path.join(out_dir, "optimizer.pt"))
+                if self.dist.world == 1:
+                    # Dropout draws from torch's global generator: without its state a resumed run would
+                    # draw other masks than the straight one. (Under FSDP each rank has its own; not kept.)
+                    torch.save(rng_states(), os.path.join(out_dir, RNG_STATE_FILE))
             written = sorted(os.listdir(out_dir))
         if self.dist.enabled:
             dist.barrier()

@@ -51,7 +51,7 @@ export interface TorchEngineOptions {
   lora?: LoraSettings | null;
   /** Continue training an existing PEFT adapter directory. */
   adapterDir?: string;
-  /** optimizer.pt written by save({ optimizer: true }), to resume exactly. */
+  /** optimizer.pt written by save({ optimizer: true }), to resume exactly (rng_state.pt beside it restores dropout's generator). */
   optimizerState?: string;
   /** Seeds LoRA initialisation and dropout. */
   seed?: number;
@@ -486,7 +486,8 @@ export class TorchEngine implements PolicyEngine {
   /**
    * Writes the policy. Full models are a Hugging Face directory the TypeScript engine loads; with
    * LoRA the default is the PEFT adapter layout (`merged: true` writes the merged full model).
-   * `optimizer: true` adds optimizer.pt for an exact resume (TorchEngineOptions.optimizerState).
+   * `optimizer: true` adds optimizer.pt and rng_state.pt (torch's generators, which dropout draws from)
+   * for an exact resume (TorchEngineOptions.optimizerState).
    */
   async save(dir: string, opts: { merged?: boolean; optimizer?: boolean } = {}): Promise<void> {
     await this.saveWithResult(dir, opts);
