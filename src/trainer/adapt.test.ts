@@ -1,6 +1,7 @@
 /** Memory-only adaptation and `memory show` on a tiny trained run. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../config/load.ts';
@@ -152,7 +153,15 @@ describe('empo2 adapt', () => {
     // Without --resume the unfinished trials are refused, not overwritten; with other options, the option is named.
     await expect(adapt(engine, cfg, { ...opts, outDir: cut })).rejects.toThrow(/holds an unfinished adaptation; continue it with --resume/);
     await expect(adapt(engine, cfg, { ...opts, variations: 3, outDir: cut, resume: true })).rejects.toThrow(/another variations; resume with the same command/);
-    await expect(adapt(engine, { ...cfg, memory: { ...cfg.memory, top_k: 1 } }, { ...opts, outDir: cut, resume: true })).rejects.toThrow(/another the config/);
+    await expect(adapt(engine, { ...cfg, memory: { ...cfg.memory, top_k: 1 } }, { ...opts, outDir: cut, resume: true })).rejects.toThrow(/another config \(memory\.top_k: 2 in the run, 1 now\)/);
+    // A state from before the config was kept whole holds its hash, taken without the options added since.
+    const state = JSON.parse(readFileSync(join(cut, TRIAL_STATE_FILE), 'utf8'));
+    const { partial_save_minutes: _, ...train } = cfg.train;
+    const sha = (c: object) => createHash('sha256').update(JSON.stringify(c)).digest('hex');
+    const legacy = (hash: string) => writeFileSync(join(cut, TRIAL_STATE_FILE), JSON.stringify({ ...state, identity: { ...state.identity, config: undefined, config_sha256: hash } }));
+    legacy(sha({ ...cfg, memory: { ...cfg.memory, top_k: 1 } }));
+    await expect(adapt(engine, cfg, { ...opts, outDir: cut, resume: true })).rejects.toThrow(/another config \(this state holds only its hash/);
+    legacy(sha({ ...cfg, train }));
 
     const lines: string[] = [];
     await adapt(engine, cfg, { ...opts, outDir: cut, resume: true, log: (l) => lines.push(l) });

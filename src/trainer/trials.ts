@@ -7,7 +7,8 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Config } from '../config/schema.ts';
+import { validateConfig } from '../config/load.ts';
+import { resumeConflicts, type Config } from '../config/schema.ts';
 import { createEnv } from '../envs/index.ts';
 import type { Env, Split } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
@@ -161,8 +162,24 @@ function trialIdentity(method: string, cfg: Config, o: TrialOptions, variations:
     variations: [...variations],
     same_seed: o.sameSeed !== false,
     source: o.source ?? null,
-    config_sha256: createHash('sha256').update(JSON.stringify(cfg)).digest('hex'),
+    config: cfg,
   };
+}
+
+/** Options added to the schema since states kept only a hash of the config (their hash was taken without them). */
+const ADDED_SINCE_HASHED_STATES = [['train', 'partial_save_minutes']] as const;
+
+/**
+ * What differs between a saved state's config and this one, as a training resume sees it (options
+ * added to the schema since take their defaults; RESUMABLE_OPTIONS may change). States written before
+ * the config was kept whole hold its hash: that must match the config as those versions wrote it.
+ */
+function configConflicts(saved: Record<string, unknown>, cfg: Config, path: string): string[] {
+  if (saved.config !== undefined) return resumeConflicts(validateConfig(saved.config, `the config saved in ${path}`), cfg);
+  const then = structuredClone(cfg) as unknown as Record<string, Record<string, unknown>>;
+  for (const [section, key] of ADDED_SINCE_HASHED_STATES) delete then[section][key];
+  const hashes = [cfg, then].map((c) => createHash('sha256').update(JSON.stringify(c)).digest('hex'));
+  return hashes.includes(saved.config_sha256 as string) ? [] : ['this state holds only its hash, so what differs cannot be named'];
 }
 
 /**
@@ -181,10 +198,12 @@ export function loadTrialState<R extends TrialScores, C>(method: string, cfg: Co
     throw new Error(`${path} is corrupt (${(e as Error).message}); delete it to start again`);
   }
   if (!saved.identity || !Array.isArray(saved.results) || saved.results.length === 0) throw new Error(`${path}: not an adaptation state (identity or results missing); delete it to start again`);
-  const want = trialIdentity(method, cfg, o, variations, settings);
+  const { config: _, ...want } = trialIdentity(method, cfg, o, variations, settings);
   const differs = Object.entries(want)
     .filter(([k, v]) => JSON.stringify(saved.identity![k]) !== JSON.stringify(v))
-    .map(([k]) => (k === 'config_sha256' ? 'the config' : k));
+    .map(([k]) => k);
+  const conflicts = configConflicts(saved.identity, cfg, path);
+  if (conflicts.length) differs.push(`config (${conflicts.join('; ')})`);
   if (differs.length) throw new Error(`--resume: ${path} was written by an adaptation with another ${differs.join(', ')}; resume with the same command, or delete it to start again`);
   if (saved.results.length >= o.trials) throw new Error(`--resume: ${path} already holds ${saved.results.length} trials, and --trials is ${o.trials}`);
   return { results: saved.results as R[], carry: saved.carry as C };
