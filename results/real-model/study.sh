@@ -16,6 +16,7 @@
 #
 #   STUDY=/work/wt/study bash results/real-model/study.sh     # from anywhere; stop with stop.sh
 #   bash results/real-model/study.sh archive                  # only the copy into $ARCHIVE
+#   bash results/real-model/study.sh slot c                   # one more slot beside the running ones
 set -uo pipefail
 STUDY=${STUDY:-/work/wt/study}
 OUT=${OUT:-/work/main/runs/real-model}
@@ -82,6 +83,9 @@ slot() {
 }
 
 if [ "${1:-}" = archive ]; then archive; exit; fi   # the copy alone, e.g. before a session ends
+# One more slot beside running ones (after a slot stopped): `study.sh slot c`; remove the claim of the job
+# it should redo first ($CLAIMS/<job>).
+if [ "${1:-}" = slot ]; then SLOT=${2:-c} slot; exit; fi
 rm -rf "$CLAIMS" && mkdir -p "$CLAIMS" "$ADAPT_OUT"
 SLOT=a slot &
 sleep 5
