@@ -171,6 +171,28 @@ describe('EMPO² modes end to end', () => {
     }
   });
 
+  it('a Ctrl-C during an iteration saved part-way stops at its next part-way save, and the resumed run ends as the straight one', async () => {
+    const extra = ['algo.p=0.5', 'algo.mode_draw=task', 'algo.intrinsic=novelty', 'algo.minibatches=2', 'algo.epochs=2'];
+    const split = join(root, 'partial-ctrl-c');
+    const cfg = config(split, 3, [...extra, 'train.partial_save_minutes=0']);
+    const log: string[] = [];
+    // The first Ctrl-C arrives during iteration 3's first optimiser step: the run stops after it.
+    const ctrlC = (dir: string, progress: { optimizerSteps: number } | null) => {
+      if (dir.endsWith('partial-iter-000003') && progress === null) setImmediate(() => process.emit('SIGINT'));
+    };
+    const result = await train(cfg, { resume: false, handleSignals: true, log: (l) => log.push(l), onPartialSave: ctrlC });
+    expect(result.interrupted).toBe(true);
+    expect(log.filter((l) => l.startsWith('iter 3: stopped part-way'))).toEqual([expect.stringMatching(/^iter 3: stopped part-way \(1 of 4 optimiser steps done\); --resume goes on from .*partial-iter-000003$/)]);
+    expect(latestCheckpoint(split)).toMatch(/iter-000002$/);
+    await train(cfg, { resume: true, log: () => {} });
+    const straight = join(root, 'straight-partial'); // made by the test above
+    const strip = (l: Line) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share/.test(k)));
+    expect(trainLines(split).map(strip)).toEqual(trainLines(straight).map(strip));
+    const wa = readSafetensors(join(latestCheckpoint(straight)!, 'model.safetensors')).tensors;
+    const wb = readSafetensors(join(latestCheckpoint(split)!, 'model.safetensors')).tensors;
+    for (const [k, t] of wa) expect(Array.from(toFloat32(wb.get(k)!)), k).toEqual(Array.from(toFloat32(t)));
+  });
+
   it('GRPO with memory or intrinsic options is refused, naming the key', () => {
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(ConfigError);
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(/algo\.p: 0\.3 with algo\.name=grpo/);

@@ -119,6 +119,8 @@ export interface OptimiserProgress {
   rngState: number;
   totals: { loss: number; tokens: number; clipFraction: number; meanRatio: number; kl: number; gradNorm: number };
   optimizerSteps: number;
+  /** Optimiser steps of the whole update (all epochs). */
+  optimizerStepsTotal: number;
   sequenceTokens: number;
 }
 
@@ -220,6 +222,7 @@ export async function runOptimiserSteps(
   let order = from ? [...from.order] : all.map((_, i) => i);
   if (from) rng.setState(from.rngState);
   const size = Math.ceil(all.length / s.minibatches);
+  const optimizerStepsTotal = all.length > 0 ? s.epochs * Math.ceil(all.length / size) : 0;
   for (let epoch = from?.epoch ?? 0; epoch < s.epochs && all.length > 0; epoch++) {
     const resuming = from !== null && epoch === from.epoch;
     if (!resuming) rng.shuffle(order);
@@ -237,7 +240,7 @@ export async function runOptimiserSteps(
       totals.kl += stats.kl;
       totals.gradNorm += stats.gradNorm;
       done++;
-      await onStep?.({ epoch, minibatchesDone: done, order: [...order], rngState, totals: { ...totals }, optimizerSteps, sequenceTokens });
+      await onStep?.({ epoch, minibatchesDone: done, order: [...order], rngState, totals: { ...totals }, optimizerSteps, optimizerStepsTotal, sequenceTokens });
     }
   }
   const { returns, droppedLowProb, offPolicySequences, offPolicyMeanWeight, steps, packedSteps, stepGroups } = prepared;

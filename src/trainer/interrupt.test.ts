@@ -32,7 +32,7 @@ afterAll(() => {
   rmSync(root, { recursive: true, force: true });
 });
 
-const ACK = 'interrupt: finishing this iteration, saving a checkpoint, then stopping (Ctrl-C again to exit at once)';
+const ACK = 'interrupt: finishing this iteration, saving a checkpoint, then stopping (one past train.partial_save_minutes stops at its next part-way save; Ctrl-C again to exit at once)';
 const SECOND = 'second interrupt: exiting now (the last complete checkpoint is intact)';
 
 /** Iterations of 8 episodes of up to 30 steps: ~240 policy calls each, seconds even on a fast machine. */

@@ -1,6 +1,7 @@
 /**
  * Ctrl-C during training. The first SIGINT asks the loop to finish the current iteration, save a
- * checkpoint and stop; the second ends the process at once, leaving the last complete checkpoint as
+ * checkpoint and stop (an iteration long enough to be saved part-way stops at its next part-way save:
+ * after the rollouts or an optimiser step, ./partial.ts); the second ends the process at once, leaving the last complete checkpoint as
  * it was (checkpoints are written under a temporary name and renamed when complete).
  *
  * Node runs a signal handler only when its event loop turns. With the in-process engine and the
@@ -141,7 +142,7 @@ export class InterruptHandling {
     this.log(
       this.evaluating
         ? 'interrupt: stopping this evaluation; the last checkpoint is complete and --resume makes the evaluation again (Ctrl-C again to exit at once)'
-        : 'interrupt: finishing this iteration, saving a checkpoint, then stopping (Ctrl-C again to exit at once)',
+        : 'interrupt: finishing this iteration, saving a checkpoint, then stopping (one past train.partial_save_minutes stops at its next part-way save; Ctrl-C again to exit at once)',
     );
   }
 }

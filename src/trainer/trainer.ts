@@ -20,6 +20,10 @@ import { EvaluationInterrupted } from './interrupt.ts';
 import { closeRun, openRun, saveRunCheckpoint, stopRequested, type RunContext } from './run-context.ts';
 import { recordEpisodes, spreadSample, tipFollowRate } from './trajectories.ts';
 
+
+/** A Ctrl-C met an iteration at a part-way save: the loop stops there, nothing else to save. */
+class StoppedPartWay extends Error {}
+
 export interface TrainOptions {
   resume: boolean;
   log?: (line: string) => void;
@@ -101,14 +105,19 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       const { modes, episodes, stats, intrinsic } = batch;
       const t1 = t0 + batch.seconds.rollout * 1000;
       const tOptimizer = resumed ? performance.now() - batch.seconds.optimizer * 1000 : optimizerStart;
+      // An iteration that has run train.partial_save_minutes saves part-way after its rollouts and after
+      // each optimiser step; after a Ctrl-C it stops there (unless only the cheap rest is left), since
+      // finishing it could take hours.
       const savePartIfLong = async (progress: OptimiserProgress | null) => {
         const minutes = cfg.train.partial_save_minutes;
         if (performance.now() - t0 < minutes * 60_000) return;
         batch.progress = progress;
         batch.seconds.optimizer = (performance.now() - tOptimizer) / 1000;
         const dir = await savePartial(cfg.run_dir, run.training.checkpointWriter, state, batch, memory ? JSON.stringify(memory.toJSON()) : null, run.baseModelDir);
-        if (minutes > 0) log(`iter ${it}: saved part-way in ${dir}${progress ? ` (${progress.optimizerSteps} optimiser step${progress.optimizerSteps === 1 ? '' : 's'} done)` : ' (rollouts done)'}`);
+        const where = progress ? `${progress.optimizerSteps} of ${progress.optimizerStepsTotal} optimiser steps done` : 'rollouts done';
+        if (minutes > 0) log(`iter ${it}: saved part-way in ${dir} (${where})`);
         opts.onPartialSave?.(dir, progress);
+        if (stopRequested(run) && (!progress || progress.optimizerSteps < progress.optimizerStepsTotal)) throw new StoppedPartWay(`iter ${it}: stopped part-way (${where}); --resume goes on from ${dir}`);
       };
       if (!resumed) await savePartIfLong(null);
       const stopWatching = watchUpdate(engine, `iter ${it} update`, log);
@@ -141,9 +150,14 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       }
     }
   } catch (e) {
-    run.interrupts?.dispose();
-    await closeRun(run, true);
-    throw e;
+    if (e instanceof StoppedPartWay) {
+      log(e.message);
+      interrupted = true;
+    } else {
+      run.interrupts?.dispose();
+      await closeRun(run, true);
+      throw e;
+    }
   }
   let finalEval = lastEval;
   if (!interrupted) {
