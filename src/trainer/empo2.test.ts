@@ -44,6 +44,20 @@ const trainLines = (dir: string): Line[] =>
     .map((l) => JSON.parse(l) as Line)
     .filter((l) => l.type === 'train');
 
+/** Two runs ended alike: the same training lines (times aside), memory, weights and optimiser moments, bit for bit. */
+function expectSameEnd(run: string, reference: string, what = run): void {
+  const strip = (l: Line) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share/.test(k)));
+  expect(trainLines(run).map(strip), what).toEqual(trainLines(reference).map(strip));
+  const a = latestCheckpoint(reference)!;
+  const b = latestCheckpoint(run)!;
+  expect(readFileSync(join(b, MEMORY_FILE), 'utf8'), what).toBe(readFileSync(join(a, MEMORY_FILE), 'utf8'));
+  for (const file of ['model.safetensors', 'optimizer.safetensors']) {
+    const ta = readSafetensors(join(a, file)).tensors;
+    const tb = readSafetensors(join(b, file)).tensors;
+    for (const [k, t] of ta) expect(Array.from(toFloat32(tb.get(k)!)), `${what}: ${file} ${k}`).toEqual(Array.from(toFloat32(t)));
+  }
+}
+
 beforeAll(async () => {
   await initBackend();
 });
@@ -129,14 +143,7 @@ describe('EMPO² modes end to end', () => {
     const split = join(root, 'split');
     await train(config(split, 2, extra), { resume: false, log: () => {} });
     await train(config(split, 3, extra), { resume: true, log: () => {} });
-    const strip = (l: Line) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share/.test(k)));
-    expect(trainLines(split).map(strip)).toEqual(trainLines(straight).map(strip));
-    const a = latestCheckpoint(straight)!;
-    const b = latestCheckpoint(split)!;
-    expect(readFileSync(join(b, MEMORY_FILE), 'utf8')).toBe(readFileSync(join(a, MEMORY_FILE), 'utf8'));
-    const wa = readSafetensors(join(a, 'model.safetensors')).tensors;
-    const wb = readSafetensors(join(b, 'model.safetensors')).tensors;
-    for (const [k, t] of wa) expect(Array.from(toFloat32(wb.get(k)!)), k).toEqual(Array.from(toFloat32(t)));
+    expectSameEnd(split, straight);
   });
 
   it('a run stopped inside an iteration saved part-way resumes inside it and ends exactly where the straight run ends', async () => {
@@ -157,17 +164,7 @@ describe('EMPO² modes end to end', () => {
       await train(cfg, { resume: true, log: (l) => log.push(l) });
       expect(log.some((l) => l.startsWith('resuming inside iteration 3'))).toBe(true);
       expect(existsSync(join(split, 'checkpoints', 'partial-iter-000003'))).toBe(false); // superseded by iter-000003
-      const strip = (l: Line) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share/.test(k)));
-      expect(trainLines(split).map(strip), `stopped at save ${stopAt}`).toEqual(trainLines(straight).map(strip));
-      const a = latestCheckpoint(straight)!;
-      const b = latestCheckpoint(split)!;
-      expect(readFileSync(join(b, MEMORY_FILE), 'utf8')).toBe(readFileSync(join(a, MEMORY_FILE), 'utf8'));
-      const wa = readSafetensors(join(a, 'model.safetensors')).tensors;
-      const wb = readSafetensors(join(b, 'model.safetensors')).tensors;
-      for (const [k, t] of wa) expect(Array.from(toFloat32(wb.get(k)!)), k).toEqual(Array.from(toFloat32(t)));
-      const oa = readSafetensors(join(a, 'optimizer.safetensors')).tensors;
-      const ob = readSafetensors(join(b, 'optimizer.safetensors')).tensors;
-      for (const [k, t] of oa) expect(Array.from(toFloat32(ob.get(k)!)), k).toEqual(Array.from(toFloat32(t)));
+      expectSameEnd(split, straight, `stopped at save ${stopAt}`);
     }
   });
 
@@ -186,11 +183,7 @@ describe('EMPO² modes end to end', () => {
     expect(latestCheckpoint(split)).toMatch(/iter-000002$/);
     await train(cfg, { resume: true, log: () => {} });
     const straight = join(root, 'straight-partial'); // made by the test above
-    const strip = (l: Line) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share/.test(k)));
-    expect(trainLines(split).map(strip)).toEqual(trainLines(straight).map(strip));
-    const wa = readSafetensors(join(latestCheckpoint(straight)!, 'model.safetensors')).tensors;
-    const wb = readSafetensors(join(latestCheckpoint(split)!, 'model.safetensors')).tensors;
-    for (const [k, t] of wa) expect(Array.from(toFloat32(wb.get(k)!)), k).toEqual(Array.from(toFloat32(t)));
+    expectSameEnd(split, straight);
   });
 
   it('GRPO with memory or intrinsic options is refused, naming the key', () => {
