@@ -186,6 +186,22 @@ describe('EMPO² modes end to end', () => {
     expectSameEnd(split, straight);
   });
 
+  it('a run saved part-way before its first checkpoint resumes from that save, and a fresh run there is refused', async () => {
+    const extra = ['algo.p=0.5', 'algo.mode_draw=task', 'algo.intrinsic=novelty', 'algo.minibatches=2', 'algo.epochs=2', 'train.checkpoint_every=5'];
+    const split = join(root, 'partial-before-checkpoint');
+    const cfg = config(split, 3, [...extra, 'train.partial_save_minutes=0']);
+    const stop = (dir: string, progress: { optimizerSteps: number } | null) => {
+      if (dir.endsWith('partial-iter-000002') && progress?.optimizerSteps === 1) throw new Error('stopped here');
+    };
+    await expect(train(cfg, { resume: false, log: () => {}, onPartialSave: stop })).rejects.toThrow('stopped here');
+    expect(latestCheckpoint(split)).toBeNull();
+    await expect(train(cfg, { resume: false, log: () => {} })).rejects.toThrow(/already holds a run; use --resume/);
+    const log: string[] = [];
+    await train(cfg, { resume: true, log: (l) => log.push(l) });
+    expect(log.some((l) => l.startsWith('resuming inside iteration 2'))).toBe(true);
+    expectSameEnd(split, join(root, 'straight-partial')); // made with a checkpoint every iteration, which changes nothing computed
+  });
+
   it('GRPO with memory or intrinsic options is refused, naming the key', () => {
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(ConfigError);
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(/algo\.p: 0\.3 with algo\.name=grpo/);

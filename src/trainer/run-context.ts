@@ -81,13 +81,15 @@ export async function openRun(cfg: Config, resume: boolean, handleSignals: boole
 
 async function openLockedRun(cfg: Config, resume: boolean, handleSignals: boolean, log: (line: string) => void, backend: string, lock: RunLock): Promise<RunContext> {
   const runDir = cfg.run_dir;
-  const resumeFrom = resume ? latestCheckpoint(runDir) : null;
-  if (resume && !resumeFrom) throw new Error(`--resume: no checkpoint in ${join(runDir, 'checkpoints')}`);
-  if (!resume && latestCheckpoint(runDir)) throw new Error(`${runDir} already holds a run; use --resume to continue it or choose another run_dir`);
-  if (resumeFrom) checkResumeConfig(cfg, runDir, loadTrainerState(resumeFrom).iteration, log);
+  // A long first iteration may have been saved part-way before any checkpoint was written.
+  const checkpoint = latestCheckpoint(runDir);
+  const checkpointIteration = checkpoint ? loadTrainerState(checkpoint).iteration : 0;
+  if (!resume && (checkpoint || partialToResume(runDir, 0))) throw new Error(`${runDir} already holds a run; use --resume to continue it or choose another run_dir`);
   for (const path of removeStaleTemporaryFiles(runDir)) log(`removed ${path}, left by a process that stopped while writing it`);
-  const partial = resumeFrom ? partialToResume(runDir, loadTrainerState(resumeFrom).iteration) : null;
-  const restoreFrom = partial?.dir ?? resumeFrom;
+  const partial = resume ? partialToResume(runDir, checkpointIteration) : null;
+  const restoreFrom = partial?.dir ?? (resume ? checkpoint : null);
+  if (resume && !restoreFrom) throw new Error(`--resume: no checkpoint in ${join(runDir, 'checkpoints')}`);
+  if (restoreFrom) checkResumeConfig(cfg, runDir, loadTrainerState(restoreFrom).iteration, log);
   if (partial) {
     const p = partial.batch.progress;
     log(`resuming inside iteration ${partial.batch.iteration} from ${partial.dir}: rollouts done${p ? `, ${p.optimizerSteps} optimiser step${p.optimizerSteps === 1 ? '' : 's'} done` : ''}`);
@@ -106,8 +108,8 @@ async function openLockedRun(cfg: Config, resume: boolean, handleSignals: boolea
   // On resume, the settings a resume may change (checkResumeConfig) are the run's from now on.
   writeTextAtomic(join(runDir, 'config.yaml'), toYaml(cfg));
   const metricsPath = join(runDir, 'metrics.jsonl');
-  const metrics = resumeFrom ? MetricsLog.resume(metricsPath, state.iteration, log) : MetricsLog.fresh(metricsPath, log);
-  const recorders = openRunRecorders(cfg, resumeFrom ? state.iteration : null, log);
+  const metrics = restoreFrom ? MetricsLog.resume(metricsPath, state.iteration, log) : MetricsLog.fresh(metricsPath, log);
+  const recorders = openRunRecorders(cfg, restoreFrom ? state.iteration : null, log);
 
   const probe = await createEnv(cfg.env);
   if (memory && cfg.experimental.tip_source === 'oracle') oracleOf(probe); // fail before training, not at the first memory rollout
@@ -117,7 +119,7 @@ async function openLockedRun(cfg: Config, resume: boolean, handleSignals: boolea
   const envs: Env[] = [probe];
   while (envs.length < environmentCount(cfg, Math.max(batchSize, evaluationEpisodes(probe, tasks, cfg)))) envs.push(await createEnv(cfg.env));
 
-  if (!resumeFrom && cfg.experimental.tip_warmup_examples > 0) {
+  if (!restoreFrom && cfg.experimental.tip_warmup_examples > 0) {
     const ws = tipWarmupSettings(cfg);
     const examples = await buildWarmupExamples(probe, tasks, engine.tokenizer, ws);
     log(`tip warm-up: ${examples.length} synthetic prompts from random-action episodes on the train split of ${tasks.join(', ')}, ${ws.epochs} epochs`);
