@@ -46,7 +46,8 @@ archive() { copy_small "$OUT" "$ARCHIVE" && copy_small "$ADAPT_OUT" "$ARCHIVE/ad
 train() { # label seed
   local dir="$OUT/$1/seed$2" resume=()
   if ! finished "$1" "$2"; then
-    [ -f "$dir/checkpoints/latest.json" ] && resume=(--resume)
+    # A checkpoint, or an iteration saved part-way before the first one (train.partial_save_minutes).
+    compgen -G "$dir/checkpoints/latest.json" >/dev/null || compgen -G "$dir/checkpoints/partial-iter-*" >/dev/null && resume=(--resume)
     mkdir -p "$dir"
     say "train $1 seed $2 ${resume[*]}"
     node bin/empo2.js train --config "configs/real-$1.yaml" --set env.max_instances=34 --set "seed=$2" --set "run_dir=$dir" "${resume[@]}" >>"$dir/train.log" 2>&1 || return $?
