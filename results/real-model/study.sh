@@ -33,12 +33,12 @@ say() { echo "[study $(date -u +%FT%TZ) slot $SLOT] $*"; }
 
 finished() { [ -f "$OUT/$1/seed$2/eval.md" ]; }
 
-# The small files under $1 (metrics, evaluations, configs, reports; no weights, memories or
-# trajectories) into $2, and of each checkpoint its trainer_state.json and the latest pointer: enough
+# The small files under $1 (metrics, evaluations, configs, reports; no weights, memories,
+# trajectories or iterations saved part-way) into $2, and of each checkpoint its trainer_state.json and the latest pointer: enough
 # for compare's report.
 copy_small() {
   [ -d "$1" ] || return 0
-  (cd "$1" && find . -name .claims -prune -o -name trajectories -prune -o -type f \( -path '*/checkpoints/*' \( -name trainer_state.json -o -name latest.json \) -o ! -path '*/checkpoints/*' \( -name '*.jsonl' -o -name '*.json' -o -name '*.yaml' -o -name '*.md' -o -name '*.csv' \) \) ! -name memory.json -print) |
+  (cd "$1" && find . -name .claims -prune -o -name trajectories -prune -o -name 'partial-iter-*' -prune -o -type f \( -path '*/checkpoints/*' \( -name trainer_state.json -o -name latest.json \) -o ! -path '*/checkpoints/*' \( -name '*.jsonl' -o -name '*.json' -o -name '*.yaml' -o -name '*.md' -o -name '*.csv' \) \) ! -name memory.json -print) |
     while read -r f; do mkdir -p "$2/$(dirname "$f")" && cp -p "$1/$f" "$2/$f"; done
 }
 archive() { copy_small "$OUT" "$ARCHIVE" && copy_small "$ADAPT_OUT" "$ARCHIVE/adapt"; }
