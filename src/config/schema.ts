@@ -157,7 +157,7 @@ export const TrainSchema = strict({
   eval_every: z.number().int().min(0).default(5).describe('evaluate every K iterations (0: only at the end)'),
   checkpoint_every: z.number().int().positive().default(5).describe('save a checkpoint every K iterations'),
   keep_checkpoints: z.number().int().positive().default(3).describe('how many recent checkpoints to keep'),
-  partial_save_minutes: z.number().nonnegative().default(10).describe('once an iteration has run this long, save it part-way after its rollouts and after each optimiser step, so --resume goes on inside it (0: always)'),
+  partial_save_minutes: z.number().nonnegative().default(10).describe('once an iteration has run this long, save it part-way after its rollouts and after each optimiser step, so --resume goes on inside it; the PyTorch worker also saves a step under way this often between its micro-batches (0: always)'),
   eval_with_memory: z.boolean().default(false).describe('show tips from memory during evaluation too (the paper evaluates without)'),
 });
 

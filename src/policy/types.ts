@@ -73,6 +73,19 @@ export interface TrainStats {
   meanRatio: number;
   kl: number;
   gradNorm: number;
+  /** Micro-batches of this step taken from a step saved part-way (StepResumeOptions); absent or 0 when none. */
+  resumedMicroBatches?: number;
+}
+
+/**
+ * Where an engine whose training step can run for hours keeps it between micro-batches: a step that is
+ * killed goes on from its last save when called again with the same file, batch and starting weights
+ * (the PyTorch worker; the TypeScript engine's steps are short and ignore it).
+ */
+export interface StepResumeOptions {
+  file: string;
+  /** Time between saves (0: after every micro-batch). */
+  everySeconds: number;
 }
 
 export interface PolicyEngine {
@@ -80,7 +93,7 @@ export interface PolicyEngine {
   generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]>;
   logprobs(batch: ScoredSequence[], temperature?: number): Promise<number[][]>;
   /** One optimiser step on the whole batch (gradients accumulated over micro-batches). */
-  trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature?: number, lr?: number): Promise<TrainStats>;
+  trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature?: number, lr?: number, resume?: StepResumeOptions): Promise<TrainStats>;
   save(dir: string): Promise<void>;
   /** Drops the KV caches kept for these `cacheKeys` (an episode ended). Engines without caches omit it. */
   releaseCache?(keys: readonly string[]): void;
@@ -91,4 +104,5 @@ export interface PolicyEngine {
   dispose(): void;
 }
 
-export type ProgressListener = (op: string, done: number, total: number) => void;
+/** `resumed`: the call's first report, of work it took from a save (a train step saved part-way) instead of doing it. */
+export type ProgressListener = (op: string, done: number, total: number, resumed?: boolean) => void;

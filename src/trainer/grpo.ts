@@ -18,7 +18,7 @@ import { gigpoAdvantages, summariseStepGroups, type GigpoSettings, type StepGrou
 import { sequenceLowProbKeep, type ObjectiveConfig } from '../algo/objective.ts';
 import { offPolicyRatio, type OffPolicyRatio } from '../algo/off-policy.ts';
 import { resolveAlgo, type Config } from '../config/schema.ts';
-import type { PolicyEngine, TrainSequence, TrainStats } from '../policy/types.ts';
+import type { PolicyEngine, StepResumeOptions, TrainSequence, TrainStats } from '../policy/types.ts';
 import type { Rng } from '../util/rng.ts';
 import type { Mode } from '../algo/modes.ts';
 import type { Episode } from './rollout.ts';
@@ -205,6 +205,7 @@ export async function prepareUpdate(engine: PolicyEngine, episodes: UpdateEpisod
  * Step 6: `minibatches` optimiser steps for `epochs` passes over the prepared samples, each pass in a
  * fresh random order. `from` continues an update at the point `onStep` was told of (the weights and
  * optimiser must then be those saved at that point); `onStep` hears after every optimiser step.
+ * `stepResume`, asked before each step, says where the engine may save that step between micro-batches.
  */
 export async function runOptimiserSteps(
   engine: PolicyEngine,
@@ -213,6 +214,7 @@ export async function runOptimiserSteps(
   rng: Rng,
   from: OptimiserProgress | null = null,
   onStep?: (progress: OptimiserProgress) => Promise<void>,
+  stepResume?: () => StepResumeOptions | undefined,
 ): Promise<UpdateStats> {
   const all = prepared.samples;
   const totals = from ? { ...from.totals } : { loss: 0, tokens: 0, clipFraction: 0, meanRatio: 0, kl: 0, gradNorm: 0 };
@@ -230,7 +232,7 @@ export async function runOptimiserSteps(
     let done = resuming ? from.minibatchesDone : 0;
     for (let start = done * size; start < all.length; start += size) {
       const minibatch = order.slice(start, start + size).map((i) => all[i]);
-      const stats = await engine.trainStep(minibatch, s.objective, s.temperature, s.lr);
+      const stats = await engine.trainStep(minibatch, s.objective, s.temperature, s.lr, stepResume?.());
       sequenceTokens += minibatch.reduce((n, x) => n + x.prompt.length + x.response.length, 0);
       optimizerSteps++;
       totals.loss += stats.loss;

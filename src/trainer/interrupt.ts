@@ -161,7 +161,7 @@ export function policyCalls(engine: PolicyEngine, interrupts: () => InterruptHan
     tokenizer: engine.tokenizer,
     generate: (prompts, opts) => guard(() => engine.generate(prompts, opts)),
     logprobs: (batch, temperature) => guard(() => engine.logprobs(batch, temperature)),
-    trainStep: (batch, objective, temperature, lr) => guard(() => engine.trainStep(batch, objective, temperature, lr)),
+    trainStep: (batch, objective, temperature, lr, resume) => guard(() => engine.trainStep(batch, objective, temperature, lr, resume)),
     save: (dir) => engine.save(dir),
     releaseCache: engine.releaseCache ? (keys) => engine.releaseCache!(keys) : undefined,
     prefillCounts: engine.prefillCounts ? () => engine.prefillCounts!() : undefined,

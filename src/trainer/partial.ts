@@ -9,7 +9,9 @@
  * intrinsic rewards, the prepared update (./grpo.ts) and, once optimiser steps have run, where the
  * update stands. It is written after the rollouts and after each optimiser step, once the iteration has
  * run longer than `train.partial_save_minutes`, replacing the previous one; the iteration's checkpoint,
- * or any later one, supersedes it (./checkpoint.ts).
+ * or any later one, supersedes it (./checkpoint.ts). While an optimiser step runs, the PyTorch worker
+ * saves it into the folder as `train-step.pt` every `train.partial_save_minutes`; the next save of the
+ * folder (after that step) replaces it.
  */
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -19,6 +21,8 @@ import type { OptimiserProgress, PreparedUpdate } from './grpo.ts';
 import type { Episode, RolloutJob, RolloutStats } from './rollout.ts';
 
 export const BATCH_FILE = 'batch.json';
+/** The optimiser step under way, saved between its micro-batches by engines whose steps are long (workers/torch/step_resume.py). */
+export const STEP_FILE = 'train-step.pt';
 
 export interface PartialBatch {
   format: 'empo2-partial-iteration';

@@ -102,6 +102,28 @@ describe('update progress (engines that report it)', () => {
     expect(listener).toBeNull();
   });
 
+  it('a resumed update counts its steps done; a step taken up from its part-way save is said at once', () => {
+    let listener: ProgressListener | null = null;
+    const engine = { setProgressListener: (l: ProgressListener | null) => (listener = l) } as unknown as PolicyEngine;
+    let clock = 0;
+    const lines: string[] = [];
+    const stop = watchUpdate(engine, 'iter 5 update', (l) => lines.push(l), 120_000, () => clock, 1);
+    const report = (done: number, total: number, at: number, resumed = false) => {
+      clock = at;
+      listener!('train_step', done, total, resumed);
+    };
+    report(1, 18, 1_000, true); // even one micro-batch taken from the save is said
+    report(2, 18, 60_000);
+    report(3, 18, 130_000);
+    report(1, 18, 400_000);
+    stop();
+    expect(lines).toEqual([
+      'iter 5 update: train step 2 goes on from its part-way save (1/18 micro-batches done)',
+      'iter 5 update: train step 2, micro-batch 3/18 | 2m10s elapsed',
+      'iter 5 update: train step 3, micro-batch 1/18 | 6m40s elapsed',
+    ]);
+  });
+
   it('an engine without progress reports: nothing to watch', () => {
     const stop = watchUpdate({} as PolicyEngine, 'iter 1 update', () => {
       throw new Error('no line expected');

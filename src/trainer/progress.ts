@@ -114,17 +114,27 @@ export class EpisodeProgress implements ProgressSink {
  * Status lines while an update runs on an engine that reports progress (the PyTorch worker): at most one
  * every `intervalMs`, naming the train step (minibatch) and its micro-batches done. An update on CPU can
  * take hours (an EMPO² iteration with tips on-policy cannot pack its steps); without these the log is
- * silent for all of it. Returns the function that stops it; engines without progress get a no-op.
+ * silent for all of it. `stepsDone` counts the steps a resumed update had already run; a step that the
+ * engine takes up from a part-way save is said at once. Returns the
+ * function that stops it; engines without progress get a no-op.
  */
-export function watchUpdate(engine: PolicyEngine, label: string, log: (line: string) => void, intervalMs = 120_000, now: () => number = () => performance.now()): () => void {
+export function watchUpdate(engine: PolicyEngine, label: string, log: (line: string) => void, intervalMs = 120_000, now: () => number = () => performance.now(), stepsDone = 0): () => void {
   if (!engine.setProgressListener) return () => {};
   const t0 = now();
   let last = t0;
-  let steps = 0;
-  engine.setProgressListener((op, done, total) => {
+  let steps = stepsDone;
+  let previous = Infinity; // micro-batches done in the current step: they only grow within one
+  engine.setProgressListener((op, done, total, resumed) => {
     if (op !== 'train_step') return;
-    if (done === 1) steps++;
+    const newStep = done <= previous || resumed === true;
+    previous = done;
+    if (newStep) steps++;
     const t = now();
+    if (resumed) {
+      log(`${label}: train step ${steps} goes on from its part-way save (${done}/${total} micro-batches done)`);
+      last = t;
+      return;
+    }
     if (t - last < intervalMs) return;
     last = t;
     log(`${label}: train step ${steps}, micro-batch ${done}/${total} | ${formatDuration((t - t0) / 1000)} elapsed`);

@@ -4,7 +4,7 @@
  * one (A = return) and the novelty reward (so every iteration trains).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pythonGate } from '../../test/support/python.ts';
@@ -12,6 +12,7 @@ import { loadConfig } from '../config/load.ts';
 import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { latestCheckpoint } from './checkpoint.ts';
+import { STEP_FILE } from './partial.ts';
 import { train } from './trainer.ts';
 import { createPlayingEngine } from './engines.ts';
 import { evaluateModelDir } from '../cli/commands/eval.ts';
@@ -51,6 +52,22 @@ const config = (dir: string, engine: 'tfjs' | 'torch', iterations: number, more:
   ]);
 
 type Line = Record<string, number | string | object>;
+
+/** This process's PyTorch workers (Linux: /proc). */
+function workerPids(): number[] {
+  return readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .filter((d) => {
+      try {
+        const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        return ppid === process.pid && readFileSync(`/proc/${d}/cmdline`, 'utf8').includes('worker.py');
+      } catch {
+        return false; // ended meanwhile
+      }
+    })
+    .map(Number);
+}
 const trainLines = (dir: string): Line[] =>
   readFileSync(join(dir, 'metrics.jsonl'), 'utf8')
     .trim()
@@ -118,6 +135,38 @@ describe.skipIf(!gate.available)(`training through the PyTorch worker (${gate.la
     await expect(train(cfg, { resume: false, log: () => {}, onPartialSave: stop })).rejects.toThrow('stopped here');
     await train(cfg, { resume: true, log: () => {} });
     const strip = (l: Line) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share/.test(k)));
+    expect(trainLines(split).map(strip)).toEqual(trainLines(straight).map(strip));
+    const adapter = (dir: string) => readFileSync(join(latestCheckpoint(dir)!, 'adapter', 'adapter_model.safetensors'));
+    expect(adapter(split).equals(adapter(straight))).toBe(true);
+  });
+
+  it('LoRA through the worker, killed inside an optimiser step: the resume goes on from the micro-batches saved in it and ends as the straight run, bit for bit', async () => {
+    // minibatches 1 and an 8-token budget: one step per iteration, a micro-batch per sequence, saved after each (partial_save_minutes 0).
+    const more = ['model.lora={r: 4, alpha: 8, dropout: 0.05, target_modules: [q_proj, v_proj]}', 'rollout.temperature=1', 'rollout.group_size=2', 'algo.minibatches=1', 'optim.micro_batch_tokens=8'];
+    const straight = join(root, 'step-straight');
+    await train(config(straight, 'torch', 2, more), { resume: false, log: () => {} });
+    const split = join(root, 'step-split');
+    const cfg = config(split, 'torch', 2, [...more, 'train.partial_save_minutes=0']);
+    const stepFile = join(split, 'checkpoints', 'partial-iter-000002', STEP_FILE);
+    let killed = false;
+    const watcher = setInterval(() => {
+      if (killed || !existsSync(stepFile)) return;
+      for (const pid of workerPids()) process.kill(pid, 'SIGKILL');
+      killed = true;
+    }, 1);
+    try {
+      await expect(train(cfg, { resume: false, log: () => {} })).rejects.toThrow();
+    } finally {
+      clearInterval(watcher);
+    }
+    expect(killed).toBe(true);
+    const lines: string[] = [];
+    await train(cfg, { resume: true, log: (l) => lines.push(l) });
+    const taken = lines.map((l) => /^iter 2 update: train step 1 goes on from its part-way save \((\d+)\/(\d+) micro-batches done\)$/.exec(l)).find((m) => m);
+    expect(taken, lines.join('\n')).toBeTruthy();
+    expect(Number(taken![1])).toBeLessThan(Number(taken![2])); // killed inside the step, not after it
+    const strip = (l: Line) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share/.test(k)));
+    expect(trainLines(straight)[1].grad_norm as number).toBeGreaterThan(0); // the step trains
     expect(trainLines(split).map(strip)).toEqual(trainLines(straight).map(strip));
     const adapter = (dir: string) => readFileSync(join(latestCheckpoint(dir)!, 'adapter', 'adapter_model.safetensors'));
     expect(adapter(split).equals(adapter(straight))).toBe(true);

@@ -12,7 +12,7 @@ import { formatDuration } from '../util/duration.ts';
 import { drawMode, scheduledP, usesMemory, type Mode } from '../algo/modes.ts';
 import { evaluate, formatEvalTable, type EvalResult } from './evaluate.ts';
 import { prepareUpdate, runOptimiserSteps, updateSettings, type OptimiserProgress } from './grpo.ts';
-import { savePartial, type PartialBatch } from './partial.ts';
+import { savePartial, STEP_FILE, type PartialBatch } from './partial.ts';
 import { evalRecord, formatEvalLine, formatIterationLine, trainRecord } from './iteration-log.ts';
 import { EpisodeProgress, watchUpdate } from './progress.ts';
 import { rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob } from './rollout.ts';
@@ -108,20 +108,25 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       // An iteration that has run train.partial_save_minutes saves part-way after its rollouts and after
       // each optimiser step; after a Ctrl-C it stops there (unless only the cheap rest is left), since
       // finishing it could take hours.
+      // The part-way save this iteration goes on from, if any; an optimiser step that runs for hours (the
+      // PyTorch worker on CPU) is saved inside it between micro-batches, as often, so a kill loses at most that.
+      let partialDir = resumed ? run.resumeFrom : null;
+      const minutes = cfg.train.partial_save_minutes;
+      const stepResume = () => (partialDir ? { file: join(partialDir, STEP_FILE), everySeconds: minutes * 60 } : undefined);
       const savePartIfLong = async (progress: OptimiserProgress | null) => {
-        const minutes = cfg.train.partial_save_minutes;
         if (performance.now() - t0 < minutes * 60_000) return;
         batch.progress = progress;
         batch.seconds.optimizer = (performance.now() - tOptimizer) / 1000;
         const dir = await savePartial(cfg.run_dir, run.training.checkpointWriter, state, batch, memory ? JSON.stringify(memory.toJSON()) : null, run.baseModelDir);
+        partialDir = dir;
         const where = progress ? `${progress.optimizerSteps} of ${progress.optimizerStepsTotal} optimiser steps done` : 'rollouts done';
         if (minutes > 0) log(`iter ${it}: saved part-way in ${dir} (${where})`);
         opts.onPartialSave?.(dir, progress);
         if (stopRequested(run) && (!progress || progress.optimizerSteps < progress.optimizerStepsTotal)) throw new StoppedPartWay(`iter ${it}: stopped part-way (${where}); --resume goes on from ${dir}`);
       };
       if (!resumed) await savePartIfLong(null);
-      const stopWatching = watchUpdate(engine, `iter ${it} update`, log);
-      const update = await runOptimiserSteps(engine, batch.prepared, updateSettings(cfg), rng, batch.progress, savePartIfLong).finally(stopWatching);
+      const stopWatching = watchUpdate(engine, `iter ${it} update`, log, undefined, undefined, batch.progress?.optimizerSteps ?? 0);
+      const update = await runOptimiserSteps(engine, batch.prepared, updateSettings(cfg), rng, batch.progress, savePartIfLong, stepResume).finally(stopWatching);
       const tUpdate = performance.now();
       const rehearsalNll = rehearsal ? await rehearsal.step(engine, it) : null;
       if (remoteRollouts) await remoteRollouts.sync(); // the server samples the next rollouts: give it the weights this update produced

@@ -27,6 +27,7 @@ from transformers import DynamicCache
 from decoding import ByteStops, StreamStops, TokenTries, choose, token_byte_table
 from objective import ObjectiveConfig, objective_terms
 from prefix_cache import BatchedCache, CachedPrefix, PrefixCache, common_prefix, extract, prefill_groups
+from step_resume import StepFile
 
 # Files besides the weights that make a saved directory a complete policy (tokenizer, chat template).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json")
@@ -55,6 +56,15 @@ class Seq:
     def scored(self) -> int:
         """How many tokens are scored: one log-prob and one value of every per-token array each."""
         return len(self.response) if self.policy_tokens is None else sum(self.policy_tokens)
+
+
+@dataclass
+class StepResume:
+    """train_step's `resume`: the file a long step is saved to between micro-batches, and how often."""
+
+    file: str
+    every_seconds: float
+    request: str  # step_resume.request_digest of the request
 
 
 @dataclass
@@ -229,7 +239,7 @@ class Engine:
         self.dist = d
         # Called with (done, total) after each micro-batch of a logprobs or train_step request; the
         # worker turns it into a progress event, so a long update is told apart from a hung one.
-        self.progress: Callable[[int, int], None] = lambda done, total: None
+        self.progress: Callable[..., None] = lambda done, total, resumed=False: None
         self.device = pick_device(spec.device, d)
         if spec.dtype not in DTYPES:
             raise RequestError(f"init: dtype must be one of {sorted(DTYPES)} (got {spec.dtype!r})")
@@ -721,7 +731,7 @@ class Engine:
 
     # ------------------------------------------------------------------ training
 
-    def train_step(self, seqs: list[Seq], cfg: ObjectiveConfig, temperature: float, lr: Optional[float]) -> dict[str, float]:
+    def train_step(self, seqs: list[Seq], cfg: ObjectiveConfig, temperature: float, lr: Optional[float], resume: Optional[StepResume] = None) -> dict[str, float]:
         # The weights are about to change: caches computed with the old ones would no longer match.
         self.prefix_cache.clear()
         self.model.train()  # LoRA dropout and gradient checkpointing act only in training mode
@@ -734,7 +744,19 @@ class Engine:
             stats = torch.zeros(5, dtype=torch.float64, device=self.device)
             # FSDP averages gradients over ranks; scaling by the world size turns that into the sum.
             loss_scale = float(self.dist.world)
-            for r in range(rounds):
+            # A step saved part-way (./step_resume.py) goes on after its saved micro-batches. One process only:
+            # under FSDP each rank holds a shard of the gradients and a generator of its own.
+            step_file = StepFile(resume.file, resume.every_seconds, resume.request, groups, self.params) if resume and self.dist.world == 1 else None
+            first = 0
+            saved = step_file.load(rounds) if step_file else None
+            if saved:
+                for p, g in zip(self.params, saved.grads):
+                    p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype)
+                stats.copy_(saved.stats)
+                set_rng_states(saved.rng)
+                first = saved.rounds_done
+                self.progress(first, rounds, True)
+            for r in range(first, rounds):
                 if r >= len(groups):
                     logp = self.response_logprobs([Seq([self.spec.pad_token], [self.spec.pad_token])], 1.0)
                     (logp.sum() * 0.0).backward()  # keeps FSDP's collectives in step; contributes nothing
@@ -753,6 +775,8 @@ class Engine:
                 )
                 (terms.loss_sum * loss_scale).backward()
                 stats += torch.stack([terms.loss_sum, terms.tokens, terms.clipped, terms.ratio_sum, terms.kl_sum]).detach().double()
+                if step_file:
+                    step_file.maybe_save(r + 1, rounds, stats, rng_states())
                 self.progress(r + 1, rounds)
             self.dist.sum_(stats)
             loss_sum, tokens, clipped, ratio_sum, kl_sum = (float(x) for x in stats.tolist())
@@ -781,6 +805,7 @@ class Engine:
                 "mean_ratio": ratio_sum / denom,
                 "kl": kl_sum / denom,
                 "grad_norm": grad_norm,
+                "resumed_micro_batches": first,
             }
         finally:
             self.optimizer.zero_grad(set_to_none=True)

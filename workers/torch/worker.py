@@ -59,8 +59,9 @@ except ImportError as e:  # the caller turns this into set-up advice
     sys.exit(3)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from engine import Dist, Engine, InitSpec, RequestError, Seq  # noqa: E402
+from engine import Dist, Engine, InitSpec, RequestError, Seq, StepResume  # noqa: E402
 from objective import ObjectiveConfig  # noqa: E402
+from step_resume import StepFileError, request_digest  # noqa: E402
 
 
 # ---------------------------------------------------------------------- request validation
@@ -173,6 +174,18 @@ def parse_objective(req: dict[str, Any]) -> ObjectiveConfig:
     )
 
 
+def parse_resume(req: dict[str, Any]) -> Optional[StepResume]:
+    spec = field(req, "resume", "train_step", lambda v: v is None or is_obj(v), "null or {file, every_seconds}", None)
+    if spec is None:
+        return None
+    w = "train_step.resume"
+    file = field(spec, "file", w, lambda v: isinstance(v, str) and v != "", "a file path")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(file))):
+        raise RequestError(f"{w}.file {file}: its folder does not exist")
+    every = field(spec, "every_seconds", w, lambda v: is_num(v) and v >= 0, "a non-negative number (0: after every micro-batch)")
+    return StepResume(file, float(every), request_digest(req))
+
+
 def temperature_of(req: dict[str, Any], op: str) -> float:
     return float(field(req, "temperature", op, lambda v: is_num(v) and v > 0, "a positive number", 1.0))
 
@@ -186,10 +199,10 @@ class Worker:
         self.engine: Optional[Engine] = None
         self.request_id: Any = None
 
-    def report_progress(self, done: int, total: int) -> None:
+    def report_progress(self, done: int, total: int, resumed: bool = False) -> None:
         """A progress event for the request being served (rank 0 speaks for all ranks)."""
         if self.dist.rank == 0:
-            emit({"event": "progress", "id": self.request_id, "done": done, "total": total})
+            emit({"event": "progress", "id": self.request_id, "done": done, "total": total, **({"resumed": True} if resumed else {})})
 
     def need_engine(self, op: str) -> Engine:
         if self.engine is None:
@@ -261,7 +274,7 @@ class Worker:
             objective = parse_objective(req)
             seqs = parse_batch(e, req, op, True, objective.kl_coef > 0)
             lr = field(req, "lr", op, lambda v: is_num(v) and v >= 0, "null or a non-negative number", None)
-            return e.train_step(seqs, objective, temperature_of(req, op), None if lr is None else float(lr))
+            return e.train_step(seqs, objective, temperature_of(req, op), None if lr is None else float(lr), parse_resume(req))
         if op == "save":
             e = self.need_engine(op)
             out_dir = field(req, "dir", op, lambda v: isinstance(v, str) and v != "", "a directory path")
@@ -274,7 +287,7 @@ class Worker:
 
 
 def error_kind(e: BaseException) -> str:
-    if isinstance(e, RequestError):
+    if isinstance(e, (RequestError, StepFileError)):
         return "bad_request"
     if isinstance(e, torch.cuda.OutOfMemoryError):
         return "out_of_memory"

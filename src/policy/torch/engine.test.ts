@@ -440,6 +440,57 @@ describe.skipIf(!gate.available)(`LoRA through PEFT (${gate.label})`, () => {
   }, 120_000);
 });
 
+describe.skipIf(!gate.available)(`a long train step saved between micro-batches (${gate.label})`, () => {
+  it('a worker killed inside a step: the next one goes on from the saved micro-batches and ends as the straight step, bit for bit (LoRA dropout 0.05); a file saved for another step is refused', async () => {
+    // 8-token budget: every sequence is a micro-batch of its own, 16 in the step.
+    const options = torchOptions({ lora: { r: 4, alpha: 8, dropout: 0.05, targetModules: ['q_proj', 'v_proj'] }, seed: 3, microBatchTokens: 8 });
+    const ts = tfjsEngine();
+    const batch = [...(await trainBatch(ts)), ...(await trainBatch(ts)), ...(await trainBatch(ts)), ...(await trainBatch(ts))];
+    ts.dispose();
+    const adapterOf = async (engine: TorchEngine) => {
+      const dir = tempDir();
+      await engine.save(dir);
+      return readFileSync(join(dir, 'adapter_model.safetensors'));
+    };
+
+    const straight = await TorchEngine.start(options);
+    const expected = [await straight.trainStep(batch, OBJECTIVE), await straight.trainStep(batch, OBJECTIVE)];
+    const expectedAdapter = await adapterOf(straight);
+    await straight.close();
+
+    const file = join(tempDir(), 'train-step.pt');
+    const resume = { file, everySeconds: 0 };
+    const killed = await TorchEngine.start(options);
+    let total = 0;
+    killed.setProgressListener((op, done, n) => {
+      total = n;
+      if (op === 'train_step' && done === 3) process.kill(killed.pid, 'SIGKILL');
+    });
+    await expect(killed.trainStep(batch, OBJECTIVE, 1, undefined, resume)).rejects.toThrow();
+    expect(total).toBe(16);
+    expect(existsSync(file)).toBe(true);
+
+    const resumed = await TorchEngine.start(options);
+    try {
+      const first = await resumed.trainStep(batch, OBJECTIVE, 1, undefined, resume);
+      // The kill lands while the worker runs on: at least the 3 reported micro-batches were saved, not all 16.
+      expect(first.resumedMicroBatches).toBeGreaterThanOrEqual(3);
+      expect(first.resumedMicroBatches).toBeLessThan(16);
+      const { resumedMicroBatches: _, ...stats } = first;
+      expect(stats).toEqual(expected[0]);
+      // Dropout's generator was restored with the sums: the next step draws the straight run's masks.
+      expect(await resumed.trainStep(batch, OBJECTIVE)).toEqual(expected[1]);
+      expect((await adapterOf(resumed)).equals(expectedAdapter)).toBe(true);
+      // The file now belongs to weights these have left, and to that batch only.
+      await expect(resumed.trainStep(batch, OBJECTIVE, 1, undefined, resume)).rejects.toThrow(`train_step.resume.file ${file} was saved for other starting weights; remove it to run the step from its start`);
+      await expect(resumed.trainStep(batch.slice(1), OBJECTIVE, 1, undefined, resume)).rejects.toThrow('was saved for another batch, objective or learning rate');
+      await expect(resumed.trainStep(batch, OBJECTIVE, 1, undefined, { file: join(tempDir(), 'missing', 'step.pt'), everySeconds: 0 })).rejects.toThrow(/train_step.resume.file .*missing\/step.pt: its folder does not exist/);
+    } finally {
+      await resumed.close();
+    }
+  }, 180_000);
+});
+
 describe.skipIf(!gate.available)(`bf16 autocast on CPU (${gate.label})`, () => {
   it('float16 is refused with a clear message; bfloat16 runs where the CPU multiplies bf16 natively: log-probs near fp32, LoRA merged in fp32', async () => {
     await expect(TorchEngine.start(torchOptions({ device: 'cpu', autocast: 'float16' }))).rejects.toThrow(/autocast 'float16' is for GPUs; on CPU use autocast 'bfloat16'/);

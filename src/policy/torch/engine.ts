@@ -15,7 +15,7 @@ import type { ObjectiveConfig } from '../../algo/objective.ts';
 import type { AdamWConfig } from '../tfjs/adamw.ts';
 import type { LoraConfig } from '../tfjs/lora.ts';
 import { Tokenizer } from '../tokenizer.ts';
-import type { Generation, GenerateOptions, PolicyEngine, ProgressListener, ScoredSequence, TrainSequence, TrainStats } from '../types.ts';
+import type { Generation, GenerateOptions, PolicyEngine, ProgressListener, ScoredSequence, StepResumeOptions, TrainSequence, TrainStats } from '../types.ts';
 import { PYTHON_SETUP_ADVICE, TORCH_WORKER_SCRIPT, projectPython, pythonProblem } from './python.ts';
 
 /** The TypeScript engine's LoRA settings, so one config object serves both engines. */
@@ -254,7 +254,7 @@ class WorkerConnection {
       const p = this.pending.get(msg.id as number);
       if (p) {
         p.rearm();
-        this.onProgress?.(p.op, Number(msg.done), Number(msg.total));
+        this.onProgress?.(p.op, Number(msg.done), Number(msg.total), msg.resumed === true);
       }
       return;
     }
@@ -318,6 +318,8 @@ export class TorchEngine implements PolicyEngine {
     readonly info: WorkerInfo,
     readonly versions: Record<string, string>,
     private readonly worker: WorkerConnection,
+    /** The process started: the worker's (the launcher's under `launcher`, e.g. torchrun). */
+    readonly pid: number,
   ) {}
 
   /** Starts the worker, loads the model and returns an engine ready for use. */
@@ -380,7 +382,7 @@ export class TorchEngine implements PolicyEngine {
         options.startTimeoutMs ?? 600_000,
       );
       if (tokenizer.vocabSize > info.vocab_size) throw new Error(`${options.modelDir}: tokenizer has ${tokenizer.vocabSize} tokens but the model's vocabulary is ${info.vocab_size}`);
-      return new TorchEngine(tokenizer, options, info, (ready.versions ?? {}) as Record<string, string>, worker);
+      return new TorchEngine(tokenizer, options, info, (ready.versions ?? {}) as Record<string, string>, worker, child.pid!);
     } catch (e) {
       await worker.shutdown(2000);
       throw e;
@@ -439,8 +441,8 @@ export class TorchEngine implements PolicyEngine {
     return logprobs;
   }
 
-  async trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature = 1, lr?: number): Promise<TrainStats> {
-    const r = await this.call<{ loss: number; tokens: number; clip_fraction: number; mean_ratio: number; kl: number; grad_norm: number }>('train_step', {
+  async trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature = 1, lr?: number, resume?: StepResumeOptions): Promise<TrainStats> {
+    const r = await this.call<{ loss: number; tokens: number; clip_fraction: number; mean_ratio: number; kl: number; grad_norm: number; resumed_micro_batches?: number }>('train_step', {
       batch: batch.map((s) => ({
         prompt: s.prompt,
         response: s.response,
@@ -460,8 +462,11 @@ export class TorchEngine implements PolicyEngine {
       },
       temperature,
       lr: lr ?? null,
+      resume: resume ? { file: resume.file, every_seconds: resume.everySeconds } : null,
     });
-    return { loss: r.loss, tokens: r.tokens, clipFraction: r.clip_fraction, meanRatio: r.mean_ratio, kl: r.kl, gradNorm: r.grad_norm };
+    const stats: TrainStats = { loss: r.loss, tokens: r.tokens, clipFraction: r.clip_fraction, meanRatio: r.mean_ratio, kl: r.kl, gradNorm: r.grad_norm };
+    if (r.resumed_micro_batches) stats.resumedMicroBatches = r.resumed_micro_batches;
+    return stats;
   }
 
   /**
