@@ -170,7 +170,7 @@ describe.skipIf(!gate.available)(`training through the PyTorch worker (${gate.la
     expect(trainLines(split).map(strip)).toEqual(trainLines(straight).map(strip));
     const adapter = (dir: string) => readFileSync(join(latestCheckpoint(dir)!, 'adapter', 'adapter_model.safetensors'));
     expect(adapter(split).equals(adapter(straight))).toBe(true);
-  });
+  }, 300_000);
 
   it('a LoRA checkpoint of the worker (its adapter only) evaluates on either engine, alike', async () => {
     const base = join(root, 'torch', 'initial-model');
