@@ -11,12 +11,19 @@
 #                         lost before the last run ends
 #   adapt:<label>:<seed>  memory-only adaptation of that run's final checkpoint (the protocol's command)
 #
+# Work already in $ARCHIVE is not redone on a new machine (runs/ lost, RUNS.md): a training finished there is
+# done, and so is an adaptation with its adapt-vs-no-tips.md. An adaptation still to make whose run finished
+# only in the archive needs the final weights again: the run is trained again into its own folder (runs
+# repeat bit for bit on these machines), its small files archived under $ARCHIVE/retrain/, and the
+# adaptation waits until the retrained run's scores and losses equal the archived run's.
+#
 # After every job the small files of every run (no weights) are copied into $ARCHIVE, which is committed:
 # `compare --report-only --out $ARCHIVE` reads them as it reads the run folders.
 #
 #   STUDY=/work/wt/study bash results/real-model/study.sh     # from anywhere; stop with stop.sh
 #   bash results/real-model/study.sh archive                  # only the copy into $ARCHIVE
 #   bash results/real-model/study.sh slot c                   # one more slot beside the running ones
+#   THREADS=2 bash results/real-model/study.sh slot a         # one slot alone, both cores to it
 set -uo pipefail
 STUDY=${STUDY:-/work/wt/study}
 OUT=${OUT:-/work/main/runs/real-model}
@@ -26,12 +33,14 @@ JOBS=(train:grpo:0 train:empo2:0 train:grpo:1 train:empo2:1 train:grpo:2 train:e
   adapt:grpo:0 adapt:empo2:0 adapt:grpo:1 adapt:empo2:1 adapt:grpo:2 adapt:empo2:2
   train:gigpo:0 train:gigpo:1 train:gigpo:2)
 CLAIMS=$OUT/.claims
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+THREADS=${THREADS:-1}
+export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 cd "$STUDY" || exit 1
 
 say() { echo "[study $(date -u +%FT%TZ) slot $SLOT] $*"; }
 
 finished() { [ -f "$OUT/$1/seed$2/eval.md" ]; }
+archived() { [ -f "$ARCHIVE/$1/seed$2/eval.md" ]; }
 
 # The small files under $1 (metrics, evaluations, configs, reports; no weights, memories,
 # trajectories or iterations saved part-way) into $2, and of each checkpoint its trainer_state.json and the latest pointer: enough
@@ -41,19 +50,40 @@ copy_small() {
   (cd "$1" && find . -name .claims -prune -o -name trajectories -prune -o -name 'partial-iter-*' -prune -o -type f \( -path '*/checkpoints/*' \( -name trainer_state.json -o -name latest.json \) -o ! -path '*/checkpoints/*' \( -name '*.jsonl' -o -name '*.json' -o -name '*.yaml' -o -name '*.md' -o -name '*.csv' \) \) ! -name memory.json -print) |
     while read -r f; do mkdir -p "$2/$(dirname "$f")" && cp -p "$1/$f" "$2/$f"; done
 }
-archive() { copy_small "$OUT" "$ARCHIVE" && copy_small "$ADAPT_OUT" "$ARCHIVE/adapt"; }
+archive() {
+  local run
+  for run in "$OUT"/*/seed*; do
+    [ -d "$run" ] || continue
+    if [ -f "$run/.retrain" ]; then copy_small "$run" "$ARCHIVE/retrain/${run#"$OUT"/}"; else copy_small "$run" "$ARCHIVE/${run#"$OUT"/}"; fi
+  done
+  copy_small "$ADAPT_OUT" "$ARCHIVE/adapt"
+}
 
-train() { # label seed
+# Whether a retrained run ($1) repeats the archived one ($2): the same environment steps, scores and losses
+# in every line of metrics.jsonl (wall times aside).
+same_run() {
+  node -e '
+    const fs = require("fs");
+    const keys = ["type", "iteration", "env_steps", "train_env_steps", "mean_score", "success_rate", "loss", "grad_norm", "tips_added", "memory_size"];
+    const read = (f) => fs.readFileSync(f, "utf8").trim().split("\n").map((l) => { const m = JSON.parse(l); return JSON.stringify(keys.map((k) => m[k])); });
+    const [a, b] = process.argv.slice(1).map((d) => read(d + "/metrics.jsonl"));
+    const bad = a.findIndex((l, i) => l !== b[i]);
+    if (a.length !== b.length || bad >= 0) { console.error(`metrics line ${bad + 1}: ${a[bad]} against ${b[bad]}`); process.exit(1); }
+  ' "$1" "$2"
+}
+
+train() { # label seed [retrain]
   local dir="$OUT/$1/seed$2" resume=()
+  if [ -z "${3:-}" ] && archived "$1" "$2"; then say "train $1 seed $2: finished in the archive"; return 0; fi
   if ! finished "$1" "$2"; then
     # A checkpoint, or an iteration saved part-way before the first one (train.partial_save_minutes).
     compgen -G "$dir/checkpoints/latest.json" >/dev/null || compgen -G "$dir/checkpoints/partial-iter-*" >/dev/null && resume=(--resume)
-    mkdir -p "$dir"
-    say "train $1 seed $2 ${resume[*]}"
+    mkdir -p "$dir" && { [ -z "${3:-}" ] || touch "$dir/.retrain"; }
+    say "train $1 seed $2 ${resume[*]} ${3:-}"
     node bin/empo2.js train --config "configs/real-$1.yaml" --set env.max_instances=34 --set "seed=$2" --set "run_dir=$dir" "${resume[@]}" >>"$dir/train.log" 2>&1 || return $?
   fi
   local ck="$dir/checkpoints/iter-000006"
-  if [ -d "$ck" ] && [ ! -f "$dir/checkpoint-evals/iter-000006.json" ]; then
+  if [ -z "${3:-}" ] && [ -d "$ck" ] && [ ! -f "$dir/checkpoint-evals/iter-000006.json" ]; then
     mkdir -p "$dir/checkpoint-evals"
     say "evaluate $1 seed $2 iter-000006"
     node bin/empo2.js eval "$ck" --config "$dir/config.yaml" --set env.eval_variations=34 --json "$dir/checkpoint-evals/iter-000006.json" >>"$dir/checkpoint-evals.log" 2>&1 || return $?
@@ -61,6 +91,11 @@ train() { # label seed
 }
 
 adapt() { # label seed
+  if [ -f "$ARCHIVE/adapt/$1-seed$2/adapt-vs-no-tips.md" ]; then say "adapt $1 seed $2: finished in the archive"; return 0; fi
+  if [ -f "$OUT/$1/seed$2/.retrain" ] || { ! finished "$1" "$2" && archived "$1" "$2"; }; then
+    train "$1" "$2" retrain || return $?
+    same_run "$OUT/$1/seed$2" "$ARCHIVE/$1/seed$2" || { say "adapt $1 seed $2: the retrained run differs from the archived one"; return 1; }
+  fi
   until finished "$1" "$2"; do
     [ -f "$CLAIMS/train:$1:$2/ended" ] && { say "adapt $1 seed $2: its training ended unfinished"; return 1; }
     sleep 300
