@@ -105,9 +105,20 @@ adapt() { # label seed
     --tasks fetch --seeds 0 --trials 5 --variations 10 --jobs 1 --out "$ADAPT_OUT/$1-seed$2" >>"$ADAPT_OUT/$1-seed$2.log" 2>&1
 }
 
+# A job is claimed by one slot. A claim neither ended nor held by a live slot (the session that ran it
+# ended, the machine was kept) is taken over, so a restarted slot resumes that job rather than passing it.
+claim() {
+  if mkdir "$CLAIMS/$1" 2>/dev/null; then echo "$BASHPID" >"$CLAIMS/$1/slot.pid"; return 0; fi
+  [ -f "$CLAIMS/$1/ended" ] && return 1
+  local pid; pid=$(cat "$CLAIMS/$1/slot.pid" 2>/dev/null)
+  if [ -n "$pid" ] && ps -p "$pid" -o args= 2>/dev/null | grep -q study.sh; then return 1; fi
+  echo "$BASHPID" >"$CLAIMS/$1/slot.pid"
+  say "$1: claimed by a slot that is gone (${pid:-no pid kept}); taking it over"
+}
+
 slot() {
   for job in "${JOBS[@]}"; do
-    mkdir "$CLAIMS/$job" 2>/dev/null || continue
+    claim "$job" || continue
     IFS=: read -r kind label seed <<<"$job"
     $kind "$label" "$seed"
     code=$?
@@ -119,8 +130,8 @@ slot() {
 }
 
 if [ "${1:-}" = archive ]; then archive; exit; fi   # the copy alone, e.g. before a session ends
-# One more slot beside running ones (after a slot stopped): `study.sh slot c`; remove the claim of the job
-# it should redo first ($CLAIMS/<job>).
+# One more slot beside running ones (after a slot stopped): `study.sh slot c`; remove the claim of a job
+# that ended unfinished to have it redone ($CLAIMS/<job>).
 if [ "${1:-}" = slot ]; then SLOT=${2:-c} slot; exit; fi
 rm -rf "$CLAIMS" && mkdir -p "$CLAIMS" "$ADAPT_OUT"
 SLOT=a slot &
