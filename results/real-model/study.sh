@@ -116,9 +116,23 @@ claim() {
   say "$1: claimed by a slot that is gone (${pid:-no pid kept}); taking it over"
 }
 
+# The next job this slot claims, into $job (no subshell: a claim records this slot's pid): first an adaptation
+# whose training job ended with its run finished on this machine (the final weights are here; on a kept
+# machine that saves retraining a run the archive holds), then the first job of the list.
+next_job() {
+  local j kind label seed
+  for j in "${JOBS[@]}"; do
+    IFS=: read -r kind label seed <<<"$j"
+    [ "$kind" = adapt ] && [ -f "$CLAIMS/train:$label:$seed/ended" ] && finished "$label" "$seed" &&
+      claim "$j" && { job=$j; return 0; }
+  done
+  for j in "${JOBS[@]}"; do claim "$j" && { job=$j; return 0; }; done
+  return 1
+}
+
 slot() {
-  for job in "${JOBS[@]}"; do
-    claim "$job" || continue
+  local job kind label seed code
+  while next_job; do
     IFS=: read -r kind label seed <<<"$job"
     $kind "$label" "$seed"
     code=$?
