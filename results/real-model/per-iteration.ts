@@ -5,7 +5,7 @@
  *
  *   npx tsx results/real-model/per-iteration.ts runs/real-model > results/real-model/per-iteration.md
  */
-import { readdirSync } from 'node:fs';
+import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { readRunMetrics } from '../../src/compare/metrics.ts';
 
@@ -21,8 +21,9 @@ function modeOf(modes: unknown): string {
   return drawn.length > 0 ? drawn.join(' + ') : '–';
 }
 
-const lines = ['# Training iterations of the study\'s runs', '', `From each run's \`metrics.jsonl\` under \`${out}\` (made by \`results/real-model/per-iteration.ts\`). Training scores are over the iteration's 16 episodes at temperature 1 (not held-out); clipped: share of tokens whose ratio was clipped in the update; seconds of rollout and update at one thread.`];
-for (const label of readdirSync(out, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name).sort()) {
+const lines = ['# Training iterations of the study\'s runs', '', `From each run's \`metrics.jsonl\` under \`${out}\` (made by \`results/real-model/per-iteration.ts\`). Training scores are over the iteration's 16 episodes at temperature 1 (not held-out); clipped: share of tokens whose ratio was clipped in the update; seconds of rollout and update (one thread, two for EMPO² seed 2: RUNS.md).`];
+// statSync, not the entry's type: report.sh hands over a folder of links to the runs.
+for (const label of readdirSync(out).filter((n) => statSync(join(out, n)).isDirectory()).sort()) {
   for (const seedDir of readdirSync(join(out, label)).filter((n) => /^seed\d+$/.test(n)).sort()) {
     const metrics = readRunMetrics(join(out, label, seedDir));
     if (!metrics) continue;
