@@ -29,7 +29,7 @@ mkdir -p "$DEST"
 for f in results.md results.csv runs.csv curves.csv learning_curve.png learning_curve.svg; do
   [ -f "$out/runs/$f" ] && cp "$out/runs/$f" "$DEST/$f"
 done
-npx tsx $here/per-iteration.ts "$out/runs" > "$DEST/per-iteration.md"
+npx tsx $here/per-iteration.ts "$out/runs" | sed "s#$out/runs#$RUNS#" > "$DEST/per-iteration.md"
 if [ "$DEST" = "$here" ]; then
   adapt=$RUNS/adapt
   [ -d "$adapt" ] || adapt=runs/real-model-adapt
