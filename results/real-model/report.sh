@@ -27,7 +27,9 @@ done
 npx empo2 compare --report-only --out "$out/runs"
 mkdir -p "$DEST"
 for f in results.md results.csv runs.csv curves.csv learning_curve.png learning_curve.svg; do
-  [ -f "$out/runs/$f" ] && cp "$out/runs/$f" "$DEST/$f"
+  # Text files name the runs' folder, not this temporary one.
+  [ -f "$out/runs/$f" ] || continue
+  case $f in *.png) cp "$out/runs/$f" "$DEST/$f" ;; *) sed "s#$out/runs#$RUNS#g" "$out/runs/$f" > "$DEST/$f" ;; esac
 done
 npx tsx $here/per-iteration.ts "$out/runs" | sed "s#$out/runs#$RUNS#" > "$DEST/per-iteration.md"
 if [ "$DEST" = "$here" ]; then
