@@ -48,26 +48,9 @@ export interface TrainResult {
 export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResult> {
   const log = opts.log ?? ((l: string) => console.log(l));
   const run = await openRun(cfg, opts.resume, opts.handleSignals ?? false, log);
-  const { algo, engine, memory, rehearsal, remoteRollouts, state, rng, metrics } = run;
-  // Before the first iteration and after the last, a Ctrl-C stops the evaluation itself (./interrupt.ts).
-  const outsideLoop = async (iteration: number): Promise<EvalResult | null> => {
-    const interrupts = run.interrupts;
-    try {
-      if (!interrupts) return await evaluateAndLog(run, iteration);
-      log(iteration === 0 ? 'evaluating before training (Ctrl-C stops the run here, with nothing saved)' : `final evaluation at iteration ${iteration} (Ctrl-C stops it; the checkpoint is saved and --resume makes it again)`);
-      return await interrupts.evaluation(() => evaluateAndLog(run, iteration));
-    } catch (e) {
-      if (!(e instanceof EvaluationInterrupted)) {
-        run.interrupts?.dispose();
-        await closeRun(run, true);
-        throw e;
-      }
-      log(`stopped the evaluation at iteration ${iteration}; nothing of it was kept`);
-      return null;
-    }
-  };
+  const { engine, memory, rehearsal, remoteRollouts, state, rng, metrics } = run;
   // The "before" of the before/after table; on resume, the one logged when the run started.
-  const initialEval = metrics.evalAt(0) ?? (state.iteration === 0 ? await outsideLoop(0) : null);
+  const initialEval = metrics.evalAt(0) ?? (state.iteration === 0 ? await evaluateOutsideLoop(run, 0) : null);
   if (state.iteration === 0 && !initialEval) {
     run.interrupts?.dispose();
     await closeRun(run);
@@ -75,77 +58,34 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   }
   if (state.iteration >= cfg.train.iterations) log(`the run already finished its ${state.iteration} iterations; raise train.iterations to train it longer`);
 
-  // A resumed part-way iteration counts the time its saved phases had run (below).
-  let started = performance.now() - state.elapsedSeconds * 1000;
+  const clock = { started: performance.now() - state.elapsedSeconds * 1000 };
   let lastEval: EvalResult | null = initialEval;
   let interrupted = false;
   try {
     for (let it = state.iteration + 1; it <= cfg.train.iterations; it++) {
-      // A resumed iteration saved part-way (./partial.ts) takes its rollouts and update from there; its
-      // clock starts as far in as the saved phases had run.
-      const resumed = run.partial?.iteration === it ? run.partial : null;
-      run.partial = null;
-      const t0 = performance.now() - (resumed ? (resumed.seconds.rollout + resumed.seconds.optimizer) * 1000 : 0);
-      let batch: PartialBatch;
-      let optimizerStart = performance.now();
-      if (resumed) {
-        batch = resumed;
-        started -= (resumed.seconds.rollout + resumed.seconds.optimizer) * 1000;
-        rng.setState(batch.rngAfterDraws);
-      } else {
-        const { jobs, modes } = drawModes(run, it);
-        const { episodes, stats } = await rollOut(run, it, jobs, modes, opts.progress ?? false);
-        const rolloutSeconds = (performance.now() - t0) / 1000;
-        if (rolloutSeconds > 60) log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration(rolloutSeconds)}; updating`);
-        const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
-        optimizerStart = performance.now();
-        const prepared = await prepareUpdate(engine, episodes.map((e, i) => ({ ...e, mode: modes[i], intrinsic: intrinsic?.[i] })), updateSettings(cfg));
-        batch = { format: 'empo2-partial-iteration', version: 1, iteration: it, jobs, modes, episodes, stats, intrinsic, prepared, rngAfterDraws: rng.getState(), progress: null, seconds: { rollout: rolloutSeconds, optimizer: 0 } };
-      }
-      const { modes, episodes, stats, intrinsic } = batch;
-      const t1 = t0 + batch.seconds.rollout * 1000;
-      const tOptimizer = resumed ? performance.now() - batch.seconds.optimizer * 1000 : optimizerStart;
-      // An iteration that has run train.partial_save_minutes saves part-way after its rollouts and after
-      // each optimiser step; after a Ctrl-C it stops there (unless only the cheap rest is left), since
-      // finishing it could take hours.
-      // The part-way save this iteration goes on from, if any; an optimiser step that runs for hours (the
-      // PyTorch worker on CPU) is saved inside it between micro-batches, as often, so a kill loses at most that.
-      let partialDir = resumed ? run.resumeFrom : null;
-      const minutes = cfg.train.partial_save_minutes;
-      const stepResume = () => (partialDir ? { file: join(partialDir, STEP_FILE), everySeconds: minutes * 60 } : undefined);
-      const savePartIfLong = async (progress: OptimiserProgress | null) => {
-        if (performance.now() - t0 < minutes * 60_000) return;
-        batch.progress = progress;
-        batch.seconds.optimizer = (performance.now() - tOptimizer) / 1000;
-        const dir = await savePartial(cfg.run_dir, run.training.checkpointWriter, state, batch, memory ? JSON.stringify(memory.toJSON()) : null, run.baseModelDir);
-        partialDir = dir;
-        const where = progress ? `${progress.optimizerSteps} of ${progress.optimizerStepsTotal} optimiser steps done` : 'rollouts done';
-        if (minutes > 0) log(`iter ${it}: saved part-way in ${dir} (${where})`);
-        opts.onPartialSave?.(dir, progress);
-        if (stopRequested(run) && (!progress || progress.optimizerSteps < progress.optimizerStepsTotal)) throw new StoppedPartWay(`iter ${it}: stopped part-way (${where}); --resume goes on from ${dir}`);
-      };
-      if (!resumed) await savePartIfLong(null);
+      // draw modes → rollouts → intrinsic reward (or the batch an iteration saved part-way)
+      const { batch, resumed, t0, tOptimizer } = await iterationBatch(run, it, clock, opts);
+      const partWay = partWaySaver(run, it, batch, resumed, t0, tOptimizer, opts);
+      if (!resumed) await partWay.save(null);
+      // update
       const stopWatching = watchUpdate(engine, `iter ${it} update`, log, undefined, undefined, batch.progress?.optimizerSteps ?? 0);
-      const update = await runOptimiserSteps(engine, batch.prepared, updateSettings(cfg), rng, batch.progress, savePartIfLong, stepResume).finally(stopWatching);
+      const update = await runOptimiserSteps(engine, batch.prepared, updateSettings(cfg), rng, batch.progress, partWay.save, partWay.stepResume).finally(stopWatching);
       const tUpdate = performance.now();
       const rehearsalNll = rehearsal ? await rehearsal.step(engine, it) : null;
       if (remoteRollouts) await remoteRollouts.sync(); // the server samples the next rollouts: give it the weights this update produced
-      const written = memory ? await memory.writeTips(episodes) : null;
+      // memory
+      const written = memory ? await memory.writeTips(batch.episodes) : null;
       const memorySeconds = memory ? memory.takeSeconds() : 0;
       const t2 = performance.now();
       state.iteration = it;
-      state.envSteps += stats.envSteps;
+      state.envSteps += batch.stats.envSteps;
       state.rngState = rng.getState();
-      state.elapsedSeconds = (t2 - started) / 1000;
-      recordTrainingEpisodes(run, it, episodes, modes, written?.reflections ?? null);
-      const report = {
-        iteration: it, iterations: cfg.train.iterations, envSteps: state.envSteps, elapsedSeconds: state.elapsedSeconds, episodes, modes, rollout: stats,
-        prefillCounts: Boolean(run.rolloutEngine.prefillCounts), update, intrinsic, rehearsalNll, tipsAdded: written?.added ?? 0, memorySize: memory ? memory.tips.size() : 0, memorySeconds,
-        seconds: { rollout: (t1 - t0) / 1000, update: (t2 - t1) / 1000, optimizer: (tUpdate - tOptimizer) / 1000, iteration: (t2 - t0) / 1000 },
-      };
-      metrics.append(trainRecord(report));
-      log(formatIterationLine(report, { drawsModes: algo.drawsModes, groupSize: cfg.rollout.group_size, perRollout: drawnPer(run, 'rollout') }));
+      state.elapsedSeconds = (t2 - clock.started) / 1000;
+      // log
+      recordTrainingEpisodes(run, it, batch.episodes, batch.modes, written?.reflections ?? null);
+      logIteration(run, it, batch, { update, rehearsalNll, tipsAdded: written?.added ?? 0, memorySeconds, t0, tOptimizer, tUpdate, t2 });
       await turnEventLoop(); // so that Ctrl-C is seen between iterations
+      // evaluate, checkpoint
       const last = it === cfg.train.iterations;
       if (cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last) lastEval = await evaluateAndLog(run, it);
       if (it % cfg.train.checkpoint_every === 0 || last || stopRequested(run)) log(`checkpoint ${await saveRunCheckpoint(run)}`);
@@ -167,7 +107,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   let finalEval = lastEval;
   if (!interrupted) {
     // A finished run that is resumed (or one stopped between its final checkpoint and evaluation) keeps its logged evaluation.
-    finalEval = metrics.evalAt(state.iteration) ?? (await outsideLoop(state.iteration));
+    finalEval = metrics.evalAt(state.iteration) ?? (await evaluateOutsideLoop(run, state.iteration));
     if (finalEval) {
       const table = formatEvalTable(finalEval, initialEval);
       writeFileSync(join(cfg.run_dir, 'eval.md'), table + '\n');
@@ -177,6 +117,99 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   run.interrupts?.dispose();
   await closeRun(run);
   return { runDir: cfg.run_dir, iterations: state.iteration, initialEval, finalEval, interrupted };
+}
+
+/**
+ * The first or the final evaluation. Before the first iteration and after the last, a Ctrl-C stops the
+ * evaluation itself (./interrupt.ts): null then, nothing of it kept.
+ */
+async function evaluateOutsideLoop(run: RunContext, iteration: number): Promise<EvalResult | null> {
+  const interrupts = run.interrupts;
+  try {
+    if (!interrupts) return await evaluateAndLog(run, iteration);
+    run.log(iteration === 0 ? 'evaluating before training (Ctrl-C stops the run here, with nothing saved)' : `final evaluation at iteration ${iteration} (Ctrl-C stops it; the checkpoint is saved and --resume makes it again)`);
+    return await interrupts.evaluation(() => evaluateAndLog(run, iteration));
+  } catch (e) {
+    if (!(e instanceof EvaluationInterrupted)) {
+      run.interrupts?.dispose();
+      await closeRun(run, true);
+      throw e;
+    }
+    run.log(`stopped the evaluation at iteration ${iteration}; nothing of it was kept`);
+    return null;
+  }
+}
+
+/**
+ * The iteration's rollouts, intrinsic rewards and prepared update: made now, or taken from the part-way
+ * save this run resumes inside (./partial.ts), whose clock then starts as far in as its saved phases
+ * had run (moving the run's start back by as much). t0: the iteration's start; tOptimizer: the update's.
+ */
+async function iterationBatch(run: RunContext, it: number, clock: { started: number }, opts: TrainOptions) {
+  const { cfg, engine, memory, rng } = run;
+  const resumed = run.partial?.iteration === it ? run.partial : null;
+  run.partial = null;
+  if (resumed) {
+    const saved = (resumed.seconds.rollout + resumed.seconds.optimizer) * 1000;
+    clock.started -= saved;
+    rng.setState(resumed.rngAfterDraws);
+    const now = performance.now();
+    return { batch: resumed, resumed, t0: now - saved, tOptimizer: now - resumed.seconds.optimizer * 1000 };
+  }
+  const t0 = performance.now();
+  const { jobs, modes } = drawModes(run, it);
+  const { episodes, stats } = await rollOut(run, it, jobs, modes, opts.progress ?? false);
+  const rolloutSeconds = (performance.now() - t0) / 1000;
+  if (rolloutSeconds > 60) run.log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration(rolloutSeconds)}; updating`);
+  const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
+  const tOptimizer = performance.now();
+  const prepared = await prepareUpdate(engine, episodes.map((e, i) => ({ ...e, mode: modes[i], intrinsic: intrinsic?.[i] })), updateSettings(cfg));
+  const batch: PartialBatch = { format: 'empo2-partial-iteration', version: 1, iteration: it, jobs, modes, episodes, stats, intrinsic, prepared, rngAfterDraws: rng.getState(), progress: null, seconds: { rollout: rolloutSeconds, optimizer: 0 } };
+  return { batch, resumed: null, t0, tOptimizer };
+}
+
+/**
+ * An iteration that has run train.partial_save_minutes saves part-way after its rollouts and after each
+ * optimiser step; after a Ctrl-C it stops there (unless only the cheap rest is left), since finishing it
+ * could take hours. An optimiser step that runs for hours (the PyTorch worker on CPU) is saved inside it
+ * between micro-batches, as often (stepResume), so a kill loses at most that.
+ */
+function partWaySaver(run: RunContext, it: number, batch: PartialBatch, resumed: PartialBatch | null, t0: number, tOptimizer: number, opts: TrainOptions) {
+  const { cfg, memory, state } = run;
+  const minutes = cfg.train.partial_save_minutes;
+  // The part-way save this iteration goes on from, if any.
+  let partialDir = resumed ? run.resumeFrom : null;
+  const stepResume = () => (partialDir ? { file: join(partialDir, STEP_FILE), everySeconds: minutes * 60 } : undefined);
+  const save = async (progress: OptimiserProgress | null) => {
+    if (performance.now() - t0 < minutes * 60_000) return;
+    batch.progress = progress;
+    batch.seconds.optimizer = (performance.now() - tOptimizer) / 1000;
+    const dir = await savePartial(cfg.run_dir, run.training.checkpointWriter, state, batch, memory ? JSON.stringify(memory.toJSON()) : null, run.baseModelDir);
+    partialDir = dir;
+    const where = progress ? `${progress.optimizerSteps} of ${progress.optimizerStepsTotal} optimiser steps done` : 'rollouts done';
+    if (minutes > 0) run.log(`iter ${it}: saved part-way in ${dir} (${where})`);
+    opts.onPartialSave?.(dir, progress);
+    if (stopRequested(run) && (!progress || progress.optimizerSteps < progress.optimizerStepsTotal)) throw new StoppedPartWay(`iter ${it}: stopped part-way (${where}); --resume goes on from ${dir}`);
+  };
+  return { save, stepResume };
+}
+
+/** The iteration's line in metrics.jsonl and in the log. */
+function logIteration(
+  run: RunContext,
+  it: number,
+  batch: PartialBatch,
+  r: { update: Awaited<ReturnType<typeof runOptimiserSteps>>; rehearsalNll: number | null; tipsAdded: number; memorySeconds: number; t0: number; tOptimizer: number; tUpdate: number; t2: number },
+): void {
+  const { cfg, algo, memory, state } = run;
+  const t1 = r.t0 + batch.seconds.rollout * 1000;
+  const report = {
+    iteration: it, iterations: cfg.train.iterations, envSteps: state.envSteps, elapsedSeconds: state.elapsedSeconds, episodes: batch.episodes, modes: batch.modes, rollout: batch.stats,
+    prefillCounts: Boolean(run.rolloutEngine.prefillCounts), update: r.update, intrinsic: batch.intrinsic, rehearsalNll: r.rehearsalNll, tipsAdded: r.tipsAdded, memorySize: memory ? memory.tips.size() : 0, memorySeconds: r.memorySeconds,
+    seconds: { rollout: (t1 - r.t0) / 1000, update: (r.t2 - t1) / 1000, optimizer: (r.tUpdate - r.tOptimizer) / 1000, iteration: (r.t2 - r.t0) / 1000 },
+  };
+  run.metrics.append(trainRecord(report));
+  run.log(formatIterationLine(report, { drawsModes: algo.drawsModes, groupSize: cfg.rollout.group_size, perRollout: drawnPer(run, 'rollout') }));
 }
 
 /** Whether modes are drawn, and drawn once per `scope` (iteration, task group or rollout). */
