@@ -59,16 +59,26 @@ archive() {
   copy_small "$ADAPT_OUT" "$ARCHIVE/adapt"
 }
 
-# Whether a retrained run ($1) repeats the archived one ($2): the same environment steps, scores and losses
-# in every line of metrics.jsonl (wall times aside).
+# Whether a retrained run ($1) repeats the archived one ($2), line by line of metrics.jsonl (wall times aside):
+# the same environment steps, scores, success rates and tips, so the same episodes were sampled; loss and
+# grad norm within 1% + 5e-4. Not bit for bit: PyTorch at two threads sums in another order than the
+# archived runs' one thread. Measured on EMPO² seed 2, iterations 1-4 again at two threads (0f1f796 against
+# 4982578): every episode the same, loss off by 0.15-0.52%, grad norm by 0.10-0.39%.
 same_run() {
   node -e '
     const fs = require("fs");
-    const keys = ["type", "iteration", "env_steps", "train_env_steps", "mean_score", "success_rate", "loss", "grad_norm", "tips_added", "memory_size"];
-    const read = (f) => fs.readFileSync(f, "utf8").trim().split("\n").map((l) => { const m = JSON.parse(l); return JSON.stringify(keys.map((k) => m[k])); });
+    const exact = ["type", "iteration", "env_steps", "train_env_steps", "mean_score", "success_rate", "tips_added", "memory_size"];
+    const close = (a, b) => a === b || (typeof a === "number" && typeof b === "number" && Math.abs(a - b) <= 0.01 * Math.max(Math.abs(a), Math.abs(b)) + 5e-4);
+    const read = (f) => fs.readFileSync(f, "utf8").trim().split("\n").map((l) => JSON.parse(l));
     const [a, b] = process.argv.slice(1).map((d) => read(d + "/metrics.jsonl"));
-    const bad = a.findIndex((l, i) => l !== b[i]);
-    if (a.length !== b.length || bad >= 0) { console.error(`metrics line ${bad + 1}: ${a[bad]} against ${b[bad]}`); process.exit(1); }
+    let worst = 0;
+    for (let i = 0; i < Math.max(a.length, b.length); i++) {
+      const x = a[i] ?? {}, y = b[i] ?? {};
+      const off = exact.filter((k) => x[k] !== y[k]).concat(["loss", "grad_norm"].filter((k) => !close(x[k], y[k])));
+      if (off.length) { console.error(`metrics line ${i + 1}: ${off.join(", ")} differ: ${JSON.stringify(x)} against ${JSON.stringify(y)}`); process.exit(1); }
+      for (const k of ["loss", "grad_norm"]) if (typeof x[k] === "number" && x[k] !== y[k]) worst = Math.max(worst, Math.abs(x[k] - y[k]) / Math.max(Math.abs(x[k]), Math.abs(y[k])));
+    }
+    console.log(`same episodes in all ${a.length} lines; loss and grad norm at most ${(100 * worst).toFixed(2)}% apart`);
   ' "$1" "$2"
 }
 
