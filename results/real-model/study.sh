@@ -146,6 +146,8 @@ slot() {
     IFS=: read -r kind label seed <<<"$job"
     $kind "$label" "$seed"
     code=$?
+    # Stopped on request (stop.sh: exit 130): the claim stays open, so the next slot resumes the job.
+    if [ $code -eq 130 ]; then archive; say "$job stopped on request; study.sh again resumes it"; return $code; fi
     touch "$CLAIMS/$job/ended"
     archive
     if [ $code -ne 0 ]; then say "$job stopped (exit $code); this slot stops"; return $code; fi
