@@ -25,6 +25,8 @@ interface Checkpoint {
   noTips: number[];
   tips: number[];
   followed: number | null;
+  /** Why this checkpoint is a retrained run's, not the archived run's (retrained.md, written by study.sh). */
+  retrained: string | null;
 }
 
 /** One checkpoint's two arms from its runs.csv (one task, one seed: one row per arm). */
@@ -46,6 +48,7 @@ function readCheckpoint(name: string): Checkpoint | null {
     noTips: trialCols.map((i) => Number(arm('no-tips')[i])),
     tips: trialCols.map((i) => Number(tips[i])),
     followed: followed ? Number(followed) : null,
+    retrained: existsSync(join(root, name, 'retrained.md')) ? readFileSync(join(root, name, 'retrained.md'), 'utf8').trim() : null,
   };
 }
 
@@ -65,8 +68,9 @@ const lines = [
 ];
 for (const c of checkpoints) {
   const f = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(' / ');
-  lines.push(`| ${c.name} | ${f(c.noTips)} | ${f(c.tips)} | ${c.noTips[0] === c.tips[0] ? 'yes' : '**no**'} | ${later(c.noTips).toFixed(1)} | ${later(c.tips).toFixed(1)} | ${(later(c.tips) - later(c.noTips)).toFixed(1)} | ${c.followed === null ? '–' : `${(c.followed * 100).toFixed(0)}%`} |`);
+  lines.push(`| ${c.name}${c.retrained ? ' (retrained)' : ''} | ${f(c.noTips)} | ${f(c.tips)} | ${c.noTips[0] === c.tips[0] ? 'yes' : '**no**'} | ${later(c.noTips).toFixed(1)} | ${later(c.tips).toFixed(1)} | ${(later(c.tips) - later(c.noTips)).toFixed(1)} | ${c.followed === null ? '–' : `${(c.followed * 100).toFixed(0)}%`} |`);
 }
+for (const c of checkpoints.filter((c) => c.retrained)) lines.push('', `**${c.name} (retrained).** ${c.retrained!.replace(/\n+/g, ' ')}`);
 lines.push('', `Tips − no tips over trials 2–${K}, paired by checkpoint, mean and 95% t-interval:`, '', '| checkpoints | n | tips − no tips |', '|---|---|---|');
 for (const arm of [null, ...new Set(checkpoints.map((c) => c.arm))]) {
   const chosen = checkpoints.filter((c) => arm === null || c.arm === arm);

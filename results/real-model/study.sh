@@ -82,6 +82,34 @@ same_run() {
   ' "$1" "$2"
 }
 
+# A retrained run ($1 seed $2) that is not the archived one ($3: how they differ). Decided in RUNS.md
+# (session 23) before such an adaptation was seen: trials made on the lost weights move to $ADAPT_OUT-lost
+# and $ARCHIVE/adapt-lost as a record only, and the adaptation starts afresh on the retrained checkpoint,
+# its folder saying so (retrained.md, shown by adaptation.ts) with the retrained run's held-out scores
+# beside the archived run's.
+retrained_apart() {
+  local name="$1-seed$2" f dest
+  for f in "$ADAPT_OUT/$name" "$ADAPT_OUT/$name.log" "$ARCHIVE/adapt/$name"; do
+    [ -e "$f" ] || continue
+    dest="${f%/*}-lost/${f##*/}"
+    mkdir -p "${dest%/*}" && rm -rf "$dest" && mv "$f" "$dest" || return 1
+  done
+  mkdir -p "$ADAPT_OUT/$name" && node -e '
+    const fs = require("fs");
+    const [run, archived, why, out] = process.argv.slice(1);
+    const evals = (d) => fs.readFileSync(d + "/metrics.jsonl", "utf8").trim().split("\n").map((l) => JSON.parse(l))
+      .filter((m) => m.type === "eval").map((m) => `${m.mean_score.toFixed(2)} at ${m.train_env_steps} steps`).join(", ");
+    fs.writeFileSync(out, [
+      "Retrained checkpoint: the archived run'"'"'s final weights were lost with a machine; the run trained again (same config, seed and task draws) is not the archived one, so this adaptation is of the retrained run'"'"'s final checkpoint, with a fresh memory. Trials made on the lost weights are kept as a record only (`adapt-lost/`).",
+      "",
+      `How the runs differ (the first metrics line apart): ${why.split("\n")[0].split(": {")[0]}.`,
+      "",
+      `Held-out evaluations (mean score of 102 episodes): archived run ${evals(archived)}; retrained run ${evals(run)}.`,
+      "",
+    ].join("\n"));
+  ' "$OUT/$1/seed$2" "$ARCHIVE/$1/seed$2" "$3" "$ADAPT_OUT/$name/retrained.md"
+}
+
 train() { # label seed [retrain]
   local dir="$OUT/$1/seed$2" resume=()
   if [ -z "${3:-}" ] && archived "$1" "$2"; then say "train $1 seed $2: finished in the archive"; return 0; fi
@@ -104,7 +132,11 @@ adapt() { # label seed
   if [ -f "$ARCHIVE/adapt/$1-seed$2/adapt-vs-no-tips.md" ]; then say "adapt $1 seed $2: finished in the archive"; return 0; fi
   if [ -f "$OUT/$1/seed$2/.retrain" ] || { ! finished "$1" "$2" && archived "$1" "$2"; }; then
     train "$1" "$2" retrain || return $?
-    same_run "$OUT/$1/seed$2" "$ARCHIVE/$1/seed$2" || { say "adapt $1 seed $2: the retrained run differs from the archived one"; return 1; }
+    local why
+    if [ ! -f "$ADAPT_OUT/$1-seed$2/retrained.md" ] && ! why=$(same_run "$OUT/$1/seed$2" "$ARCHIVE/$1/seed$2" 2>&1); then
+      say "adapt $1 seed $2: the retrained run differs from the archived one; adapted as a checkpoint of its own"
+      retrained_apart "$1" "$2" "$why" || return 1
+    fi
   fi
   until finished "$1" "$2"; do
     [ -f "$CLAIMS/train:$1:$2/ended" ] && { say "adapt $1 seed $2: its training ended unfinished"; return 1; }
