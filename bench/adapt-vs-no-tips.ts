@@ -41,7 +41,10 @@ const { values: a } = parseArgs({
 if (!a.checkpoint) throw new Error('--checkpoint <dir> is required (a run directory or a model directory)');
 const trials = Number(a.trials);
 if (!Number.isInteger(trials) || trials < 2) throw new Error(`--trials must be an integer ≥ 2 (trial 1 never shows tips), got ${a.trials}`);
-const tasks = a.tasks!.split(',').map((t) => t.trim()).filter(Boolean);
+const tasks = a
+  .tasks!.split(',')
+  .map((t) => t.trim())
+  .filter(Boolean);
 const seeds = parseSeeds(a.seeds!);
 const BIN = fileURLToPath(new URL('../bin/empo2.js', import.meta.url));
 const NEVER_SHOWN = 'experimental.min_tip_score=1000000';
@@ -55,7 +58,9 @@ interface Run {
   dir: string;
 }
 const runs: Run[] = [];
-for (const task of tasks) for (const seed of seeds) for (const arm of Object.keys(ARMS) as Arm[]) runs.push({ arm, task, seed, dir: join(a.out!, arm, task, `seed${seed}`) });
+for (const task of tasks)
+  for (const seed of seeds)
+    for (const arm of Object.keys(ARMS) as Arm[]) runs.push({ arm, task, seed, dir: join(a.out!, arm, task, `seed${seed}`) });
 
 const limit = pLimit(Math.max(1, Number(a.jobs)));
 const children = new Set<import('node:child_process').ChildProcess>();
@@ -64,7 +69,9 @@ process.on('SIGINT', () => {
   process.exit(130);
 });
 const todo = runs.filter((r) => !existsSync(join(r.dir, 'adapt.json')));
-console.log(`adapt vs no tips: ${runs.length} runs (${tasks.length} tasks × ${seeds.length} seeds × 2 arms), ${runs.length - todo.length} already in ${a.out}`);
+console.log(
+  `adapt vs no tips: ${runs.length} runs (${tasks.length} tasks × ${seeds.length} seeds × 2 arms), ${runs.length - todo.length} already in ${a.out}`,
+);
 let done = 0;
 const t0 = performance.now();
 await Promise.all(
@@ -72,12 +79,36 @@ await Promise.all(
     limit(async () => {
       mkdirSync(r.dir, { recursive: true });
       const sets = [...ARMS[r.arm], `seed=${r.seed}`].flatMap((s) => ['--set', s]);
-      const args = [BIN, 'adapt', '--checkpoint', a.checkpoint!, '-c', a.config!, '--fresh-memory', '--new-draw-each-trial', '--resume', '--task', r.task, '--trials', String(trials), '--variations', a.variations!, '--out', r.dir, ...sets];
+      const args = [
+        BIN,
+        'adapt',
+        '--checkpoint',
+        a.checkpoint!,
+        '-c',
+        a.config!,
+        '--fresh-memory',
+        '--new-draw-each-trial',
+        '--resume',
+        '--task',
+        r.task,
+        '--trials',
+        String(trials),
+        '--variations',
+        a.variations!,
+        '--out',
+        r.dir,
+        ...sets,
+      ];
       const res = await runChild(args, Number(a.jobs), join(r.dir, 'log.txt'), children, `adapt ${r.task} seed ${r.seed}`);
       done++;
       const eta = ((performance.now() - t0) / 1000 / done) * (todo.length - done);
-      if (res.code !== 0) throw new Error(`${r.arm} ${r.task} seed ${r.seed} failed (exit ${res.code ?? res.signal}); see ${join(r.dir, 'log.txt')}: ${res.tail.trim().split('\n').slice(-3).join(' / ')}`);
-      console.log(`[${done}/${todo.length}] ${r.arm} ${r.task} seed ${r.seed}: ${res.seconds.toFixed(0)} s, ETA ${(eta / 60).toFixed(1)} min`);
+      if (res.code !== 0)
+        throw new Error(
+          `${r.arm} ${r.task} seed ${r.seed} failed (exit ${res.code ?? res.signal}); see ${join(r.dir, 'log.txt')}: ${res.tail.trim().split('\n').slice(-3).join(' / ')}`,
+        );
+      console.log(
+        `[${done}/${todo.length}] ${r.arm} ${r.task} seed ${r.seed}: ${res.seconds.toFixed(0)} s, ETA ${(eta / 60).toFixed(1)} min`,
+      );
     }),
   ),
 );
@@ -85,7 +116,8 @@ await Promise.all(
 const results = new Map<string, TrialResult[]>();
 for (const r of runs) {
   const saved = JSON.parse(readFileSync(join(r.dir, 'adapt.json'), 'utf8')) as { trials: TrialResult[] };
-  if (saved.trials.length !== trials) throw new Error(`${join(r.dir, 'adapt.json')}: ${saved.trials.length} trials, expected ${trials} (delete it to re-run)`);
+  if (saved.trials.length !== trials)
+    throw new Error(`${join(r.dir, 'adapt.json')}: ${saved.trials.length} trials, expected ${trials} (delete it to re-run)`);
   results.set(r.dir, saved.trials);
 }
 const trialsOf = (arm: Arm, task: string, seed: number) => results.get(join(a.out!, arm, task, `seed${seed}`))!;
@@ -97,16 +129,23 @@ const pairs = tasks.flatMap((task) => seeds.map((seed) => ({ task, seed })));
 // pairedDifference pairs by numeric key: a pair's index in `pairs` is that key.
 const byPair = (f: (p: { task: string; seed: number }) => number, only?: string) =>
   new Map(pairs.flatMap((p, i): [number, number][] => (!only || p.task === only ? [[i, f(p)]] : [])));
-const firstMismatch = pairs.filter((p) => trialsOf('tips', p.task, p.seed)[0].mean_score !== trialsOf('no-tips', p.task, p.seed)[0].mean_score);
+const firstMismatch = pairs.filter(
+  (p) => trialsOf('tips', p.task, p.seed)[0].mean_score !== trialsOf('no-tips', p.task, p.seed)[0].mean_score,
+);
 
 const lines: string[] = [];
-lines.push(`Checkpoint \`${a.checkpoint}\`, config \`${a.config}\`${a.set!.length ? ` + ${a.set!.map((s) => `\`${s}\``).join(' ')}` : ''}; ${tasks.join(', ')} × seeds ${seeds.join(',')}, ${a.variations} variations, ${trials} trials, a new draw each trial. The control sets \`${NEVER_SHOWN}\`.`);
+lines.push(
+  `Checkpoint \`${a.checkpoint}\`, config \`${a.config}\`${a.set!.length ? ` + ${a.set!.map((s) => `\`${s}\``).join(' ')}` : ''}; ${tasks.join(', ')} × seeds ${seeds.join(',')}, ${a.variations} variations, ${trials} trials, a new draw each trial. The control sets \`${NEVER_SHOWN}\`.`,
+);
 lines.push('');
 lines.push(`| arm | runs | ${Array.from({ length: trials }, (_, i) => `trial ${i + 1}`).join(' | ')} | trials 2–${trials} − trial 1 |`);
 lines.push(`|---|---|${'---|'.repeat(trials)}---|`);
 for (const arm of Object.keys(ARMS) as Arm[]) {
   const per = Array.from({ length: trials }, (_, t) => mean(pairs.map((p) => trialsOf(arm, p.task, p.seed)[t].mean_score)));
-  const rise = pairedDifference(byPair((p) => trialsOf(arm, p.task, p.seed)[0].mean_score), byPair((p) => later(trialsOf(arm, p.task, p.seed))));
+  const rise = pairedDifference(
+    byPair((p) => trialsOf(arm, p.task, p.seed)[0].mean_score),
+    byPair((p) => later(trialsOf(arm, p.task, p.seed))),
+  );
   lines.push(`| ${arm} | ${pairs.length} | ${per.map((x) => x.toFixed(1)).join(' | ')} | ${formatPairedDifference(rise)} |`);
 }
 lines.push('');
@@ -117,7 +156,9 @@ lines.push('|---|---|---|---|---|');
 for (const only of [undefined, ...tasks]) {
   const control = byPair((p) => later(trialsOf('no-tips', p.task, p.seed)), only);
   const arm = byPair((p) => later(trialsOf('tips', p.task, p.seed)), only);
-  lines.push(`| ${only ?? 'all'} | ${arm.size} | ${mean([...control.values()]).toFixed(1)} | ${mean([...arm.values()]).toFixed(1)} | ${formatPairedDifference(pairedDifference(control, arm))} |`);
+  lines.push(
+    `| ${only ?? 'all'} | ${arm.size} | ${mean([...control.values()]).toFixed(1)} | ${mean([...arm.values()]).toFixed(1)} | ${formatPairedDifference(pairedDifference(control, arm))} |`,
+  );
 }
 lines.push('');
 const diag = (pick: (t: TrialResult) => number | null | undefined) => {
@@ -128,19 +169,41 @@ lines.push(
   `With tips, trials 2–${trials}: ${diag((t) => t.tips_shown_per_step).toFixed(2)} tips per step; the action taken was one a tip named on ${pct(diag((t) => t.tips_followed))} of the steps shown tips; ` +
     `the best tip named the solver's next action on ${pct(diag((t) => t.best_tip_is_solver))}; the solver's action was taken on ${pct(diag((t) => t.solver_action_share?.with_tips))} of steps with tips and ${pct(diag((t) => t.solver_action_share?.without_tips))} without.`,
 );
-if (firstMismatch.length) lines.push(`\nWarning: trial 1 differs between the arms for ${firstMismatch.map((p) => `${p.task}/${p.seed}`).join(', ')}: the pairing is broken (different draws).`);
+if (firstMismatch.length)
+  lines.push(
+    `\nWarning: trial 1 differs between the arms for ${firstMismatch.map((p) => `${p.task}/${p.seed}`).join(', ')}: the pairing is broken (different draws).`,
+  );
 const report = lines.join('\n') + '\n';
 console.log('\n' + report);
 writeFileSync(join(a.out!, 'adapt-vs-no-tips.md'), report);
 const csv = [
-  ['arm', 'task', 'seed', ...Array.from({ length: trials }, (_, i) => `trial${i + 1}`), 'tips_per_step_later', 'tips_followed_later', 'best_tip_is_solver_later'].join(','),
+  [
+    'arm',
+    'task',
+    'seed',
+    ...Array.from({ length: trials }, (_, i) => `trial${i + 1}`),
+    'tips_per_step_later',
+    'tips_followed_later',
+    'best_tip_is_solver_later',
+  ].join(','),
   ...runs.map((r) => {
     const ts = results.get(r.dir)!;
     const avg = (pick: (t: TrialResult) => number | null) => {
-      const xs = ts.slice(1).map(pick).filter((x): x is number => x !== null);
+      const xs = ts
+        .slice(1)
+        .map(pick)
+        .filter((x): x is number => x !== null);
       return xs.length ? mean(xs).toFixed(3) : '';
     };
-    return [r.arm, r.task, r.seed, ...ts.map((t) => t.mean_score.toFixed(2)), avg((t) => t.tips_shown_per_step), avg((t) => t.tips_followed), avg((t) => t.best_tip_is_solver)].join(',');
+    return [
+      r.arm,
+      r.task,
+      r.seed,
+      ...ts.map((t) => t.mean_score.toFixed(2)),
+      avg((t) => t.tips_shown_per_step),
+      avg((t) => t.tips_followed),
+      avg((t) => t.best_tip_is_solver),
+    ].join(',');
   }),
 ].join('\n');
 writeFileSync(join(a.out!, 'runs.csv'), csv + '\n');

@@ -11,7 +11,12 @@ const rollouts = Number(process.argv[2] ?? 10);
 const env = createBuiltinEnv();
 const rng = new Rng('bench:random');
 
-interface Stats { score: number; success: number; steps: number; n: number }
+interface Stats {
+  score: number;
+  success: number;
+  steps: number;
+  n: number;
+}
 const fresh = (): Stats => ({ score: 0, success: 0, steps: 0, n: 0 });
 
 async function episode(task: string, variation: number, pick: () => string | null, s: Stats): Promise<number> {
@@ -30,7 +35,9 @@ async function episode(task: string, variation: number, pick: () => string | nul
   return steps;
 }
 
-const rows: string[][] = [['task', 'max steps', 'random score', 'random success', 'oracle score', 'oracle success', 'oracle steps (mean/max)']];
+const rows: string[][] = [
+  ['task', 'max steps', 'random score', 'random success', 'oracle score', 'oracle success', 'oracle steps (mean/max)'],
+];
 let totalSteps = 0;
 const t0 = performance.now();
 const all = { random: fresh(), oracle: fresh() };
@@ -43,7 +50,11 @@ for (const task of env.tasks()) {
     for (let k = 0; k < rollouts; k++) await episode(task, v, () => randomAct(env.validActions(), rng), r);
   }
   totalSteps += r.steps + o.steps;
-  for (const [a, b] of [[all.random, r], [all.oracle, o]] as const) for (const key of Object.keys(b) as (keyof Stats)[]) a[key] += b[key];
+  for (const [a, b] of [
+    [all.random, r],
+    [all.oracle, o],
+  ] as const)
+    for (const key of Object.keys(b) as (keyof Stats)[]) a[key] += b[key];
   rows.push([
     task,
     String(env.maxSteps(task)),
@@ -56,7 +67,8 @@ for (const task of env.tasks()) {
 }
 const seconds = (performance.now() - t0) / 1000;
 rows.push([
-  'all', '',
+  'all',
+  '',
   (all.random.score / all.random.n).toFixed(1),
   `${((100 * all.random.success) / all.random.n).toFixed(1)}%`,
   (all.oracle.score / all.oracle.n).toFixed(1),
@@ -67,7 +79,9 @@ rows.push([
 const widths = rows[0].map((_, i) => Math.max(...rows.map((row) => row[i].length)));
 for (const row of rows) console.log(row.map((c, i) => c.padEnd(widths[i])).join('  '));
 console.log(`\ntest split (variations 250-299), ${rollouts} random rollouts per variation, 1 oracle rollout`);
-console.log(`${totalSteps} env steps (reset + step + validActions, async Env API, policy included) in ${seconds.toFixed(2)} s: ${Math.round(totalSteps / seconds)} steps/s`);
+console.log(
+  `${totalSteps} env steps (reset + step + validActions, async Env API, policy included) in ${seconds.toFixed(2)} s: ${Math.round(totalSteps / seconds)} steps/s`,
+);
 
 // The synchronous core alone (worlds already generated and cached above): step + validActions.
 let syncSteps = 0;
@@ -84,4 +98,6 @@ for (let rep = 0; rep < rollouts; rep++) {
   }
 }
 const syncSeconds = (performance.now() - t1) / 1000;
-console.log(`${syncSteps} steps of the sync core (Game.step + validActions, random policy) in ${syncSeconds.toFixed(2)} s: ${Math.round(syncSteps / syncSeconds)} steps/s`);
+console.log(
+  `${syncSteps} steps of the sync core (Game.step + validActions, random policy) in ${syncSeconds.toFixed(2)} s: ${Math.round(syncSteps / syncSeconds)} steps/s`,
+);

@@ -26,11 +26,22 @@ if (!Number.isInteger(repeats) || repeats < 1) throw new Error(`--repeats must b
 
 const ROOMS = ['kitchen', 'hallway', 'greenhouse', 'workshop', 'art studio', 'bathroom', 'bedroom', 'living room', 'foundry', 'outside'];
 const OBJECTS = [
-  'a fridge. The fridge door is closed', 'a stove, which is turned off', 'a sink, which is turned off. In the sink is: nothing',
-  'a table. On the table is: a glass cup (containing nothing)', 'a thermometer, currently reading a temperature of 10 degrees celsius',
-  'a flower pot 2 (containing a banana seed, soil, water)', 'a battery', 'a red wire', 'a black wire', 'a light bulb, which is off',
-  'a counter. On the counter is: a bowl (containing a red apple, a banana, an orange)', 'a cupboard. The cupboard door is open',
-  'an oven, which is turned off. The oven door is closed', 'a lighter', 'a substance called orange juice', 'a bee hive. The bee hive door is closed',
+  'a fridge. The fridge door is closed',
+  'a stove, which is turned off',
+  'a sink, which is turned off. In the sink is: nothing',
+  'a table. On the table is: a glass cup (containing nothing)',
+  'a thermometer, currently reading a temperature of 10 degrees celsius',
+  'a flower pot 2 (containing a banana seed, soil, water)',
+  'a battery',
+  'a red wire',
+  'a black wire',
+  'a light bulb, which is off',
+  'a counter. On the counter is: a bowl (containing a red apple, a banana, an orange)',
+  'a cupboard. The cupboard door is open',
+  'an oven, which is turned off. The oven door is closed',
+  'a lighter',
+  'a substance called orange juice',
+  'a bee hive. The bee hive door is closed',
 ];
 
 /** ScienceWorld-style room descriptions of about 60 BERT tokens each. */
@@ -47,7 +58,10 @@ function seconds(start: number): number {
   return (performance.now() - start) / 1000;
 }
 
-const load = () => loadavg().map((x) => x.toFixed(1)).join(' ');
+const load = () =>
+  loadavg()
+    .map((x) => x.toFixed(1))
+    .join(' ');
 console.log(`load average ${load()} (${cpus().length} CPUs)`);
 const rng = new Rng(7);
 const states = scienceWorldStates(128, rng);
@@ -64,20 +78,26 @@ const states = scienceWorldStates(128, rng);
     hashed.embedSync(texts);
     best = Math.min(best, seconds(start));
   }
-  console.log(`${hashed.name}: ${texts.length} texts of ${meanChars.toFixed(0)} chars: ${((best / texts.length) * 1e6).toFixed(1)} µs/text, ${(texts.length / best).toFixed(0)} texts/s (best of ${repeats})`);
+  console.log(
+    `${hashed.name}: ${texts.length} texts of ${meanChars.toFixed(0)} chars: ${((best / texts.length) * 1e6).toFixed(1)} µs/text, ${(texts.length / best).toFixed(0)} texts/s (best of ${repeats})`,
+  );
 }
 
 // 2. MiniLM on 128 states of ~60 tokens.
 {
   const backend = await initBackend();
   const matmul = nativeMatMulStatus();
-  console.log(`tfjs backend ${backend} | native matmul ${matmul.active ? `on (${matmul.library ?? ''} ${matmul.coreType ?? ''}, ${matmul.threads ?? '?'} threads)` : `off: ${matmul.reason}`}`);
+  console.log(
+    `tfjs backend ${backend} | native matmul ${matmul.active ? `on (${matmul.library ?? ''} ${matmul.coreType ?? ''}, ${matmul.threads ?? '?'} threads)` : `off: ${matmul.reason}`}`,
+  );
   const dir = args['minilm-dir'] ?? findMiniLmDir();
   const loadStart = performance.now();
   const minilm = await MiniLmEmbedder.load(dir);
   console.log(`${minilm.name} loaded from ${dir} in ${seconds(loadStart).toFixed(2)} s`);
   const tokens = states.map((s) => minilm.tokenize(s)?.length ?? 0);
-  console.log(`states: ${states.length}, tokens per state (with [CLS]/[SEP]) mean ${(tokens.reduce((a, b) => a + b, 0) / tokens.length).toFixed(1)}, min ${Math.min(...tokens)}, max ${Math.max(...tokens)}`);
+  console.log(
+    `states: ${states.length}, tokens per state (with [CLS]/[SEP]) mean ${(tokens.reduce((a, b) => a + b, 0) / tokens.length).toFixed(1)}, min ${Math.min(...tokens)}, max ${Math.max(...tokens)}`,
+  );
   minilm.dispose();
   for (const batchSize of [16, 32, 64]) {
     const embedder = await MiniLmEmbedder.load(dir, { batchSize });
@@ -88,7 +108,9 @@ const states = scienceWorldStates(128, rng);
       await embedder.embed(states);
       best = Math.min(best, seconds(start));
     }
-    console.log(`${embedder.name} batch ${batchSize}: ${(states.length / best).toFixed(1)} embeddings/s (${((best / states.length) * 1000).toFixed(2)} ms each, best of ${repeats})`);
+    console.log(
+      `${embedder.name} batch ${batchSize}: ${(states.length / best).toFixed(1)} embeddings/s (${((best / states.length) * 1000).toFixed(2)} ms each, best of ${repeats})`,
+    );
     embedder.dispose();
   }
   const tokenizer = await MiniLmEmbedder.load(dir);
@@ -118,7 +140,10 @@ if (args.python) {
       '    times.append(time.perf_counter() - start)',
       'print(f"{len(texts) / min(times):.1f}")',
     ].join('\n');
-    const run = spawnSync(projectPython(), ['-c', script, dir, join(work, 'texts.json'), String(repeats)], { encoding: 'utf8', timeout: 600_000 });
+    const run = spawnSync(projectPython(), ['-c', script, dir, join(work, 'texts.json'), String(repeats)], {
+      encoding: 'utf8',
+      timeout: 600_000,
+    });
     if (run.status !== 0) console.log(`sentence-transformers: failed (${(run.stderr || '').trim().split('\n').pop()})`);
     else console.log(`sentence-transformers (PyTorch CPU, 2 threads) batch 64: ${run.stdout.trim()} embeddings/s (best of ${repeats})`);
   } finally {

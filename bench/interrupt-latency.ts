@@ -32,7 +32,9 @@ interface Outcome {
 
 async function scenario(signals: 1 | 2): Promise<Outcome> {
   const runDir = mkdtempSync(join(tmpdir(), 'empo2-interrupt-'));
-  const child = spawn(process.execPath, [BIN, 'train', '--run-dir', runDir, '--iterations', '5', ...sets], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [BIN, 'train', '--run-dir', runDir, '--iterations', '5', ...sets], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   let buffer = '';
   let sentAt = 0;
   let acknowledged: number | null = null;
@@ -65,7 +67,8 @@ async function scenario(signals: 1 | 2): Promise<Outcome> {
   const root = join(runDir, 'checkpoints');
   const pointer = join(root, 'latest.json');
   const name = existsSync(pointer) ? (JSON.parse(readFileSync(pointer, 'utf8')) as { checkpoint: string }).checkpoint : null;
-  const complete = name === null || (existsSync(join(root, name, 'trainer_state.json')) && existsSync(join(root, name, 'model.safetensors')));
+  const complete =
+    name === null || (existsSync(join(root, name, 'trainer_state.json')) && existsSync(join(root, name, 'model.safetensors')));
   const leftovers = existsSync(root) ? readdirSync(root).filter((n) => n.includes('.tmp-')) : [];
   rmSync(runDir, { recursive: true, force: true });
   return { acknowledged, exited: seconds, code, signal, checkpoint: `${name ?? 'none yet'}${complete ? '' : ' (INCOMPLETE)'}`, leftovers };
@@ -84,12 +87,38 @@ process.on('exit', () => process.stderr.write('longest stretch without an event-
 `,
   );
   const t0 = performance.now();
-  const child = spawn(process.execPath, ['--import', monitor, BIN, 'train', '--run-dir', join(dir, 'run'), '--iterations', '1', '--set', 'train.eval_every=0', '--set', 'env.eval_variations=1', ...sets], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      monitor,
+      BIN,
+      'train',
+      '--run-dir',
+      join(dir, 'run'),
+      '--iterations',
+      '1',
+      '--set',
+      'train.eval_every=0',
+      '--set',
+      'env.eval_variations=1',
+      ...sets,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   let err = '';
-  child.stdout.on('data', (d: Buffer) => d.toString('utf8').split('\n').filter((l) => /^iter /.test(l)).forEach((l) => console.log(`  | ${l.slice(0, 140)}`)));
+  child.stdout.on('data', (d: Buffer) =>
+    d
+      .toString('utf8')
+      .split('\n')
+      .filter((l) => /^iter /.test(l))
+      .forEach((l) => console.log(`  | ${l.slice(0, 140)}`)),
+  );
   child.stderr.on('data', (d: Buffer) => (err += d.toString('utf8')));
   await new Promise((r) => child.on('exit', r));
-  console.log(`=> blocked: one iteration and two 6-episode evaluations in ${((performance.now() - t0) / 1000).toFixed(1)} s; ${err.trim().split('\n').at(-1)}`);
+  console.log(
+    `=> blocked: one iteration and two 6-episode evaluations in ${((performance.now() - t0) / 1000).toFixed(1)} s; ${err.trim().split('\n').at(-1)}`,
+  );
   rmSync(dir, { recursive: true, force: true });
   process.exit(0);
 }

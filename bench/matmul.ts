@@ -11,12 +11,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { initBackend, tf } from '../src/policy/tfjs/backend.ts';
-import {
-  nativeMatMulStatus,
-  registerNativeMatMul,
-  setBlasThreads,
-  unregisterNativeMatMul,
-} from '../src/policy/tfjs/native-matmul.ts';
+import { nativeMatMulStatus, registerNativeMatMul, setBlasThreads, unregisterNativeMatMul } from '../src/policy/tfjs/native-matmul.ts';
 
 const minSeconds = Number(process.argv[2] ?? 0.5);
 if (!(minSeconds > 0)) throw new Error(`minSecondsPerCase must be a positive number, got ${process.argv[2]}`);
@@ -101,7 +96,14 @@ console.log(
     (status.threads ? `, default threads ${status.threads}` : ''),
 );
 
-interface Row { name: string; gflop: number; wasm: number; native1?: number; native2?: number; numpy?: number }
+interface Row {
+  name: string;
+  gflop: number;
+  wasm: number;
+  native1?: number;
+  native2?: number;
+  numpy?: number;
+}
 const rows: Row[] = [];
 for (const c of cases) {
   const a = tf.randomNormal(c.a, 0, 1, 'float32', 1);
@@ -123,8 +125,7 @@ if (status.active && status.threads) setBlasThreads(status.threads);
 const numpy = numpyTimes();
 if (typeof numpy === 'string') console.log(`numpy column skipped: ${numpy}`);
 
-const gflops = (row: Row, seconds: number | undefined): string =>
-  seconds === undefined ? '-' : (row.gflop / seconds).toFixed(1);
+const gflops = (row: Row, seconds: number | undefined): string => (seconds === undefined ? '-' : (row.gflop / seconds).toFixed(1));
 const ms = (seconds: number | undefined): string => (seconds === undefined ? '-' : (seconds * 1000).toFixed(2));
 const ratio = (base: number, other: number | undefined): string => (other === undefined ? '-' : `${(base / other).toFixed(1)}x`);
 

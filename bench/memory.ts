@@ -46,9 +46,13 @@ try {
   for (const l of lines) {
     rollout += l.rollout_seconds;
     memory += l.memory_seconds;
-    console.log(`| ${l.iteration} | ${l.rollout_seconds.toFixed(2)} | ${l.memory_seconds.toFixed(3)} | ${(100 * l.memory_share_of_rollout).toFixed(2)}% | ${l.memory_size} | ${l.mean_prompt_tokens.toFixed(0)} |`);
+    console.log(
+      `| ${l.iteration} | ${l.rollout_seconds.toFixed(2)} | ${l.memory_seconds.toFixed(3)} | ${(100 * l.memory_share_of_rollout).toFixed(2)}% | ${l.memory_size} | ${l.mean_prompt_tokens.toFixed(0)} |`,
+    );
   }
-  console.log(`\nmemory overhead (${embedder} embedder, top ${topK}): ${memory.toFixed(3)} s of ${rollout.toFixed(1)} s rollout = ${((100 * memory) / rollout).toFixed(2)}% (reference ~19%, target <= 2%)`);
+  console.log(
+    `\nmemory overhead (${embedder} embedder, top ${topK}): ${memory.toFixed(3)} s of ${rollout.toFixed(1)} s rollout = ${((100 * memory) / rollout).toFixed(2)}% (reference ~19%, target <= 2%)`,
+  );
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

@@ -34,22 +34,35 @@ const { values: a } = parseArgs({
 });
 const checkpoints = a.checkpoint!.map((spec) => {
   const eq = spec.indexOf('=');
-  if (eq <= 0 || eq === spec.length - 1 || !/^[\w.-]+$/.test(spec.slice(0, eq))) throw new Error(`--checkpoint "${spec}": expected name=dir (name: letters, digits, . _ -)`);
+  if (eq <= 0 || eq === spec.length - 1 || !/^[\w.-]+$/.test(spec.slice(0, eq)))
+    throw new Error(`--checkpoint "${spec}": expected name=dir (name: letters, digits, . _ -)`);
   return { name: spec.slice(0, eq), dir: spec.slice(eq + 1) };
 });
 if (!checkpoints.length) throw new Error('--checkpoint name=dir is required (repeatable)');
 const dupName = checkpoints.find((c, i) => checkpoints.findIndex((d) => d.name === c.name) !== i);
 if (dupName) throw new Error(`--checkpoint: the name "${dupName.name}" is used twice`);
-const tasks = a.tasks!.split(',').map((t) => t.trim()).filter(Boolean);
-const trained = new Set(a.trained!.split(',').map((t) => t.trim()).filter(Boolean));
+const tasks = a
+  .tasks!.split(',')
+  .map((t) => t.trim())
+  .filter(Boolean);
+const trained = new Set(
+  a
+    .trained!.split(',')
+    .map((t) => t.trim())
+    .filter(Boolean),
+);
 const SOURCES = ['memory', 'oracle'] as const;
 type Source = (typeof SOURCES)[number];
 const BIN = fileURLToPath(new URL('../bin/empo2.js', import.meta.url));
 const dirOf = (name: string, task: string, source: Source) => join(a.out!, name, `${task}-${source}`);
 
-const runs = checkpoints.flatMap((c) => tasks.flatMap((task) => SOURCES.map((source) => ({ ...c, task, source, out: dirOf(c.name, task, source) }))));
+const runs = checkpoints.flatMap((c) =>
+  tasks.flatMap((task) => SOURCES.map((source) => ({ ...c, task, source, out: dirOf(c.name, task, source) }))),
+);
 const todo = runs.filter((r) => !existsSync(join(r.out, 'adapt.json')));
-console.log(`oracle tips: ${runs.length} runs (${checkpoints.length} checkpoints × ${tasks.length} tasks × 2), ${runs.length - todo.length} already in ${a.out}`);
+console.log(
+  `oracle tips: ${runs.length} runs (${checkpoints.length} checkpoints × ${tasks.length} tasks × 2), ${runs.length - todo.length} already in ${a.out}`,
+);
 const children = new Set<import('node:child_process').ChildProcess>();
 process.on('SIGINT', () => {
   for (const c of children) if (c.pid) process.kill(-c.pid, 'SIGTERM');
@@ -61,9 +74,29 @@ await Promise.all(
   todo.map((r) =>
     limit(async () => {
       mkdirSync(r.out, { recursive: true });
-      const args = [BIN, 'adapt', '-c', a.config!, '--checkpoint', r.dir, '--task', r.task, '--trials', '1', '--variations', a.variations!, '--fresh-memory', ...a.set!.flatMap((s) => ['--set', s]), '--set', `experimental.tip_source=${r.source}`, '--out', r.out];
+      const args = [
+        BIN,
+        'adapt',
+        '-c',
+        a.config!,
+        '--checkpoint',
+        r.dir,
+        '--task',
+        r.task,
+        '--trials',
+        '1',
+        '--variations',
+        a.variations!,
+        '--fresh-memory',
+        ...a.set!.flatMap((s) => ['--set', s]),
+        '--set',
+        `experimental.tip_source=${r.source}`,
+        '--out',
+        r.out,
+      ];
       const res = await runChild(args, Number(a.jobs), join(r.out, 'log.txt'), children, `${r.name} ${r.task} ${r.source}`);
-      if (res.code !== 0) throw new Error(`${r.name} ${r.task} ${r.source} failed (exit ${res.code ?? res.signal}); see ${join(r.out, 'log.txt')}`);
+      if (res.code !== 0)
+        throw new Error(`${r.name} ${r.task} ${r.source} failed (exit ${res.code ?? res.signal}); see ${join(r.out, 'log.txt')}`);
       console.log(`[${++done}/${todo.length}] ${r.name} ${r.task} ${r.source}: ${res.seconds.toFixed(0)} s`);
     }),
   ),
@@ -92,7 +125,9 @@ const lines = [
 ];
 const csv = ['checkpoint,dir,task,no_tips,oracle,oracle_tip_taken'];
 for (const c of checkpoints) {
-  const cells = tasks.map((t) => `${trialOf(c.name, t, 'memory').mean_score.toFixed(1)} → ${trialOf(c.name, t, 'oracle').mean_score.toFixed(1)}`);
+  const cells = tasks.map(
+    (t) => `${trialOf(c.name, t, 'memory').mean_score.toFixed(1)} → ${trialOf(c.name, t, 'oracle').mean_score.toFixed(1)}`,
+  );
   const summary = groups.map((g) => {
     const without = mean(g.tasks.map((t) => trialOf(c.name, t, 'memory').mean_score));
     const withTip = mean(g.tasks.map((t) => trialOf(c.name, t, 'oracle').mean_score));
@@ -100,9 +135,23 @@ for (const c of checkpoints) {
   });
   const taken = mean(tasks.map((t) => trialOf(c.name, t, 'oracle').tips_followed ?? 0));
   // The same share without tips: how often the policy picks the solver's action on its own.
-  const own = tasks.map((t) => trialOf(c.name, t, 'memory').solver_action_share?.without_tips).filter((x): x is number => typeof x === 'number');
-  lines.push(`| ${c.name} | ${cells.join(' | ')} | ${summary.join(' | ')} | ${(taken * 100).toFixed(0)}% | ${own.length ? `${(mean(own) * 100).toFixed(0)}%` : '–'} |`);
-  for (const t of tasks) csv.push([c.name, c.dir, t, trialOf(c.name, t, 'memory').mean_score, trialOf(c.name, t, 'oracle').mean_score, (trialOf(c.name, t, 'oracle').tips_followed ?? 0).toFixed(3)].join(','));
+  const own = tasks
+    .map((t) => trialOf(c.name, t, 'memory').solver_action_share?.without_tips)
+    .filter((x): x is number => typeof x === 'number');
+  lines.push(
+    `| ${c.name} | ${cells.join(' | ')} | ${summary.join(' | ')} | ${(taken * 100).toFixed(0)}% | ${own.length ? `${(mean(own) * 100).toFixed(0)}%` : '–'} |`,
+  );
+  for (const t of tasks)
+    csv.push(
+      [
+        c.name,
+        c.dir,
+        t,
+        trialOf(c.name, t, 'memory').mean_score,
+        trialOf(c.name, t, 'oracle').mean_score,
+        (trialOf(c.name, t, 'oracle').tips_followed ?? 0).toFixed(3),
+      ].join(','),
+    );
 }
 const report = lines.join('\n') + '\n';
 console.log('\n' + report);

@@ -27,7 +27,8 @@ const { values: a, positionals: dirs } = parseArgs({
   },
 });
 if (dirs.length === 0) throw new Error('give at least one directory holding a runs.csv from bench/adapt-vs-no-tips.ts');
-if (a.against!.length && a.against!.length !== dirs.length) throw new Error(`--against needs one directory per directory pooled (${dirs.length}), got ${a.against!.length}`);
+if (a.against!.length && a.against!.length !== dirs.length)
+  throw new Error(`--against needs one directory per directory pooled (${dirs.length}), got ${a.against!.length}`);
 const onlySeeds = a.seeds === undefined ? null : new Set(parseSeeds(a.seeds));
 const trained = new Set(a.trained!.split(',').map((t) => t.trim()));
 
@@ -46,7 +47,8 @@ function effects(dir: string): Effect[] {
   const cols = header.split(',');
   const trialCols = cols.flatMap((c, i) => (/^trial\d+$/.test(c) ? [i] : []));
   const [armCol, taskCol, seedCol] = ['arm', 'task', 'seed'].map((c) => cols.indexOf(c));
-  if (armCol < 0 || taskCol < 0 || seedCol < 0 || trialCols.length < 2) throw new Error(`${file}: expected columns arm, task, seed, trial1..trialK (K ≥ 2), got: ${header}`);
+  if (armCol < 0 || taskCol < 0 || seedCol < 0 || trialCols.length < 2)
+    throw new Error(`${file}: expected columns arm, task, seed, trial1..trialK (K ≥ 2), got: ${header}`);
   const runs = new Map<string, number[]>();
   lines.forEach((line, i) => {
     const f = line.split(',');
@@ -62,7 +64,8 @@ function effects(dir: string): Effect[] {
     if (arm !== 'tips' || (onlySeeds && !onlySeeds.has(seed))) continue;
     const control = runs.get(`no-tips/${task}/${seedText}`);
     if (!control) throw new Error(`${file}: ${task} seed ${seed} has a tips run but no no-tips run`);
-    if (tips[0] !== control[0]) console.warn(`warning: ${file}: trial 1 differs between the arms for ${task} seed ${seed}; the pairing is broken`);
+    if (tips[0] !== control[0])
+      console.warn(`warning: ${file}: trial 1 differs between the arms for ${task} seed ${seed}; the pairing is broken`);
     out.push({ task, seed, control: later(control), tips: later(tips) });
   }
   return out;
@@ -85,7 +88,9 @@ if (a.against!.length) {
   const pooled: [number, number][] = [];
   dirs.forEach((d, i) => {
     const theirs = new Map(effects(a.against![i]).map((e) => [`${e.task}/${e.seed}`, effectOf(e)]));
-    const pairs = perDir[i].filter((e) => theirs.has(`${e.task}/${e.seed}`)).map((e): [number, number] => [theirs.get(`${e.task}/${e.seed}`)!, effectOf(e)]);
+    const pairs = perDir[i]
+      .filter((e) => theirs.has(`${e.task}/${e.seed}`))
+      .map((e): [number, number] => [theirs.get(`${e.task}/${e.seed}`)!, effectOf(e)]);
     console.log(`${d} − ${a.against![i]}: ${summary(pairs)}, n=${pairs.length}`);
     pooled.push(...pairs);
   });

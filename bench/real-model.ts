@@ -58,7 +58,8 @@ const { values: a } = parseArgs({
 });
 const engines = a.engine === 'both' ? ['torch', 'tfjs'] : [a.engine!];
 for (const e of engines) if (e !== 'torch' && e !== 'tfjs') throw new Error(`--engine: torch, tfjs or both (got ${e})`);
-if (!existsSync(join(a.model!, 'config.json')) && !a.model!.endsWith('.gguf')) throw new Error(`--model ${a.model}: no model there (npm run setup installs SmolLM2-135M-Instruct into models/)`);
+if (!existsSync(join(a.model!, 'config.json')) && !a.model!.endsWith('.gguf'))
+  throw new Error(`--model ${a.model}: no model there (npm run setup installs SmolLM2-135M-Instruct into models/)`);
 const threads = Number(a.threads);
 const shape = /^(\d+)x(\d+)x(\d+)$/.exec(a['compare-shape']!);
 if (!shape) throw new Error(`--compare-shape: tasks x rollouts x max steps, e.g. 2x2x12 (got ${a['compare-shape']})`);
@@ -87,8 +88,19 @@ async function iteration(engine: string, lora: boolean, perStep: boolean, small:
     seed: 0,
     run_dir: runDir,
     env: { name: 'builtin', tasks: ['power', 'clue', 'unlock'], eval_variations: 1, max_steps: small?.maxSteps ?? null },
-    model: { path: a.model, engine, torch: { device: 'cpu', threads }, lora: lora ? { r: 16, alpha: 32, dropout: 0.05, target_modules: ALL_LINEAR } : null },
-    rollout: { tasks_per_batch: small?.tasks ?? 8, group_size: small?.rollouts ?? 4, temperature: 1.0, constrained: true, reuse_prefix: !perStep },
+    model: {
+      path: a.model,
+      engine,
+      torch: { device: 'cpu', threads },
+      lora: lora ? { r: 16, alpha: 32, dropout: 0.05, target_modules: ALL_LINEAR } : null,
+    },
+    rollout: {
+      tasks_per_batch: small?.tasks ?? 8,
+      group_size: small?.rollouts ?? 4,
+      temperature: 1.0,
+      constrained: true,
+      reuse_prefix: !perStep,
+    },
     algo: { name: 'empo2' },
     optim: { lr: 1e-5, pack_episodes: !perStep },
     memory: { embedder: 'hashed', reflector: 'policy' },
@@ -99,7 +111,11 @@ async function iteration(engine: string, lora: boolean, perStep: boolean, small:
   const cfg = validateConfig(raw, 'bench/real-model.ts');
   try {
     await train(cfg, { resume: false, log: (l) => console.log(`    ${l}`) });
-    const line = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).find((m) => m.type === 'train');
+    const line = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .find((m) => m.type === 'train');
     return {
       iteration_s: line.rollout_seconds + line.update_seconds,
       rollout_s: line.rollout_seconds,
@@ -143,11 +159,33 @@ function workerVsGenerate(): number | null {
   const python = join('.venv', 'bin', 'python');
   if (!existsSync(python)) return null;
   const out = join(mkdtempSync(join(tmpdir(), 'empo2-gen-')), 'gen.json');
-  const r = spawnSync(python, ['bench/worker-generate.py', '--model', a.model!, '--batch', '8', '--prompt-len', '256', '--new-tokens', '32', '--reps', '3', '--threads', String(threads), '--json', out], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const r = spawnSync(
+    python,
+    [
+      'bench/worker-generate.py',
+      '--model',
+      a.model!,
+      '--batch',
+      '8',
+      '--prompt-len',
+      '256',
+      '--new-tokens',
+      '32',
+      '--reps',
+      '3',
+      '--threads',
+      String(threads),
+      '--json',
+      out,
+    ],
+    { stdio: ['ignore', 'inherit', 'inherit'] },
+  );
   if (r.status !== 0 || !existsSync(out)) return null;
   const report = JSON.parse(readFileSync(out, 'utf8')) as { generate?: Record<string, unknown> };
   // Greedy and sampling each have a ratio; the lower one is reported.
-  const ratios = Object.values(report.generate ?? {}).flatMap((m) => (typeof m === 'object' && m !== null && typeof (m as { ratio?: unknown }).ratio === 'number' ? [(m as { ratio: number }).ratio] : []));
+  const ratios = Object.values(report.generate ?? {}).flatMap((m) =>
+    typeof m === 'object' && m !== null && typeof (m as { ratio?: unknown }).ratio === 'number' ? [(m as { ratio: number }).ratio] : [],
+  );
   return ratios.length ? Math.min(...ratios) : null;
 }
 
@@ -161,7 +199,9 @@ const parameters = (() => {
 
 const results: Record<string, unknown>[] = [];
 const show = (label: string, n: IterationNumbers) =>
-  console.log(`  ${label}: iteration ${n.iteration_s.toFixed(1)} s (rollout ${n.rollout_s.toFixed(1)}, update ${n.update_s.toFixed(1)}, optimiser ${n.optimizer_s.toFixed(1)}), ${n.env_steps} env steps, prompt/prefilled ${n.prompt_tokens}/${n.prefill_tokens}, sequence/trained ${n.sequence_tokens}/${n.trained_tokens}, packed ${(100 * n.packed_share).toFixed(0)}%`);
+  console.log(
+    `  ${label}: iteration ${n.iteration_s.toFixed(1)} s (rollout ${n.rollout_s.toFixed(1)}, update ${n.update_s.toFixed(1)}, optimiser ${n.optimizer_s.toFixed(1)}), ${n.env_steps} env steps, prompt/prefilled ${n.prompt_tokens}/${n.prefill_tokens}, sequence/trained ${n.sequence_tokens}/${n.trained_tokens}, packed ${(100 * n.packed_share).toFixed(0)}%`,
+  );
 const save = () => a.json && writeFileSync(a.json, JSON.stringify(results, null, 2) + '\n');
 const shapeName = `${compareShape.tasks} tasks × ${compareShape.rollouts} rollouts × ${compareShape.maxSteps} steps`;
 
@@ -180,7 +220,18 @@ async function updateVariants(variants: string): Promise<void> {
     show('recorded iteration', await iteration('torch', true, false, compareShape));
     delete process.env.EMPO2_RECORD_TRAIN_STEPS;
   }
-  const args = ['bench/update-variants.py', '--requests', requests, '--variants', variants, '--reps', a.reps!, '--threads', String(threads), ...(a.json ? ['--json', a.json] : [])];
+  const args = [
+    'bench/update-variants.py',
+    '--requests',
+    requests,
+    '--variants',
+    variants,
+    '--reps',
+    a.reps!,
+    '--threads',
+    String(threads),
+    ...(a.json ? ['--json', a.json] : []),
+  ];
   console.log(`== ${join('.venv', 'bin', 'python')} ${args.join(' ')}`);
   const r = spawnSync(join('.venv', 'bin', 'python'), args, { stdio: ['ignore', 'inherit', 'inherit'] });
   if (r.status !== 0) throw new Error(`bench/update-variants.py failed (exit ${r.status})`);

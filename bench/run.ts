@@ -22,7 +22,9 @@ const backend = await initBackend();
 const cfg = ConfigSchema.parse({ run_dir: '/tmp/empo2-bench' });
 const { engine } = await createEngine(cfg, 'fresh');
 const params = countParameters(engine.model.config);
-console.log(`backend ${backend} | native matmul: ${JSON.stringify(nativeMatMulStatus())} | default model ${params.toLocaleString()} parameters`);
+console.log(
+  `backend ${backend} | native matmul: ${JSON.stringify(nativeMatMulStatus())} | default model ${params.toLocaleString()} parameters`,
+);
 
 // Realistic shapes: prompts as long as the default history window makes them.
 const env = await createEnv(cfg.env);
@@ -44,7 +46,13 @@ for (let i = 0; i < 32; i++) {
 const meanPrompt = prompts.reduce((a, p) => a + p.length, 0) / prompts.length;
 
 // 1. forward + backward
-const batch = prompts.map((p) => ({ prompt: p, response: p.slice(-6), advantages: new Array(6).fill(1), oldLogprobs: new Array(6).fill(-3), mask: new Array(6).fill(1) }));
+const batch = prompts.map((p) => ({
+  prompt: p,
+  response: p.slice(-6),
+  advantages: new Array(6).fill(1),
+  oldLogprobs: new Array(6).fill(-3),
+  mask: new Array(6).fill(1),
+}));
 const objective = { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: null };
 await engine.trainStep(batch, objective); // warm-up
 const reps = 3;
@@ -52,14 +60,18 @@ let t0 = performance.now();
 for (let i = 0; i < reps; i++) await engine.trainStep(batch, objective);
 let seconds = (performance.now() - t0) / 1000 / reps;
 const tokens = batch.reduce((a, s) => a + s.prompt.length + s.response.length, 0);
-console.log(`train step: ${tokens} tokens (32 sequences, mean prompt ${meanPrompt.toFixed(0)}) in ${(seconds * 1000).toFixed(0)} ms -> ${(tokens / seconds).toFixed(0)} tokens/s, ${((6 * params * tokens) / seconds / 1e9).toFixed(2)} GFLOPS (6·N·T)`);
+console.log(
+  `train step: ${tokens} tokens (32 sequences, mean prompt ${meanPrompt.toFixed(0)}) in ${(seconds * 1000).toFixed(0)} ms -> ${(tokens / seconds).toFixed(0)} tokens/s, ${((6 * params * tokens) / seconds / 1e9).toFixed(2)} GFLOPS (6·N·T)`,
+);
 
 // 2. sampling
 t0 = performance.now();
 const gens = await engine.generate(prompts, { temperature: 1, topP: 1, maxTokens: 8, seed: 1 });
 seconds = (performance.now() - t0) / 1000;
 const generated = gens.reduce((a, g) => a + g.tokens.length, 0);
-console.log(`sampling: 32 prompts + ${generated} generated tokens in ${(seconds * 1000).toFixed(0)} ms -> ${((prompts.flat().length + generated) / seconds).toFixed(0)} tokens/s`);
+console.log(
+  `sampling: 32 prompts + ${generated} generated tokens in ${(seconds * 1000).toFixed(0)} ms -> ${((prompts.flat().length + generated) / seconds).toFixed(0)} tokens/s`,
+);
 
 // 3. environment alone
 let steps = 0;
@@ -84,7 +96,9 @@ const jobs = Array.from({ length: 32 }, (_, i) => ({ task: env.tasks()[i % 6], v
 t0 = performance.now();
 const { stats } = await runEpisodes(envs, engine, jobs, rolloutSettings(cfg, false, 3));
 seconds = (performance.now() - t0) / 1000;
-console.log(`rollouts: ${stats.envSteps} env steps in ${seconds.toFixed(1)} s -> ${(stats.envSteps / seconds).toFixed(1)} steps/s (policy ${stats.policySeconds.toFixed(1)} s, env ${stats.envSeconds.toFixed(2)} s)`);
+console.log(
+  `rollouts: ${stats.envSteps} env steps in ${seconds.toFixed(1)} s -> ${(stats.envSteps / seconds).toFixed(1)} steps/s (policy ${stats.policySeconds.toFixed(1)} s, env ${stats.envSeconds.toFixed(2)} s)`,
+);
 engine.dispose();
 console.log(`tensors alive: ${tf.memory().numTensors}`);
 

@@ -15,20 +15,29 @@ const url = f.server.url;
 
 async function timed(what: string, path: string, body: unknown, signal?: AbortSignal): Promise<number> {
   const t0 = performance.now();
-  const res = await fetch(url + path, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body), signal });
+  const res = await fetch(url + path, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+    signal,
+  });
   await res.text();
   const ms = performance.now() - t0;
   console.log(`${what}: HTTP ${res.status} in ${ms.toFixed(0)} ms`);
   return ms;
 }
 
-if (!skipHuge) await timed('2000 prompts × max_tokens 2000', '/v1/completions', { prompt: Array.from({ length: 2000 }, () => [5]), max_tokens: 2000 });
+if (!skipHuge)
+  await timed('2000 prompts × max_tokens 2000', '/v1/completions', { prompt: Array.from({ length: 2000 }, () => [5]), max_tokens: 2000 });
 
 const text = 'Task: put the blue mug in the sink, then open the red box. '.repeat(200);
 const ids = f.local.tokenizer.encode(text).slice(0, 4090);
 await timed(`echo + logprobs, ${ids.length}-token prompt`, '/v1/completions', { prompt: ids, max_tokens: 0, echo: true, logprobs: 0 });
 
-await timed('chat message of 15 MB', '/v1/chat/completions', { messages: [{ role: 'user', content: 'y'.repeat(15 << 20) }], max_tokens: 8 });
+await timed('chat message of 15 MB', '/v1/chat/completions', {
+  messages: [{ role: 'user', content: 'y'.repeat(15 << 20) }],
+  max_tokens: 8,
+});
 
 const client = new AbortController();
 const t0 = performance.now();
@@ -41,9 +50,11 @@ const long = fetch(url + '/v1/completions', {
 await new Promise((r) => setTimeout(r, 300));
 const m0 = performance.now();
 await (await fetch(url + '/v1/models')).text();
-console.log(`GET /v1/models during the generation: ${(performance.now() - m0).toFixed(0)} ms (sent ${(m0 - t0).toFixed(0)} ms after it started)`);
+console.log(
+  `GET /v1/models during the generation: ${(performance.now() - m0).toFixed(0)} ms (sent ${(m0 - t0).toFixed(0)} ms after it started)`,
+);
 client.abort();
 await long;
-await timed('a 1-token request right after the long one\'s client hung up', '/v1/completions', { prompt: [[5]], max_tokens: 1 });
+await timed("a 1-token request right after the long one's client hung up", '/v1/completions', { prompt: [[5]], max_tokens: 1 });
 
 await f.close();

@@ -29,7 +29,8 @@ const num = (i: number, fallback: number) => {
 };
 
 const backend = await initBackend();
-const heapBytes = () => (backend === 'wasm' ? ((tf.backend() as BackendWasm).wasm as unknown as { HEAPU8: Uint8Array }).HEAPU8.buffer.byteLength : NaN);
+const heapBytes = () =>
+  backend === 'wasm' ? ((tf.backend() as BackendWasm).wasm as unknown as { HEAPU8: Uint8Array }).HEAPU8.buffer.byteLength : NaN;
 const GiB = (b: number) => +(b / 2 ** 30).toFixed(3);
 const heapAtStart = heapBytes();
 // Every tensor buffer goes through the wasm module's malloc/free: wrap them to see the live peak.
@@ -74,12 +75,21 @@ const filler = tokenizer.encode(
 const tokens = (n: number, salt: number) => Array.from({ length: n }, (_, i) => filler[(i + 7 * salt) % filler.length]);
 const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.28, dualClip: 3, klCoef: 0, lowProbDelta: null };
 
-const report: Record<string, unknown> = { mode, model: modelDir, backend, heapAtStartGiB: GiB(heapAtStart), heapAfterLoadGiB: GiB(heapAfterLoad) };
+const report: Record<string, unknown> = {
+  mode,
+  model: modelDir,
+  backend,
+  heapAtStartGiB: GiB(heapAtStart),
+  heapAfterLoadGiB: GiB(heapAfterLoad),
+};
 const t0 = performance.now();
 try {
   if (mode === 'gen') {
     const [rows, len, maxTokens] = [num(0, 4), num(1, 1000), num(2, 8)];
-    const gens = await engine.generate(Array.from({ length: rows }, (_, i) => tokens(len, i)), { temperature: 1, topP: 1, maxTokens, seed: 1 });
+    const gens = await engine.generate(
+      Array.from({ length: rows }, (_, i) => tokens(len, i)),
+      { temperature: 1, topP: 1, maxTokens, seed: 1 },
+    );
     const generated = gens.reduce((n, g) => n + g.tokens.length, 0);
     Object.assign(report, { rows, promptTokens: len, generated, promptTokensPerS: (rows * len) / ((performance.now() - t0) / 1000) });
   } else if (mode === 'score') {
@@ -114,7 +124,13 @@ try {
       const prompts = Array.from({ length: rows }, (_, i) => tokens(first, i));
       const start = performance.now();
       for (let s = 0; s < steps; s++) {
-        const gens = await engine.generate(prompts, { temperature: 1, topP: 1, maxTokens: 6, seed: s, cacheKeys: keys ? prompts.map((_, i) => `episode-${i}`) : undefined });
+        const gens = await engine.generate(prompts, {
+          temperature: 1,
+          topP: 1,
+          maxTokens: 6,
+          seed: s,
+          cacheKeys: keys ? prompts.map((_, i) => `episode-${i}`) : undefined,
+        });
         gens.forEach((g, i) => prompts[i].push(...g.tokens, ...tokens(obs, s * rows + i)));
       }
       if (keys) {
@@ -126,12 +142,26 @@ try {
     const withKeys = await run(true);
     const stats = engine.cacheStats();
     const without = await run(false);
-    Object.assign(report, { rows, steps, obs, first, secondsWithKeys: +withKeys.toFixed(2), secondsWithout: +without.toFixed(2), speedup: +(without / withKeys).toFixed(2), reusedTokens: stats.reusedTokens, prefilledWithKeys: stats.prefilledTokens, cacheCopySeconds: +(stats.copyMs / 1000).toFixed(2), cacheGiBHeldAtEnd: GiB(heldAtEnd) });
+    Object.assign(report, {
+      rows,
+      steps,
+      obs,
+      first,
+      secondsWithKeys: +withKeys.toFixed(2),
+      secondsWithout: +without.toFixed(2),
+      speedup: +(without / withKeys).toFixed(2),
+      reusedTokens: stats.reusedTokens,
+      prefilledWithKeys: stats.prefilledTokens,
+      cacheCopySeconds: +(stats.copyMs / 1000).toFixed(2),
+      cacheGiBHeldAtEnd: GiB(heldAtEnd),
+    });
   } else throw new Error(`unknown mode ${mode}`);
   report.ok = true;
 } catch (e) {
   report.ok = false;
-  report.error = String((e as Error).message ?? e).split('\n')[0].slice(0, 300);
+  report.error = String((e as Error).message ?? e)
+    .split('\n')[0]
+    .slice(0, 300);
 }
 Object.assign(report, {
   seconds: +((performance.now() - t0) / 1000).toFixed(2),

@@ -61,7 +61,8 @@ console.log(
 );
 
 // Prompts of a realistic length for this setting (a task, an observation, a few turns).
-const text = 'You are in the hall. You see a red box, a blue drawer and a door to the kitchen. Task: find the yellow hat and bring it to the pantry.';
+const text =
+  'You are in the hall. You see a red box, a blue drawer and a door to the kitchen. Task: find the yellow hat and bring it to the pantry.';
 const prompts = Array.from({ length: 16 }, (_, i) =>
   tokenizer.encode(`<|im_start|>user\n${text.slice(0, 60 + 5 * i)}<|im_end|>\n<|im_start|>assistant\n`),
 );
@@ -76,7 +77,9 @@ async function timeGenerate(engine: PolicyEngine): Promise<{ tokensPerSecond: nu
   return { tokensPerSecond: tokens / ((performance.now() - t0) / 1000), tokens };
 }
 
-const responses = prompts.map((_, i) => tokenizer.encode(['go to kitchen', 'open red box', 'take yellow hat in the hall now', 'look around'][i % 4]).concat(endTokens[0]));
+const responses = prompts.map((_, i) =>
+  tokenizer.encode(['go to kitchen', 'open red box', 'take yellow hat in the hall now', 'look around'][i % 4]).concat(endTokens[0]),
+);
 const oldLogprobs = await ts.logprobs(prompts.map((p, i) => ({ prompt: p, response: responses[i] })));
 const batch: TrainSequence[] = prompts.map((p, i) => ({
   prompt: p,
@@ -102,12 +105,18 @@ try {
   const trainTs = await timeTrain(ts);
   const trainTorch = await timeTrain(torch);
   const row = (name: string, a: number, b: number) =>
-    console.log(`${name.padEnd(34)} tfjs ${a.toFixed(0).padStart(8)} tok/s   torch ${b.toFixed(0).padStart(8)} tok/s   torch/tfjs ${(b / a).toFixed(2)}x`);
-  console.log(`generation: ${prompts.length} prompts (${Math.min(...prompts.map((p) => p.length))}-${Math.max(...prompts.map((p) => p.length))} tokens), ${GEN.maxTokens} sampled tokens each, ${reps} runs`);
+    console.log(
+      `${name.padEnd(34)} tfjs ${a.toFixed(0).padStart(8)} tok/s   torch ${b.toFixed(0).padStart(8)} tok/s   torch/tfjs ${(b / a).toFixed(2)}x`,
+    );
+  console.log(
+    `generation: ${prompts.length} prompts (${Math.min(...prompts.map((p) => p.length))}-${Math.max(...prompts.map((p) => p.length))} tokens), ${GEN.maxTokens} sampled tokens each, ${reps} runs`,
+  );
   row('  generated tokens/s', genTs.tokensPerSecond, genTorch.tokensPerSecond);
   console.log(`training: ${batch.length} sequences, ${batchTokens} tokens per step, ${reps} steps`);
   row('  trained tokens/s', trainTs.tokensPerSecond, trainTorch.tokensPerSecond);
-  console.log(`  losses per step: tfjs ${trainTs.losses.map((l) => l.toFixed(5)).join(' ')} | torch ${trainTorch.losses.map((l) => l.toFixed(5)).join(' ')}`);
+  console.log(
+    `  losses per step: tfjs ${trainTs.losses.map((l) => l.toFixed(5)).join(' ')} | torch ${trainTorch.losses.map((l) => l.toFixed(5)).join(' ')}`,
+  );
 } finally {
   ts.dispose();
   await torch.close();

@@ -9,7 +9,9 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { PyRandom } from '../src/envs/webshop/pyrandom.ts';
 
-const { values } = parseArgs({ options: { episodes: { type: 'string', default: '300' }, 'startup-probe': { type: 'boolean', default: false } } });
+const { values } = parseArgs({
+  options: { episodes: { type: 'string', default: '300' }, 'startup-probe': { type: 'boolean', default: false } },
+});
 
 if (values['startup-probe']) {
   // Child mode: report how long this fresh process took to show its first observation.
@@ -91,8 +93,18 @@ const report = {
     freshProcessWallMedian: +median(startups.map((s) => s.wallMs)).toFixed(0),
     inProcessMedian: +median(startups.map((s) => s.inProcessMs)).toFixed(0),
   },
-  searchLatencyMs: { queries: latencies.length, p50: +quantile(latencies, 0.5).toFixed(3), p99: +quantile(latencies, 0.99).toFixed(3), max: +Math.max(...latencies).toFixed(3) },
+  searchLatencyMs: {
+    queries: latencies.length,
+    p50: +quantile(latencies, 0.5).toFixed(3),
+    p99: +quantile(latencies, 0.99).toFixed(3),
+    max: +Math.max(...latencies).toFixed(3),
+  },
   randomAgent: { episodes, steps, stepsPerSecond: +(steps / randomSeconds).toFixed(0) },
-  oracle: { testGoals: test.length, successShare: oracleWins / test.length, steps: oracleSteps, stepsPerSecond: +(oracleSteps / oracleSeconds).toFixed(0) },
+  oracle: {
+    testGoals: test.length,
+    successShare: oracleWins / test.length,
+    steps: oracleSteps,
+    stepsPerSecond: +(oracleSteps / oracleSeconds).toFixed(0),
+  },
 };
 console.log(JSON.stringify(report, null, 2));

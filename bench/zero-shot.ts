@@ -34,7 +34,10 @@ const { values: a } = parseArgs({
     policies: { type: 'string', default: 'constrained,free,random' },
     temperature: { type: 'string', default: '1' },
     'builtin-episodes': { type: 'string', default: '10' },
-    'sw-tasks': { type: 'string', default: 'find-living-thing,find-non-living-thing,lifespan-longest-lived,measure-melting-point-known-substance,test-conductivity' },
+    'sw-tasks': {
+      type: 'string',
+      default: 'find-living-thing,find-non-living-thing,lifespan-longest-lived,measure-melting-point-known-substance,test-conductivity',
+    },
     'sw-variations': { type: 'string', default: '5' },
     'webshop-goals': { type: 'string', default: '50' },
     'random-rollouts': { type: 'string', default: '10' },
@@ -63,7 +66,11 @@ interface Cell {
 
 const SETS: Record<string, { env: Partial<Config['env']>; tasks: (env: Env) => string[]; variations: number }> = {
   builtin: { env: { name: 'builtin' }, tasks: (env) => env.tasks(), variations: Number(a['builtin-episodes']) },
-  scienceworld: { env: { name: 'scienceworld', max_instances: 5, options: { simplification: 'easy' } }, tasks: () => a['sw-tasks']!.split(','), variations: Number(a['sw-variations']) },
+  scienceworld: {
+    env: { name: 'scienceworld', max_instances: 5, options: { simplification: 'easy' } },
+    tasks: () => a['sw-tasks']!.split(','),
+    variations: Number(a['sw-variations']),
+  },
   webshop: { env: { name: 'webshop', max_instances: 25 }, tasks: () => ['webshop'], variations: Number(a['webshop-goals']) },
 };
 const sets = a.sets!.split(',').filter(Boolean);
@@ -123,7 +130,13 @@ async function randomEpisodes(env: Env, task: string, variations: number[], rng:
 }
 
 function record(e: Episode, validOf: (e: Episode, t: number) => readonly string[]): EpisodeRecord {
-  return { variation: e.variation, score: e.score, success: e.success, actions: e.steps.map((s) => s.action), valid: e.steps.map((s, t) => validOf(e, t).includes(s.action)) };
+  return {
+    variation: e.variation,
+    score: e.score,
+    success: e.success,
+    actions: e.steps.map((s) => s.action),
+    valid: e.steps.map((s, t) => validOf(e, t).includes(s.action)),
+  };
 }
 
 async function runCell(set: string, task: string, policy: Policy): Promise<Cell> {
@@ -139,7 +152,8 @@ async function runCell(set: string, task: string, policy: Policy): Promise<Cell>
   const eng = await policyEngine(cfg);
   const envs: Env[] = [probe];
   try {
-    while (envs.length < environmentCount(cfg, variations.length)) envs.push(await createEnv({ ...cfg.env, tasks: cfg.env.name === 'scienceworld' ? [task] : cfg.env.tasks }));
+    while (envs.length < environmentCount(cfg, variations.length))
+      envs.push(await createEnv({ ...cfg.env, tasks: cfg.env.name === 'scienceworld' ? [task] : cfg.env.tasks }));
     const jobs: RolloutJob[] = variations.map((variation, i) => ({ task, variation, group: i }));
     // Valid actions per step are what the observation listed; the environment re-lists them, so replay is not needed:
     // rollouts record the valid actions through a wrapping env.
@@ -149,9 +163,13 @@ async function runCell(set: string, task: string, policy: Policy): Promise<Cell>
     // A long cell (WebShop free text: hours on one core) saves every finished chunk of env.max_instances
     // episodes and resumes after the last one; each chunk keeps the seed it has in one uninterrupted run.
     const partialFile = partialCellFile(set, task, policy);
-    const partial = existsSync(partialFile) ? (JSON.parse(readFileSync(partialFile, 'utf8')) as { seconds: number; chunk: number; episodes: EpisodeRecord[] }) : null;
+    const partial = existsSync(partialFile)
+      ? (JSON.parse(readFileSync(partialFile, 'utf8')) as { seconds: number; chunk: number; episodes: EpisodeRecord[] })
+      : null;
     if (partial && partial.chunk !== envs.length) {
-      throw new Error(`${partialFile} was made with ${partial.chunk} episodes in lockstep, this run has ${envs.length} (env.max_instances): use the same, or delete the file to start the cell again`);
+      throw new Error(
+        `${partialFile} was made with ${partial.chunk} episodes in lockstep, this run has ${envs.length} (env.max_instances): use the same, or delete the file to start the cell again`,
+      );
     }
     const done: EpisodeRecord[] = partial?.episodes ?? [];
     let seconds = partial?.seconds ?? 0;
@@ -160,7 +178,14 @@ async function runCell(set: string, task: string, policy: Policy): Promise<Cell>
       const t1 = performance.now();
       const part = jobs.slice(start, start + envs.length);
       const progress = new EpisodeProgress(part, { label: `${set} ${task} ${policy}` });
-      const { episodes } = await runEpisodesInChunks(wrapped, eng, part, (s) => rolloutSettings(cfg, true, 2_024 + start + s), undefined, progress);
+      const { episodes } = await runEpisodesInChunks(
+        wrapped,
+        eng,
+        part,
+        (s) => rolloutSettings(cfg, true, 2_024 + start + s),
+        undefined,
+        progress,
+      );
       progress.finish();
       if (start === 0) {
         // Two whole dialogues as the model saw them, to look at when a score is low.
@@ -175,7 +200,9 @@ async function runCell(set: string, task: string, policy: Policy): Promise<Cell>
       seconds += (performance.now() - t1) / 1000;
       writeFileSync(partialFile, JSON.stringify({ seconds, chunk: envs.length, episodes: done }) + '\n');
       const mean = done.reduce((sum, e) => sum + e.score, 0) / done.length;
-      console.log(`${set} ${task} ${policy}: ${done.length}/${jobs.length} episodes, mean score so far ${mean.toFixed(1)}, ${(seconds / done.length).toFixed(1)} s per episode`);
+      console.log(
+        `${set} ${task} ${policy}: ${done.length}/${jobs.length} episodes, mean score so far ${mean.toFixed(1)}, ${(seconds / done.length).toFixed(1)} s per episode`,
+      );
     }
     return { set, task, policy, temperature, seconds, episodes: done };
   } finally {
@@ -203,7 +230,7 @@ function watchValid(env: Env, seen: Map<string, string[][]>): Env {
 
 const cells: Cell[] = [];
 for (const set of sets) {
-  const probe = await createEnv({ ...(ConfigSchema.parse({ env: SETS[set].env }).env) });
+  const probe = await createEnv({ ...ConfigSchema.parse({ env: SETS[set].env }).env });
   const tasks = SETS[set].tasks(probe);
   await probe.close();
   for (const task of tasks) {
@@ -218,7 +245,9 @@ for (const set of sets) {
       rmSync(partialCellFile(set, task, policy), { force: true });
       cells.push(cell);
       const s = summary(cell);
-      console.log(`${set} ${task} ${policy}: score ${s.score.toFixed(1)}, success ${(s.success * 100).toFixed(0)}%, ${s.perEpisode.toFixed(1)} s per episode`);
+      console.log(
+        `${set} ${task} ${policy}: score ${s.score.toFixed(1)}, success ${(s.success * 100).toFixed(0)}%, ${s.perEpisode.toFixed(1)} s per episode`,
+      );
     }
   }
 }
@@ -232,16 +261,36 @@ function summary(c: Cell) {
     const verb = act.split(/[\s[]/)[0].toLowerCase() || '(empty)';
     verbs.set(verb, (verbs.get(verb) ?? 0) + 1);
   }
-  const top = [...verbs.entries()].sort((x, y) => y[1] - x[1]).slice(0, 4).map(([v, k]) => `${v} ${Math.round((100 * k) / Math.max(1, actions.length))}%`).join(', ');
+  const top = [...verbs.entries()]
+    .sort((x, y) => y[1] - x[1])
+    .slice(0, 4)
+    .map(([v, k]) => `${v} ${Math.round((100 * k) / Math.max(1, actions.length))}%`)
+    .join(', ');
   const invalid = c.episodes.flatMap((e) => e.valid).filter((v) => !v).length / Math.max(1, actions.length);
-  return { n, score: c.episodes.reduce((s, e) => s + e.score, 0) / Math.max(1, n), success: c.episodes.filter((e) => e.success).length / Math.max(1, n), top, invalid, steps: actions.length / Math.max(1, n), perEpisode: c.seconds / Math.max(1, n) };
+  return {
+    n,
+    score: c.episodes.reduce((s, e) => s + e.score, 0) / Math.max(1, n),
+    success: c.episodes.filter((e) => e.success).length / Math.max(1, n),
+    top,
+    invalid,
+    steps: actions.length / Math.max(1, n),
+    perEpisode: c.seconds / Math.max(1, n),
+  };
 }
 
-const lines = [`Zero-shot \`${a.model}\` (engine ${a.engine}) at temperature ${temperature} on held-out (test) variations, against the random policy.${a.set!.length ? ` Overrides: ${a.set!.map((x) => `\`${x}\``).join(' ')}.` : ''}`, ''];
-lines.push('| set | task | policy | episodes | score | success | steps/episode | actions (first word) | not a valid action | s/episode |', '|---|---|---|---|---|---|---|---|---|---|');
+const lines = [
+  `Zero-shot \`${a.model}\` (engine ${a.engine}) at temperature ${temperature} on held-out (test) variations, against the random policy.${a.set!.length ? ` Overrides: ${a.set!.map((x) => `\`${x}\``).join(' ')}.` : ''}`,
+  '',
+];
+lines.push(
+  '| set | task | policy | episodes | score | success | steps/episode | actions (first word) | not a valid action | s/episode |',
+  '|---|---|---|---|---|---|---|---|---|---|',
+);
 for (const c of cells) {
   const s = summary(c);
-  lines.push(`| ${c.set} | ${c.task} | ${c.policy} | ${s.n} | ${s.score.toFixed(1)} | ${(s.success * 100).toFixed(0)}% | ${s.steps.toFixed(1)} | ${s.top} | ${(s.invalid * 100).toFixed(0)}% | ${c.policy === 'random' ? '–' : s.perEpisode.toFixed(1)} |`);
+  lines.push(
+    `| ${c.set} | ${c.task} | ${c.policy} | ${s.n} | ${s.score.toFixed(1)} | ${(s.success * 100).toFixed(0)}% | ${s.steps.toFixed(1)} | ${s.top} | ${(s.invalid * 100).toFixed(0)}% | ${c.policy === 'random' ? '–' : s.perEpisode.toFixed(1)} |`,
+  );
 }
 const report = lines.join('\n') + '\n';
 writeFileSync(join(out, 'zero-shot.md'), report);

@@ -54,9 +54,14 @@ async function main(): Promise<void> {
       Array.from({ length: poolSize }, async () => {
         for (let job = queue.shift(); job; job = queue.shift()) {
           const { task, variation } = job;
-          const replay = await pool.use((env) => replayGold(env, task, variation)).catch((error: Error) => ({ task, variation, error: error.message }));
+          const replay = await pool
+            .use((env) => replayGold(env, task, variation))
+            .catch((error: Error) => ({ task, variation, error: error.message }));
           results.set(task, [...(results.get(task) ?? []), replay]);
-          const line = 'error' in replay ? `error: ${replay.error}` : `score ${replay.score}, ${replay.outcome}, ${replay.steps} actions, ${replay.seconds.toFixed(1)} s`;
+          const line =
+            'error' in replay
+              ? `error: ${replay.error}`
+              : `score ${replay.score}, ${replay.outcome}, ${replay.steps} actions, ${replay.seconds.toFixed(1)} s`;
           process.stderr.write(`${task} ${variation}: ${line}\n`);
         }
       }),
@@ -72,13 +77,18 @@ async function main(): Promise<void> {
     const bad = replays.filter((r) => 'error' in r || r.score !== 100 || !r.done);
     failures += bad.length;
     const steps = replays.map((r) => ('error' in r ? '-' : String(r.steps))).join(', ');
-    const verdict = bad.length === 0 ? 'yes' : `NO (${bad.map((r) => ('error' in r ? `${r.variation}: ${r.error}` : `${r.variation}: score ${r.score}, ${r.outcome}`)).join('; ')})`;
+    const verdict =
+      bad.length === 0
+        ? 'yes'
+        : `NO (${bad.map((r) => ('error' in r ? `${r.variation}: ${r.error}` : `${r.variation}: score ${r.score}, ${r.outcome}`)).join('; ')})`;
     return `| ${task} | ${replays.map((r) => r.variation).join(', ')} | ${steps} | ${verdict} |`;
   });
   console.log('| task | test variations | gold actions | all score 100 and done? |');
   console.log('|---|---|---|---|');
   for (const row of rows) console.log(row);
-  console.log(`\n${jobs.length - failures}/${jobs.length} replays reached 100 and done, ${tasks.length} tasks, ${poolSize} simulators, ${seconds.toFixed(0)} s`);
+  console.log(
+    `\n${jobs.length - failures}/${jobs.length} replays reached 100 and done, ${tasks.length} tasks, ${poolSize} simulators, ${seconds.toFixed(0)} s`,
+  );
   if (failures > 0) process.exitCode = 1;
 }
 

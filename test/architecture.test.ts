@@ -52,7 +52,9 @@ interface Edge {
 }
 
 function importGraph(runtimeOnly: boolean): Edge[] {
-  return sourceFiles(SRC).flatMap((file) => importsOf(readFileSync(file, 'utf8'), runtimeOnly).map((spec) => ({ from: file, to: resolve(dirname(file), spec) })));
+  return sourceFiles(SRC).flatMap((file) =>
+    importsOf(readFileSync(file, 'utf8'), runtimeOnly).map((spec) => ({ from: file, to: resolve(dirname(file), spec) })),
+  );
 }
 
 describe('architecture', () => {
@@ -66,8 +68,15 @@ describe('architecture', () => {
   });
 
   it('imports only go down the layer table', () => {
-    const folders = new Set(sourceFiles(SRC).map(topFolder).filter((f) => !f.endsWith('.ts')));
-    expect([...folders].filter((f) => !(f in ALLOWED)), 'folders missing from the layer table (add them to docs/ARCHITECTURE.md and here)').toEqual([]);
+    const folders = new Set(
+      sourceFiles(SRC)
+        .map(topFolder)
+        .filter((f) => !f.endsWith('.ts')),
+    );
+    expect(
+      [...folders].filter((f) => !(f in ALLOWED)),
+      'folders missing from the layer table (add them to docs/ARCHITECTURE.md and here)',
+    ).toEqual([]);
     const backEdges = edges
       .filter((e) => {
         const from = topFolder(e.from);

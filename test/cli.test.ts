@@ -26,7 +26,11 @@ interface Finished {
 }
 
 function start(args: string[]): { child: ChildProcess; done: Promise<Finished>; stdout: () => string } {
-  const child = spawn(process.execPath, [bin, ...args], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1' } });
+  const child = spawn(process.execPath, [bin, ...args], {
+    cwd: repoRoot,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, NO_COLOR: '1' },
+  });
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -140,7 +144,11 @@ describe('empo2 CLI', () => {
     expect(loaded.state.iteration).toBe(stoppedAt);
     expect(loaded.model.config.hidden_size).toBe(32);
     loaded.model.dispose();
-    const trainLines = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((m) => m.type === 'train');
+    const trainLines = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .filter((m) => m.type === 'train');
     expect(trainLines.map((m) => m.iteration)).toEqual(Array.from({ length: stoppedAt }, (_, i) => i + 1));
 
     // Resume for one more iteration: the saved config.yaml supplies the tiny settings.
@@ -162,12 +170,22 @@ describe('empo2 CLI', () => {
     expect(evaluated.stdout).toMatch(/\| fetch \| 1 \|/);
     // --json saves the same numbers with what was evaluated, so compare can tell a stale file.
     const record = JSON.parse(readFileSync(evalJson, 'utf8'));
-    expect(record).toMatchObject({ checkpoint: `iter-${String(next).padStart(6, '0')}`, eval_split: 'test', eval_variations: 1, episodes: 1 });
+    expect(record).toMatchObject({
+      checkpoint: `iter-${String(next).padStart(6, '0')}`,
+      eval_split: 'test',
+      eval_variations: 1,
+      episodes: 1,
+    });
     expect(evaluated.stdout).toContain(`| **all** | 1 | ${record.mean_score.toFixed(1)} | ${(record.success_rate * 100).toFixed(1)}% |`);
     // ... and records its episodes beside the run's own.
     const recorded = join(runDir, 'trajectories', `eval-iter-${String(next).padStart(6, '0')}.jsonl`);
     expect(evaluated.stdout).toContain(`episodes recorded in ${recorded} (read them with: empo2 dashboard ${runDir})`);
-    expect(readFileSync(recorded, 'utf8').trim().split('\n').map((l) => JSON.parse(l).task)).toEqual(['fetch']);
+    expect(
+      readFileSync(recorded, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).task),
+    ).toEqual(['fetch']);
   });
 
   it('dashboard serves the run on loopback until Ctrl-C, and refuses a missing folder and another interface', async () => {
@@ -207,7 +225,23 @@ describe('empo2 adapt --method reflexion', () => {
   });
 
   it("plays the trials on a run's latest checkpoint and saves the table next to it", async () => {
-    const r = await run(['adapt', '--method', 'reflexion', '--checkpoint', runDir, '--task', 'clue', '--trials', '2', '--variations', '2', '--reflections', '1', '--reflection-max-tokens', '8']);
+    const r = await run([
+      'adapt',
+      '--method',
+      'reflexion',
+      '--checkpoint',
+      runDir,
+      '--task',
+      'clue',
+      '--trials',
+      '2',
+      '--variations',
+      '2',
+      '--reflections',
+      '1',
+      '--reflection-max-tokens',
+      '8',
+    ]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toContain('| trial | mean score | success | variations played | plans per episode | plans written | memory entries |');
     const out = join(latestCheckpoint(runDir)!, 'reflexion-clue');
@@ -225,7 +259,21 @@ describe('empo2 adapt --method reflexion', () => {
     const out = join(root, 'reflexion-unfinished');
     mkdirSync(out, { recursive: true });
     writeFileSync(join(out, 'adapt-state.json'), JSON.stringify({ identity: { method: 'tips' }, results: [{ trial: 1 }], carry: {} }));
-    const args = ['adapt', '--method', 'reflexion', '--checkpoint', runDir, '--task', 'clue', '--trials', '2', '--variations', '2', '--out', out];
+    const args = [
+      'adapt',
+      '--method',
+      'reflexion',
+      '--checkpoint',
+      runDir,
+      '--task',
+      'clue',
+      '--trials',
+      '2',
+      '--variations',
+      '2',
+      '--out',
+      out,
+    ];
     const fresh = await run(args);
     expect(fresh.code).toBe(1);
     expect(fresh.stderr).toContain(`${join(out, 'adapt-state.json')} holds an unfinished adaptation; continue it with --resume`);

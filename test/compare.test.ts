@@ -19,7 +19,11 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((done, fail) => {
-    const child = spawn(process.execPath, [bin, ...args], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1' } });
+    const child = spawn(process.execPath, [bin, ...args], {
+      cwd: repoRoot,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, NO_COLOR: '1' },
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -47,10 +51,30 @@ function grpoWithLr(lr: number): string {
   writeFileSync(file, stringifyYaml({ extends: join(repoRoot, 'configs', 'builtin-grpo.yaml'), optim: { lr } }));
   return file;
 }
-const compareArgs = ['compare', '--config', grpoWithLr(0.001), '--config', grpoWithLr(0.003), '--label', 'grpo', '--label', 'grpo-fast', '--seeds', '0,1', '--out', out, '--jobs', '2', ...TINY];
+const compareArgs = [
+  'compare',
+  '--config',
+  grpoWithLr(0.001),
+  '--config',
+  grpoWithLr(0.003),
+  '--label',
+  'grpo',
+  '--label',
+  'grpo-fast',
+  '--seeds',
+  '0,1',
+  '--out',
+  out,
+  '--jobs',
+  '2',
+  ...TINY,
+];
 
 const csvRows = (file: string) => {
-  const [head, ...rows] = readFileSync(file, 'utf8').trim().split('\n').map((l) => l.split(','));
+  const [head, ...rows] = readFileSync(file, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => l.split(','));
   return rows.map((r) => Object.fromEntries(head.map((h, i) => [h, r[i]])));
 };
 const lastEval = (runDir: string) =>
@@ -72,7 +96,11 @@ describe('empo2 compare', () => {
     for (const label of ['grpo', 'grpo-fast']) {
       for (const seed of [0, 1]) {
         const dir = join(out, label, `seed${seed}`);
-        const cfg = parseYaml(readFileSync(join(dir, 'config.yaml'), 'utf8')) as { seed: number; optim: { lr: number }; train: { iterations: number } };
+        const cfg = parseYaml(readFileSync(join(dir, 'config.yaml'), 'utf8')) as {
+          seed: number;
+          optim: { lr: number };
+          train: { iterations: number };
+        };
         // The run keeps the resolved config, with no extends: left to follow.
         expect(cfg).not.toHaveProperty('extends');
         expect(cfg.seed).toBe(seed);
@@ -99,7 +127,10 @@ describe('empo2 compare', () => {
       expect(e.iteration).toBe(1);
     }
     const results = csvRows(join(out, 'results.csv'));
-    expect(results.map((r) => [r.config, r.runs_counted])).toEqual([['grpo', '2'], ['grpo-fast', '2']]);
+    expect(results.map((r) => [r.config, r.runs_counted])).toEqual([
+      ['grpo', '2'],
+      ['grpo-fast', '2'],
+    ]);
     const grpoScores = runs.filter((r) => r.config === 'grpo').map((r) => Number(r.final_score));
     expect(Number(results[0].final_score_mean)).toBeCloseTo((grpoScores[0] + grpoScores[1]) / 2, 10);
 
@@ -181,7 +212,11 @@ describe('empo2 compare', () => {
       for (const seed of [0, 1]) {
         const dir = join(out, label, `seed${seed}`);
         expect(lastEval(dir).iteration).toBe(2);
-        expect(JSON.parse(readFileSync(join(dir, 'final-eval.json'), 'utf8'))).toMatchObject({ checkpoint: 'iter-000002', eval_variations: 2, episodes: 2 });
+        expect(JSON.parse(readFileSync(join(dir, 'final-eval.json'), 'utf8'))).toMatchObject({
+          checkpoint: 'iter-000002',
+          eval_variations: 2,
+          episodes: 2,
+        });
       }
     }
 
@@ -196,7 +231,9 @@ describe('empo2 compare', () => {
     const r = await run([...compareArgs, '--set', 'train.iterations=2', '--equal-steps-eval', '3']);
     expect(r.code, r.stderr).toBe(0);
     const runs = csvRows(join(out, 'runs.csv'));
-    const [equalSteps] = Object.keys(runs[0]).filter((k) => k.startsWith('checkpoint_score_at_')).map((k) => Number(/_at_(\d+)_steps/.exec(k)![1]));
+    const [equalSteps] = Object.keys(runs[0])
+      .filter((k) => k.startsWith('checkpoint_score_at_'))
+      .map((k) => Number(/_at_(\d+)_steps/.exec(k)![1]));
     // The end of the common range: the smallest final step count of the four runs.
     expect(equalSteps).toBe(Math.min(...runs.map((x) => Number(x.final_env_steps))));
     let evaluated = 0;
@@ -217,7 +254,8 @@ describe('empo2 compare', () => {
       let expected: number | null = null;
       if (c2.envSteps === equalSteps) expected = c2.score!;
       else if (c1.envSteps === equalSteps) expected = c1.score!;
-      else if (c1.envSteps < equalSteps && equalSteps < c2.envSteps) expected = c1.score! + ((c2.score! - c1.score!) * (equalSteps - c1.envSteps)) / (c2.envSteps - c1.envSteps);
+      else if (c1.envSteps < equalSteps && equalSteps < c2.envSteps)
+        expected = c1.score! + ((c2.score! - c1.score!) * (equalSteps - c1.envSteps)) / (c2.envSteps - c1.envSteps);
       if (expected === null) {
         expect(row[`checkpoint_score_at_${equalSteps}_steps`]).toBe('');
         expect(r.stdout).toContain(`${row.config}/seed${row.seed}: no checkpoint score @`);

@@ -10,10 +10,13 @@ import { createEnv } from '../src/envs/index.ts';
 function leaves(raw: Record<string, unknown>, prefix = ''): [string, unknown][] {
   return Object.entries(raw).flatMap(([key, value]) => {
     const path = prefix ? `${prefix}.${key}` : key;
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? leaves(value as Record<string, unknown>, path) : [[path, value] as [string, unknown]];
+    return typeof value === 'object' && value !== null && !Array.isArray(value)
+      ? leaves(value as Record<string, unknown>, path)
+      : [[path, value] as [string, unknown]];
   });
 }
-const valueAt = (raw: Record<string, unknown>, path: string) => path.split('.').reduce<unknown>((node, key) => (node as Record<string, unknown> | undefined)?.[key], raw);
+const valueAt = (raw: Record<string, unknown>, path: string) =>
+  path.split('.').reduce<unknown>((node, key) => (node as Record<string, unknown> | undefined)?.[key], raw);
 
 describe('shipped configs', () => {
   const files = (readdirSync('configs', { recursive: true }) as string[]).filter((f) => f.endsWith('.yaml')).map((f) => join('configs', f));

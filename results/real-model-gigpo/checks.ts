@@ -72,11 +72,16 @@ const seedsOf = (l: string) =>
     : [];
 const seeds = seedsOf(label).filter((s) => seedsOf(reference).includes(s));
 const lines: string[] = [`# ${label} against ${reference}: the protocol's checks`, '', `Run folders: \`${out}\`.`, ''];
-lines.push('| seed | eval @ iteration 0, episode for episode | iteration 1: train score | iteration 1: env steps | iteration 1: recorded training episodes |', '|---|---|---|---|---|');
+lines.push(
+  '| seed | eval @ iteration 0, episode for episode | iteration 1: train score | iteration 1: env steps | iteration 1: recorded training episodes |',
+  '|---|---|---|---|---|',
+);
 const f1 = (v: unknown) => (typeof v === 'number' ? v.toFixed(1) : '–');
 for (const seed of seeds) {
   const [refRun, run] = [join(out, reference, `seed${seed}`), join(out, label, `seed${seed}`)];
-  const [refTrain, train] = [refRun, run].map((r) => readRunMetrics(r)?.train.find((t) => t.iteration === 1) as Record<string, unknown> | undefined);
+  const [refTrain, train] = [refRun, run].map(
+    (r) => readRunMetrics(r)?.train.find((t) => t.iteration === 1) as Record<string, unknown> | undefined,
+  );
   const same = (field: string, fmt: (v: unknown) => string) => {
     if (!refTrain || !train) return 'not run';
     const [x, y] = [refTrain[field], train[field]];
@@ -84,26 +89,44 @@ for (const seed of seeds) {
   };
   // A run whose trajectories were lost with its machine (the archive keeps none) is checked on what its
   // metrics line records instead: coarser, and said so in the cell.
-  const [refEval, evalAt0] = [refRun, run].map((r) => readRunMetrics(r)?.evals.find((e) => e.iteration === 0) as Record<string, unknown> | undefined);
+  const [refEval, evalAt0] = [refRun, run].map(
+    (r) => readRunMetrics(r)?.evals.find((e) => e.iteration === 0) as Record<string, unknown> | undefined,
+  );
   const sameFields = (x: Record<string, unknown> | undefined, y: Record<string, unknown> | undefined, fields: string[]) => {
     if (!x || !y) return 'not run';
     const differ = fields.filter((f) => JSON.stringify(x[f]) !== JSON.stringify(y[f]));
     return differ.length === 0 ? `${fields.join(', ')} equal` : `${differ.join(', ')} differ`;
   };
-  const orMetrics = (byEpisode: string, x: Record<string, unknown> | undefined, y: Record<string, unknown> | undefined, fields: string[]) =>
-    byEpisode.startsWith('not recorded') ? `trajectories not kept; metrics: ${sameFields(x, y, fields)}` : byEpisode;
+  const orMetrics = (
+    byEpisode: string,
+    x: Record<string, unknown> | undefined,
+    y: Record<string, unknown> | undefined,
+    fields: string[],
+  ) => (byEpisode.startsWith('not recorded') ? `trajectories not kept; metrics: ${sameFields(x, y, fields)}` : byEpisode);
   lines.push(
     `| ${seed} | ${orMetrics(sameEpisodes(episodes(refRun, 'eval', 0), episodes(run, 'eval', 0)), refEval, evalAt0, ['episodes', 'mean_score', 'env_steps', 'per_task'])} | ${same('mean_score', f1)} | ${same('env_steps', String)} | ${orMetrics(sameEpisodes(episodes(refRun, 'train', 1), episodes(run, 'train', 1)), refTrain, train, ['prompt_tokens', 'sequence_tokens', 'modes'])} |`,
   );
 }
 
-lines.push('', `## Step groups of ${label}`, '', 'Per iteration: step groups formed (identical observations across a group\'s rollouts), their mean and largest size, the share of singletons (no step term), and the share of multi-step rollouts whose advantage varied from step to step (where the step term changed GRPO\'s one advantage per rollout).', '');
-lines.push('| seed | iteration | groups | mean size | largest | singleton share | rollouts with varied step advantages |', '|---|---|---|---|---|---|---|');
+lines.push(
+  '',
+  `## Step groups of ${label}`,
+  '',
+  "Per iteration: step groups formed (identical observations across a group's rollouts), their mean and largest size, the share of singletons (no step term), and the share of multi-step rollouts whose advantage varied from step to step (where the step term changed GRPO's one advantage per rollout).",
+  '',
+);
+lines.push(
+  '| seed | iteration | groups | mean size | largest | singleton share | rollouts with varied step advantages |',
+  '|---|---|---|---|---|---|---|',
+);
 for (const seed of seeds) {
   for (const t of (readRunMetrics(join(out, label, `seed${seed}`))?.train ?? []) as Record<string, unknown>[]) {
-    const g = t.step_groups as { count: number; mean_size: number; max_size: number; singleton_share: number; varied_rollouts: number } | undefined;
+    const g = t.step_groups as
+      { count: number; mean_size: number; max_size: number; singleton_share: number; varied_rollouts: number } | undefined;
     if (!g) continue;
-    lines.push(`| ${seed} | ${t.iteration} | ${g.count} | ${g.mean_size.toFixed(2)} | ${g.max_size} | ${(g.singleton_share * 100).toFixed(1)}% | ${(g.varied_rollouts * 100).toFixed(1)}% |`);
+    lines.push(
+      `| ${seed} | ${t.iteration} | ${g.count} | ${g.mean_size.toFixed(2)} | ${g.max_size} | ${(g.singleton_share * 100).toFixed(1)}% | ${(g.varied_rollouts * 100).toFixed(1)}% |`,
+    );
   }
 }
 if (seeds.length === 0) lines.push('', `No seed has runs of both ${reference} and ${label} in ${out}.`);

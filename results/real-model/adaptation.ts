@@ -33,7 +33,10 @@ interface Checkpoint {
 function readCheckpoint(name: string): Checkpoint | null {
   const file = join(root, name, 'runs.csv');
   if (!existsSync(file)) return null;
-  const [header, ...rows] = readFileSync(file, 'utf8').trim().split('\n').map((l) => l.split(','));
+  const [header, ...rows] = readFileSync(file, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => l.split(','));
   const trialCols = header.flatMap((h, i) => (/^trial\d+$/.test(h) ? [i] : []));
   const arm = (which: string) => {
     const matching = rows.filter((r) => r[0] === which);
@@ -52,9 +55,15 @@ function readCheckpoint(name: string): Checkpoint | null {
   };
 }
 
-const names = existsSync(root) ? readdirSync(root, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name).sort() : [];
+const names = existsSync(root)
+  ? readdirSync(root, { withFileTypes: true })
+      .filter((d) => d.isDirectory())
+      .map((d) => d.name)
+      .sort()
+  : [];
 const checkpoints = names.map(readCheckpoint).filter((c): c is Checkpoint => c !== null);
-if (checkpoints.length === 0) throw new Error(`${root}: no checkpoint folder with a runs.csv (run bench/adapt-vs-no-tips.ts first; see this script's comment)`);
+if (checkpoints.length === 0)
+  throw new Error(`${root}: no checkpoint folder with a runs.csv (run bench/adapt-vs-no-tips.ts first; see this script's comment)`);
 const later = (xs: number[]) => mean(xs.slice(1));
 const K = checkpoints[0].tips.length;
 
@@ -68,10 +77,18 @@ const lines = [
 ];
 for (const c of checkpoints) {
   const f = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(' / ');
-  lines.push(`| ${c.name}${c.retrained ? ' (retrained)' : ''} | ${f(c.noTips)} | ${f(c.tips)} | ${c.noTips[0] === c.tips[0] ? 'yes' : '**no**'} | ${later(c.noTips).toFixed(1)} | ${later(c.tips).toFixed(1)} | ${(later(c.tips) - later(c.noTips)).toFixed(1)} | ${c.followed === null ? '–' : `${(c.followed * 100).toFixed(0)}%`} |`);
+  lines.push(
+    `| ${c.name}${c.retrained ? ' (retrained)' : ''} | ${f(c.noTips)} | ${f(c.tips)} | ${c.noTips[0] === c.tips[0] ? 'yes' : '**no**'} | ${later(c.noTips).toFixed(1)} | ${later(c.tips).toFixed(1)} | ${(later(c.tips) - later(c.noTips)).toFixed(1)} | ${c.followed === null ? '–' : `${(c.followed * 100).toFixed(0)}%`} |`,
+  );
 }
 for (const c of checkpoints.filter((c) => c.retrained)) lines.push('', `**${c.name} (retrained).** ${c.retrained!.replace(/\n+/g, ' ')}`);
-lines.push('', `Tips − no tips over trials 2–${K}, paired by checkpoint, mean and 95% t-interval:`, '', '| checkpoints | n | tips − no tips |', '|---|---|---|');
+lines.push(
+  '',
+  `Tips − no tips over trials 2–${K}, paired by checkpoint, mean and 95% t-interval:`,
+  '',
+  '| checkpoints | n | tips − no tips |',
+  '|---|---|---|',
+);
 for (const arm of [null, ...new Set(checkpoints.map((c) => c.arm))]) {
   const chosen = checkpoints.filter((c) => arm === null || c.arm === arm);
   const control = new Map(chosen.map((c, i) => [i, later(c.noTips)]));

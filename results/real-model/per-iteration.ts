@@ -17,20 +17,38 @@ const secs = (v: unknown) => (num(v) === null ? '–' : `${Math.round(v as numbe
 
 function modeOf(modes: unknown): string {
   if (!modes || typeof modes !== 'object') return 'plain';
-  const drawn = Object.entries(modes as Record<string, number>).filter(([, n]) => n > 0).map(([m]) => m);
+  const drawn = Object.entries(modes as Record<string, number>)
+    .filter(([, n]) => n > 0)
+    .map(([m]) => m);
   return drawn.length > 0 ? drawn.join(' + ') : '–';
 }
 
-const lines = ['# Training iterations of the study\'s runs', '', `From each run's \`metrics.jsonl\` under \`${out}\` (made by \`results/real-model/per-iteration.ts\`). Training scores are over the iteration's 16 episodes at temperature 1 (not held-out); clipped: share of tokens whose ratio was clipped in the update; seconds of rollout and update (one thread, two for EMPO² seed 2: RUNS.md).`];
+const lines = [
+  "# Training iterations of the study's runs",
+  '',
+  `From each run's \`metrics.jsonl\` under \`${out}\` (made by \`results/real-model/per-iteration.ts\`). Training scores are over the iteration's 16 episodes at temperature 1 (not held-out); clipped: share of tokens whose ratio was clipped in the update; seconds of rollout and update (one thread, two for EMPO² seed 2: RUNS.md).`,
+];
 // statSync, not the entry's type: report.sh hands over a folder of links to the runs.
-for (const label of readdirSync(out).filter((n) => statSync(join(out, n)).isDirectory()).sort()) {
-  for (const seedDir of readdirSync(join(out, label)).filter((n) => /^seed\d+$/.test(n)).sort()) {
+for (const label of readdirSync(out)
+  .filter((n) => statSync(join(out, n)).isDirectory())
+  .sort()) {
+  for (const seedDir of readdirSync(join(out, label))
+    .filter((n) => /^seed\d+$/.test(n))
+    .sort()) {
     const metrics = readRunMetrics(join(out, label, seedDir));
     if (!metrics) continue;
     const start = metrics.evals.find((e) => e.iteration === 0);
     const hasMemory = metrics.train.some((t) => (num(t.memory_size) ?? 0) > 0);
     const mem = (v: unknown) => (hasMemory ? (num(v) ?? '–') : '–');
-    lines.push('', `## ${label} ${seedDir}`, '', `Held-out score before training (iteration 0): ${start ? f1(start.mean_score) : '–'}.`, '', '| iteration | mode | train score | train success | env steps | clipped | rollout s | update s | tips added | memory | held-out after it |', '|---|---|---|---|---|---|---|---|---|---|---|');
+    lines.push(
+      '',
+      `## ${label} ${seedDir}`,
+      '',
+      `Held-out score before training (iteration 0): ${start ? f1(start.mean_score) : '–'}.`,
+      '',
+      '| iteration | mode | train score | train success | env steps | clipped | rollout s | update s | tips added | memory | held-out after it |',
+      '|---|---|---|---|---|---|---|---|---|---|---|',
+    );
     for (const t of metrics.train) {
       const held = metrics.evals.find((e) => e.iteration === t.iteration);
       lines.push(

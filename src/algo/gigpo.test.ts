@@ -80,7 +80,12 @@ describe('gigpoAdvantages: A = A_E + ω·A_S (GiGPO Eq. 8)', () => {
   it('ω scales the step term only', () => {
     const one = gigpoAdvantages(threeRollouts, paperDefaults);
     const half = gigpoAdvantages(threeRollouts, { ...paperDefaults, omega: 0.5 });
-    half.advantages.forEach((perStep, i) => close(perStep, perStep.map((_, t) => one.episode[i] + 0.5 * one.step[i][t])));
+    half.advantages.forEach((perStep, i) =>
+      close(
+        perStep,
+        perStep.map((_, t) => one.episode[i] + 0.5 * one.step[i][t]),
+      ),
+    );
     close(half.advantages[1], [-1 - 0.5 * 1.1547, -1 - 0.5 * 0.707107, -1], 4);
   });
 
@@ -117,14 +122,17 @@ describe('gigpoAdvantages: A = A_E + ω·A_S (GiGPO Eq. 8)', () => {
     expect(centred.advantages).toEqual([[0.5]]); // verl-agent's mean 0 for a group of one
   });
 
-  it('ω = 0 is exactly GRPO: every step gets its rollout\'s group-normalised return', () => {
+  it("ω = 0 is exactly GRPO: every step gets its rollout's group-normalised return", () => {
     const rollouts: GigpoRollout[] = [
       ...threeRollouts,
       { group: 'h', anchors: ['s0', 's1'], rewards: [0.2, 0.7] },
       { group: 'h', anchors: ['s0', 's9', 's1'], rewards: [0, 0, 0.1] },
     ];
     const r = gigpoAdvantages(rollouts, { omega: 0, gamma: 0.95, mode: 'mean_std_norm' });
-    const grpo = groupNormalisedAdvantages(rollouts.map((ro) => rolloutReturn(ro.rewards)), rollouts.map((ro) => ro.group));
+    const grpo = groupNormalisedAdvantages(
+      rollouts.map((ro) => rolloutReturn(ro.rewards)),
+      rollouts.map((ro) => ro.group),
+    );
     expect(r.advantages).toEqual(rollouts.map((ro, i) => ro.anchors.map(() => grpo[i])));
   });
 
@@ -156,10 +164,16 @@ describe('gigpoAdvantages: A = A_E + ω·A_S (GiGPO Eq. 8)', () => {
   });
 
   it('refuses bad input, naming what is wrong', () => {
-    expect(() => gigpoAdvantages([{ group: 0, anchors: ['a', 'b'], rewards: [1] }], paperDefaults)).toThrow(/rollout 0 has 2 anchor states but 1 step rewards/);
+    expect(() => gigpoAdvantages([{ group: 0, anchors: ['a', 'b'], rewards: [1] }], paperDefaults)).toThrow(
+      /rollout 0 has 2 anchor states but 1 step rewards/,
+    );
     expect(() => gigpoAdvantages(threeRollouts, { ...paperDefaults, gamma: 1.5 })).toThrow(/γ \(gamma\) must be in \[0, 1\], got 1\.5/);
-    expect(() => gigpoAdvantages(threeRollouts, { ...paperDefaults, omega: -1 })).toThrow(/ω \(omega\) must be a finite number ≥ 0, got -1/);
-    expect(() => gigpoAdvantages(threeRollouts, { ...paperDefaults, mode: 'std' as never })).toThrow(/mode must be mean_std_norm or mean_norm, got std/);
+    expect(() => gigpoAdvantages(threeRollouts, { ...paperDefaults, omega: -1 })).toThrow(
+      /ω \(omega\) must be a finite number ≥ 0, got -1/,
+    );
+    expect(() => gigpoAdvantages(threeRollouts, { ...paperDefaults, mode: 'std' as never })).toThrow(
+      /mode must be mean_std_norm or mean_norm, got std/,
+    );
   });
 });
 

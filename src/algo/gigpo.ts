@@ -73,9 +73,11 @@ export function discountedReturns(rewards: readonly number[], gamma: number): nu
 export function gigpoAdvantages(rollouts: readonly GigpoRollout[], s: GigpoSettings): GigpoAdvantages {
   if (!(Number.isFinite(s.omega) && s.omega >= 0)) throw new Error(`gigpo: ω (omega) must be a finite number ≥ 0, got ${s.omega}`);
   if (!(s.gamma >= 0 && s.gamma <= 1)) throw new Error(`gigpo: γ (gamma) must be in [0, 1], got ${s.gamma}`);
-  if (s.mode !== 'mean_std_norm' && s.mode !== 'mean_norm') throw new Error(`gigpo: mode must be mean_std_norm or mean_norm, got ${String(s.mode)}`);
+  if (s.mode !== 'mean_std_norm' && s.mode !== 'mean_norm')
+    throw new Error(`gigpo: mode must be mean_std_norm or mean_norm, got ${String(s.mode)}`);
   rollouts.forEach((r, i) => {
-    if (r.anchors.length !== r.rewards.length) throw new Error(`gigpo: rollout ${i} has ${r.anchors.length} anchor states but ${r.rewards.length} step rewards`);
+    if (r.anchors.length !== r.rewards.length)
+      throw new Error(`gigpo: rollout ${i} has ${r.anchors.length} anchor states but ${r.rewards.length} step rewards`);
   });
   const divideByStd = s.mode === 'mean_std_norm';
 

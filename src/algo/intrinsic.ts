@@ -12,6 +12,7 @@ export function noveltyReward(visits: number): number {
 }
 
 export function retrievalReward(retrieved: number): number {
-  if (!Number.isInteger(retrieved) || retrieved < 0) throw new Error(`retrievalReward: retrieved count must be an integer >= 0, got ${retrieved}`);
+  if (!Number.isInteger(retrieved) || retrieved < 0)
+    throw new Error(`retrievalReward: retrieved count must be an integer >= 0, got ${retrieved}`);
   return 1 / (retrieved + 1);
 }

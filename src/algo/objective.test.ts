@@ -33,7 +33,13 @@ function evaluate(c: Case, cfg: Partial<ObjectiveConfig> = {}) {
       { ...base, ...cfg },
     );
     const num = (t: tf.Scalar) => t.dataSync()[0];
-    return { lossSum: num(terms.lossSum), tokens: num(terms.tokens), clipped: num(terms.clipped), ratioSum: num(terms.ratioSum), klSum: num(terms.klSum) };
+    return {
+      lossSum: num(terms.lossSum),
+      tokens: num(terms.tokens),
+      clipped: num(terms.clipped),
+      ratioSum: num(terms.ratioSum),
+      klSum: num(terms.klSum),
+    };
   });
 }
 
@@ -42,8 +48,17 @@ function gradWrtLogp(c: Case, cfg: Partial<ObjectiveConfig> = {}): number[] {
   const old = c.oldLogp ?? new Array(c.ratio.length).fill(Math.log(0.5));
   return tf.tidy(() => {
     const logp = tf.tensor1d(c.ratio.map((r, i) => old[i] + Math.log(r)));
-    const g = tf.grad((lp: tf.Tensor) =>
-      objectiveTerms({ logp: lp as tf.Tensor1D, oldLogp: tf.tensor1d(old), advantages: tf.tensor1d(c.advantages), mask: tf.ones([c.ratio.length]) as tf.Tensor1D }, { ...base, ...cfg }).lossSum,
+    const g = tf.grad(
+      (lp: tf.Tensor) =>
+        objectiveTerms(
+          {
+            logp: lp as tf.Tensor1D,
+            oldLogp: tf.tensor1d(old),
+            advantages: tf.tensor1d(c.advantages),
+            mask: tf.ones([c.ratio.length]) as tf.Tensor1D,
+          },
+          { ...base, ...cfg },
+        ).lossSum,
     )(logp);
     return Array.from(g.dataSync());
   });
@@ -168,7 +183,16 @@ describe('objectiveTerms: KL penalty (k3 estimator)', () => {
   });
 
   it('k3 is zero when πθ = πref and is counted only on unmasked tokens', () => {
-    const r = evaluate({ ratio: [1, 1], advantages: [0, 0], oldLogp: [Math.log(0.5), Math.log(0.5)], refLogp: [Math.log(0.5), Math.log(0.01)], mask: [1, 0] }, { klCoef: 1 });
+    const r = evaluate(
+      {
+        ratio: [1, 1],
+        advantages: [0, 0],
+        oldLogp: [Math.log(0.5), Math.log(0.5)],
+        refLogp: [Math.log(0.5), Math.log(0.01)],
+        mask: [1, 0],
+      },
+      { klCoef: 1 },
+    );
     expect(r.klSum).toBeCloseTo(0, DIGITS);
   });
 

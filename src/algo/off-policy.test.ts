@@ -24,7 +24,11 @@ describe('decoupledOffPolicy (w = min(cap, πold(a|s,u) / πold(a|s,u,tips)))', 
   });
 
   it('cap null: no importance weight (w = 1)', () => {
-    expect(decoupledOffPolicy([0.5, 0.5], tipFree, withTips, null)).toEqual({ advantages: [0.5, 0.5], oldLogprobs: tipFree, weights: [1, 1] });
+    expect(decoupledOffPolicy([0.5, 0.5], tipFree, withTips, null)).toEqual({
+      advantages: [0.5, 0.5],
+      oldLogprobs: tipFree,
+      weights: [1, 1],
+    });
   });
 
   it('refuses log-prob lists of different lengths', () => {
@@ -32,14 +36,14 @@ describe('decoupledOffPolicy (w = min(cap, πold(a|s,u) / πold(a|s,u,tips)))', 
     expect(() => decoupledOffPolicy([1], [0, 0], [0, 0], 1)).toThrow(/1 advantages for 2 sampled log-probs/);
   });
 
-  it('per-token advantages (a packed episode whose steps differ, GiGPO) are each weighted by their own token\'s w', () => {
+  it("per-token advantages (a packed episode whose steps differ, GiGPO) are each weighted by their own token's w", () => {
     const d = decoupledOffPolicy([2, -4], tipFree, withTips, 1);
     expect(d.advantages[0]).toBeCloseTo(0.25, 12);
     expect(d.advantages[1]).toBe(-4);
   });
 });
 
-describe('offPolicyRatio: where ρ\'s numerator πθ(a|s,u) meets its denominator', () => {
+describe("offPolicyRatio: where ρ's numerator πθ(a|s,u) meets its denominator", () => {
   // The sampler with tips gave the two tokens 0.8 and 0.2; the tip-free policy before the update 0.1
   // and 0.6; the policy being trained, scored on the tip-free prompt, gives them 0.4 and 0.3.
   const withTips = [Math.log(0.8), Math.log(0.2)];
@@ -55,7 +59,7 @@ describe('offPolicyRatio: where ρ\'s numerator πθ(a|s,u) meets its denominato
     expect(terms.weights).toBeNull();
   });
 
-  it('the paper\'s ratio ignores tip-free log-probs, should they be given', () => {
+  it("the paper's ratio ignores tip-free log-probs, should they be given", () => {
     const terms = offPolicyRatio('paper', { advantages: [2, -1], sampledWithTips: withTips, tipFreeBeforeUpdate: tipFree }, 1);
     expect(terms.oldLogprobs).toEqual(withTips);
   });
@@ -71,7 +75,11 @@ describe('offPolicyRatio: where ρ\'s numerator πθ(a|s,u) meets its denominato
   });
 
   it('refuses a decoupled ratio without the tip-free log-probs, and lists of different lengths', () => {
-    expect(() => offPolicyRatio('decoupled', { advantages: [1, 1], sampledWithTips: withTips, tipFreeBeforeUpdate: null }, 1)).toThrow(/needs the tip-free log-probs/);
-    expect(() => offPolicyRatio('paper', { advantages: [1], sampledWithTips: withTips, tipFreeBeforeUpdate: null }, 1)).toThrow(/1 advantages for 2 sampled log-probs/);
+    expect(() => offPolicyRatio('decoupled', { advantages: [1, 1], sampledWithTips: withTips, tipFreeBeforeUpdate: null }, 1)).toThrow(
+      /needs the tip-free log-probs/,
+    );
+    expect(() => offPolicyRatio('paper', { advantages: [1], sampledWithTips: withTips, tipFreeBeforeUpdate: null }, 1)).toThrow(
+      /1 advantages for 2 sampled log-probs/,
+    );
   });
 });

@@ -37,7 +37,8 @@ export function offPolicyRatio(
   sample: { advantages: readonly number[]; sampledWithTips: readonly number[]; tipFreeBeforeUpdate: readonly number[] | null },
   cap: number | null,
 ): OffPolicyTerms {
-  if (sample.advantages.length !== sample.sampledWithTips.length) throw new Error(`offPolicyRatio: ${sample.advantages.length} advantages for ${sample.sampledWithTips.length} sampled log-probs`);
+  if (sample.advantages.length !== sample.sampledWithTips.length)
+    throw new Error(`offPolicyRatio: ${sample.advantages.length} advantages for ${sample.sampledWithTips.length} sampled log-probs`);
   if (variant === 'paper') return { advantages: [...sample.advantages], oldLogprobs: [...sample.sampledWithTips], weights: null };
   if (!sample.tipFreeBeforeUpdate) throw new Error('offPolicyRatio: the decoupled ratio needs the tip-free log-probs before the update');
   return decoupledOffPolicy(sample.advantages, sample.tipFreeBeforeUpdate, sample.sampledWithTips, cap);
@@ -72,9 +73,16 @@ export interface DecoupledSample {
 }
 
 /** `advantages` per response token: one rollout's A on every token, or per step where steps differ (GiGPO). */
-export function decoupledOffPolicy(advantages: readonly number[], tipFreeOldLogprobs: readonly number[], sampledLogprobs: readonly number[], cap: number | null): DecoupledSample {
-  if (tipFreeOldLogprobs.length !== sampledLogprobs.length) throw new Error(`decoupledOffPolicy: ${tipFreeOldLogprobs.length} tip-free log-probs for ${sampledLogprobs.length} sampled ones`);
-  if (advantages.length !== sampledLogprobs.length) throw new Error(`decoupledOffPolicy: ${advantages.length} advantages for ${sampledLogprobs.length} sampled log-probs`);
+export function decoupledOffPolicy(
+  advantages: readonly number[],
+  tipFreeOldLogprobs: readonly number[],
+  sampledLogprobs: readonly number[],
+  cap: number | null,
+): DecoupledSample {
+  if (tipFreeOldLogprobs.length !== sampledLogprobs.length)
+    throw new Error(`decoupledOffPolicy: ${tipFreeOldLogprobs.length} tip-free log-probs for ${sampledLogprobs.length} sampled ones`);
+  if (advantages.length !== sampledLogprobs.length)
+    throw new Error(`decoupledOffPolicy: ${advantages.length} advantages for ${sampledLogprobs.length} sampled log-probs`);
   const weights = tipFreeOldLogprobs.map((lp, t) => (cap === null ? 1 : Math.min(cap, Math.exp(lp - sampledLogprobs[t]))));
   return { advantages: weights.map((w, t) => w * advantages[t]), oldLogprobs: [...tipFreeOldLogprobs], weights };
 }

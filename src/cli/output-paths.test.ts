@@ -16,7 +16,9 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 describe('output paths are checked before the work', () => {
   it('a file: its folder must exist, and it must not be a folder', () => {
-    expect(() => checkOutputFile('/nonexistent/dir/x.json', '--json')).toThrow('--json /nonexistent/dir/x.json: the folder /nonexistent/dir does not exist');
+    expect(() => checkOutputFile('/nonexistent/dir/x.json', '--json')).toThrow(
+      '--json /nonexistent/dir/x.json: the folder /nonexistent/dir does not exist',
+    );
     expect(() => checkOutputFile(root, '--json')).toThrow(`--json ${root}: is a folder; give a file name`);
     const file = join(root, 'plain-file');
     writeFileSync(file, '');
@@ -46,7 +48,10 @@ describe('output paths are checked before the work', () => {
 
     it('fails before evaluating, naming the option and the folder', async () => {
       const args = ['eval', modelDir, '--json', '/nonexistent/dir/x.json', ...TINY_MODEL.flatMap((s) => ['--set', s])];
-      const child = spawn(process.execPath, [join(REPO_ROOT, 'bin', 'empo2.js'), ...args], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(process.execPath, [join(REPO_ROOT, 'bin', 'empo2.js'), ...args], {
+        cwd: REPO_ROOT,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let out = '';
       let err = '';
       child.stdout.on('data', (d: Buffer) => (out += d.toString()));

@@ -49,7 +49,8 @@ export async function play(opts: PlayOptions): Promise<PlayResult> {
   const listActions = (filter: string) => {
     const words = filter.toLowerCase().split(/\s+/).filter(Boolean);
     const matching = actions.map((a, i) => [a, i] as const).filter(([a]) => words.every((w) => a.toLowerCase().includes(w)));
-    if (matching.length === 0) say(words.length === 0 ? 'No valid actions.' : `No valid action contains ${words.map((w) => `"${w}"`).join(' and ')}.`);
+    if (matching.length === 0)
+      say(words.length === 0 ? 'No valid actions.' : `No valid action contains ${words.map((w) => `"${w}"`).join(' and ')}.`);
     // Numbers stay those of the full list, so a filtered listing can be answered with a number.
     matching.forEach(([a, i]) => say(`  ${String(i + 1).padStart(2)}. ${a}`));
   };

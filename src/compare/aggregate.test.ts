@@ -35,7 +35,15 @@ function evalLine([iteration, steps, score]: Point, perTask: Record<string, numb
 }
 
 function trainLine(iteration: number, elapsed: number): string {
-  return JSON.stringify({ type: 'train', iteration, env_steps: iteration * 10, mean_score: 0, elapsed_seconds: elapsed, memory_seconds: 0.1, some_future_key: { nested: true } });
+  return JSON.stringify({
+    type: 'train',
+    iteration,
+    env_steps: iteration * 10,
+    mean_score: 0,
+    elapsed_seconds: elapsed,
+    memory_seconds: 0.1,
+    some_future_key: { nested: true },
+  });
 }
 
 /** A run folder as the trainer leaves it: config.yaml (only the iteration count matters here) and metrics.jsonl. */
@@ -47,19 +55,57 @@ function writeRun(out: string, label: string, seed: number, iterations: number, 
 }
 
 const A: Point[][] = [
-  [[0, 0, 10], [1, 10, 30], [2, 20, 50]],
-  [[0, 0, 20], [1, 8, 20], [2, 16, 60]],
-  [[0, 0, 0], [1, 12, 30], [2, 24, 30]],
+  [
+    [0, 0, 10],
+    [1, 10, 30],
+    [2, 20, 50],
+  ],
+  [
+    [0, 0, 20],
+    [1, 8, 20],
+    [2, 16, 60],
+  ],
+  [
+    [0, 0, 0],
+    [1, 12, 30],
+    [2, 24, 30],
+  ],
 ];
-const A_TASKS = [{ fetch: 40, maze: 60 }, { fetch: 50, maze: 70 }, { fetch: 20, maze: 40 }];
+const A_TASKS = [
+  { fetch: 40, maze: 60 },
+  { fetch: 50, maze: 70 },
+  { fetch: 20, maze: 40 },
+];
 const B: Point[][] = [
-  [[0, 0, 10], [1, 5, 20], [2, 10, 40]],
-  [[0, 0, 10], [1, 6, 10], [2, 12, 70]],
+  [
+    [0, 0, 10],
+    [1, 5, 20],
+    [2, 10, 40],
+  ],
+  [
+    [0, 0, 10],
+    [1, 6, 10],
+    [2, 12, 70],
+  ],
 ];
 
-function record(label: string, seed: number, points: Point[], perTask?: Record<string, number>, status: RunRecord['status'] = 'finished'): RunRecord {
+function record(
+  label: string,
+  seed: number,
+  points: Point[],
+  perTask?: Record<string, number>,
+  status: RunRecord['status'] = 'finished',
+): RunRecord {
   const text = points.map((p, i) => evalLine(p, i === points.length - 1 ? perTask : {})).join('\n');
-  return { label, seed, dir: `/x/${label}/seed${seed}`, status, metrics: parseMetrics(text, 'mem'), wallSeconds: 100 + seed, wallSource: 'compare' };
+  return {
+    label,
+    seed,
+    dir: `/x/${label}/seed${seed}`,
+    status,
+    metrics: parseMetrics(text, 'mem'),
+    wallSeconds: 100 + seed,
+    wallSource: 'compare',
+  };
 }
 
 describe('stats', () => {
@@ -74,7 +120,12 @@ describe('stats', () => {
   });
 
   it('interpolateAt: linear between points, the last of repeated x, null outside', () => {
-    const c = [{ x: 0, y: 0 }, { x: 12, y: 30 }, { x: 12, y: 36 }, { x: 20, y: 40 }];
+    const c = [
+      { x: 0, y: 0 },
+      { x: 12, y: 30 },
+      { x: 12, y: 36 },
+      { x: 20, y: 40 },
+    ];
     expect(interpolateAt(c, 10)).toBeCloseTo(25, 10);
     expect(interpolateAt(c, 12)).toBe(36);
     expect(interpolateAt(c, 16)).toBeCloseTo(38, 10);
@@ -86,7 +137,11 @@ describe('stats', () => {
   });
 
   it('normalizedArea: trapezoids over the range with interpolated ends, divided by its width', () => {
-    const c = [{ x: 0, y: 20 }, { x: 8, y: 20 }, { x: 16, y: 60 }];
+    const c = [
+      { x: 0, y: 20 },
+      { x: 8, y: 20 },
+      { x: 16, y: 60 },
+    ];
     // 0–8 at 20 (area 160) plus 8–10 from 20 to 30 (area 50): 210 / 10.
     expect(normalizedArea(c, 0, 10)).toBeCloseTo(21, 10);
     // 4–8 at 20 (80) plus 8–12 from 20 to 40 (120): 200 / 8.
@@ -97,8 +152,20 @@ describe('stats', () => {
   });
 
   it('pairedDifference: per-seed differences on common seeds, mean, std and the 95% t-interval', () => {
-    const reference = new Map([[3, 10], [0, 10], [1, 10], [2, 10], [9, 50]]);
-    const other = new Map([[2, 13], [0, 11], [1, 12], [3, 14], [7, 99]]);
+    const reference = new Map([
+      [3, 10],
+      [0, 10],
+      [1, 10],
+      [2, 10],
+      [9, 50],
+    ]);
+    const other = new Map([
+      [2, 13],
+      [0, 11],
+      [1, 12],
+      [3, 14],
+      [7, 99],
+    ]);
     const d = pairedDifference(reference, other)!;
     expect(d.seeds).toEqual([0, 1, 2, 3]); // seeds 7 and 9 have no partner
     expect(d.diffs).toEqual([1, 2, 3, 4]);
@@ -109,7 +176,10 @@ describe('stats', () => {
     expect(d.ci95![1]).toBeCloseTo(4.55426, 5);
     expect([d.wins, d.losses, d.ties]).toEqual([4, 0, 0]);
     // t(0.975, 9) = 2.262157: ten differences alternating 1 and −1 have mean 0, std √(10/9).
-    const ten = pairedDifference(new Map(Array.from({ length: 10 }, (_, s) => [s, 0])), new Map(Array.from({ length: 10 }, (_, s) => [s, s % 2 ? -1 : 1])))!;
+    const ten = pairedDifference(
+      new Map(Array.from({ length: 10 }, (_, s) => [s, 0])),
+      new Map(Array.from({ length: 10 }, (_, s) => [s, s % 2 ? -1 : 1])),
+    )!;
     expect(ten.ci95![1]).toBeCloseTo((2.262157 * Math.sqrt(10 / 9)) / Math.sqrt(10), 5);
     expect([ten.wins, ten.losses, ten.ties]).toEqual([5, 5, 0]);
     const one = pairedDifference(new Map([[0, 5]]), new Map([[0, 5]]))!;
@@ -119,7 +189,24 @@ describe('stats', () => {
 
   it('formatPairedDifference: signed mean and interval to one decimal, then seeds ahead / behind', () => {
     // The four-seed case above: mean 2.5, interval [0.44574, 4.55426].
-    expect(formatPairedDifference(pairedDifference(new Map([[0, 10], [1, 10], [2, 10], [3, 10]]), new Map([[0, 11], [1, 12], [2, 13], [3, 14]])))).toBe('+2.5 [+0.4, +4.6], 4 ahead / 0 behind');
+    expect(
+      formatPairedDifference(
+        pairedDifference(
+          new Map([
+            [0, 10],
+            [1, 10],
+            [2, 10],
+            [3, 10],
+          ]),
+          new Map([
+            [0, 11],
+            [1, 12],
+            [2, 13],
+            [3, 14],
+          ]),
+        ),
+      ),
+    ).toBe('+2.5 [+0.4, +4.6], 4 ahead / 0 behind');
     expect(formatPairedDifference(pairedDifference(new Map([[0, 3]]), new Map([[0, 1]])))).toBe('-2.0 [–], 0 ahead / 1 behind');
     expect(formatPairedDifference(null)).toBe('–');
   });
@@ -127,10 +214,23 @@ describe('stats', () => {
 
 describe('metrics.jsonl parsing', () => {
   it('keeps the last line per iteration (a resumed run re-logs), passes unknown keys through, sorts by iteration', () => {
-    const text = [evalLine([0, 0, 5]), trainLine(1, 3), evalLine([1, 10, 99]), trainLine(2, 6), trainLine(1, 4), evalLine([1, 10, 30])].join('\n');
+    const text = [
+      evalLine([0, 0, 5]),
+      trainLine(1, 3),
+      evalLine([1, 10, 99]),
+      trainLine(2, 6),
+      trainLine(1, 4),
+      evalLine([1, 10, 30]),
+    ].join('\n');
     const m = parseMetrics(text, 'run/metrics.jsonl');
-    expect(m.evals.map((e) => [e.iteration, e.mean_score])).toEqual([[0, 5], [1, 30]]);
-    expect(m.train.map((t) => [t.iteration, t.elapsed_seconds])).toEqual([[1, 4], [2, 6]]);
+    expect(m.evals.map((e) => [e.iteration, e.mean_score])).toEqual([
+      [0, 5],
+      [1, 30],
+    ]);
+    expect(m.train.map((t) => [t.iteration, t.elapsed_seconds])).toEqual([
+      [1, 4],
+      [2, 6],
+    ]);
     expect(m.train[0].some_future_key).toEqual({ nested: true });
     expect(m.evals[0].episodes).toBe(4);
   });
@@ -231,7 +331,9 @@ describe('aggregate', () => {
   });
 
   it('unfinished runs are left out unless asked for', () => {
-    const withPartial = [{ label: 'A', runs: [...groups[0].runs, { ...record('A', 3, [[0, 0, 90]]), status: 'unfinished' as const, note: 'stopped early' }] }];
+    const withPartial = [
+      { label: 'A', runs: [...groups[0].runs, { ...record('A', 3, [[0, 0, 90]]), status: 'unfinished' as const, note: 'stopped early' }] },
+    ];
     const left = aggregate(withPartial);
     expect(left.configs[0].included).toHaveLength(3);
     expect(left.notes).toContain('A/seed3: not counted (stopped early)');
@@ -284,14 +386,72 @@ describe('score at equal steps from evaluated checkpoints', () => {
   it('interpolates linearly in env steps between the two evaluations; the final evaluation counts for its checkpoint', () => {
     const setting = { split: 'test', variations: 50 };
     // 20 + (40 − 20)·(15 − 10)/(20 − 10) = 30, with 40 from the final evaluation.
-    expect(checkpointScoreAt(kept([[1, 10, 20], [2, 20, null]], 40), 15, setting)).toEqual({ score: 30 });
+    expect(
+      checkpointScoreAt(
+        kept(
+          [
+            [1, 10, 20],
+            [2, 20, null],
+          ],
+          40,
+        ),
+        15,
+        setting,
+      ),
+    ).toEqual({ score: 30 });
     // 10 + 20·7/8 = 27.5
-    expect(checkpointScoreAt(kept([[4, 8, 10], [8, 16, 30]]), 15, setting)).toEqual({ score: 27.5 });
-    expect(checkpointScoreAt(kept([[4, 8, 10], [8, 16, 30]]), 16, setting)).toEqual({ score: 30 });
-    expect(checkpointScoreAt(kept([[4, 8, 10], [8, 16, null]]), 15, setting)).toEqual({ missing: 'iter-000008 not evaluated on 50 test variations per task' });
-    expect(checkpointScoreAt(kept([[4, 8, 10], [8, 16, 30, 10]]), 15, setting)).toEqual({ missing: 'iter-000008 not evaluated on 50 test variations per task' });
-    expect(checkpointScoreAt(kept([[4, 8, 10], [8, 16, 30]]), 17, setting)).toEqual({
-      missing: 'no kept checkpoint at or on both sides of 17 env steps (kept: iter-000004 at 8, iter-000008 at 16; train.keep_checkpoints keeps more)',
+    expect(
+      checkpointScoreAt(
+        kept([
+          [4, 8, 10],
+          [8, 16, 30],
+        ]),
+        15,
+        setting,
+      ),
+    ).toEqual({ score: 27.5 });
+    expect(
+      checkpointScoreAt(
+        kept([
+          [4, 8, 10],
+          [8, 16, 30],
+        ]),
+        16,
+        setting,
+      ),
+    ).toEqual({ score: 30 });
+    expect(
+      checkpointScoreAt(
+        kept([
+          [4, 8, 10],
+          [8, 16, null],
+        ]),
+        15,
+        setting,
+      ),
+    ).toEqual({ missing: 'iter-000008 not evaluated on 50 test variations per task' });
+    expect(
+      checkpointScoreAt(
+        kept([
+          [4, 8, 10],
+          [8, 16, 30, 10],
+        ]),
+        15,
+        setting,
+      ),
+    ).toEqual({ missing: 'iter-000008 not evaluated on 50 test variations per task' });
+    expect(
+      checkpointScoreAt(
+        kept([
+          [4, 8, 10],
+          [8, 16, 30],
+        ]),
+        17,
+        setting,
+      ),
+    ).toEqual({
+      missing:
+        'no kept checkpoint at or on both sides of 17 env steps (kept: iter-000004 at 8, iter-000008 at 16; train.keep_checkpoints keeps more)',
     });
   });
 
@@ -301,20 +461,34 @@ describe('score at equal steps from evaluated checkpoints', () => {
       name,
       dir: `/x/${name}`,
       envSteps: steps,
-      evaluated: { ...evalRecord(name, 50, 0, steps), per_task: Object.entries(tasks).map(([task, s]) => ({ task, episodes: 50, mean_score: s, success_rate: 0 })) },
+      evaluated: {
+        ...evalRecord(name, 50, 0, steps),
+        per_task: Object.entries(tasks).map(([task, s]) => ({ task, episodes: 50, mean_score: s, success_rate: 0 })),
+      },
       final: null,
       logged: null,
     });
     const cs = [twoTasks('iter-000004', 8, { power: 10, clue: 0, maze: 5 }), twoTasks('iter-000008', 16, { power: 30, clue: 40 })];
     // power 10 + 20·7/8 = 27.5; clue 0 + 40·7/8 = 35; maze only in the first evaluation.
-    expect(checkpointTaskScoresAt(cs, 15, setting)).toEqual([{ task: 'power', score: 27.5 }, { task: 'clue', score: 35 }]);
-    expect(checkpointTaskScoresAt(cs, 8, setting)).toEqual([{ task: 'power', score: 10 }, { task: 'clue', score: 0 }, { task: 'maze', score: 5 }]);
+    expect(checkpointTaskScoresAt(cs, 15, setting)).toEqual([
+      { task: 'power', score: 27.5 },
+      { task: 'clue', score: 35 },
+    ]);
+    expect(checkpointTaskScoresAt(cs, 8, setting)).toEqual([
+      { task: 'power', score: 10 },
+      { task: 'clue', score: 0 },
+      { task: 'maze', score: 5 },
+    ]);
     expect(checkpointTaskScoresAt(cs, 17, setting)).toEqual([]);
     expect(checkpointTaskScoresAt(cs, 15, { split: 'test', variations: 10 })).toEqual([]);
 
     // Two seeds of A and B with these per-task evaluations: B − A per task, seed by seed.
     const run = (label: string, seed: number, power: number, clue: number): RunRecord => ({
-      ...record(label, seed, [[0, 0, 10], [1, 8, 20], [2, 16, 30]]),
+      ...record(label, seed, [
+        [0, 0, 10],
+        [1, 8, 20],
+        [2, 16, 30],
+      ]),
       checkpoints: [twoTasks('iter-000001', 8, { power: 0, clue: 0 }), twoTasks('iter-000002', 16, { power, clue })],
     });
     const cmp = aggregate([
@@ -324,8 +498,22 @@ describe('score at equal steps from evaluated checkpoints', () => {
     expect(cmp.equalSteps).toEqual([16]);
     const [a] = cmp.configs;
     expect(a.checkpointScoreAtSteps[0].perTask.map((t) => [t.task, t.runs, t.score!.mean])).toEqual([
-      ['power', [{ seed: 0, score: 10 }, { seed: 1, score: 30 }], 20],
-      ['clue', [{ seed: 0, score: 20 }, { seed: 1, score: 20 }], 20],
+      [
+        'power',
+        [
+          { seed: 0, score: 10 },
+          { seed: 1, score: 30 },
+        ],
+        20,
+      ],
+      [
+        'clue',
+        [
+          { seed: 0, score: 20 },
+          { seed: 1, score: 20 },
+        ],
+        20,
+      ],
     ]);
     const power = cmp.paired.find((p) => p.metric === 'power: score @ 16 steps (checkpoints)')!;
     expect(power.difference.diffs).toEqual([10, 20]);
@@ -333,10 +521,60 @@ describe('score at equal steps from evaluated checkpoints', () => {
     expect(clue.difference.diffs).toEqual([-10, -10]);
   });
 
-  const withCheckpoints = (label: string, seed: number, checkpoints: KeptCheckpoint[]): RunRecord => ({ ...record(label, seed, [[0, 0, 10], [1, 10, 20], [2, 20, 30]]), checkpoints });
+  const withCheckpoints = (label: string, seed: number, checkpoints: KeptCheckpoint[]): RunRecord => ({
+    ...record(label, seed, [
+      [0, 0, 10],
+      [1, 10, 20],
+      [2, 20, 30],
+    ]),
+    checkpoints,
+  });
   const groups = [
-    { label: 'A', runs: [withCheckpoints('A', 0, kept([[1, 10, 20], [2, 20, null]], 40)), withCheckpoints('A', 1, kept([[4, 8, 10], [8, 16, 30]]))] },
-    { label: 'B', runs: [withCheckpoints('B', 0, kept([[1, 10, 0, 10], [2, 15, 50]])), withCheckpoints('B', 1, kept([[1, 12, 40], [2, 18, null]]))] },
+    {
+      label: 'A',
+      runs: [
+        withCheckpoints(
+          'A',
+          0,
+          kept(
+            [
+              [1, 10, 20],
+              [2, 20, null],
+            ],
+            40,
+          ),
+        ),
+        withCheckpoints(
+          'A',
+          1,
+          kept([
+            [4, 8, 10],
+            [8, 16, 30],
+          ]),
+        ),
+      ],
+    },
+    {
+      label: 'B',
+      runs: [
+        withCheckpoints(
+          'B',
+          0,
+          kept([
+            [1, 10, 0, 10],
+            [2, 15, 50],
+          ]),
+        ),
+        withCheckpoints(
+          'B',
+          1,
+          kept([
+            [1, 12, 40],
+            [2, 18, null],
+          ]),
+        ),
+      ],
+    },
   ];
 
   it('summarises over seeds, pairs with the first config and names the runs without a score', () => {
@@ -345,7 +583,10 @@ describe('score at equal steps from evaluated checkpoints', () => {
     const [a, b] = cmp.configs;
     // A: 30 and 27.5 → mean 28.75, std |30 − 27.5| / √2; B: 50 (saved at 15), seed 1 missing.
     expect(a.checkpointScoreAtSteps).toHaveLength(1);
-    expect(a.checkpointScoreAtSteps[0].runs).toEqual([{ seed: 0, score: 30 }, { seed: 1, score: 27.5 }]);
+    expect(a.checkpointScoreAtSteps[0].runs).toEqual([
+      { seed: 0, score: 30 },
+      { seed: 1, score: 27.5 },
+    ]);
     expect(a.checkpointScoreAtSteps[0].score!.mean).toBeCloseTo(28.75, 12);
     expect(a.checkpointScoreAtSteps[0].score!.std).toBeCloseTo(2.5 / Math.SQRT2, 12);
     expect(b.checkpointScoreAtSteps[0].runs).toEqual([{ seed: 0, score: 50 }]);
@@ -355,7 +596,9 @@ describe('score at equal steps from evaluated checkpoints', () => {
     const notes = cmp.notes.join('\n');
     expect(notes).toContain('B/seed1: no checkpoint score @ 15 steps: iter-000002 not evaluated on 50 test variations per task');
     // B seed 0's iter-000001 was evaluated on 10 variations: another setting, outvoted 4 to 1.
-    expect(notes).toContain('checkpoint evaluations were made in several settings; the report uses 50 variations per task of the test split (others: 10 variations per task of the test split)');
+    expect(notes).toContain(
+      'checkpoint evaluations were made in several settings; the report uses 50 variations per task of the test split (others: 10 variations per task of the test split)',
+    );
   });
 
   it('uses the requested number of variations, and reports nothing without checkpoint evaluations', () => {
@@ -367,7 +610,9 @@ describe('score at equal steps from evaluated checkpoints', () => {
     expect(none.configs[0].checkpointScoreAtSteps).toEqual([]);
     expect(none.notes).toEqual([]);
     // Asked for 50 variations, a run that ended at the point is scored by its final evaluation alone.
-    const finalOnly = aggregate([{ label: 'A', runs: [withCheckpoints('A', 0, kept([[2, 20, null]], 40))] }], { checkpointEvalVariations: 50 });
+    const finalOnly = aggregate([{ label: 'A', runs: [withCheckpoints('A', 0, kept([[2, 20, null]], 40))] }], {
+      checkpointEvalVariations: 50,
+    });
     expect(finalOnly.equalSteps).toEqual([20]);
     expect(finalOnly.configs[0].checkpointScoreAtSteps[0].runs).toEqual([{ seed: 0, score: 40 }]);
   });
@@ -376,8 +621,18 @@ describe('score at equal steps from evaluated checkpoints', () => {
 describe('report from run folders (--report-only)', () => {
   it('writes Markdown, CSV and the plot from hand-made runs, skipping an unfinished one', async () => {
     const out = join(root, 'report');
-    A.forEach((points, seed) => writeRun(out, 'A', seed, 2, [...points.map((p, i) => evalLine(p, i === 2 ? A_TASKS[seed] : {})), trainLine(2, 50 + seed)]));
-    B.forEach((points, seed) => writeRun(out, 'B', seed, 2, points.map((p, i) => evalLine(p, i === 2 ? { fetch: p[2] } : {}))));
+    A.forEach((points, seed) =>
+      writeRun(out, 'A', seed, 2, [...points.map((p, i) => evalLine(p, i === 2 ? A_TASKS[seed] : {})), trainLine(2, 50 + seed)]),
+    );
+    B.forEach((points, seed) =>
+      writeRun(
+        out,
+        'B',
+        seed,
+        2,
+        points.map((p, i) => evalLine(p, i === 2 ? { fetch: p[2] } : {})),
+      ),
+    );
     writeRun(out, 'B', 7, 5, [evalLine([0, 0, 100])]);
     const logged: string[] = [];
     const r = await reportCompare({ out, log: (l) => logged.push(l) });
@@ -395,7 +650,10 @@ describe('report from run folders (--report-only)', () => {
     expect(md).toContain('B/seed7: not counted (stopped after the evaluation at iteration 0 of 5)');
     expect(logged.join('\n')).toContain('| A | 3/3 |');
 
-    const csv = readFileSync(r.files.csv, 'utf8').trim().split('\n').map((l) => l.split(','));
+    const csv = readFileSync(r.files.csv, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => l.split(','));
     const col = (name: string) => csv[0].indexOf(name);
     expect(csv).toHaveLength(3);
     expect(Number(csv[1][col('score_at_10_steps_mean')])).toBeCloseTo(85 / 3, 10);
@@ -413,7 +671,8 @@ describe('report from run folders (--report-only)', () => {
     expect(height).toBeGreaterThan(400);
     expect(png.length).toBeGreaterThan(10_000);
     const svg = readFileSync(r.files.svg!, 'utf8');
-    for (const text of ['training environment steps', 'held-out mean score (0–100)', 'min–max over runs', '>A<', '>B<']) expect(svg).toContain(text);
+    for (const text of ['training environment steps', 'held-out mean score (0–100)', 'min–max over runs', '>A<', '>B<'])
+      expect(svg).toContain(text);
   });
 
   it('the plot legend shows long labels that share a prefix in full', async () => {
@@ -426,10 +685,16 @@ describe('report from run folders (--report-only)', () => {
     expect(svg).not.toContain('…');
   });
 
-  it('wall time comes from compare\'s own record (summed over attempts); a crashed run is named with its log', async () => {
+  it("wall time comes from compare's own record (summed over attempts); a crashed run is named with its log", async () => {
     const out = join(root, 'attempts');
     writeRun(out, 'A', 0, 1, [evalLine([0, 0, 10]), trainLine(1, 7), evalLine([1, 5, 20])]);
-    const attempt = (seconds: number, exit_code: number) => ({ started_at: '2025-01-01T00:00:00.000Z', seconds, exit_code, signal: null, resumed: false });
+    const attempt = (seconds: number, exit_code: number) => ({
+      started_at: '2025-01-01T00:00:00.000Z',
+      seconds,
+      exit_code,
+      signal: null,
+      resumed: false,
+    });
     writeFileSync(join(out, 'A', 'seed0', 'compare-run.json'), JSON.stringify({ attempts: [attempt(30, 130), attempt(12.5, 0)] }));
     mkdirSync(join(out, 'A', 'seed1'));
     writeFileSync(join(out, 'A', 'seed1', 'compare-run.json'), JSON.stringify({ attempts: [attempt(2, 1)] }));
@@ -437,16 +702,21 @@ describe('report from run folders (--report-only)', () => {
     const r = await reportCompare({ out, log: () => {} });
     const [a] = r.comparison.configs;
     expect(a.wallSeconds!.mean).toBe(42.5);
-    expect(a.excluded[0].note).toBe(`nothing recorded; its last attempt failed with exit code 1, see ${join(out, 'A', 'seed1', 'train.log')}`);
+    expect(a.excluded[0].note).toBe(
+      `nothing recorded; its last attempt failed with exit code 1, see ${join(out, 'A', 'seed1', 'train.log')}`,
+    );
   });
 
-  it('wall time from the trainer\'s clock when its evaluations were timed, even where compare recorded attempts', async () => {
+  it("wall time from the trainer's clock when its evaluations were timed, even where compare recorded attempts", async () => {
     const out = join(root, 'trainer-clock');
     const timed = (point: Point, seconds: number) => JSON.stringify({ ...JSON.parse(evalLine(point)), seconds });
     // Eval 1 ran inside iteration 2's elapsed_seconds (90); evals 0 and 2 ran outside it.
     writeRun(out, 'A', 0, 2, [timed([0, 0, 10], 20), trainLine(1, 30), timed([1, 10, 20], 25), trainLine(2, 90), timed([2, 20, 30], 22)]);
     // Compare saw only the last attempt: an earlier one was killed together with it.
-    writeFileSync(join(out, 'A', 'seed0', 'compare-run.json'), JSON.stringify({ attempts: [{ started_at: '2025-01-01T00:00:00.000Z', seconds: 40, exit_code: 0, signal: null, resumed: true }] }));
+    writeFileSync(
+      join(out, 'A', 'seed0', 'compare-run.json'),
+      JSON.stringify({ attempts: [{ started_at: '2025-01-01T00:00:00.000Z', seconds: 40, exit_code: 0, signal: null, resumed: true }] }),
+    );
     const r = await reportCompare({ out, log: () => {} });
     const [run] = r.comparison.configs[0].included;
     expect(run.wallSource).toBe('trainer');
@@ -490,7 +760,11 @@ describe('report from run folders (--report-only)', () => {
     expect(a.finalEval!.runs.map((x) => x.seed)).toEqual([0, 1]);
     expect(b.finalEval!.score).toEqual({ n: 1, mean: 5, std: null, min: 5, max: 5 });
     const notes = r.comparison.notes.join('\n');
-    expect(notes).toContain('A/seed2: ' + join(out, 'A', 'seed2', 'final-eval.json') + " evaluated iter-000000, but the run's latest checkpoint is iter-000001; it was ignored");
+    expect(notes).toContain(
+      'A/seed2: ' +
+        join(out, 'A', 'seed2', 'final-eval.json') +
+        " evaluated iter-000000, but the run's latest checkpoint is iter-000001; it was ignored",
+    );
     expect(notes).toContain(`B/seed1: ${join(out, 'B', 'seed1', 'final-eval.json')} is not valid JSON`);
     expect(notes).toContain('final evaluation on 50 variations per task is missing for A/seed2, B/seed1 (compare --final-eval 50 adds it)');
 
@@ -511,18 +785,31 @@ describe('report from run folders (--report-only)', () => {
 
   it('final evaluations made in different settings are not averaged together', () => {
     const withEval = (seed: number, variations: number): RunRecord => ({
-      ...record('A', seed, [[0, 0, 10], [1, 5, 20]]),
-      finalEval: { checkpoint: 'iter-000001', eval_split: 'test', eval_variations: variations, episodes: variations, mean_score: 10, success_rate: 0, per_task: [] },
+      ...record('A', seed, [
+        [0, 0, 10],
+        [1, 5, 20],
+      ]),
+      finalEval: {
+        checkpoint: 'iter-000001',
+        eval_split: 'test',
+        eval_variations: variations,
+        episodes: variations,
+        mean_score: 10,
+        success_rate: 0,
+        per_task: [],
+      },
     });
     const cmp = aggregate([{ label: 'A', runs: [withEval(0, 50), withEval(1, 10)] }]);
     expect(cmp.finalEval).toBeNull();
     expect(cmp.configs[0].finalEval).toBeNull();
-    expect(cmp.notes.join('\n')).toContain("the runs' final evaluations differ in setting (50 variations per task of the test split; 10 variations per task of the test split)");
+    expect(cmp.notes.join('\n')).toContain(
+      "the runs' final evaluations differ in setting (50 variations per task of the test split; 10 variations per task of the test split)",
+    );
     // Without any final evaluation nothing is said about them.
     expect(aggregate([{ label: 'A', runs: [record('A', 0, [[0, 0, 10]])] }]).notes).toEqual([]);
   });
 
-  it('checkpoint evaluations: read from checkpoint-evals/, checked against the checkpoint\'s env steps, shown with the score they give', async () => {
+  it("checkpoint evaluations: read from checkpoint-evals/, checked against the checkpoint's env steps, shown with the score they give", async () => {
     const out = join(root, 'checkpoint-evals');
     /** A finished 2-iteration run with checkpoints at the given env steps; `scores` go to checkpoint-evals (null: none), `fileSteps` overrides the steps written in the file. */
     const run = (label: string, seed: number, steps: [number, number], scores: [number | null, number | null], fileSteps?: number) => {
@@ -531,7 +818,10 @@ describe('report from run folders (--report-only)', () => {
       steps.forEach((envSteps, i) => {
         const name = `iter-00000${i + 1}`;
         mkdirSync(join(dir, 'checkpoints', name), { recursive: true });
-        writeFileSync(join(dir, 'checkpoints', name, 'trainer_state.json'), JSON.stringify({ iteration: i + 1, envSteps, rngState: 1, elapsedSeconds: 1 }));
+        writeFileSync(
+          join(dir, 'checkpoints', name, 'trainer_state.json'),
+          JSON.stringify({ iteration: i + 1, envSteps, rngState: 1, elapsedSeconds: 1 }),
+        );
         const score = scores[i];
         if (score !== null) {
           mkdirSync(join(dir, 'checkpoint-evals'), { recursive: true });
@@ -551,12 +841,19 @@ describe('report from run folders (--report-only)', () => {
     const r = await reportCompare({ out, log: () => {} });
     expect(r.comparison.equalSteps).toEqual([16]);
     expect(r.comparison.configs.map((c) => c.checkpointScoreAtSteps[0].runs)).toEqual([
-      [{ seed: 0, score: 32 }, { seed: 1, score: 50 }],
+      [
+        { seed: 0, score: 32 },
+        { seed: 1, score: 50 },
+      ],
       [{ seed: 0, score: 35 }],
     ]);
     const notes = r.comparison.notes.join('\n');
-    expect(notes).toContain(`B/seed1: ${join(out, 'B', 'seed1', 'checkpoint-evals', 'iter-000001.json')} evaluated iter-000001 at 5 env steps, but iter-000001 holds 10; it was ignored`);
-    expect(notes).toContain('B/seed1: no checkpoint score @ 16 steps: iter-000001 and iter-000002 not evaluated on 20 test variations per task');
+    expect(notes).toContain(
+      `B/seed1: ${join(out, 'B', 'seed1', 'checkpoint-evals', 'iter-000001.json')} evaluated iter-000001 at 5 env steps, but iter-000001 holds 10; it was ignored`,
+    );
+    expect(notes).toContain(
+      'B/seed1: no checkpoint score @ 16 steps: iter-000001 and iter-000002 not evaluated on 20 test variations per task',
+    );
 
     const md = readFileSync(r.files.markdown, 'utf8');
     expect(md).toContain('## Score at equal env steps from checkpoints on 20 test variations per task');
@@ -566,14 +863,25 @@ describe('report from run folders (--report-only)', () => {
     expect(md).toContain('| B − A | score @ 16 steps (checkpoints on 20 test variations per task) | 1 | +3.0 | – | 1 / 0 / 0 | 0: +3.0 |');
     expect(md).toContain('| task | A | B |\n| --- | --- | --- |\n| fetch | 41.0 ± 12.7 (2) | 35.0 (1) |');
     expect(md).toContain('| B − A | fetch: score @ 16 steps (checkpoints) | 1 | +3.0 | – | 1 / 0 / 0 | 0: +3.0 |');
-    const runsCsv = readFileSync(r.files.runsCsv, 'utf8').trim().split('\n').map((l) => l.split(','));
+    const runsCsv = readFileSync(r.files.runsCsv, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => l.split(','));
     const col = runsCsv[0].indexOf('checkpoint_score_at_16_steps');
     expect(runsCsv.slice(1).map((row) => row[col])).toEqual(['32', '50', '35', '']);
-    const csv = readFileSync(r.files.csv, 'utf8').trim().split('\n').map((l) => l.split(','));
+    const csv = readFileSync(r.files.csv, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => l.split(','));
     expect(Number(csv[1][csv[0].indexOf('checkpoint_score_at_16_steps_mean')])).toBe(41);
     expect(csv[1][csv[0].indexOf('checkpoint_eval_variations')]).toBe('20');
     expect(Number(csv[2][csv[0].indexOf('checkpoint_task_fetch_score_at_16_steps_mean')])).toBe(35);
-    expect(runsCsv.slice(1).map((row) => row[runsCsv[0].indexOf('checkpoint_task_fetch_score_at_16_steps')])).toEqual(['32', '50', '35', '']);
+    expect(runsCsv.slice(1).map((row) => row[runsCsv[0].indexOf('checkpoint_task_fetch_score_at_16_steps')])).toEqual([
+      '32',
+      '50',
+      '35',
+      '',
+    ]);
   });
 
   it('an output folder without runs is a clear error', async () => {
@@ -595,11 +903,17 @@ describe('option parsing', () => {
   });
 
   it('config differences name the key and both values, ignoring run_dir', () => {
-    expect(configDifferences({ run_dir: 'a', train: { iterations: 3, eval_every: 1 } }, { run_dir: 'b', train: { iterations: 2, eval_every: 1 } })).toEqual(['train.iterations: 2 there, 3 now']);
+    expect(
+      configDifferences(
+        { run_dir: 'a', train: { iterations: 3, eval_every: 1 } },
+        { run_dir: 'b', train: { iterations: 2, eval_every: 1 } },
+      ),
+    ).toEqual(['train.iterations: 2 there, 3 now']);
   });
 
   it('config differences skip options inert in both (algo.mode_draw under experimental.mode_draw_per_rollout)', () => {
-    const perRollout = (modeDraw: 'iteration' | 'task') => loadConfig(null, [`algo.mode_draw=${modeDraw}`, 'experimental.mode_draw_per_rollout=true']);
+    const perRollout = (modeDraw: 'iteration' | 'task') =>
+      loadConfig(null, [`algo.mode_draw=${modeDraw}`, 'experimental.mode_draw_per_rollout=true']);
     const [now, there] = [perRollout('task'), perRollout('iteration')];
     expect(configDifferences(now, there)).toEqual(['algo.mode_draw: "iteration" there, "task" now']);
     expect(configDifferences(now, there, '', inertInBoth(now, there))).toEqual([]);

@@ -10,7 +10,15 @@
 import { checkpointScoreAt, checkpointTaskScoresAt, type EvalSetting, type KeptCheckpoint } from './checkpoint-evals.ts';
 import type { FinalEval } from './final-eval.ts';
 import type { EvalLine, RunMetrics } from './metrics.ts';
-import { interpolateAt, normalizedArea, pairedDifference, summarize, type CurvePoint, type PairedDifference, type Summary } from './stats.ts';
+import {
+  interpolateAt,
+  normalizedArea,
+  pairedDifference,
+  summarize,
+  type CurvePoint,
+  type PairedDifference,
+  type Summary,
+} from './stats.ts';
 
 export type RunStatus = 'finished' | 'unfinished' | 'missing';
 
@@ -120,7 +128,8 @@ export function evalCurve(evals: EvalLine[], field: 'mean_score' | 'success_rate
 
 export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: AggregateOptions = {}): Comparison {
   const notes: string[] = [];
-  const usable = (r: RunRecord) => (r.metrics?.evals.length ?? 0) > 0 && (r.status === 'finished' || (opts.includeUnfinished === true && r.status === 'unfinished'));
+  const usable = (r: RunRecord) =>
+    (r.metrics?.evals.length ?? 0) > 0 && (r.status === 'finished' || (opts.includeUnfinished === true && r.status === 'unfinished'));
   const split = groups.map((g) => ({ label: g.label, included: g.runs.filter(usable), excluded: g.runs.filter((r) => !usable(r)) }));
   const allIncluded = split.flatMap((g) => g.included);
   for (const r of allIncluded) for (const w of r.metrics!.warnings) notes.push(w);
@@ -134,14 +143,19 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
           to: Math.min(...allIncluded.map((r) => curves.get(r)!.at(-1)!.x)),
         };
   if (commonRange && commonRange.from > commonRange.to) {
-    notes.push(`the runs cover no common env-step range (latest start ${commonRange.from}, earliest end ${commonRange.to}): no equal-steps score or AUC`);
+    notes.push(
+      `the runs cover no common env-step range (latest start ${commonRange.from}, earliest end ${commonRange.to}): no equal-steps score or AUC`,
+    );
   }
   const rangeOk = commonRange !== null && commonRange.from <= commonRange.to;
   const equalSteps = opts.atSteps ?? (rangeOk ? [commonRange.to] : []);
   for (const steps of equalSteps) {
     if (!Number.isFinite(steps) || steps < 0) throw new Error(`equal-steps point must be a non-negative number, got ${steps}`);
     const outside = allIncluded.filter((r) => interpolateAt(curves.get(r)!, steps) === null);
-    if (outside.length > 0) notes.push(`score @ ${fmtSteps(steps)} steps leaves out ${outside.length} run(s) that did not reach it (${outside.map((r) => `${r.label}/seed${r.seed}`).join(', ')})`);
+    if (outside.length > 0)
+      notes.push(
+        `score @ ${fmtSteps(steps)} steps leaves out ${outside.length} run(s) that did not reach it (${outside.map((r) => `${r.label}/seed${r.seed}`).join(', ')})`,
+      );
   }
 
   const finalEval = finalEvalSetting(allIncluded, notes);
@@ -162,9 +176,17 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
   }
   const checkpointScoreOf = (steps: number) => (r: RunRecord) => checkpointScore.get(r)?.get(steps) ?? null;
   const checkpointTaskScoreOf = (steps: number, task: string) => (r: RunRecord) =>
-    checkpointEval ? (checkpointTaskScoresAt(r.checkpoints ?? [], steps, checkpointEval).find((t) => t.task === task)?.score ?? null) : null;
+    checkpointEval
+      ? (checkpointTaskScoresAt(r.checkpoints ?? [], steps, checkpointEval).find((t) => t.task === task)?.score ?? null)
+      : null;
   const checkpointTasks = checkpointEval
-    ? [...new Set(allIncluded.flatMap((r) => equalSteps.flatMap((steps) => checkpointTaskScoresAt(r.checkpoints ?? [], steps, checkpointEval).map((t) => t.task))))]
+    ? [
+        ...new Set(
+          allIncluded.flatMap((r) =>
+            equalSteps.flatMap((steps) => checkpointTaskScoresAt(r.checkpoints ?? [], steps, checkpointEval).map((t) => t.task)),
+          ),
+        ),
+      ]
     : [];
   const auc = rangeOk ? (r: RunRecord) => normalizedArea(curves.get(r)!, commonRange.from, commonRange.to) : null;
 
@@ -205,14 +227,26 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
   for (const c of configs) {
     for (const r of c.excluded) notes.push(`${c.label}/seed${r.seed}: not counted (${r.note ?? r.status})`);
     const iterationsOnly = c.included.filter((r) => r.wallSource === 'iterations');
-    if (iterationsOnly.length > 0) notes.push(`${c.label}: wall time of ${iterationsOnly.length} run(s) is the trainer's elapsed_seconds (not launched by compare; excludes the first and last evaluation)`);
+    if (iterationsOnly.length > 0)
+      notes.push(
+        `${c.label}: wall time of ${iterationsOnly.length} run(s) is the trainer's elapsed_seconds (not launched by compare; excludes the first and last evaluation)`,
+      );
   }
   const metrics: { metric: string; value: (r: RunRecord) => number | null }[] = [];
-  if (finalEval) metrics.push({ metric: `score on ${finalEval.variations} ${finalEval.split} variations per task (final checkpoint)`, value: (r) => r.finalEval?.mean_score ?? null });
+  if (finalEval)
+    metrics.push({
+      metric: `score on ${finalEval.variations} ${finalEval.split} variations per task (final checkpoint)`,
+      value: (r) => r.finalEval?.mean_score ?? null,
+    });
   if (checkpointEval) {
-    for (const steps of equalSteps) metrics.push({ metric: `score @ ${fmtSteps(steps)} steps (checkpoints on ${checkpointEval.variations} ${checkpointEval.split} variations per task)`, value: checkpointScoreOf(steps) });
+    for (const steps of equalSteps)
+      metrics.push({
+        metric: `score @ ${fmtSteps(steps)} steps (checkpoints on ${checkpointEval.variations} ${checkpointEval.split} variations per task)`,
+        value: checkpointScoreOf(steps),
+      });
     for (const steps of equalSteps) {
-      for (const task of checkpointTasks) metrics.push({ metric: `${task}: score @ ${fmtSteps(steps)} steps (checkpoints)`, value: checkpointTaskScoreOf(steps, task) });
+      for (const task of checkpointTasks)
+        metrics.push({ metric: `${task}: score @ ${fmtSteps(steps)} steps (checkpoints)`, value: checkpointTaskScoreOf(steps, task) });
     }
   }
   for (const steps of equalSteps) metrics.push({ metric: `score @ ${fmtSteps(steps)} steps`, value: scoreAt(steps) });
@@ -255,7 +289,13 @@ function checkpointEvalSetting(runs: RunRecord[], variations: number | undefined
   }
   if (counts.size === 0) return null;
   const ranked = [...counts.entries()].sort((a, b) => b[1].n - a[1].n);
-  if (ranked.length > 1) notes.push(`checkpoint evaluations were made in several settings; the report uses ${ranked[0][0]} (others: ${ranked.slice(1).map(([k]) => k).join('; ')})`);
+  if (ranked.length > 1)
+    notes.push(
+      `checkpoint evaluations were made in several settings; the report uses ${ranked[0][0]} (others: ${ranked
+        .slice(1)
+        .map(([k]) => k)
+        .join('; ')})`,
+    );
   return ranked[0][1].setting;
 }
 
@@ -264,15 +304,22 @@ function finalEvalSetting(runs: RunRecord[], notes: string[]): Comparison['final
   for (const r of runs) if (r.finalEvalNote) notes.push(`${r.label}/seed${r.seed}: ${r.finalEvalNote}`);
   const evaluated = runs.filter((r) => r.finalEval);
   if (evaluated.length === 0) return null;
-  const settings = new Set(evaluated.map((r) => `${r.finalEval!.eval_variations} variations per task of the ${r.finalEval!.eval_split} split`));
+  const settings = new Set(
+    evaluated.map((r) => `${r.finalEval!.eval_variations} variations per task of the ${r.finalEval!.eval_split} split`),
+  );
   if (settings.size > 1) {
     // Averaging a 30-episode evaluation with a 150-episode one would hide which runs were measured how.
-    notes.push(`the runs' final evaluations differ in setting (${[...settings].join('; ')}), so they are not summarised; re-run compare with one --final-eval`);
+    notes.push(
+      `the runs' final evaluations differ in setting (${[...settings].join('; ')}), so they are not summarised; re-run compare with one --final-eval`,
+    );
     return null;
   }
   const first = evaluated[0].finalEval!;
   const missing = runs.filter((r) => !r.finalEval);
-  if (missing.length > 0) notes.push(`final evaluation on ${first.eval_variations} variations per task is missing for ${missing.map((r) => `${r.label}/seed${r.seed}`).join(', ')} (compare --final-eval ${first.eval_variations} adds it)`);
+  if (missing.length > 0)
+    notes.push(
+      `final evaluation on ${first.eval_variations} variations per task is missing for ${missing.map((r) => `${r.label}/seed${r.seed}`).join(', ')} (compare --final-eval ${first.eval_variations} adds it)`,
+    );
   return { split: first.eval_split, variations: first.eval_variations, episodesPerRun: first.episodes };
 }
 

@@ -17,7 +17,15 @@ const perTask = [
   { task: 'fetch', mean_score: 20, success_rate: 0 },
   { task: 'clue', mean_score: 40, success_rate: 0.1 },
 ];
-const line = (extra: Record<string, unknown>): EvalLine => ({ type: 'eval', iteration: 4, train_env_steps: 400, mean_score: 30, success_rate: 0.05, per_task: perTask, ...extra });
+const line = (extra: Record<string, unknown>): EvalLine => ({
+  type: 'eval',
+  iteration: 4,
+  train_env_steps: 400,
+  mean_score: 30,
+  success_rate: 0.05,
+  per_task: perTask,
+  ...extra,
+});
 const recorded = { eval_split: 'test', eval_variations: 10, eval_temperature: 0.7, eval_with_memory: false };
 
 describe('an evaluation logged during training stands for its checkpoint', () => {
@@ -58,7 +66,16 @@ describe('an evaluation logged during training stands for its checkpoint', () =>
       await initBackend();
       const runDir = join(root, 'run');
       // Three variations per task in chunks of two environments: the batching differs between chunks.
-      const overrides = [...TINY_RUN, `run_dir=${runDir}`, 'train.iterations=2', 'train.eval_every=2', 'train.checkpoint_every=2', 'env.eval_variations=3', 'env.max_instances=2', 'rollout.eval_temperature=1'];
+      const overrides = [
+        ...TINY_RUN,
+        `run_dir=${runDir}`,
+        'train.iterations=2',
+        'train.eval_every=2',
+        'train.checkpoint_every=2',
+        'env.eval_variations=3',
+        'env.max_instances=2',
+        'rollout.eval_temperature=1',
+      ];
       await train(loadConfig(null, overrides), { resume: false, log: () => {} });
       const cfg = loadConfig(join(runDir, 'config.yaml'));
       const checkpoint = latestCheckpoint(runDir)!;
@@ -70,7 +87,12 @@ describe('an evaluation logged during training stands for its checkpoint', () =>
         engine.dispose();
       }
       const metrics = readRunMetrics(runDir)!;
-      const settings = { split: cfg.env.eval_split, variations: cfg.env.eval_variations, temperature: cfg.rollout.eval_temperature, withMemory: false };
+      const settings = {
+        split: cfg.env.eval_split,
+        variations: cfg.env.eval_variations,
+        temperature: cfg.rollout.eval_temperature,
+        withMemory: false,
+      };
       const { checkpoints } = keptCheckpoints(runDir, null, { evals: metrics.evals, settings });
       const logged = checkpoints.find((c) => c.dir === checkpoint)!.logged!;
       expect(logged.episodes).toBe(6);

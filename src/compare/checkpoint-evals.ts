@@ -53,13 +53,22 @@ export interface RunEvalSettings {
  * it matches `settings`. Lines written before the trainer recorded its settings count when their
  * episode count fits the variations (the temperature and tips are then taken from the config).
  */
-export function loggedEval(evals: readonly EvalLine[], name: string, iteration: number, envSteps: number, settings: RunEvalSettings): FinalEval | null {
+export function loggedEval(
+  evals: readonly EvalLine[],
+  name: string,
+  iteration: number,
+  envSteps: number,
+  settings: RunEvalSettings,
+): FinalEval | null {
   const line = evals.find((e) => e.iteration === iteration && e.train_env_steps === envSteps);
   if (!line) return null;
   const episodes = typeof line.episodes === 'number' ? line.episodes : null;
   const recorded = typeof line.eval_variations === 'number';
   const same = recorded
-    ? line.eval_split === settings.split && line.eval_variations === settings.variations && line.eval_temperature === settings.temperature && line.eval_with_memory === settings.withMemory
+    ? line.eval_split === settings.split &&
+      line.eval_variations === settings.variations &&
+      line.eval_temperature === settings.temperature &&
+      line.eval_with_memory === settings.withMemory
     : episodes === settings.variations * line.per_task.length;
   if (!same || episodes === null) return null;
   return {
@@ -89,18 +98,27 @@ export function readCheckpointEval(runDir: string, name: string, envSteps: numbe
   const r = readEvalRecord(file);
   if ('note' in r) return { record: null, note: r.note };
   if (r.record.checkpoint !== name || r.record.train_env_steps !== envSteps) {
-    return { record: null, note: `${file} evaluated ${r.record.checkpoint} at ${r.record.train_env_steps ?? 'unknown'} env steps, but ${name} holds ${envSteps}; it was ignored` };
+    return {
+      record: null,
+      note: `${file} evaluated ${r.record.checkpoint} at ${r.record.train_env_steps ?? 'unknown'} env steps, but ${name} holds ${envSteps}; it was ignored`,
+    };
   }
   return { record: r.record };
 }
 
 /** The run's checkpoints still on disk, by env steps, with their evaluations; `final` is the run's final evaluation (readFinalEval), already checked to be of its latest checkpoint. */
-export function keptCheckpoints(runDir: string, final: FinalEval | null, logged?: { evals: readonly EvalLine[]; settings: RunEvalSettings }): { checkpoints: KeptCheckpoint[]; notes: string[] } {
+export function keptCheckpoints(
+  runDir: string,
+  final: FinalEval | null,
+  logged?: { evals: readonly EvalLine[]; settings: RunEvalSettings },
+): { checkpoints: KeptCheckpoint[]; notes: string[] } {
   const root = checkpointsDir(runDir);
   const notes: string[] = [];
   if (!existsSync(root)) return { checkpoints: [], notes };
   const checkpoints: KeptCheckpoint[] = [];
-  for (const name of readdirSync(root).filter((n) => /^iter-\d+$/.test(n)).sort()) {
+  for (const name of readdirSync(root)
+    .filter((n) => /^iter-\d+$/.test(n))
+    .sort()) {
     const dir = join(root, name);
     let envSteps: number;
     let iteration: number;
@@ -140,14 +158,22 @@ export interface EvalSetting {
 }
 
 export function evalOf(c: KeptCheckpoint, setting: EvalSetting): FinalEval | undefined {
-  return [c.evaluated, c.final, c.logged].find((e) => e !== null && e.eval_split === setting.split && e.eval_variations === setting.variations) ?? undefined;
+  return (
+    [c.evaluated, c.final, c.logged].find(
+      (e) => e !== null && e.eval_split === setting.split && e.eval_variations === setting.variations,
+    ) ?? undefined
+  );
 }
 
 /**
  * Score at `steps` from the evaluated checkpoints around it, linear in env steps between the two;
  * otherwise the reason there is none (for the notes under the report).
  */
-export function checkpointScoreAt(checkpoints: KeptCheckpoint[], steps: number, setting: EvalSetting): { score: number } | { missing: string } {
+export function checkpointScoreAt(
+  checkpoints: KeptCheckpoint[],
+  steps: number,
+  setting: EvalSetting,
+): { score: number } | { missing: string } {
   const around = bracketingCheckpoints(checkpoints, steps);
   if (!around) {
     const kept = checkpoints.map((c) => `${c.name} at ${c.envSteps}`).join(', ') || 'none';
@@ -156,22 +182,41 @@ export function checkpointScoreAt(checkpoints: KeptCheckpoint[], steps: number, 
   const scores = around.map((c) => evalOf(c, setting)?.mean_score);
   const unevaluated = around.filter((_, i) => scores[i] === undefined);
   if (unevaluated.length > 0) {
-    return { missing: `${unevaluated.map((c) => c.name).join(' and ')} not evaluated on ${setting.variations} ${setting.split} variations per task` };
+    return {
+      missing: `${unevaluated.map((c) => c.name).join(' and ')} not evaluated on ${setting.variations} ${setting.split} variations per task`,
+    };
   }
-  return { score: interpolateAt(around.map((c, i) => ({ x: c.envSteps, y: scores[i]! })), steps)! };
+  return {
+    score: interpolateAt(
+      around.map((c, i) => ({ x: c.envSteps, y: scores[i]! })),
+      steps,
+    )!,
+  };
 }
 
 /**
  * Per task, the score at `steps` interpolated as checkpointScoreAt does, for the tasks both
  * bracketing evaluations report; empty where checkpointScoreAt has no score.
  */
-export function checkpointTaskScoresAt(checkpoints: KeptCheckpoint[], steps: number, setting: EvalSetting): { task: string; score: number }[] {
+export function checkpointTaskScoresAt(
+  checkpoints: KeptCheckpoint[],
+  steps: number,
+  setting: EvalSetting,
+): { task: string; score: number }[] {
   const around = bracketingCheckpoints(checkpoints, steps);
   const evals = around?.map((c) => evalOf(c, setting));
   if (!around || !evals || evals.some((e) => e === undefined)) return [];
   return evals[0]!.per_task.flatMap(({ task }) => {
     const scores = evals.map((e) => e!.per_task.find((t) => t.task === task)?.mean_score);
     if (scores.some((s) => s === undefined)) return [];
-    return [{ task, score: interpolateAt(around.map((c, i) => ({ x: c.envSteps, y: scores[i]! })), steps)! }];
+    return [
+      {
+        task,
+        score: interpolateAt(
+          around.map((c, i) => ({ x: c.envSteps, y: scores[i]! })),
+          steps,
+        )!,
+      },
+    ];
   });
 }

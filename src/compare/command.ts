@@ -23,7 +23,9 @@ export async function compareCommand(opts: CompareCliOptions): Promise<number> {
   const atSteps = opts.atSteps !== undefined ? parseSteps(opts.atSteps) : undefined;
   if (opts.reportOnly) {
     if (opts.config.length > 0 || opts.set.length > 0 || opts.resume || opts.finalEval !== undefined || opts.equalStepsEval !== undefined) {
-      throw new ConfigError('compare --report-only only reads existing runs; drop --config, --set, --resume, --final-eval and --equal-steps-eval');
+      throw new ConfigError(
+        'compare --report-only only reads existing runs; drop --config, --set, --resume, --final-eval and --equal-steps-eval',
+      );
     }
     await reportCompare({ out: opts.out, atSteps, includeUnfinished: opts.includeUnfinished });
     return 0;

@@ -43,7 +43,10 @@ export function readFinalEval(runDir: string): { record: FinalEval | null; note?
   const latest = latestCheckpoint(runDir);
   // A run trained on after its final evaluation has a newer last checkpoint than the one evaluated.
   if (!latest || basename(latest) !== parsed.checkpoint) {
-    return { record: null, note: `${file} evaluated ${parsed.checkpoint}, but the run's latest checkpoint is ${latest ? basename(latest) : 'missing'}; it was ignored` };
+    return {
+      record: null,
+      note: `${file} evaluated ${parsed.checkpoint}, but the run's latest checkpoint is ${latest ? basename(latest) : 'missing'}; it was ignored`,
+    };
   }
   return { record: parsed };
 }
@@ -53,7 +56,9 @@ export function readEvalRecord(file: string): { record: FinalEval } | { note: st
   try {
     const r = EvalRecordSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
     if (r.success) return { record: r.data };
-    return { note: `${file} is not an evaluation record (${r.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}); it was ignored` };
+    return {
+      note: `${file} is not an evaluation record (${r.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}); it was ignored`,
+    };
   } catch (e) {
     return { note: `${file} is not valid JSON (${(e as Error).message}); it was ignored` };
   }

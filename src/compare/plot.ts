@@ -16,16 +16,24 @@ export interface PlotFiles {
 }
 
 export function learningCurveSpec(cmp: Comparison, title = 'Held-out mean score vs training environment steps'): TopLevelSpec {
-  const values = cmp.configs.flatMap((c) => c.curve.map((p) => ({ config: c.label, steps: p.x, mean: p.mean, min: p.min, max: p.max, runs: p.n })));
+  const values = cmp.configs.flatMap((c) =>
+    c.curve.map((p) => ({ config: c.label, steps: p.x, mean: p.mean, min: p.min, max: p.max, runs: p.n })),
+  );
   const runs = cmp.configs.map((c) => c.included.length);
-  const runsText = Math.min(...runs) === Math.max(...runs) ? `${runs[0]} run${runs[0] === 1 ? '' : 's'} per config` : `${Math.min(...runs)}–${Math.max(...runs)} runs per config`;
+  const runsText =
+    Math.min(...runs) === Math.max(...runs)
+      ? `${runs[0]} run${runs[0] === 1 ? '' : 's'} per config`
+      : `${Math.min(...runs)}–${Math.max(...runs)} runs per config`;
   const x = { field: 'steps', type: 'quantitative' as const, title: 'training environment steps' };
   const color = { field: 'config', type: 'nominal' as const, title: 'config', sort: cmp.configs.map((c) => c.label) };
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     title: {
       text: title,
-      subtitle: [`line: mean over runs; band: min–max over runs (${runsText})`, ...(cmp.equalSteps.length > 0 ? ['dashed: where the table compares configs at equal steps'] : [])],
+      subtitle: [
+        `line: mean over runs; band: min–max over runs (${runsText})`,
+        ...(cmp.equalSteps.length > 0 ? ['dashed: where the table compares configs at equal steps'] : []),
+      ],
     },
     width: 640,
     height: 360,

@@ -6,7 +6,8 @@ import { evalCurve, fmtSteps, type Comparison } from './aggregate.ts';
 import { interpolateAt, normalizedArea, type Summary } from './stats.ts';
 
 const score = (s: Summary | null) => (s ? s.mean.toFixed(1) + (s.std !== null ? ` ± ${s.std.toFixed(1)}` : '') : '–');
-const percent = (s: Summary | null) => (s ? (s.mean * 100).toFixed(1) + '%' + (s.std !== null ? ` ± ${(s.std * 100).toFixed(1)}` : '') : '–');
+const percent = (s: Summary | null) =>
+  s ? (s.mean * 100).toFixed(1) + '%' + (s.std !== null ? ` ± ${(s.std * 100).toFixed(1)}` : '') : '–';
 const steps = (s: Summary | null) => (s ? fmtSteps(Math.round(s.mean)) : '–');
 const seconds = (s: Summary | null) => (s ? `${s.mean.toFixed(1)} s` + (s.std !== null ? ` ± ${s.std.toFixed(1)}` : '') : '–');
 
@@ -14,7 +15,7 @@ export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
   const out: string[] = [];
   out.push(`# Comparison: ${cmp.configs.map((c) => c.label).join(' vs ')}`, '');
   out.push(
-    'Held-out mean score (0–100) and success rate from the evaluations in each run\'s metrics.jsonl. ' +
+    "Held-out mean score (0–100) and success rate from the evaluations in each run's metrics.jsonl. " +
       'Cells are mean ± sample standard deviation (n − 1) over the runs counted (one per seed); a value without ± comes from a single run.',
   );
   const range = cmp.commonRange;
@@ -34,7 +35,13 @@ export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
   out.push(row(head), row(head.map(() => '---')));
   for (const c of cmp.configs) {
     const planned = c.included.length + c.excluded.length;
-    const cells = [c.label, `${c.included.length}/${planned}`, score(c.finalScore), percent(c.finalSuccess), ...c.scoreAtSteps.map((s) => score(s.score))];
+    const cells = [
+      c.label,
+      `${c.included.length}/${planned}`,
+      score(c.finalScore),
+      percent(c.finalSuccess),
+      ...c.scoreAtSteps.map((s) => score(s.score)),
+    ];
     if (range) cells.push(score(c.auc));
     cells.push(steps(c.finalEnvSteps), seconds(c.wallSeconds));
     out.push(row(cells));
@@ -59,7 +66,15 @@ export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
     for (const c of cmp.configs) {
       const e = c.finalEval;
       const bySeed = (seed: number) => e?.runs.find((r) => r.seed === seed)?.score.toFixed(1) ?? '–';
-      out.push(row([c.label, `${e?.runs.length ?? 0}/${c.included.length}`, score(e?.score ?? null), percent(e?.success ?? null), ...seeds.map(bySeed)]));
+      out.push(
+        row([
+          c.label,
+          `${e?.runs.length ?? 0}/${c.included.length}`,
+          score(e?.score ?? null),
+          percent(e?.success ?? null),
+          ...seeds.map(bySeed),
+        ]),
+      );
     }
     out.push('', 'Per task:', '', ...taskTable(cmp, (c) => c.finalEval?.perTask ?? []));
   }
@@ -74,7 +89,9 @@ export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
         'Unlike the score @ N steps above, which interpolates the small evaluations logged during training, this compares configs at equal steps with the larger evaluation.',
     );
     for (const [i, steps] of cmp.equalSteps.entries()) {
-      const seeds = [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[i]?.runs.map((r) => r.seed) ?? []))].sort((a, b) => a - b);
+      const seeds = [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[i]?.runs.map((r) => r.seed) ?? []))].sort(
+        (a, b) => a - b,
+      );
       const head = ['config', 'runs', `score @ ${fmtSteps(steps)} steps`, ...seeds.map((s) => `seed ${s}`)];
       out.push('', row(head), row(head.map(() => '---')));
       for (const c of cmp.configs) {
@@ -85,7 +102,13 @@ export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
       const tasks = [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[i]?.perTask.map((t) => t.task) ?? []))];
       if (tasks.length > 0) {
         const taskHead = ['task', ...cmp.configs.map((c) => c.label)];
-        out.push('', `Per task, score @ ${fmtSteps(steps)} steps (mean ± sample std over runs; runs counted in brackets):`, '', row(taskHead), row(taskHead.map(() => '---')));
+        out.push(
+          '',
+          `Per task, score @ ${fmtSteps(steps)} steps (mean ± sample std over runs; runs counted in brackets):`,
+          '',
+          row(taskHead),
+          row(taskHead.map(() => '---')),
+        );
         for (const task of tasks) {
           const cell = (c: Comparison['configs'][number]) => {
             const t = c.checkpointScoreAtSteps[i]?.perTask.find((p) => p.task === task);
@@ -109,7 +132,7 @@ function pairedTable(cmp: Comparison): string[] {
   const lines = [
     `## Paired differences against ${cmp.configs[0].label} (same seeds)`,
     '',
-    'Per seed, the config\'s value minus the reference\'s on that seed; runs of one seed share the task sequence and the initial model, ' +
+    "Per seed, the config's value minus the reference's on that seed; runs of one seed share the task sequence and the initial model, " +
       'so the pairing takes out part of the seed-to-seed spread. Interval: mean ± t(0.975, n − 1) · std / √n over the differences; ' +
       'one that contains 0 means these seeds do not tell the two apart.',
     '',
@@ -120,7 +143,17 @@ function pairedTable(cmp: Comparison): string[] {
     const d = p.difference;
     const perSeed = d.seeds.map((s, i) => `${s}: ${signed(d.diffs[i])}`).join(', ');
     const interval = d.ci95 ? `[${signed(d.ci95[0])}, ${signed(d.ci95[1])}]` : '–';
-    lines.push(row([`${p.label} − ${p.reference}`, p.metric, String(d.seeds.length), signed(d.mean), interval, `${d.wins} / ${d.losses} / ${d.ties}`, perSeed]));
+    lines.push(
+      row([
+        `${p.label} − ${p.reference}`,
+        p.metric,
+        String(d.seeds.length),
+        signed(d.mean),
+        interval,
+        `${d.wins} / ${d.losses} / ${d.ties}`,
+        perSeed,
+      ]),
+    );
   }
   return lines;
 }
@@ -156,17 +189,33 @@ export function formatResultsCsv(cmp: Comparison): string {
   const checkpointTasks = checkpointTaskColumns(cmp);
   for (const { steps, task } of checkpointTasks) head.push(...stat(`checkpoint_task_${task}_score_at_${steps}_steps`));
   const rows = cmp.configs.map((c) => {
-    const cells: (string | number | null)[] = [c.label, c.included.length, c.included.length + c.excluded.length, ...values(c.finalScore), ...values(c.finalSuccess)];
+    const cells: (string | number | null)[] = [
+      c.label,
+      c.included.length,
+      c.included.length + c.excluded.length,
+      ...values(c.finalScore),
+      ...values(c.finalSuccess),
+    ];
     for (const s of c.scoreAtSteps) cells.push(...values(s.score));
-    cells.push(cmp.commonRange?.from ?? null, cmp.commonRange?.to ?? null, ...values(c.auc), ...values(c.finalEnvSteps), ...values(c.wallSeconds));
+    cells.push(
+      cmp.commonRange?.from ?? null,
+      cmp.commonRange?.to ?? null,
+      ...values(c.auc),
+      ...values(c.finalEnvSteps),
+      ...values(c.wallSeconds),
+    );
     for (const t of tasks) {
       const p = c.perTask.find((x) => x.task === t);
       cells.push(...values(p?.score ?? null), ...values(p?.success ?? null));
     }
     const e = c.finalEval;
     cells.push(cmp.finalEval?.variations ?? null, e ? e.runs.length : null, ...values(e?.score ?? null), ...values(e?.success ?? null));
-    cells.push(cmp.checkpointEval?.variations ?? null, ...cmp.equalSteps.flatMap((_, i) => values(c.checkpointScoreAtSteps[i]?.score ?? null)));
-    for (const { index, task } of checkpointTasks) cells.push(...values(c.checkpointScoreAtSteps[index]?.perTask.find((t) => t.task === task)?.score ?? null));
+    cells.push(
+      cmp.checkpointEval?.variations ?? null,
+      ...cmp.equalSteps.flatMap((_, i) => values(c.checkpointScoreAtSteps[i]?.score ?? null)),
+    );
+    for (const { index, task } of checkpointTasks)
+      cells.push(...values(c.checkpointScoreAtSteps[index]?.perTask.find((t) => t.task === task)?.score ?? null));
     return cells;
   });
   return toCsv([head, ...rows]);
@@ -175,13 +224,37 @@ export function formatResultsCsv(cmp: Comparison): string {
 /** (equal-steps point, task) pairs with a per-task checkpoint score in some config, for the CSV columns. */
 function checkpointTaskColumns(cmp: Comparison): { index: number; steps: number; task: string }[] {
   return cmp.equalSteps.flatMap((steps, index) =>
-    [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[index]?.perTask.map((t) => t.task) ?? []))].map((task) => ({ index, steps, task })),
+    [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[index]?.perTask.map((t) => t.task) ?? []))].map((task) => ({
+      index,
+      steps,
+      task,
+    })),
   );
 }
 
 /** One row per planned run, counted or not, with the per-run numbers behind the summary. */
 export function formatRunsCsv(cmp: Comparison): string {
-  const head = ['config', 'seed', 'status', 'counted', 'dir', 'iterations', 'final_env_steps', 'final_score', 'final_success_rate', ...cmp.equalSteps.map((s) => `score_at_${s}_steps`), 'auc', 'wall_seconds', 'wall_source', 'note', 'final_eval_variations', 'final_eval_episodes', 'final_eval_score', 'final_eval_success_rate', ...cmp.equalSteps.map((st) => `checkpoint_score_at_${st}_steps`)];
+  const head = [
+    'config',
+    'seed',
+    'status',
+    'counted',
+    'dir',
+    'iterations',
+    'final_env_steps',
+    'final_score',
+    'final_success_rate',
+    ...cmp.equalSteps.map((s) => `score_at_${s}_steps`),
+    'auc',
+    'wall_seconds',
+    'wall_source',
+    'note',
+    'final_eval_variations',
+    'final_eval_episodes',
+    'final_eval_score',
+    'final_eval_success_rate',
+    ...cmp.equalSteps.map((st) => `checkpoint_score_at_${st}_steps`),
+  ];
   const checkpointTasks = checkpointTaskColumns(cmp);
   for (const { steps, task } of checkpointTasks) head.push(`checkpoint_task_${task}_score_at_${steps}_steps`);
   const rows: (string | number | null)[][] = [];
@@ -209,9 +282,13 @@ export function formatRunsCsv(cmp: Comparison): string {
         r.finalEval?.episodes ?? null,
         r.finalEval?.mean_score ?? null,
         r.finalEval?.success_rate ?? null,
-        ...cmp.equalSteps.map((_, i) => (c.included.includes(r) ? (c.checkpointScoreAtSteps[i]?.runs.find((x) => x.seed === r.seed)?.score ?? null) : null)),
+        ...cmp.equalSteps.map((_, i) =>
+          c.included.includes(r) ? (c.checkpointScoreAtSteps[i]?.runs.find((x) => x.seed === r.seed)?.score ?? null) : null,
+        ),
         ...checkpointTasks.map(({ index, task }) =>
-          c.included.includes(r) ? (c.checkpointScoreAtSteps[index]?.perTask.find((t) => t.task === task)?.runs.find((x) => x.seed === r.seed)?.score ?? null) : null,
+          c.included.includes(r)
+            ? (c.checkpointScoreAtSteps[index]?.perTask.find((t) => t.task === task)?.runs.find((x) => x.seed === r.seed)?.score ?? null)
+            : null,
         ),
       ]);
     }

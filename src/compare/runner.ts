@@ -16,7 +16,15 @@ import { inertInBoth, type Config } from '../config/schema.ts';
 import { writeJsonAtomic } from '../policy/tfjs/json-file.ts';
 import { latestCheckpoint } from '../trainer/checkpoint.ts';
 import { aggregate, type Comparison, type RunRecord, type RunStatus } from './aggregate.ts';
-import { bracketingCheckpoints, CHECKPOINT_EVALS, checkpointEvalFile, evalOf, keptCheckpoints, readCheckpointEval, type KeptCheckpoint } from './checkpoint-evals.ts';
+import {
+  bracketingCheckpoints,
+  CHECKPOINT_EVALS,
+  checkpointEvalFile,
+  evalOf,
+  keptCheckpoints,
+  readCheckpointEval,
+  type KeptCheckpoint,
+} from './checkpoint-evals.ts';
 import { finalEvalFile, needsFinalEval, readFinalEval } from './final-eval.ts';
 import { readRunMetrics } from './metrics.ts';
 import { writeLearningCurvePlot } from './plot.ts';
@@ -70,7 +78,15 @@ const ManifestSchema = z.object({
 type Manifest = z.infer<typeof ManifestSchema>;
 
 const RunRecordSchema = z.object({
-  attempts: z.array(z.object({ started_at: z.string(), seconds: z.number(), exit_code: z.number().nullable(), signal: z.string().nullable(), resumed: z.boolean() })),
+  attempts: z.array(
+    z.object({
+      started_at: z.string(),
+      seconds: z.number(),
+      exit_code: z.number().nullable(),
+      signal: z.string().nullable(),
+      resumed: z.boolean(),
+    }),
+  ),
 });
 type RunAttempts = z.infer<typeof RunRecordSchema>;
 
@@ -95,7 +111,8 @@ export function parseSeeds(text: string): number[] {
 export function parseSteps(text: string): number[] {
   return text.split(',').map((part) => {
     const v = Number(part.trim());
-    if (part.trim() === '' || !Number.isFinite(v) || v < 0) throw new ConfigError(`--at-steps: "${part}" is not a non-negative number (in "${text}")`);
+    if (part.trim() === '' || !Number.isFinite(v) || v < 0)
+      throw new ConfigError(`--at-steps: "${part}" is not a non-negative number (in "${text}")`);
     return v;
   });
 }
@@ -116,24 +133,36 @@ interface PlannedRun {
 function planRuns(opts: CompareOptions, out: string): { entries: Manifest['configs']; runs: PlannedRun[] } {
   if (opts.configs.length === 0) throw new ConfigError('compare: give at least one --config');
   if (opts.labels.length > 0 && opts.labels.length !== opts.configs.length) {
-    throw new ConfigError(`compare: ${opts.labels.length} --label for ${opts.configs.length} --config; give one label per config, in the same order, or none`);
+    throw new ConfigError(
+      `compare: ${opts.labels.length} --label for ${opts.configs.length} --config; give one label per config, in the same order, or none`,
+    );
   }
   if (opts.seeds.length === 0) throw new ConfigError('compare: --seeds lists no seed');
   if (!Number.isInteger(opts.jobs) || opts.jobs < 1) throw new ConfigError(`compare: --jobs must be a positive integer, got ${opts.jobs}`);
-  for (const [flag, value] of [['--final-eval', opts.finalEval], ['--equal-steps-eval', opts.equalStepsEval]] as const) {
-    if (value !== undefined && !(Number.isInteger(value) && value > 0)) throw new ConfigError(`compare: ${flag} must be a positive integer (variations per task), got ${value}`);
+  for (const [flag, value] of [
+    ['--final-eval', opts.finalEval],
+    ['--equal-steps-eval', opts.equalStepsEval],
+  ] as const) {
+    if (value !== undefined && !(Number.isInteger(value) && value > 0))
+      throw new ConfigError(`compare: ${flag} must be a positive integer (variations per task), got ${value}`);
   }
   for (const s of opts.set) {
     const key = s.slice(0, s.indexOf('=')).trim();
-    if (key === 'seed' || key === 'run_dir') throw new ConfigError(`compare: --set ${s}: compare chooses ${key} itself (use --seeds and --out)`);
+    if (key === 'seed' || key === 'run_dir')
+      throw new ConfigError(`compare: --set ${s}: compare chooses ${key} itself (use --seeds and --out)`);
   }
   const labels = opts.configs.map((file, i) => opts.labels[i] ?? basename(file, extname(file)));
   labels.forEach((label, i) => {
     if (!LABEL.test(label) || label === '.' || label === '..') {
-      throw new ConfigError(`compare: label "${label}" (for ${opts.configs[i]}) must start with a letter or digit and hold only letters, digits, . _ + - (it names a folder)`);
+      throw new ConfigError(
+        `compare: label "${label}" (for ${opts.configs[i]}) must start with a letter or digit and hold only letters, digits, . _ + - (it names a folder)`,
+      );
     }
     const first = labels.indexOf(label);
-    if (first !== i) throw new ConfigError(`compare: ${opts.configs[first]} and ${opts.configs[i]} would both be labelled "${label}"; name them with --label`);
+    if (first !== i)
+      throw new ConfigError(
+        `compare: ${opts.configs[first]} and ${opts.configs[i]} would both be labelled "${label}"; name them with --label`,
+      );
   });
   const entries = opts.configs.map((file, i) => ({ label: labels[i], config: resolve(file), set: [...opts.set], seeds: [...opts.seeds] }));
   const runs: PlannedRun[] = [];
@@ -213,7 +242,9 @@ function readManifest(out: string): Manifest | null {
   try {
     return ManifestSchema.parse(JSON.parse(readFileSync(file, 'utf8')));
   } catch (e) {
-    throw new Error(`${file} is not a compare manifest (${(e as Error).message.split('\n')[0]}); delete it to rebuild the report from the run folders`);
+    throw new Error(
+      `${file} is not a compare manifest (${(e as Error).message.split('\n')[0]}); delete it to rebuild the report from the run folders`,
+    );
   }
 }
 
@@ -269,16 +300,30 @@ function collectRun(out: string, label: string, seed: number, targetIterations?:
   } else {
     const state = inspectRun(dir, target);
     status = state.status;
-    if (status === 'unfinished') note = state.lastEvalIteration === null ? 'stopped before its first evaluation' : `stopped after the evaluation at iteration ${state.lastEvalIteration} of ${target}`;
+    if (status === 'unfinished')
+      note =
+        state.lastEvalIteration === null
+          ? 'stopped before its first evaluation'
+          : `stopped after the evaluation at iteration ${state.lastEvalIteration} of ${target}`;
   }
   const last = readAttempts(dir).attempts.at(-1);
   if (status !== 'finished' && last && last.exit_code !== 0) {
-    const how = last.exit_code === 130 ? 'was interrupted' : last.signal ? `was killed by ${last.signal}` : `failed with exit code ${last.exit_code}`;
+    const how =
+      last.exit_code === 130 ? 'was interrupted' : last.signal ? `was killed by ${last.signal}` : `failed with exit code ${last.exit_code}`;
     note = `${note}; its last attempt ${how}, see ${join(dir, 'train.log')}`;
   }
   const finalEval = readFinalEval(dir);
-  const evalSettings = cfg && { split: cfg.env.eval_split, variations: cfg.env.eval_variations, temperature: cfg.rollout.eval_temperature, withMemory: cfg.train.eval_with_memory };
-  const kept = keptCheckpoints(dir, finalEval.record, metrics && evalSettings ? { evals: metrics.evals, settings: evalSettings } : undefined);
+  const evalSettings = cfg && {
+    split: cfg.env.eval_split,
+    variations: cfg.env.eval_variations,
+    temperature: cfg.rollout.eval_temperature,
+    withMemory: cfg.train.eval_with_memory,
+  };
+  const kept = keptCheckpoints(
+    dir,
+    finalEval.record,
+    metrics && evalSettings ? { evals: metrics.evals, settings: evalSettings } : undefined,
+  );
   return {
     label,
     seed,
@@ -297,10 +342,18 @@ function collectRun(out: string, label: string, seed: number, targetIterations?:
 type ReportSettings = { atSteps?: number[]; includeUnfinished?: boolean; checkpointEvalVariations?: number };
 
 function collectGroups(out: string, manifest: Manifest['configs'], targets?: Map<string, number>): { label: string; runs: RunRecord[] }[] {
-  return manifest.map((e) => ({ label: e.label, runs: e.seeds.map((seed) => collectRun(out, e.label, seed, targets?.get(runDirFor(out, e.label, seed)))) }));
+  return manifest.map((e) => ({
+    label: e.label,
+    runs: e.seeds.map((seed) => collectRun(out, e.label, seed, targets?.get(runDirFor(out, e.label, seed)))),
+  }));
 }
 
-async function writeReport(out: string, manifest: Manifest['configs'], opts: ReportSettings & { log: (l: string) => void }, targets?: Map<string, number>): Promise<Omit<CompareOutcome, 'failed'>> {
+async function writeReport(
+  out: string,
+  manifest: Manifest['configs'],
+  opts: ReportSettings & { log: (l: string) => void },
+  targets?: Map<string, number>,
+): Promise<Omit<CompareOutcome, 'failed'>> {
   const comparison = aggregate(collectGroups(out, manifest, targets), opts);
   const files: CompareOutcome['files'] = {
     markdown: join(out, 'results.md'),
@@ -321,7 +374,9 @@ async function writeReport(out: string, manifest: Manifest['configs'], opts: Rep
   writeFileSync(files.runsCsv, formatRunsCsv(comparison));
   writeFileSync(files.curvesCsv, formatCurvesCsv(comparison));
   opts.log('\n' + markdown);
-  opts.log(`wrote ${files.markdown}, ${files.csv}, ${files.runsCsv}, ${files.curvesCsv}` + (files.png ? `, ${files.svg}, ${files.png}` : ''));
+  opts.log(
+    `wrote ${files.markdown}, ${files.csv}, ${files.runsCsv}, ${files.curvesCsv}` + (files.png ? `, ${files.svg}, ${files.png}` : ''),
+  );
   return { comparison, markdown, files };
 }
 
@@ -341,7 +396,8 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
   // Decide every run's fate before starting any, so a conflict stops the command before hours of work.
   const conflicts: string[] = [];
   const todo: { run: PlannedRun; resume: boolean; action: 'train' | 'evaluate' }[] = [];
-  const wantsFinalEval = (run: PlannedRun) => opts.finalEval !== undefined && needsFinalEval(run.dir, opts.finalEval, run.cfg.env.eval_split);
+  const wantsFinalEval = (run: PlannedRun) =>
+    opts.finalEval !== undefined && needsFinalEval(run.dir, opts.finalEval, run.cfg.env.eval_split);
   const blocked: { run: PlannedRun; reason: string }[] = [];
   for (const run of runs) {
     const state = inspectRun(run.dir, run.cfg.train.iterations);
@@ -350,7 +406,12 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
       // A larger train.iterations extends a run (the learning rate is constant, so continuing a
       // finished run equals training longer from the start); fewer than it already ran cannot be undone.
       const made = loadConfig(saved);
-      const diff = configDifferences({ ...run.cfg, train: { ...run.cfg.train, iterations: made.train.iterations } }, made, '', inertInBoth(run.cfg, made));
+      const diff = configDifferences(
+        { ...run.cfg, train: { ...run.cfg.train, iterations: made.train.iterations } },
+        made,
+        '',
+        inertInBoth(run.cfg, made),
+      );
       if (state.lastEvalIteration !== null && state.lastEvalIteration > run.cfg.train.iterations) {
         diff.push(`train.iterations: it already ran ${state.lastEvalIteration}, ${run.cfg.train.iterations} now`);
       }
@@ -374,7 +435,10 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
   let stopping = false;
   const children = new Set<ChildProcess>();
   const onSignal = (signal: NodeJS.Signals) => {
-    if (!stopping) log(`${signal}: starting no more runs; asking the ${children.size} running to save a checkpoint and stop (${signal} again to stop them at once)`);
+    if (!stopping)
+      log(
+        `${signal}: starting no more runs; asking the ${children.size} running to save a checkpoint and stop (${signal} again to stop them at once)`,
+      );
     stopping = true;
     // The runs sit in their own process groups, so each gets exactly the signals forwarded here.
     // The trainer saves and stops on its first SIGINT and exits on its second; SIGTERM would kill it
@@ -402,7 +466,11 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
   };
   const manifest = readManifest(out)!;
   const targets = new Map(runs.map((r) => [r.dir, r.cfg.train.iterations]));
-  const settings: ReportSettings = { atSteps: opts.atSteps, includeUnfinished: opts.includeUnfinished, checkpointEvalVariations: opts.equalStepsEval };
+  const settings: ReportSettings = {
+    atSteps: opts.atSteps,
+    includeUnfinished: opts.includeUnfinished,
+    checkpointEvalVariations: opts.equalStepsEval,
+  };
   try {
     await Promise.all(Array.from({ length: Math.min(opts.jobs, Math.max(1, todo.length)) }, startNext));
     for (const { run } of todo) failed.push({ label: run.label, seed: run.seed, reason: 'not started (interrupted)' });
@@ -417,8 +485,16 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
   async function evaluateAtEqualSteps(variations: number): Promise<void> {
     // The equal-steps points depend on every run's last step count, so these wait until all training is done.
     const cmp = aggregate(collectGroups(out, manifest.configs, targets), settings);
-    const queue = checkpointsToEvaluate(cmp.configs.flatMap((c) => c.included), cmp.equalSteps, runs, variations);
-    if (queue.length > 0) log(`evaluating ${queue.length} checkpoint(s) around ${cmp.equalSteps.map((st) => `${Math.round(st)}`).join(', ')} env steps on ${variations} variations per task`);
+    const queue = checkpointsToEvaluate(
+      cmp.configs.flatMap((c) => c.included),
+      cmp.equalSteps,
+      runs,
+      variations,
+    );
+    if (queue.length > 0)
+      log(
+        `evaluating ${queue.length} checkpoint(s) around ${cmp.equalSteps.map((st) => `${Math.round(st)}`).join(', ')} env steps on ${variations} variations per task`,
+      );
     const total = queue.length;
     let done = 0;
     const evaluateNext = async (): Promise<void> => {
@@ -429,10 +505,12 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
       }
     };
     await Promise.all(Array.from({ length: Math.min(opts.jobs, Math.max(1, queue.length)) }, evaluateNext));
-    for (const { run, checkpoint } of queue) failed.push({ label: run.label, seed: run.seed, reason: `evaluation of ${checkpoint.name} not started (interrupted)` });
+    for (const { run, checkpoint } of queue)
+      failed.push({ label: run.label, seed: run.seed, reason: `evaluation of ${checkpoint.name} not started (interrupted)` });
   }
   const report = await writeReport(out, manifest.configs, { ...settings, log }, targets);
-  if (failed.length > 0) log(`${failed.length} run(s) did not finish:\n` + failed.map((f) => `  ${f.label} seed ${f.seed}: ${f.reason}`).join('\n'));
+  if (failed.length > 0)
+    log(`${failed.length} run(s) did not finish:\n` + failed.map((f) => `  ${f.label} seed ${f.seed}: ${f.reason}`).join('\n'));
   return { ...report, failed };
 }
 
@@ -447,7 +525,9 @@ export async function runChild(
   // Several runs at once share the cores; OpenBLAS (and torch) would otherwise each start one thread per core.
   const env = { ...process.env, ...(jobs > 1 ? { OPENBLAS_NUM_THREADS: '1', OMP_NUM_THREADS: '1' } : {}) };
   const logStream = createWriteStream(logFile, { flags: 'a' });
-  logStream.write(`\n# empo2 compare ${new Date().toISOString()}: node ${args.map((a) => (/\s/.test(a) ? JSON.stringify(a) : a)).join(' ')}\n`);
+  logStream.write(
+    `\n# empo2 compare ${new Date().toISOString()}: node ${args.map((a) => (/\s/.test(a) ? JSON.stringify(a) : a)).join(' ')}\n`,
+  );
   const startedAt = new Date();
   const t0 = performance.now();
   let tail = '';
@@ -476,7 +556,14 @@ export async function runChild(
 const lastLines = (tail: string) => tail.trim().split('\n').slice(-3).join(' / ').slice(-300);
 
 /** Trains one run in a child process; resolves to null when it finished, else to the reason it did not. */
-async function trainOne(run: PlannedRun, resume: boolean, jobs: number, counter: string, log: (l: string) => void, children: Set<ChildProcess>): Promise<string | null> {
+async function trainOne(
+  run: PlannedRun,
+  resume: boolean,
+  jobs: number,
+  counter: string,
+  log: (l: string) => void,
+  children: Set<ChildProcess>,
+): Promise<string | null> {
   mkdirSync(run.dir, { recursive: true });
   if (!resume) {
     // A run that never reached a checkpoint starts over; its old log lines would mix with the new ones.
@@ -497,7 +584,14 @@ async function trainOne(run: PlannedRun, resume: boolean, jobs: number, counter:
     log(`${run.label} seed ${run.seed}: finished in ${seconds.toFixed(1)} s`);
     return null;
   }
-  const why = code === 130 ? 'interrupted; continue with --resume' : signal ? `killed by ${signal}` : code === 0 ? 'exited without its final evaluation' : `exit code ${code}`;
+  const why =
+    code === 130
+      ? 'interrupted; continue with --resume'
+      : signal
+        ? `killed by ${signal}`
+        : code === 0
+          ? 'exited without its final evaluation'
+          : `exit code ${code}`;
   // An interrupted run says so itself; a crash is worth its last lines here.
   const detail = code === 130 ? '' : `: ${lastLines(tail)}`;
   log(`${run.label} seed ${run.seed}: did not finish (${why}) after ${seconds.toFixed(1)} s${detail} (log: ${logFile})`);
@@ -505,7 +599,12 @@ async function trainOne(run: PlannedRun, resume: boolean, jobs: number, counter:
 }
 
 /** The checkpoints of this command's counted runs that surround an equal-steps point and lack an evaluation on `variations` variations per task. */
-function checkpointsToEvaluate(counted: RunRecord[], equalSteps: number[], planned: PlannedRun[], variations: number): { run: PlannedRun; checkpoint: KeptCheckpoint }[] {
+function checkpointsToEvaluate(
+  counted: RunRecord[],
+  equalSteps: number[],
+  planned: PlannedRun[],
+  variations: number,
+): { run: PlannedRun; checkpoint: KeptCheckpoint }[] {
   const queue: { run: PlannedRun; checkpoint: KeptCheckpoint }[] = [];
   for (const record of counted) {
     // Runs of configs added by earlier invocations are evaluated when their own command is run again.
@@ -522,32 +621,67 @@ function checkpointsToEvaluate(counted: RunRecord[], equalSteps: number[], plann
 }
 
 /** Evaluates one kept checkpoint of a finished run into `<run>/checkpoint-evals/<checkpoint>.json`. */
-async function evaluateCheckpoint(run: PlannedRun, checkpoint: KeptCheckpoint, variations: number, jobs: number, counter: string, log: (l: string) => void, children: Set<ChildProcess>): Promise<string | null> {
+async function evaluateCheckpoint(
+  run: PlannedRun,
+  checkpoint: KeptCheckpoint,
+  variations: number,
+  jobs: number,
+  counter: string,
+  log: (l: string) => void,
+  children: Set<ChildProcess>,
+): Promise<string | null> {
   const file = checkpointEvalFile(run.dir, checkpoint.name);
   mkdirSync(join(run.dir, CHECKPOINT_EVALS), { recursive: true });
-  const args = [BIN, 'eval', checkpoint.dir, '--config', join(run.dir, 'config.yaml'), '--set', `env.eval_variations=${variations}`, '--json', file];
+  const args = [
+    BIN,
+    'eval',
+    checkpoint.dir,
+    '--config',
+    join(run.dir, 'config.yaml'),
+    '--set',
+    `env.eval_variations=${variations}`,
+    '--json',
+    file,
+  ];
   const logFile = join(run.dir, `${CHECKPOINT_EVALS}.log`);
-  log(`${counter} ${run.label} seed ${run.seed}: evaluating ${checkpoint.name} (${checkpoint.envSteps} env steps) on ${variations} variations per task (log: ${logFile})`);
+  log(
+    `${counter} ${run.label} seed ${run.seed}: evaluating ${checkpoint.name} (${checkpoint.envSteps} env steps) on ${variations} variations per task (log: ${logFile})`,
+  );
   const { code, signal, seconds, tail } = await runChild(args, jobs, logFile, children, `evaluation (${checkpoint.dir})`);
   const { record } = readCheckpointEval(run.dir, checkpoint.name, checkpoint.envSteps);
   if (code === 0 && record && record.eval_variations === variations) {
-    log(`${run.label} seed ${run.seed}: ${checkpoint.name} scored ${record.mean_score.toFixed(1)} over ${record.episodes} episodes, in ${seconds.toFixed(1)} s`);
+    log(
+      `${run.label} seed ${run.seed}: ${checkpoint.name} scored ${record.mean_score.toFixed(1)} over ${record.episodes} episodes, in ${seconds.toFixed(1)} s`,
+    );
     return null;
   }
-  const why = signal ? `evaluation of ${checkpoint.name} killed by ${signal}` : code === 0 ? `evaluation of ${checkpoint.name} wrote no usable record to ${file}` : `evaluation of ${checkpoint.name} failed with exit code ${code}`;
+  const why = signal
+    ? `evaluation of ${checkpoint.name} killed by ${signal}`
+    : code === 0
+      ? `evaluation of ${checkpoint.name} wrote no usable record to ${file}`
+      : `evaluation of ${checkpoint.name} failed with exit code ${code}`;
   log(`${run.label} seed ${run.seed}: ${why}: ${lastLines(tail)} (log: ${logFile})`);
   return why;
 }
 
 /** Evaluates a finished run's last checkpoint on `variations` variations per task, into `<run>/final-eval.json`. */
-async function evaluateOne(run: PlannedRun, variations: number, jobs: number, counter: string, log: (l: string) => void, children: Set<ChildProcess>): Promise<string | null> {
+async function evaluateOne(
+  run: PlannedRun,
+  variations: number,
+  jobs: number,
+  counter: string,
+  log: (l: string) => void,
+  children: Set<ChildProcess>,
+): Promise<string | null> {
   const args = [BIN, 'eval', run.dir, '--set', `env.eval_variations=${variations}`, '--json', finalEvalFile(run.dir)];
   const logFile = join(run.dir, 'final-eval.log');
   log(`${counter} ${run.label} seed ${run.seed}: final evaluation on ${variations} variations per task (log: ${logFile})`);
   const { code, signal, seconds, tail } = await runChild(args, jobs, logFile, children, `evaluation (${run.dir})`);
   const { record, note } = readFinalEval(run.dir);
   if (code === 0 && record) {
-    log(`${run.label} seed ${run.seed}: final evaluation ${record.mean_score.toFixed(1)} over ${record.episodes} episodes, in ${seconds.toFixed(1)} s`);
+    log(
+      `${run.label} seed ${run.seed}: final evaluation ${record.mean_score.toFixed(1)} over ${record.episodes} episodes, in ${seconds.toFixed(1)} s`,
+    );
     return null;
   }
   let why = `final evaluation failed with exit code ${code}`;

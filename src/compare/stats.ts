@@ -92,7 +92,16 @@ export function pairedDifference(reference: ReadonlyMap<number, number>, other: 
   const { n, mean, std } = summarize(diffs)!;
   const halfWidth = std === null ? null : (tQuantile(0.975, n - 1) * std) / Math.sqrt(n);
   const ci95: [number, number] | null = halfWidth === null ? null : [mean - halfWidth, mean + halfWidth];
-  return { seeds, diffs, mean, std, ci95, wins: diffs.filter((d) => d > 0).length, losses: diffs.filter((d) => d < 0).length, ties: diffs.filter((d) => d === 0).length };
+  return {
+    seeds,
+    diffs,
+    mean,
+    std,
+    ci95,
+    wins: diffs.filter((d) => d > 0).length,
+    losses: diffs.filter((d) => d < 0).length,
+    ties: diffs.filter((d) => d === 0).length,
+  };
 }
 
 /** `+1.2 [-0.3, +2.7], 5 ahead / 2 behind`, one decimal, for the benches' paired reports. */

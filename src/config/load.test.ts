@@ -69,19 +69,32 @@ describe('loadConfig', () => {
     expect(errorOf(() => loadConfig(null, ['model.vocab_size=1e9'])).message).toContain('model.vocab_size');
     // Each within bounds, together too many episodes per iteration.
     const e = errorOf(() => loadConfig(null, ['rollout.group_size=1024', 'rollout.tasks_per_batch=1024']));
-    expect(e.message).toContain('rollout.group_size: 1024 rollouts x rollout.tasks_per_batch 1024 = 1,048,576 episodes per iteration; at most 16,384');
+    expect(e.message).toContain(
+      'rollout.group_size: 1024 rollouts x rollout.tasks_per_batch 1024 = 1,048,576 episodes per iteration; at most 16,384',
+    );
     expect(() => loadConfig(null, ['rollout.group_size=16', 'rollout.tasks_per_batch=1024'])).not.toThrow();
   });
 
   it('a default model whose heads do not divide its width is refused, naming the keys', () => {
-    expect(errorOf(() => loadConfig(null, ['model.hidden_size=100', 'model.num_attention_heads=3'])).message).toContain('model.hidden_size: 100 is not a multiple of model.num_attention_heads (3)');
-    expect(errorOf(() => loadConfig(null, ['model.num_attention_heads=4', 'model.num_key_value_heads=3'])).message).toContain('model.num_key_value_heads: 3 does not divide model.num_attention_heads (4)');
+    expect(errorOf(() => loadConfig(null, ['model.hidden_size=100', 'model.num_attention_heads=3'])).message).toContain(
+      'model.hidden_size: 100 is not a multiple of model.num_attention_heads (3)',
+    );
+    expect(errorOf(() => loadConfig(null, ['model.num_attention_heads=4', 'model.num_key_value_heads=3'])).message).toContain(
+      'model.num_key_value_heads: 3 does not divide model.num_attention_heads (4)',
+    );
     // A pretrained model.path brings its own shape.
     expect(() => loadConfig(null, ['model.path=/some/model', 'model.hidden_size=100', 'model.num_attention_heads=3'])).not.toThrow();
   });
 
   it('overrides parse numbers (incl. exponent form), booleans, null, strings and lists', () => {
-    const cfg = loadConfig(null, ['optim.lr=1e-4', 'rollout.group_size=3', 'rollout.constrained=false', 'algo.dual_clip=null', 'run_dir=runs/x', 'env.tasks=[fetch, boil]']);
+    const cfg = loadConfig(null, [
+      'optim.lr=1e-4',
+      'rollout.group_size=3',
+      'rollout.constrained=false',
+      'algo.dual_clip=null',
+      'run_dir=runs/x',
+      'env.tasks=[fetch, boil]',
+    ]);
     expect(cfg.optim.lr).toBe(1e-4);
     expect(cfg.rollout.group_size).toBe(3);
     expect(cfg.rollout.constrained).toBe(false);
@@ -159,7 +172,19 @@ describe('extends', () => {
   };
   const base = write(
     'base.yaml',
-    ['seed: 3', 'env:', '  tasks: [power, clue, unlock]', '  eval_variations: 10', 'algo:', '  name: empo2', '  p: 0.25', '  dual_clip: 3', 'model:', '  lora: {r: 16, alpha: 32}', ''].join('\n'),
+    [
+      'seed: 3',
+      'env:',
+      '  tasks: [power, clue, unlock]',
+      '  eval_variations: 10',
+      'algo:',
+      '  name: empo2',
+      '  p: 0.25',
+      '  dual_clip: 3',
+      'model:',
+      '  lora: {r: 16, alpha: 32}',
+      '',
+    ].join('\n'),
   );
 
   it('merges the file over its base: mappings key by key, scalars and lists replaced, null replaces', () => {
@@ -219,7 +244,9 @@ describe('extends', () => {
     const number = write('extends-number.yaml', 'extends: 3\n');
     expect(errorOf(() => loadConfig(number)).message).toBe(`config file ${number}: extends must be the path of another config file, got 3`);
     const list = write('extends-list.yaml', 'extends: [base.yaml]\n');
-    expect(errorOf(() => loadConfig(list)).message).toBe(`config file ${list}: extends must be the path of another config file, got ["base.yaml"]`);
+    expect(errorOf(() => loadConfig(list)).message).toBe(
+      `config file ${list}: extends must be the path of another config file, got ["base.yaml"]`,
+    );
     const empty = write('extends-empty.yaml', 'extends: ""\n');
     expect(errorOf(() => loadConfig(empty)).message).toContain('extends must be the path of another config file, got ""');
   });
@@ -227,10 +254,14 @@ describe('extends', () => {
   it('invalid YAML or a non-mapping in a base names the base and the file that extends it', () => {
     const broken = write('broken-base.yaml', 'seed: [1, 2\n');
     const child = write('on-broken.yaml', 'extends: broken-base.yaml\n');
-    expect(errorOf(() => loadConfig(child)).message).toMatch(new RegExp(`^config file ${escape(broken)} \\(extended by ${escape(child)}\\) is not valid YAML/JSON: `));
+    expect(errorOf(() => loadConfig(child)).message).toMatch(
+      new RegExp(`^config file ${escape(broken)} \\(extended by ${escape(child)}\\) is not valid YAML/JSON: `),
+    );
     write('list-base.yaml', '- 1\n');
     const onList = write('on-list.yaml', 'extends: list-base.yaml\n');
-    expect(errorOf(() => loadConfig(onList)).message).toBe(`config file ${join(root, 'list-base.yaml')} (extended by ${onList}) must hold a mapping of options at the top level`);
+    expect(errorOf(() => loadConfig(onList)).message).toBe(
+      `config file ${join(root, 'list-base.yaml')} (extended by ${onList}) must hold a mapping of options at the top level`,
+    );
   });
 
   it('a validation error names every file of the chain, whichever of them holds the bad key', () => {
@@ -332,7 +363,10 @@ describe('options moved under experimental: (configs, saved runs and --set lines
     min_tip_score: 0,
     tip_source: 'oracle',
   };
-  const newLayout = write('new-layout.yaml', toYaml({ algo: { name: 'empo2', p: 0.5 }, memory: { top_k: 3 }, experimental: NEW_EXPERIMENTAL }));
+  const newLayout = write(
+    'new-layout.yaml',
+    toYaml({ algo: { name: 'empo2', p: 0.5 }, memory: { top_k: 3 }, experimental: NEW_EXPERIMENTAL }),
+  );
 
   it('every experimental option has exactly one old path, and every old path leads to one', () => {
     expect(MOVED_KEYS.map((m) => m.to.replace('experimental.', '')).sort()).toEqual(Object.keys(ExperimentalSchema.shape).sort());
@@ -380,7 +414,14 @@ describe('options moved under experimental: (configs, saved runs and --set lines
     const newBase = write('new-switch-base.yaml', 'algo:\n  name: empo2\nexperimental:\n  mode_draw_per_rollout: true\n');
     expect(draw(write('new-task-child.yaml', 'extends: new-switch-base.yaml\nalgo:\n  mode_draw: task\n'))).toBe('rollout');
     expect(draw(newBase, ['algo.mode_draw=task'])).toBe('rollout');
-    expect(draw(write('new-over-old.yaml', 'extends: old-rollout-base.yaml\nalgo:\n  mode_draw: task\nexperimental:\n  mode_draw_per_rollout: true\n'))).toBe('rollout');
+    expect(
+      draw(
+        write(
+          'new-over-old.yaml',
+          'extends: old-rollout-base.yaml\nalgo:\n  mode_draw: task\nexperimental:\n  mode_draw_per_rollout: true\n',
+        ),
+      ),
+    ).toBe('rollout');
   });
 
   it('old paths in an extends: base are read at the new ones, and the child may set the new path over them', () => {
@@ -391,7 +432,11 @@ describe('options moved under experimental: (configs, saved runs and --set lines
     expect(cfg.experimental.p_end).toBe(0.25); // the child's, over the base's old algo.p_end
     expect(cfg.experimental.tip_source).toBe('oracle');
     expect(cfg.experimental.tip_order).toBe('best_last');
-    expect(readConfigFile(child, () => {}).raw).toEqual({ algo: { name: 'empo2', p: 0.5 }, memory: {}, experimental: { p_end: 0.25, tip_source: 'oracle', tip_order: 'best_last' } });
+    expect(readConfigFile(child, () => {}).raw).toEqual({
+      algo: { name: 'empo2', p: 0.5 },
+      memory: {},
+      experimental: { p_end: 0.25, tip_source: 'oracle', tip_order: 'best_last' },
+    });
     expect(lines).toEqual([
       `${base}: algo.p_end is now experimental.p_end (read as such)`,
       `${base}: memory.tip_order is now experimental.tip_order (read as such)`,
@@ -401,8 +446,25 @@ describe('options moved under experimental: (configs, saved runs and --set lines
 
   it('--set lines with the old paths set the new ones', () => {
     const { lines, notice } = collect();
-    const cfg = loadConfig(null, ['algo.name=empo2', 'algo.p_end=0', 'memory.source=oracle', 'model.tip_rehearsal=4', 'algo.mode_draw=rollout', 'memory.min_tip_score=1000000'], notice);
-    expect(cfg.experimental).toMatchObject({ p_end: 0, tip_source: 'oracle', tip_rehearsal: 4, mode_draw_per_rollout: true, min_tip_score: 1000000 });
+    const cfg = loadConfig(
+      null,
+      [
+        'algo.name=empo2',
+        'algo.p_end=0',
+        'memory.source=oracle',
+        'model.tip_rehearsal=4',
+        'algo.mode_draw=rollout',
+        'memory.min_tip_score=1000000',
+      ],
+      notice,
+    );
+    expect(cfg.experimental).toMatchObject({
+      p_end: 0,
+      tip_source: 'oracle',
+      tip_rehearsal: 4,
+      mode_draw_per_rollout: true,
+      min_tip_score: 1000000,
+    });
     expect(cfg.algo.mode_draw).toBe('iteration');
     expect(lines).toEqual([
       '--set algo.p_end is now experimental.p_end (read as such)',
@@ -433,14 +495,16 @@ describe('options moved under experimental: (configs, saved runs and --set lines
     ]) {
       const e = errorOf(() => loadConfig(null, sets, () => {}));
       expect(e).toBeInstanceOf(ConfigError);
-      expect(e.message).toBe('--set gives both algo.p_end and experimental.p_end, the old and the new path of one option; keep only experimental.p_end');
+      expect(e.message).toBe(
+        '--set gives both algo.p_end and experimental.p_end, the old and the new path of one option; keep only experimental.p_end',
+      );
     }
-    expect(errorOf(() => validateConfig({ memory: { source: 'oracle' }, experimental: { tip_source: 'memory' } }, 'adapt.json')).message).toContain(
-      'invalid config (adapt.json):\n  - memory.source and experimental.tip_source are both given',
-    );
+    expect(
+      errorOf(() => validateConfig({ memory: { source: 'oracle' }, experimental: { tip_source: 'memory' } }, 'adapt.json')).message,
+    ).toContain('invalid config (adapt.json):\n  - memory.source and experimental.tip_source are both given');
   });
 
-  it('options recorded by the program under the old paths (an adapt report\'s memory settings) validate silently', () => {
+  it("options recorded by the program under the old paths (an adapt report's memory settings) validate silently", () => {
     const cfg = validateConfig({ memory: { top_k: 3, tip_order: 'best_last', skip_taken_actions: true } }, 'adapt.json');
     expect([cfg.memory.top_k, cfg.experimental.tip_order, cfg.experimental.skip_taken_actions]).toEqual([3, 'best_last', true]);
   });
@@ -449,17 +513,37 @@ describe('options moved under experimental: (configs, saved runs and --set lines
   function savedBeforeTheMove(cfg: Config): string {
     const { experimental: x, ...rest } = structuredClone(cfg);
     const old = rest as unknown as Record<string, Record<string, unknown>>;
-    Object.assign(old.model, { tip_warmup_examples: x.tip_warmup_examples, tip_warmup_epochs: x.tip_warmup_epochs, tip_warmup_lr: x.tip_warmup_lr, tip_rehearsal: x.tip_rehearsal, tip_rehearsal_lr: x.tip_rehearsal_lr });
+    Object.assign(old.model, {
+      tip_warmup_examples: x.tip_warmup_examples,
+      tip_warmup_epochs: x.tip_warmup_epochs,
+      tip_warmup_lr: x.tip_warmup_lr,
+      tip_rehearsal: x.tip_rehearsal,
+      tip_rehearsal_lr: x.tip_rehearsal_lr,
+    });
     Object.assign(old.algo, { p_end: x.p_end, off_policy_ratio: x.off_policy_ratio, off_policy_weight_cap: x.off_policy_weight_cap });
     if (x.mode_draw_per_rollout) old.algo.mode_draw = 'rollout';
-    Object.assign(old.memory, { tip_order: x.tip_order, step_tip_reflection: x.step_tip_reflection, step_credit: x.step_credit, skip_taken_actions: x.skip_taken_actions, valid_actions_only: x.valid_actions_only, match_progress: x.match_progress, min_tip_score: x.min_tip_score, source: x.tip_source });
+    Object.assign(old.memory, {
+      tip_order: x.tip_order,
+      step_tip_reflection: x.step_tip_reflection,
+      step_credit: x.step_credit,
+      skip_taken_actions: x.skip_taken_actions,
+      valid_actions_only: x.valid_actions_only,
+      match_progress: x.match_progress,
+      min_tip_score: x.min_tip_score,
+      source: x.tip_source,
+    });
     return toYaml(old);
   }
 
   it('a run saved before the move resumes under the new config without conflicts, and its config.yaml is read silently', () => {
     // The new-layout config extends a base that draws per task group; the old run said `algo.mode_draw: rollout`.
     write('run-base.yaml', 'algo:\n  name: empo2\n  mode_draw: task\nmemory:\n  top_k: 3\n');
-    const requestedFile = write('run-new.yaml', `extends: run-base.yaml\nrun_dir: ${join(root, 'run')}\nexperimental:\n${Object.entries(NEW_EXPERIMENTAL).map(([k, v]) => `  ${k}: ${JSON.stringify(v)}`).join('\n')}\n`);
+    const requestedFile = write(
+      'run-new.yaml',
+      `extends: run-base.yaml\nrun_dir: ${join(root, 'run')}\nexperimental:\n${Object.entries(NEW_EXPERIMENTAL)
+        .map(([k, v]) => `  ${k}: ${JSON.stringify(v)}`)
+        .join('\n')}\n`,
+    );
     const requested = loadConfig(requestedFile, [], () => {});
     expect([requested.algo.mode_draw, requested.experimental.mode_draw_per_rollout]).toEqual(['task', true]);
 
@@ -478,17 +562,26 @@ describe('options moved under experimental: (configs, saved runs and --set lines
     expect(saved.experimental).toEqual(requested.experimental);
     expect(resumeConflicts(saved, requested)).toEqual([]);
     // What --resume does without --config: the saved file, with the command line's overrides.
-    expect(resumeConflicts(saved, loadConfig(savedPath, ['train.iterations=80'], () => {}))).toEqual([]);
+    expect(
+      resumeConflicts(
+        saved,
+        loadConfig(savedPath, ['train.iterations=80'], () => {}),
+      ),
+    ).toEqual([]);
     // The check still sees a real change, in the moved options as elsewhere.
-    expect(resumeConflicts(saved, loadConfig(requestedFile, ['experimental.tip_order=best_first', 'seed=5'], () => {}))).toEqual([
-      'experimental.tip_order: "best_last" in the run, "best_first" now',
-      'seed: 0 in the run, 5 now',
-    ]);
+    expect(
+      resumeConflicts(
+        saved,
+        loadConfig(requestedFile, ['experimental.tip_order=best_first', 'seed=5'], () => {}),
+      ),
+    ).toEqual(['experimental.tip_order: "best_last" in the run, "best_first" now', 'seed: 0 in the run, 5 now']);
     // The switch makes algo.mode_draw inert only while both configs have it on.
-    expect(resumeConflicts(saved, loadConfig(requestedFile, ['experimental.mode_draw_per_rollout=false'], () => {}))).toEqual([
-      'algo.mode_draw: "iteration" in the run, "task" now',
-      'experimental.mode_draw_per_rollout: true in the run, false now',
-    ]);
+    expect(
+      resumeConflicts(
+        saved,
+        loadConfig(requestedFile, ['experimental.mode_draw_per_rollout=false'], () => {}),
+      ),
+    ).toEqual(['algo.mode_draw: "iteration" in the run, "task" now', 'experimental.mode_draw_per_rollout: true in the run, false now']);
 
     // The same file copied out of its run folder is a user's file again, and says what it read.
     const copy = write('copied-run-config.yaml', savedText);

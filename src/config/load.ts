@@ -52,10 +52,13 @@ export function loadConfig(file: string | null, overrides: string[] = [], notice
  * (a path relative to the file that names it) is read first and the file's own keys are merged over
  * it, mappings key by key, scalars and lists replaced whole. `files` is the chain, the named file first.
  */
-export function readConfigFile(file: string, notice: Notice = printNotice): { raw: Record<string, unknown>; files: string[]; switchFromOldKey: boolean } {
+export function readConfigFile(
+  file: string,
+  notice: Notice = printNotice,
+): { raw: Record<string, unknown>; files: string[]; switchFromOldKey: boolean } {
   const files: string[] = [];
   const layers: { options: Record<string, unknown>; rolloutDrawMoved: boolean }[] = [];
-  for (let current: string | null = file; current !== null; ) {
+  for (let current: string | null = file; current !== null;) {
     const referrer = files.at(-1);
     if (files.some((f) => resolve(f) === resolve(current!))) {
       throw new ConfigError(`config files extend each other in a cycle: ${[...files, current].join(' -> ')}`);
@@ -80,7 +83,11 @@ export function readConfigFile(file: string, notice: Notice = printNotice): { ra
 }
 
 /** One file's options, with keys that moved under `experimental:` at their new paths. */
-function readOneFile(file: string, referrer: string | undefined, notice: Notice): { options: Record<string, unknown>; rolloutDrawMoved: boolean } {
+function readOneFile(
+  file: string,
+  referrer: string | undefined,
+  notice: Notice,
+): { options: Record<string, unknown>; rolloutDrawMoved: boolean } {
   const named = referrer ? `${file} (extended by ${referrer})` : file;
   if (!existsSync(file)) throw new ConfigError(`config file not found: ${named}`);
   let parsed: unknown;
@@ -123,7 +130,8 @@ function mergeOver(base: Record<string, unknown>, top: Record<string, unknown>):
  */
 export function validateConfig(raw: unknown, source: string): Config {
   const move = isMapping(raw) ? moveOldKeys(raw) : null;
-  if (move && move.clashes.length > 0) throw new ConfigError(`invalid config (${source}):\n` + move.clashes.map((c) => '  - ' + c).join('\n'));
+  if (move && move.clashes.length > 0)
+    throw new ConfigError(`invalid config (${source}):\n` + move.clashes.map((c) => '  - ' + c).join('\n'));
   const result = ConfigSchema.safeParse(move ? move.raw : raw);
   if (result.success) {
     const problems = configProblems(result.data);
@@ -152,7 +160,11 @@ function describeIssue(issue: z.core.$ZodIssue): string {
  * their type. A path that moved under `experimental:` is set at its new place (with a notice).
  * Returns the path as given and the path set.
  */
-export function applyOverride(target: Record<string, unknown>, assignment: string, notice: Notice = printNotice): { given: string; path: string } {
+export function applyOverride(
+  target: Record<string, unknown>,
+  assignment: string,
+  notice: Notice = printNotice,
+): { given: string; path: string } {
   const eq = assignment.indexOf('=');
   if (eq <= 0) throw new ConfigError(`override "${assignment}" must look like key.path=value`);
   const given = assignment.slice(0, eq).trim();
@@ -204,7 +216,12 @@ export function optionEntries(): OptionEntry[] {
       if (inner && value === null) {
         for (const [innerKey, field] of Object.entries(inner)) {
           const given = field.safeParse(undefined);
-          entries.push({ path: `${path}.${innerKey}`, default: given.success ? given.data : undefined, description: field.description ?? '', ...(given.success ? {} : { required: true }) });
+          entries.push({
+            path: `${path}.${innerKey}`,
+            default: given.success ? given.data : undefined,
+            description: field.description ?? '',
+            ...(given.success ? {} : { required: true }),
+          });
         }
       }
     }
@@ -249,8 +266,18 @@ export function configReference(): string {
   ];
   for (const [section, entries] of sections) {
     const about = sectionDescription(section);
-    out.push('', `## ${section}`, '', ...(about ? [about[0].toUpperCase() + about.slice(1) + '.', ''] : []), '| key | default | what it does |', '|---|---|---|');
-    for (const o of entries) out.push(`| \`${o.path}\` | ${o.required ? 'required' : `\`${cell(JSON.stringify(o.default) ?? 'none')}\``} | ${cell(o.description)} |`);
+    out.push(
+      '',
+      `## ${section}`,
+      '',
+      ...(about ? [about[0].toUpperCase() + about.slice(1) + '.', ''] : []),
+      '| key | default | what it does |',
+      '|---|---|---|',
+    );
+    for (const o of entries)
+      out.push(
+        `| \`${o.path}\` | ${o.required ? 'required' : `\`${cell(JSON.stringify(o.default) ?? 'none')}\``} | ${cell(o.description)} |`,
+      );
   }
   return out.join('\n') + '\n';
 }
@@ -288,6 +315,7 @@ function editDistance(a: string, b: string): number {
   const dp = Array.from({ length: a.length + 1 }, (_, i) => [i, ...new Array<number>(b.length).fill(0)]);
   for (let j = 1; j <= b.length; j++) dp[0][j] = j;
   for (let i = 1; i <= a.length; i++)
-    for (let j = 1; j <= b.length; j++) dp[i][j] = Math.min(dp[i - 1][j] + 1, dp[i][j - 1] + 1, dp[i - 1][j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    for (let j = 1; j <= b.length; j++)
+      dp[i][j] = Math.min(dp[i - 1][j] + 1, dp[i][j - 1] + 1, dp[i - 1][j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
   return dp[a.length][b.length];
 }

@@ -21,11 +21,20 @@ export const MOVED_KEYS: readonly MovedKey[] = [
   // algo.mode_draw keeps iteration and task; its third value became a switch that overrides both.
   { from: 'algo.mode_draw', to: 'experimental.mode_draw_per_rollout', value: { old: 'rollout', now: true } },
   ...sameName('algo', ['off_policy_ratio', 'off_policy_weight_cap']),
-  ...sameName('memory', ['tip_order', 'step_tip_reflection', 'step_credit', 'skip_taken_actions', 'valid_actions_only', 'match_progress', 'min_tip_score']),
+  ...sameName('memory', [
+    'tip_order',
+    'step_tip_reflection',
+    'step_credit',
+    'skip_taken_actions',
+    'valid_actions_only',
+    'match_progress',
+    'min_tip_score',
+  ]),
   { from: 'memory.source', to: 'experimental.tip_source' },
 ];
 
-const isMapping = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isMapping = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** "algo.p_end is now experimental.p_end", or with the values where only one value moved. */
 function describeMove(m: MovedKey): string {

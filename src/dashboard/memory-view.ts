@@ -54,10 +54,13 @@ export class MemoryViews {
     const tips = runtime.tips;
     const slots = tips.slotNames().map((name) => ({ name, size: tips.size(name) }));
     const chosen = slot ?? slots[0]?.name ?? null;
-    if (chosen !== null && !tips.slotNames().includes(chosen)) throw new MemoryRequestError(`${file} has no slot "${chosen}" (slots: ${tips.slotNames().join(', ') || 'none'})`);
+    if (chosen !== null && !tips.slotNames().includes(chosen))
+      throw new MemoryRequestError(`${file} has no slot "${chosen}" (slots: ${tips.slotNames().join(', ') || 'none'})`);
     const needle = search.trim().toLowerCase();
     const newestFirst = chosen === null ? [] : tips.entries(chosen).reverse();
-    const matching = needle ? newestFirst.filter((e) => e.text.toLowerCase().includes(needle) || (e.action ?? '').toLowerCase().includes(needle)) : newestFirst;
+    const matching = needle
+      ? newestFirst.filter((e) => e.text.toLowerCase().includes(needle) || (e.action ?? '').toLowerCase().includes(needle))
+      : newestFirst;
     const m = runtime.cfg.memory;
     const x = runtime.cfg.experimental;
     return {
@@ -65,7 +68,13 @@ export class MemoryViews {
       embedder: runtime.embedder.name,
       settings: tips.settings,
       slot_per: m.slot,
-      filters: { tip_order: x.tip_order, skip_taken_actions: x.skip_taken_actions, valid_actions_only: x.valid_actions_only, match_progress: x.match_progress, min_tip_score: x.min_tip_score },
+      filters: {
+        tip_order: x.tip_order,
+        skip_taken_actions: x.skip_taken_actions,
+        valid_actions_only: x.valid_actions_only,
+        match_progress: x.match_progress,
+        min_tip_score: x.min_tip_score,
+      },
       slots,
       slot: chosen,
       total: tips.size(),
@@ -77,7 +86,8 @@ export class MemoryViews {
   /** The tips `query.state` would be shown, in prompt order, by the training code path. */
   async retrieve(source: Source, query: RetrievalQuery): Promise<{ file: string; tips: ShownTip[] }> {
     const { file, runtime } = await this.open(source);
-    if (!runtime.tips.slotNames().includes(query.slot)) throw new MemoryRequestError(`${file} has no slot "${query.slot}" (slots: ${runtime.tips.slotNames().join(', ') || 'none'})`);
+    if (!runtime.tips.slotNames().includes(query.slot))
+      throw new MemoryRequestError(`${file} has no slot "${query.slot}" (slots: ${runtime.tips.slotNames().join(', ') || 'none'})`);
     const [task, variation] = runtime.cfg.memory.slot === 'variation' ? splitVariationSlot(query.slot) : [query.slot, 0];
     const [tips] = await runtime.tipSource()([
       {
@@ -102,7 +112,8 @@ export class MemoryViews {
 function splitVariationSlot(slot: string): [string, number] {
   const at = slot.lastIndexOf('#');
   const variation = Number(slot.slice(at + 1));
-  if (at < 0 || !Number.isInteger(variation)) throw new MemoryRequestError(`slot "${slot}" is not task#variation, but the run keeps a memory per variation (memory.slot: variation)`);
+  if (at < 0 || !Number.isInteger(variation))
+    throw new MemoryRequestError(`slot "${slot}" is not task#variation, but the run keeps a memory per variation (memory.slot: variation)`);
   return [slot.slice(0, at), variation];
 }
 
@@ -112,7 +123,8 @@ function memoryFileOf(source: Source): string {
     if (!existsSync(file)) throw new DataError(`${source.path} has no memory.json (adapt --method tips writes it when its trials end)`);
     return file;
   }
-  if (source.kind !== 'run') throw new DataError(`${source.path} is a ${source.kind} folder: only runs and adapt outputs have a tip memory`);
+  if (source.kind !== 'run')
+    throw new DataError(`${source.path} is a ${source.kind} folder: only runs and adapt outputs have a tip memory`);
   try {
     return findMemoryFile(source.path);
   } catch (e) {
@@ -126,7 +138,9 @@ function configOf(source: Source): Config {
     if (source.kind === 'adapt') {
       // An adapt.json from before the experimental section gives its tip filters under memory (validateConfig reads them there).
       const { memory, experimental } = readAdaptReport(source.path);
-      return memory ? validateConfig({ memory, ...(experimental ? { experimental } : {}) }, join(source.path, 'adapt.json')) : loadConfig(null);
+      return memory
+        ? validateConfig({ memory, ...(experimental ? { experimental } : {}) }, join(source.path, 'adapt.json'))
+        : loadConfig(null);
     }
     return loadConfig(join(source.path, 'config.yaml'));
   } catch (e) {

@@ -60,19 +60,35 @@ export function summariseRun(dir: string): RunSummary {
   }
   const lastTrain = metrics?.train.at(-1);
   const lastEval = metrics?.evals.at(-1);
-  const planned = typeof (config?.train as { iterations?: unknown } | undefined)?.iterations === 'number' ? ((config!.train as { iterations: number }).iterations) : null;
+  const planned =
+    typeof (config?.train as { iterations?: unknown } | undefined)?.iterations === 'number'
+      ? (config!.train as { iterations: number }).iterations
+      : null;
   const metricsFile = join(dir, 'metrics.jsonl');
   const updatedMs = existsSync(metricsFile) ? statSync(metricsFile).mtimeMs : null;
   const done = lastTrain?.iteration ?? 0;
   const finished = existsSync(join(dir, 'eval.md')) && planned !== null && done >= planned;
-  const state: RunSummary['state'] = finished ? 'finished' : updatedMs === null ? 'not started' : Date.now() - updatedMs < RUNNING_WITHIN_MS ? 'running' : 'stopped';
+  const state: RunSummary['state'] = finished
+    ? 'finished'
+    : updatedMs === null
+      ? 'not started'
+      : Date.now() - updatedMs < RUNNING_WITHIN_MS
+        ? 'running'
+        : 'stopped';
   return {
     config,
     problem: problem ?? metricsProblem,
     iterations_done: done,
     iterations_planned: planned,
     env_steps: typeof lastTrain?.env_steps === 'number' ? lastTrain.env_steps : 0,
-    last_eval: lastEval ? { iteration: lastEval.iteration, train_env_steps: lastEval.train_env_steps, mean_score: lastEval.mean_score, success_rate: lastEval.success_rate } : null,
+    last_eval: lastEval
+      ? {
+          iteration: lastEval.iteration,
+          train_env_steps: lastEval.train_env_steps,
+          mean_score: lastEval.mean_score,
+          success_rate: lastEval.success_rate,
+        }
+      : null,
     state,
     updated: updatedMs === null ? null : new Date(updatedMs).toISOString(),
   };
@@ -143,8 +159,18 @@ export function readCompare(dir: string): CompareReport {
       throw new DataError(`${join(dir, 'compare.json')} is not valid JSON (${(e as Error).message})`);
     }
   }
-  const files = readdirSync(dir).filter((n) => /\.(md|csv|json|png|svg)$/.test(n)).sort();
-  return { results_md: text('results.md'), results_csv: csv('results.csv'), curves_csv: csv('curves.csv'), runs_csv: csv('runs.csv'), manifest, plot: existsSync(join(dir, 'learning_curve.svg')), files };
+  const files = readdirSync(dir)
+    .filter((n) => /\.(md|csv|json|png|svg)$/.test(n))
+    .sort();
+  return {
+    results_md: text('results.md'),
+    results_csv: csv('results.csv'),
+    curves_csv: csv('curves.csv'),
+    runs_csv: csv('runs.csv'),
+    manifest,
+    plot: existsSync(join(dir, 'learning_curve.svg')),
+    files,
+  };
 }
 
 /** RFC 4180 CSV (quoted fields, doubled quotes, newlines inside quotes), as compare writes it. */
@@ -182,7 +208,12 @@ export function parseCsv(text: string, where: string): string[][] {
 }
 
 /** An adapt output's report (adapt.json), for the memory settings its trials used. */
-export function readAdaptReport(dir: string): { method: string; task: string; memory: Record<string, unknown> | null; experimental: Record<string, unknown> | null } {
+export function readAdaptReport(dir: string): {
+  method: string;
+  task: string;
+  memory: Record<string, unknown> | null;
+  experimental: Record<string, unknown> | null;
+} {
   const file = join(dir, 'adapt.json');
   let report: { method?: unknown; task?: unknown; memory?: unknown; experimental?: unknown };
   try {
@@ -191,5 +222,10 @@ export function readAdaptReport(dir: string): { method: string; task: string; me
     throw new DataError(`${file} is not valid JSON (${(e as Error).message})`);
   }
   const section = (value: unknown) => (typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : null);
-  return { method: String(report.method ?? 'tips'), task: String(report.task ?? basename(dir)), memory: section(report.memory), experimental: section(report.experimental) };
+  return {
+    method: String(report.method ?? 'tips'),
+    task: String(report.task ?? basename(dir)),
+    memory: section(report.memory),
+    experimental: section(report.experimental),
+  };
 }

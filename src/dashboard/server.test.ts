@@ -31,7 +31,15 @@ const runsDir = join(root, 'runs');
 const runDir = join(runsDir, 'empo2-seed0');
 const compareDir = join(root, 'results', 'cmp');
 const adaptDir = join(runDir, 'checkpoints', 'iter-000002', 'adapt-fetch');
-const cfg = loadConfig(null, [`run_dir=${runDir}`, 'algo.name=empo2', 'algo.p=1', 'memory.reflector=summary', 'memory.top_k=3', 'train.iterations=4', 'experimental.skip_taken_actions=true']);
+const cfg = loadConfig(null, [
+  `run_dir=${runDir}`,
+  'algo.name=empo2',
+  'algo.p=1',
+  'memory.reflector=summary',
+  'memory.top_k=3',
+  'train.iterations=4',
+  'experimental.skip_taken_actions=true',
+]);
 
 function record(iteration: number, task: string, mode: EpisodeRecord['mode'], score: number, tipped: boolean): EpisodeRecord {
   return {
@@ -53,7 +61,16 @@ function record(iteration: number, task: string, mode: EpisodeRecord['mode'], sc
         observation: 'You are in the hall. A red box is here.',
         valid_actions: ['open red box', 'go north'],
         valid_action_count: 2,
-        tips: tipped ? [{ text: 'The action you took was open red box; you finally scored 35/100.', score: 35, similarity: 0.9, action: 'open red box' }] : [],
+        tips: tipped
+          ? [
+              {
+                text: 'The action you took was open red box; you finally scored 35/100.',
+                score: 35,
+                similarity: 0.9,
+                action: 'open red box',
+              },
+            ]
+          : [],
         action: 'open red box',
         reward: score,
         score,
@@ -74,8 +91,26 @@ const memoryEpisode: Episode = {
   group: 0,
   description: 'Find a battery and turn on the lamp.',
   steps: [
-    { observation: 'You are in the hall. A red box is here.', action: 'open red box', reward: 10, score: 10, prompt: [], tipSpan: null, response: [], logprobs: [] },
-    { observation: 'The red box holds a battery.', action: 'take battery', reward: 25, score: 35, prompt: [], tipSpan: null, response: [], logprobs: [] },
+    {
+      observation: 'You are in the hall. A red box is here.',
+      action: 'open red box',
+      reward: 10,
+      score: 10,
+      prompt: [],
+      tipSpan: null,
+      response: [],
+      logprobs: [],
+    },
+    {
+      observation: 'The red box holds a battery.',
+      action: 'take battery',
+      reward: 25,
+      score: 35,
+      prompt: [],
+      tipSpan: null,
+      response: [],
+      logprobs: [],
+    },
   ],
   finalObservation: 'You carry a battery.',
   score: 35,
@@ -89,8 +124,28 @@ async function writeRun(): Promise<void> {
     join(runDir, 'metrics.jsonl'),
     [
       { type: 'eval', iteration: 0, train_env_steps: 0, mean_score: 5, success_rate: 0, per_task: [] },
-      { type: 'train', iteration: 1, env_steps: 40, mean_score: 10, success_rate: 0, loss: 0.1, clip_fraction: 0.02, entropy: 2.5, tips_followed: null },
-      { type: 'train', iteration: 2, env_steps: 80, mean_score: 20, success_rate: 0.1, loss: 0.05, clip_fraction: 0.03, entropy: 2.1, tips_followed: 0.5 },
+      {
+        type: 'train',
+        iteration: 1,
+        env_steps: 40,
+        mean_score: 10,
+        success_rate: 0,
+        loss: 0.1,
+        clip_fraction: 0.02,
+        entropy: 2.5,
+        tips_followed: null,
+      },
+      {
+        type: 'train',
+        iteration: 2,
+        env_steps: 80,
+        mean_score: 20,
+        success_rate: 0.1,
+        loss: 0.05,
+        clip_fraction: 0.03,
+        entropy: 2.1,
+        tips_followed: 0.5,
+      },
       { type: 'eval', iteration: 2, train_env_steps: 80, mean_score: 15, success_rate: 0.1, per_task: [] },
     ]
       .map((l) => JSON.stringify(l) + '\n')
@@ -102,14 +157,26 @@ async function writeRun(): Promise<void> {
   writer.append(record(2, 'power', 'tips-off-policy', 35, true));
   writer.append(record(2, 'clue', 'tips-on-policy', 10, true));
   // The memory of the latest checkpoint, written by the trainer's own code.
-  const memory = new MemoryRuntime(cfg, resolveAlgo(cfg), new HashedNgramEmbedder({ dim: cfg.memory.dim }), new TrajectorySummaryReflector(), new TipMemory(cfg.memory.dim, { capacity: 100, threshold: 0.5, topK: 3 }), new NoveltyList(0.9));
+  const memory = new MemoryRuntime(
+    cfg,
+    resolveAlgo(cfg),
+    new HashedNgramEmbedder({ dim: cfg.memory.dim }),
+    new TrajectorySummaryReflector(),
+    new TipMemory(cfg.memory.dim, { capacity: 100, threshold: 0.5, topK: 3 }),
+    new NoveltyList(0.9),
+  );
   await memory.write([memoryEpisode]);
   writeFileSync(join(runDir, 'checkpoints', 'iter-000002', 'memory.json'), JSON.stringify(memory.toJSON()));
   writeFileSync(join(runDir, 'checkpoints', 'latest.json'), JSON.stringify({ checkpoint: 'iter-000002' }));
   // An adaptation of that checkpoint, where adapt puts it by default.
   mkdirSync(adaptDir, { recursive: true });
   writeFileSync(join(adaptDir, 'adapt.json'), JSON.stringify({ method: 'tips', task: 'fetch', memory: cfg.memory, trials: [] }));
-  TrajectoryWriter.fresh(join(adaptDir, 'trajectories.jsonl'), { maxBytes: 2 ** 20 }).append({ ...record(0, 'fetch', 'tips', 5, true), source: 'adapt', iteration: null, trial: 1 });
+  TrajectoryWriter.fresh(join(adaptDir, 'trajectories.jsonl'), { maxBytes: 2 ** 20 }).append({
+    ...record(0, 'fetch', 'tips', 5, true),
+    source: 'adapt',
+    iteration: null,
+    trial: 1,
+  });
 }
 
 function writeCompare(): void {
@@ -168,7 +235,9 @@ describe('discoverSources', () => {
   it('refuses, by name, a path that does not exist, a folder with nothing to show, and a file that is not records', () => {
     expect(() => discoverSources([join(root, 'nope')], root)).toThrow(`${join(root, 'nope')} does not exist`);
     mkdirSync(join(root, 'empty', 'a', 'b'), { recursive: true });
-    expect(() => discoverSources(['empty'], root)).toThrow(/^empty: no training run \(metrics\.jsonl, config\.yaml\), compare output .* up to 4 folders below it$/);
+    expect(() => discoverSources(['empty'], root)).toThrow(
+      /^empty: no training run \(metrics\.jsonl, config\.yaml\), compare output .* up to 4 folders below it$/,
+    );
     writeFileSync(join(root, 'notes.txt'), 'x');
     expect(() => discoverSources(['notes.txt'], root)).toThrow(/notes\.txt is a file but not trajectory records/);
     expect(() => discoverSources([], join(root, 'empty'))).toThrow(/no folder given and .*runs does not exist/);
@@ -178,7 +247,9 @@ describe('discoverSources', () => {
 
 describe('startDashboard refuses', () => {
   it('to listen on anything but loopback', async () => {
-    await expect(startDashboard({ paths: [runsDir], host: '0.0.0.0', port: 0 })).rejects.toThrow(/--host 0\.0\.0\.0: .*loopback only \(127\.0\.0\.1, ::1 or localhost\).*ssh -L/);
+    await expect(startDashboard({ paths: [runsDir], host: '0.0.0.0', port: 0 })).rejects.toThrow(
+      /--host 0\.0\.0\.0: .*loopback only \(127\.0\.0\.1, ::1 or localhost\).*ssh -L/,
+    );
     await expect(startDashboard({ paths: [runsDir], host: '192.168.1.5', port: 0 })).rejects.toThrow(/loopback only/);
   });
 
@@ -196,13 +267,20 @@ describe('dashboard routes', () => {
     expect(page.headers['content-type']).toMatch(/text\/html/);
     expect(page.text).toContain('/vendor/vega-lite.min.js');
     expect(page.headers['content-security-policy']).toMatch(/default-src 'self'/);
-    for (const name of ['app.js', 'api.js', 'dom.js', 'runs.js', 'trajectories.js', 'memory.js', 'compare.js', 'style.css']) expect((await api(`/app/${name}`)).status, name).toBe(200);
+    for (const name of ['app.js', 'api.js', 'dom.js', 'runs.js', 'trajectories.js', 'memory.js', 'compare.js', 'style.css'])
+      expect((await api(`/app/${name}`)).status, name).toBe(200);
     const vega = await api('/vendor/vega.min.js');
     expect(vega.status).toBe(200);
     expect(vega.text.length).toBeGreaterThan(100_000);
     const sources = (await api('/api/sources')).json();
     const run = sources.sources.find((s: { kind: string }) => s.kind === 'run');
-    expect(run.run).toMatchObject({ iterations_done: 2, iterations_planned: 4, env_steps: 80, last_eval: { iteration: 2, mean_score: 15 }, state: 'running' });
+    expect(run.run).toMatchObject({
+      iterations_done: 2,
+      iterations_planned: 4,
+      env_steps: 80,
+      last_eval: { iteration: 2, mean_score: 15 },
+      state: 'running',
+    });
     expect(run.run.config.algo.name).toBe('empo2');
   });
 
@@ -220,7 +298,12 @@ describe('dashboard routes', () => {
     const id = idOf('run');
     const list = async (q: string) => (await api(`/api/sources/${id}/trajectories?${q}`)).json();
     const all = await list('');
-    expect(all.facets).toEqual({ sources: ['train'], iterations: [1, 2], tasks: ['clue', 'power'], modes: ['plain', 'tips-on-policy', 'tips-off-policy'] });
+    expect(all.facets).toEqual({
+      sources: ['train'],
+      iterations: [1, 2],
+      tasks: ['clue', 'power'],
+      modes: ['plain', 'tips-on-policy', 'tips-off-policy'],
+    });
     expect(all.episodes.map((e: { line: number }) => e.line)).toEqual([4, 3, 2, 1]);
     expect(all.episodes[0]).not.toHaveProperty('offset');
     const lines = async (q: string) => (await list(q)).episodes.map((e: { line: number }) => e.line);
@@ -243,15 +326,24 @@ describe('dashboard routes', () => {
     expect(got.episode).toEqual(record(2, 'power', 'tips-off-policy', 35, true));
     expect(got.file).toBe(join(runDir, 'trajectories', 'train.jsonl'));
     const missing = await api(`/api/sources/${id}/episodes/0/99`);
-    expect([missing.status, missing.json().error]).toEqual([404, `${join(runDir, 'trajectories', 'train.jsonl')} has no episode on line 99`]);
+    expect([missing.status, missing.json().error]).toEqual([
+      404,
+      `${join(runDir, 'trajectories', 'train.jsonl')} has no episode on line 99`,
+    ]);
     expect((await api(`/api/sources/${id}/episodes/5/1`)).json().error).toMatch(/has no trajectory file number 5/);
     const unknown = await api('/api/sources/0123456789ab/trajectories');
-    expect([unknown.status, unknown.json().error]).toEqual([404, 'no source with id 0123456789ab (the folder may have been removed; reload the page)']);
+    expect([unknown.status, unknown.json().error]).toEqual([
+      404,
+      'no source with id 0123456789ab (the folder may have been removed; reload the page)',
+    ]);
   });
 
   it("reads a live run's files again as they grow: a new iteration's metrics and episodes show up", async () => {
     const id = idOf('run');
-    appendFileSync(join(runDir, 'metrics.jsonl'), JSON.stringify({ type: 'train', iteration: 3, env_steps: 120, mean_score: 25, success_rate: 0, loss: 0.01 }) + '\n');
+    appendFileSync(
+      join(runDir, 'metrics.jsonl'),
+      JSON.stringify({ type: 'train', iteration: 3, env_steps: 120, mean_score: 25, success_rate: 0, loss: 0.01 }) + '\n',
+    );
     const writer = TrajectoryWriter.resume(join(runDir, 'trajectories', 'train.jsonl'), 2, { maxBytes: 2 ** 20 });
     writer.append(record(3, 'clue', 'plain', 40, false));
     expect((await api(`/api/sources/${id}/metrics`)).json().train.map((l: { iteration: number }) => l.iteration)).toEqual([1, 2, 3]);
@@ -266,9 +358,14 @@ describe('dashboard routes', () => {
     const bad = await api(`/api/sources/${id}/metrics`);
     expect(bad.status).toBe(422);
     expect(bad.json().error).toMatch(new RegExp(`^${escape(file)}:6: not valid JSON`));
-    appendFileSync(join(runDir, 'trajectories', 'train.jsonl'), 'not json\n' + JSON.stringify(record(4, 'clue', 'plain', 50, false)) + '\n');
+    appendFileSync(
+      join(runDir, 'trajectories', 'train.jsonl'),
+      'not json\n' + JSON.stringify(record(4, 'clue', 'plain', 50, false)) + '\n',
+    );
     const list = (await api(`/api/sources/${id}/trajectories`)).json();
-    expect(list.files[0].problems).toEqual([expect.stringMatching(new RegExp(`^${escape(join(runDir, 'trajectories', 'train.jsonl'))}:6: not valid JSON`))]);
+    expect(list.files[0].problems).toEqual([
+      expect.stringMatching(new RegExp(`^${escape(join(runDir, 'trajectories', 'train.jsonl'))}:6: not valid JSON`)),
+    ]);
     expect(list.episodes[0]).toMatchObject({ line: 7, iteration: 4 });
   });
 });
@@ -292,10 +389,24 @@ describe('memory routes', () => {
   it('retrieves for a chosen state exactly what the trainer would show, with its filters', async () => {
     const id = idOf('run');
     const state = 'You are in the hall. A red box is here.';
-    const retrieve = (body: object) => api(`/api/sources/${id}/retrieve`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+    const retrieve = (body: object) =>
+      api(`/api/sources/${id}/retrieve`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
     const got = (await retrieve({ slot: 'power', state, taken: ['take battery'] })).json();
-    const runtime = await MemoryRuntime.forRetrieval(loadConfig(join(runDir, 'config.yaml')), join(runDir, 'checkpoints', 'iter-000002', 'memory.json'));
-    const [expected] = await runtime.tipSource()([{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state, taken: ['take battery'], scoreSoFar: 0, validActions: [], oracleAction: () => null }]);
+    const runtime = await MemoryRuntime.forRetrieval(
+      loadConfig(join(runDir, 'config.yaml')),
+      join(runDir, 'checkpoints', 'iter-000002', 'memory.json'),
+    );
+    const [expected] = await runtime.tipSource()([
+      {
+        episode: 0,
+        job: { task: 'power', variation: 0, group: 0 },
+        state,
+        taken: ['take battery'],
+        scoreSoFar: 0,
+        validActions: [],
+        oracleAction: () => null,
+      },
+    ]);
     runtime.dispose();
     expect(got.tips).toEqual(expected);
     // skip_taken_actions is on in this run: the taken action's tip is left out.
@@ -304,11 +415,23 @@ describe('memory routes', () => {
     const bad = await retrieve({ slot: 'power', state: '' });
     expect([bad.status, bad.json().error]).toEqual([400, expect.stringMatching(/^retrieve: state: /)]);
     expect((await retrieve({ slot: 'nope', state })).json().error).toMatch(/has no slot "nope"/);
-    const notJson = await api(`/api/sources/${id}/retrieve`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{"slot":' });
+    const notJson = await api(`/api/sources/${id}/retrieve`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: '{"slot":',
+    });
     expect([notJson.status, notJson.json().error]).toEqual([400, expect.stringMatching(/^retrieve: the body is not JSON/)]);
-    const text = await api(`/api/sources/${id}/retrieve`, { method: 'POST', headers: { 'Content-Type': 'text/plain' }, body: JSON.stringify({ slot: 'power', state }) });
+    const text = await api(`/api/sources/${id}/retrieve`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'text/plain' },
+      body: JSON.stringify({ slot: 'power', state }),
+    });
     expect(text.status).toBe(415);
-    const huge = await api(`/api/sources/${id}/retrieve`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ slot: 'power', state: 'x'.repeat(300_000) }) });
+    const huge = await api(`/api/sources/${id}/retrieve`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ slot: 'power', state: 'x'.repeat(300_000) }),
+    });
     expect(huge.status).toBe(413);
   });
 });
@@ -324,7 +447,11 @@ describe('compare and adapt sources', () => {
     ]);
     expect(c.plot).toBe(true);
     const plot = await api(`/api/sources/${id}/plot.svg`);
-    expect([plot.status, plot.headers['content-type'], plot.text]).toEqual([200, 'image/svg+xml', '<svg xmlns="http://www.w3.org/2000/svg"><text>curve</text></svg>']);
+    expect([plot.status, plot.headers['content-type'], plot.text]).toEqual([
+      200,
+      'image/svg+xml',
+      '<svg xmlns="http://www.w3.org/2000/svg"><text>curve</text></svg>',
+    ]);
     expect((await api(`/api/sources/${idOf('run')}/plot.svg`)).status).toBe(404);
   });
 
@@ -333,13 +460,22 @@ describe('compare and adapt sources', () => {
     expect((await api(`/api/sources/${id}`)).json().adapt).toMatchObject({ method: 'tips', task: 'fetch' });
     const list = (await api(`/api/sources/${id}/trajectories`)).json();
     expect(list.facets.iterations).toEqual([1]);
-    expect(list.episodes.map((e: { source: string; trial: number; mode: string }) => [e.source, e.trial, e.mode])).toEqual([['adapt', 1, 'tips']]);
+    expect(list.episodes.map((e: { source: string; trial: number; mode: string }) => [e.source, e.trial, e.mode])).toEqual([
+      ['adapt', 1, 'tips'],
+    ]);
   });
 });
 
 describe('what the dashboard refuses', () => {
   it('paths that leave it, unknown routes and methods, and never a file outside its own list', async () => {
-    for (const path of ['/app/../../package.json', '/app/..%2F..%2Fpackage.json', '/app/%2e%2e/%2e%2e/package.json', '/vendor/..%2Fpackage.json', '/app/style.css%00.js', '/api/sources/..%2F..%2F']) {
+    for (const path of [
+      '/app/../../package.json',
+      '/app/..%2F..%2Fpackage.json',
+      '/app/%2e%2e/%2e%2e/package.json',
+      '/vendor/..%2Fpackage.json',
+      '/app/style.css%00.js',
+      '/api/sources/..%2F..%2F',
+    ]) {
       const r = await api(path);
       expect(r.status, path).toBeGreaterThanOrEqual(400);
       expect(r.text, path).not.toContain('"devDependencies"');
@@ -354,7 +490,10 @@ describe('what the dashboard refuses', () => {
   it('requests under another host name (DNS rebinding) or from another origin', async () => {
     const port = new URL(dashboard.url).port;
     const rebound = await api('/api/sources', { headers: { Host: `evil.example:${port}` } });
-    expect([rebound.status, rebound.json().error]).toEqual([403, `Host "evil.example:${port}" does not name this dashboard: open it as ${dashboard.url} or with localhost`]);
+    expect([rebound.status, rebound.json().error]).toEqual([
+      403,
+      `Host "evil.example:${port}" does not name this dashboard: open it as ${dashboard.url} or with localhost`,
+    ]);
     expect((await api('/api/sources', { headers: { Host: `localhost:${port}` } })).status).toBe(200);
     const foreign = await api('/api/sources', { headers: { Origin: 'http://evil.example' } });
     expect(foreign.status).toBe(403);

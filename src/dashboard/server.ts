@@ -64,8 +64,12 @@ const PAGE_FILES: Record<string, string> = {
 /** `vega` and `vega-lite`'s browser builds, found through the packages' entry points. */
 function vendorFiles(): Record<string, string> {
   const require = createRequire(import.meta.url);
-  const files = { 'vega.min.js': join(dirname(require.resolve('vega')), 'vega.min.js'), 'vega-lite.min.js': join(dirname(require.resolve('vega-lite')), 'vega-lite.min.js') };
-  for (const [name, path] of Object.entries(files)) if (!existsSync(path)) throw new Error(`the browser build ${name} is missing (looked at ${path}); reinstall with npm ci`);
+  const files = {
+    'vega.min.js': join(dirname(require.resolve('vega')), 'vega.min.js'),
+    'vega-lite.min.js': join(dirname(require.resolve('vega-lite')), 'vega-lite.min.js'),
+  };
+  for (const [name, path] of Object.entries(files))
+    if (!existsSync(path)) throw new Error(`the browser build ${name} is missing (looked at ${path}); reinstall with npm ci`);
   return files;
 }
 
@@ -146,7 +150,19 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
         rescan();
         // The minute is part of the key: a run whose files stop changing turns from running to stopped.
         const minute = String(Math.floor(Date.now() / 60_000));
-        const list = sources.map((s) => ({ ...s, ...(s.kind === 'run' ? { run: summaries.get(s.path, minute, [join(s.path, 'metrics.jsonl'), join(s.path, 'config.yaml'), join(s.path, 'eval.md')], () => summariseRun(s.path)) } : {}) }));
+        const list = sources.map((s) => ({
+          ...s,
+          ...(s.kind === 'run'
+            ? {
+                run: summaries.get(
+                  s.path,
+                  minute,
+                  [join(s.path, 'metrics.jsonl'), join(s.path, 'config.yaml'), join(s.path, 'eval.md')],
+                  () => summariseRun(s.path),
+                ),
+              }
+            : {}),
+        }));
         sendJson(res, { cwd, sources: list, problems: scanProblem ? [scanProblem] : [] });
       },
     ],
@@ -157,10 +173,21 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
         const s = byId(id);
         const files = trajectories.of(s).map(describeFile);
         if (s.kind === 'run') return sendJson(res, { source: s, run: summariseRun(s.path), files });
-        if (s.kind === 'compare') return sendJson(res, { source: s, compare: readCompare(s.path), runs: sources.filter((r) => r.compare === s.id).map((r) => r.id), files });
+        if (s.kind === 'compare')
+          return sendJson(res, {
+            source: s,
+            compare: readCompare(s.path),
+            runs: sources.filter((r) => r.compare === s.id).map((r) => r.id),
+            files,
+          });
         if (s.kind === 'adapt') {
           const md = join(s.path, 'adapt.md');
-          return sendJson(res, { source: s, adapt: readAdaptReport(s.path), adapt_md: existsSync(md) ? readFileSync(md, 'utf8') : null, files });
+          return sendJson(res, {
+            source: s,
+            adapt: readAdaptReport(s.path),
+            adapt_md: existsSync(md) ? readFileSync(md, 'utf8') : null,
+            files,
+          });
         }
         sendJson(res, { source: s, files });
       },
@@ -170,10 +197,17 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
       /^\/api\/sources\/([0-9a-f]{12})\/metrics$/,
       (_req, res, [id]) => {
         const s = byId(id);
-        if (s.kind !== 'run') throw new RequestError(404, `${s.label} is a ${s.kind} folder, not a training run: it has no metrics.jsonl`, 'id');
+        if (s.kind !== 'run')
+          throw new RequestError(404, `${s.label} is a ${s.kind} folder, not a training run: it has no metrics.jsonl`, 'id');
         const metrics = readMetrics(s.path);
         const { config } = readConfig(s.path);
-        sendJson(res, { file: join(s.path, 'metrics.jsonl'), train: metrics?.train ?? [], evals: metrics?.evals ?? [], warnings: metrics?.warnings ?? [], config });
+        sendJson(res, {
+          file: join(s.path, 'metrics.jsonl'),
+          train: metrics?.train ?? [],
+          evals: metrics?.evals ?? [],
+          warnings: metrics?.warnings ?? [],
+          config,
+        });
       },
     ],
     [
@@ -200,7 +234,12 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
         matching.reverse();
         sendJson(res, {
           files: files.map(describeFile),
-          facets: { sources: [...facets.sources].sort(), iterations: [...facets.iterations].sort((a, b) => a - b), tasks: [...facets.tasks].sort(), modes: TRAJECTORY_MODES.filter((m) => facets.modes.has(m)) },
+          facets: {
+            sources: [...facets.sources].sort(),
+            iterations: [...facets.iterations].sort((a, b) => a - b),
+            tasks: [...facets.tasks].sort(),
+            modes: TRAJECTORY_MODES.filter((m) => facets.modes.has(m)),
+          },
           total: matching.length,
           offset: filter.offset,
           episodes: matching.slice(filter.offset, filter.offset + filter.limit),
@@ -214,7 +253,8 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
         const s = byId(id);
         const file = trajectories.of(s)[Number(fileIndex)];
         if (!file) throw new RequestError(404, `${s.label} has no trajectory file number ${fileIndex}`, 'file');
-        if (!file.episodes.some((e) => e.line === Number(line))) throw new RequestError(404, `${file.path} has no episode on line ${line}`, 'line');
+        if (!file.episodes.some((e) => e.line === Number(line)))
+          throw new RequestError(404, `${file.path} has no episode on line ${line}`, 'line');
         let episode;
         try {
           episode = file.episode(Number(line));
@@ -247,9 +287,23 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
           throw new RequestError(400, `retrieve: the body is not JSON (${(e as Error).message})`, null);
         }
         const body = RetrieveBody.safeParse(raw);
-        if (!body.success) throw new RequestError(400, `retrieve: ${body.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; ')}`, null);
+        if (!body.success)
+          throw new RequestError(
+            400,
+            `retrieve: ${body.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; ')}`,
+            null,
+          );
         const b = body.data;
-        sendJson(res, await memories.retrieve(s, { slot: b.slot, state: b.state, taken: b.taken, scoreSoFar: b.score_so_far, validActions: b.valid_actions }));
+        sendJson(
+          res,
+          await memories.retrieve(s, {
+            slot: b.slot,
+            state: b.state,
+            taken: b.taken,
+            scoreSoFar: b.score_so_far,
+            validActions: b.valid_actions,
+          }),
+        );
       },
     ],
     [
@@ -275,7 +329,12 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
         checkAccess({ boundAddress: bound, allowedHosts: new Set() }, req);
       } catch (e) {
         // The serve command's rules, in the dashboard's words (it has no --allowed-host).
-        if (e instanceof RequestError && e.message.startsWith('Host ')) throw new RequestError(403, `Host ${JSON.stringify(req.headers.host ?? '')} does not name this dashboard: open it as ${publicUrl()} or with localhost`, null);
+        if (e instanceof RequestError && e.message.startsWith('Host '))
+          throw new RequestError(
+            403,
+            `Host ${JSON.stringify(req.headers.host ?? '')} does not name this dashboard: open it as ${publicUrl()} or with localhost`,
+            null,
+          );
         throw e;
       }
       const url = new URL(req.url ?? '/', 'http://dashboard.invalid');
@@ -297,7 +356,11 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
   }
 
   await new Promise<void>((resolvePromise, reject) => {
-    server.once('error', (e: NodeJS.ErrnoException) => reject(e.code === 'EADDRINUSE' ? new SourceError(`port ${port} on ${host} is in use: choose another with --port (0 picks a free one)`) : e));
+    server.once('error', (e: NodeJS.ErrnoException) =>
+      reject(
+        e.code === 'EADDRINUSE' ? new SourceError(`port ${port} on ${host} is in use: choose another with --port (0 picks a free one)`) : e,
+      ),
+    );
     server.listen(port, host, () => resolvePromise());
   });
   const address = server.address() as AddressInfo;
@@ -335,7 +398,8 @@ function decodePath(raw: string): string {
   } catch {
     throw new RequestError(400, `the path ${raw} is not valid percent-encoding`, null);
   }
-  if (path.includes('\0') || path.split(/[\\/]/).includes('..')) throw new RequestError(400, `the path ${raw} leaves the dashboard (it names a parent folder)`, null);
+  if (path.includes('\0') || path.split(/[\\/]/).includes('..'))
+    throw new RequestError(400, `the path ${raw} leaves the dashboard (it names a parent folder)`, null);
   return path;
 }
 
@@ -343,7 +407,8 @@ function integerParam(query: URLSearchParams, name: string, fallback: number, mi
   const raw = query.get(name);
   if (raw === null || raw === '') return fallback;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < min || n > max) throw new RequestError(400, `${name} must be an integer from ${min} to ${max}, got "${raw}"`, name);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new RequestError(400, `${name} must be an integer from ${min} to ${max}, got "${raw}"`, name);
   return n;
 }
 
@@ -357,9 +422,11 @@ function numberParam(query: URLSearchParams, name: string): number | null {
 
 function episodeFilter(query: URLSearchParams) {
   const source = query.get('source') || null;
-  if (source !== null && !(TRAJECTORY_SOURCES as readonly string[]).includes(source)) throw new RequestError(400, `source must be one of ${TRAJECTORY_SOURCES.join(', ')}, got "${source}"`, 'source');
+  if (source !== null && !(TRAJECTORY_SOURCES as readonly string[]).includes(source))
+    throw new RequestError(400, `source must be one of ${TRAJECTORY_SOURCES.join(', ')}, got "${source}"`, 'source');
   const mode = query.get('mode') || null;
-  if (mode !== null && !(TRAJECTORY_MODES as readonly string[]).includes(mode)) throw new RequestError(400, `mode must be one of ${TRAJECTORY_MODES.join(', ')}, got "${mode}"`, 'mode');
+  if (mode !== null && !(TRAJECTORY_MODES as readonly string[]).includes(mode))
+    throw new RequestError(400, `mode must be one of ${TRAJECTORY_MODES.join(', ')}, got "${mode}"`, 'mode');
   const iteration = numberParam(query, 'iteration');
   const minScore = numberParam(query, 'min_score');
   const maxScore = numberParam(query, 'max_score');
@@ -383,8 +450,40 @@ function episodeFilter(query: URLSearchParams) {
 
 /** A summary as the page gets it: without the byte offsets the server keeps. */
 function summaryOnly(e: EpisodeSummary): EpisodeSummary {
-  const { line, source, iteration, trial, env_steps, checkpoint, task, variation, mode, score, success, steps, tipped_steps, followed_steps, has_reflection } = e;
-  return { line, source, iteration, trial, env_steps, checkpoint, task, variation, mode, score, success, steps, tipped_steps, followed_steps, has_reflection };
+  const {
+    line,
+    source,
+    iteration,
+    trial,
+    env_steps,
+    checkpoint,
+    task,
+    variation,
+    mode,
+    score,
+    success,
+    steps,
+    tipped_steps,
+    followed_steps,
+    has_reflection,
+  } = e;
+  return {
+    line,
+    source,
+    iteration,
+    trial,
+    env_steps,
+    checkpoint,
+    task,
+    variation,
+    mode,
+    score,
+    success,
+    steps,
+    tipped_steps,
+    followed_steps,
+    has_reflection,
+  };
 }
 
 function describeFile(f: { path: string; episodes: readonly unknown[]; problems: readonly string[]; cap: unknown }, index: number) {
@@ -406,12 +505,18 @@ const SECURITY_HEADERS = {
   'X-Content-Type-Options': 'nosniff',
   'Referrer-Policy': 'no-referrer',
   // Vega compiles its expressions with Function(), hence 'unsafe-eval'; its SVG sets style attributes.
-  'Content-Security-Policy': "default-src 'self'; script-src 'self' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+  'Content-Security-Policy':
+    "default-src 'self'; script-src 'self' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
 };
 
 function sendJson(res: ServerResponse, value: unknown, status = 200): void {
   const body = JSON.stringify(value);
-  res.writeHead(status, { ...SECURITY_HEADERS, 'Content-Type': 'application/json; charset=utf-8', 'Cache-Control': 'no-store', 'Content-Length': Buffer.byteLength(body) });
+  res.writeHead(status, {
+    ...SECURITY_HEADERS,
+    'Content-Type': 'application/json; charset=utf-8',
+    'Cache-Control': 'no-store',
+    'Content-Length': Buffer.byteLength(body),
+  });
   res.end(body);
 }
 

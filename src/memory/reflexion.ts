@@ -77,7 +77,9 @@ export class ReflexionReflector {
 
   async reflect(failed: readonly { trajectory: Trajectory; past: readonly PastReflection[] }[], seed: number): Promise<string[]> {
     if (failed.length === 0) return [];
-    const prompts = failed.map((f) => this.engine.tokenizer.encode(this.render([{ role: 'user', content: reflexionQuery(f.trajectory, f.past) }])));
+    const prompts = failed.map((f) =>
+      this.engine.tokenizer.encode(this.render([{ role: 'user', content: reflexionQuery(f.trajectory, f.past) }])),
+    );
     const gens = await this.engine.generate(prompts, { maxTokens: this.opts.maxTokens, temperature: this.opts.temperature, topP: 1, seed });
     return gens.map((g) => g.text.trim());
   }

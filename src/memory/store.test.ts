@@ -39,8 +39,13 @@ describe('TipMemory', () => {
     m.add('t', q, 'an episode tip', 10);
     m.add('t', q, 'go north: 0', 0, 'go north');
     expect(m.retrieve('t', q).map((r) => r.text)).toEqual(['take key: +20', 'open box: +15']);
-    expect(m.retrieve('t', q, undefined, { keepAction: (a) => a !== 'take key' }).map((r) => r.text)).toEqual(['open box: +15', 'an episode tip']);
-    expect(m.retrieve('t', q, undefined, { keepAction: (a) => !['take key', 'open box'].includes(a) }).map((r) => [r.text, r.action])).toEqual([
+    expect(m.retrieve('t', q, undefined, { keepAction: (a) => a !== 'take key' }).map((r) => r.text)).toEqual([
+      'open box: +15',
+      'an episode tip',
+    ]);
+    expect(
+      m.retrieve('t', q, undefined, { keepAction: (a) => !['take key', 'open box'].includes(a) }).map((r) => [r.text, r.action]),
+    ).toEqual([
       ['an episode tip', null],
       ['go north: 0', 'go north'],
     ]);
@@ -49,7 +54,10 @@ describe('TipMemory', () => {
     // minScore: strictly above; it applies to episode tips too, and before the top-k cut.
     expect(m.retrieve('t', q, 10, { minScore: 0 }).map((r) => r.text)).toEqual(['take key: +20', 'open box: +15', 'an episode tip']);
     expect(m.retrieve('t', q, 10, { minScore: 10 }).map((r) => r.text)).toEqual(['take key: +20', 'open box: +15']);
-    expect(m.retrieve('t', q, undefined, { keepAction: (a) => a !== 'take key', minScore: 0 }).map((r) => r.text)).toEqual(['open box: +15', 'an episode tip']);
+    expect(m.retrieve('t', q, undefined, { keepAction: (a) => a !== 'take key', minScore: 0 }).map((r) => r.text)).toEqual([
+      'open box: +15',
+      'an episode tip',
+    ]);
     expect(m.retrieve('t', q, 10, { keepAction: (a) => a === 'go north', minScore: 0 }).map((r) => r.text)).toEqual(['an episode tip']);
     expect(m.retrieve('t', q, 10, { minScore: null })).toEqual(m.retrieve('t', q, 10));
   });
@@ -113,9 +121,17 @@ describe('TipMemory', () => {
     m.add('t', vec(2, { 0: 1 }), 'an episode tip', 10);
     const saved = JSON.parse(JSON.stringify(m.toJSON()));
     expect(saved.slots.t.actions).toEqual(['take key', null]);
-    expect(TipMemory.fromJSON(saved).entries('t').map((e) => e.action)).toEqual(['take key', null]);
+    expect(
+      TipMemory.fromJSON(saved)
+        .entries('t')
+        .map((e) => e.action),
+    ).toEqual(['take key', null]);
     delete saved.slots.t.actions;
-    expect(TipMemory.fromJSON(saved).entries('t').map((e) => e.action)).toEqual([null, null]);
+    expect(
+      TipMemory.fromJSON(saved)
+        .entries('t')
+        .map((e) => e.action),
+    ).toEqual([null, null]);
     const plain = new TipMemory(2);
     plain.add('t', vec(2, { 0: 1 }), 'x', 1);
     expect(plain.toJSON().slots.t).not.toHaveProperty('actions');
@@ -132,7 +148,11 @@ describe('TipMemory', () => {
     expect(copy.entries('t').map((e) => e.progress)).toEqual([15, null]);
     expect(copy.retrieve('t', vec(2, { 0: 1 }), 10, { progress: 0 }).map((r) => r.text)).toEqual(['an episode tip']);
     delete saved.slots.t.progress;
-    expect(TipMemory.fromJSON(saved).entries('t').map((e) => e.progress)).toEqual([null, null]);
+    expect(
+      TipMemory.fromJSON(saved)
+        .entries('t')
+        .map((e) => e.progress),
+    ).toEqual([null, null]);
   });
 
   it('refuses bad input clearly', () => {
@@ -150,6 +170,8 @@ describe('TipMemory', () => {
     expect(() => TipMemory.fromJSON(badActions, 'memory.json')).toThrow(/slot "t" has 2 actions for 1 tips/);
     const badProgress = good.toJSON();
     badProgress.slots.t.progress = ['ten' as unknown as number];
-    expect(() => TipMemory.fromJSON(badProgress, 'memory.json')).toThrow(/slot "t" has 1 progress values for 1 tips, or values that are not numbers/);
+    expect(() => TipMemory.fromJSON(badProgress, 'memory.json')).toThrow(
+      /slot "t" has 1 progress values for 1 tips, or values that are not numbers/,
+    );
   });
 });

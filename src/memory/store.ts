@@ -80,8 +80,10 @@ export class TipMemory {
     readonly settings: MemorySettings = DEFAULT_MEMORY_SETTINGS,
   ) {
     if (!Number.isInteger(dim) || dim <= 0) throw new Error(`TipMemory: dim must be a positive integer, got ${dim}`);
-    if (!Number.isInteger(settings.capacity) || settings.capacity <= 0) throw new Error(`TipMemory: capacity must be a positive integer, got ${settings.capacity}`);
-    if (!Number.isInteger(settings.topK) || settings.topK <= 0) throw new Error(`TipMemory: topK must be a positive integer, got ${settings.topK}`);
+    if (!Number.isInteger(settings.capacity) || settings.capacity <= 0)
+      throw new Error(`TipMemory: capacity must be a positive integer, got ${settings.capacity}`);
+    if (!Number.isInteger(settings.topK) || settings.topK <= 0)
+      throw new Error(`TipMemory: topK must be a positive integer, got ${settings.topK}`);
   }
 
   /**
@@ -90,7 +92,14 @@ export class TipMemory {
    * `progress` the score the episode had reached before that step, so retrieval can keep to states
    * at the same point of the task.
    */
-  add(slotName: string, key: Float32Array, text: string, score: number, action: string | null = null, progress: number | null = null): boolean {
+  add(
+    slotName: string,
+    key: Float32Array,
+    text: string,
+    score: number,
+    action: string | null = null,
+    progress: number | null = null,
+  ): boolean {
     if (key.length !== this.dim) throw new Error(`TipMemory.add: key has ${key.length} dimensions, memory has ${this.dim}`);
     let slot = this.slots.get(slotName);
     if (!slot) this.slots.set(slotName, (slot = new Slot(this.settings.capacity, this.dim)));
@@ -146,7 +155,15 @@ export class TipMemory {
       const base = e * dim;
       let dot = 0;
       for (let j = 0; j < nz.length; j++) dot += slot.keys[base + nz[j]] * qv[j];
-      if (dot > this.settings.threshold) out.push({ text: slot.texts[e]!, score: slot.scores[e], similarity: dot, action: slot.actions[e], order: slot.orders[e], progress: slot.progress[e] });
+      if (dot > this.settings.threshold)
+        out.push({
+          text: slot.texts[e]!,
+          score: slot.scores[e],
+          similarity: dot,
+          action: slot.actions[e],
+          order: slot.orders[e],
+          progress: slot.progress[e],
+        });
     }
     return out;
   }
@@ -197,21 +214,36 @@ export class TipMemory {
 
   static fromJSON(data: unknown, where = 'tip memory'): TipMemory {
     const d = data as SerializedMemory;
-    if (!d || d.format !== 'empo2-tip-memory' || d.version !== 1) throw new Error(`${where}: not an empo2 tip memory (format/version missing or unknown)`);
+    if (!d || d.format !== 'empo2-tip-memory' || d.version !== 1)
+      throw new Error(`${where}: not an empo2 tip memory (format/version missing or unknown)`);
     if (!Number.isInteger(d.dim) || d.dim <= 0) throw new Error(`${where}: bad dim ${String(d.dim)}`);
     const memory = new TipMemory(d.dim, { ...DEFAULT_MEMORY_SETTINGS, ...d.settings });
     for (const [name, s] of Object.entries(d.slots ?? {})) {
-      if (!Array.isArray(s.texts) || !Array.isArray(s.scores) || s.texts.length !== s.scores.length) throw new Error(`${where}: slot "${name}" has mismatched texts and scores`);
-      if (s.actions !== undefined && (!Array.isArray(s.actions) || s.actions.length !== s.texts.length || s.actions.some((a) => a !== null && typeof a !== 'string'))) {
-        throw new Error(`${where}: slot "${name}" has ${Array.isArray(s.actions) ? `${s.actions.length} actions for ${s.texts.length} tips, or actions that are not strings` : 'an actions field that is not a list'}`);
+      if (!Array.isArray(s.texts) || !Array.isArray(s.scores) || s.texts.length !== s.scores.length)
+        throw new Error(`${where}: slot "${name}" has mismatched texts and scores`);
+      if (
+        s.actions !== undefined &&
+        (!Array.isArray(s.actions) || s.actions.length !== s.texts.length || s.actions.some((a) => a !== null && typeof a !== 'string'))
+      ) {
+        throw new Error(
+          `${where}: slot "${name}" has ${Array.isArray(s.actions) ? `${s.actions.length} actions for ${s.texts.length} tips, or actions that are not strings` : 'an actions field that is not a list'}`,
+        );
       }
-      if (s.progress !== undefined && (!Array.isArray(s.progress) || s.progress.length !== s.texts.length || s.progress.some((p) => p !== null && !Number.isFinite(p)))) {
-        throw new Error(`${where}: slot "${name}" has ${Array.isArray(s.progress) ? `${s.progress.length} progress values for ${s.texts.length} tips, or values that are not numbers` : 'a progress field that is not a list'}`);
+      if (
+        s.progress !== undefined &&
+        (!Array.isArray(s.progress) || s.progress.length !== s.texts.length || s.progress.some((p) => p !== null && !Number.isFinite(p)))
+      ) {
+        throw new Error(
+          `${where}: slot "${name}" has ${Array.isArray(s.progress) ? `${s.progress.length} progress values for ${s.texts.length} tips, or values that are not numbers` : 'a progress field that is not a list'}`,
+        );
       }
       const bytes = Buffer.from(s.keys, 'base64');
-      if (bytes.byteLength !== s.texts.length * d.dim * 4) throw new Error(`${where}: slot "${name}" keys hold ${bytes.byteLength} bytes, expected ${s.texts.length * d.dim * 4}`);
+      if (bytes.byteLength !== s.texts.length * d.dim * 4)
+        throw new Error(`${where}: slot "${name}" keys hold ${bytes.byteLength} bytes, expected ${s.texts.length * d.dim * 4}`);
       const keys = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
-      s.texts.forEach((text, i) => memory.add(name, keys.subarray(i * d.dim, (i + 1) * d.dim), text, s.scores[i], s.actions?.[i] ?? null, s.progress?.[i] ?? null));
+      s.texts.forEach((text, i) =>
+        memory.add(name, keys.subarray(i * d.dim, (i + 1) * d.dim), text, s.scores[i], s.actions?.[i] ?? null, s.progress?.[i] ?? null),
+      );
     }
     return memory;
   }

@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ChatTemplate, renderChatTemplate } from './chat-template.ts';
 
-const SIMPLE = "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}";
+const SIMPLE =
+  '{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}';
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 const tempDir = () => {
@@ -58,9 +59,13 @@ describe('chat templates', () => {
     expect(() => ChatTemplate.fromDir(d)).toThrow(`${join(d, 'tokenizer_config.json')}: invalid JSON`);
     writeFileSync(join(d, 'tokenizer_config.json'), JSON.stringify({ chat_template: '{% for m in messages %}' }));
     expect(() => renderChatTemplate(d, [])).toThrow(`${join(d, 'tokenizer_config.json')}: chat template "default" does not parse`);
-    const strict = { chat_template: "{% if messages[0].role != 'user' %}{{ raise_exception('first message must be from the user') }}{% endif %}ok" };
+    const strict = {
+      chat_template: "{% if messages[0].role != 'user' %}{{ raise_exception('first message must be from the user') }}{% endif %}ok",
+    };
     expect(renderChatTemplate(strict, [{ role: 'user', content: '' }])).toBe('ok');
-    expect(() => renderChatTemplate(strict, [{ role: 'system', content: '' }])).toThrow('rendering the chat template failed: first message must be from the user');
+    expect(() => renderChatTemplate(strict, [{ role: 'system', content: '' }])).toThrow(
+      'rendering the chat template failed: first message must be from the user',
+    );
     expect(() => renderChatTemplate(strict, [{ content: 'x' } as never])).toThrow('chat message 0: needs a string "role"');
     expect(() => renderChatTemplate(join(d, 'missing'), [])).toThrow('is not a model directory');
   });

@@ -37,7 +37,8 @@ const SPECIAL_TOKEN_KEYS = ['bos_token', 'eos_token', 'unk_token', 'pad_token', 
 /** A special token as tokenizer_config.json stores it: a string, or an AddedToken object with "content". */
 function tokenText(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
-  if (typeof value === 'object' && value !== null && typeof (value as { content?: unknown }).content === 'string') return (value as { content: string }).content;
+  if (typeof value === 'object' && value !== null && typeof (value as { content?: unknown }).content === 'string')
+    return (value as { content: string }).content;
   return undefined;
 }
 
@@ -78,21 +79,26 @@ export class ChatTemplate {
     if (existsSync(configPath)) config = readJson(configPath) as TokenizerConfigLike;
     const jinjaPath = join(dir, 'chat_template.jinja');
     const jsonPath = join(dir, 'chat_template.json');
-    if (existsSync(jinjaPath)) return ChatTemplate.fromTokenizerConfig({ ...config, chat_template: readFileSync(jinjaPath, 'utf8') }, jinjaPath);
+    if (existsSync(jinjaPath))
+      return ChatTemplate.fromTokenizerConfig({ ...config, chat_template: readFileSync(jinjaPath, 'utf8') }, jinjaPath);
     if (existsSync(jsonPath)) {
       const t = (readJson(jsonPath) as { chat_template?: unknown }).chat_template;
       if (typeof t !== 'string') throw new Error(`${jsonPath}: "chat_template" must be a string`);
       return ChatTemplate.fromTokenizerConfig({ ...config, chat_template: t }, jsonPath);
     }
-    if (!existsSync(configPath)) throw new Error(`${dir}: no chat template (looked for chat_template.jinja, chat_template.json and tokenizer_config.json)`);
+    if (!existsSync(configPath))
+      throw new Error(`${dir}: no chat template (looked for chat_template.jinja, chat_template.json and tokenizer_config.json)`);
     return ChatTemplate.fromTokenizerConfig(config, configPath);
   }
 
   render(messages: readonly ChatMessage[], opts: ChatTemplateOptions = {}): string {
     checkMessages(messages, this.source);
     const name = opts.templateName ?? (opts.tools && this.templates.has('tool_use') ? 'tool_use' : 'default');
-    const text = this.templates.get(name) ?? (opts.templateName === undefined && this.templates.size === 1 ? [...this.templates.values()][0] : undefined);
-    if (text === undefined) throw new Error(`${this.source}: no chat template named ${JSON.stringify(name)} (has ${[...this.templates.keys()].join(', ')})`);
+    const text =
+      this.templates.get(name) ??
+      (opts.templateName === undefined && this.templates.size === 1 ? [...this.templates.values()][0] : undefined);
+    if (text === undefined)
+      throw new Error(`${this.source}: no chat template named ${JSON.stringify(name)} (has ${[...this.templates.keys()].join(', ')})`);
     let template = this.compiled.get(name);
     if (!template) {
       try {
@@ -153,7 +159,11 @@ function readJson(path: string): unknown {
  * Renders a model's chat template. `source` is a model directory, a parsed tokenizer_config.json
  * (or anything with `chat_template` and the special tokens), or an already loaded ChatTemplate.
  */
-export function renderChatTemplate(source: string | TokenizerConfigLike | ChatTemplate, messages: readonly ChatMessage[], opts: ChatTemplateOptions = {}): string {
+export function renderChatTemplate(
+  source: string | TokenizerConfigLike | ChatTemplate,
+  messages: readonly ChatMessage[],
+  opts: ChatTemplateOptions = {},
+): string {
   let template: ChatTemplate;
   if (source instanceof ChatTemplate) template = source;
   else if (typeof source === 'string') {

@@ -85,10 +85,10 @@ describe('writing and reading back', () => {
       'model.embed.weight': { dtype: 'F32', shape: [2, 3], data: Float32Array.from([1, -2, 3.5, 0, 1e-30, -7e20]) },
       'ids.i32': { dtype: 'I32', shape: [3], data: Int32Array.from([-1, 0, 2 ** 31 - 1]) },
       'ids.i64': { dtype: 'I64', shape: [2], data: BigInt64Array.from([-(2n ** 62n), 5n]) },
-      'flags': { dtype: 'BOOL', shape: [3], data: Uint8Array.from([1, 0, 1]) },
-      'bytes': { dtype: 'U8', shape: [1], data: Uint8Array.from([255]) },
-      'double': { dtype: 'F64', shape: [], data: Float64Array.from([Math.PI]) },
-      'empty': { dtype: 'F32', shape: [0, 4], data: new Float32Array(0) },
+      flags: { dtype: 'BOOL', shape: [3], data: Uint8Array.from([1, 0, 1]) },
+      bytes: { dtype: 'U8', shape: [1], data: Uint8Array.from([255]) },
+      double: { dtype: 'F64', shape: [], data: Float64Array.from([Math.PI]) },
+      empty: { dtype: 'F32', shape: [0, 4], data: new Float32Array(0) },
       'as.f16': { dtype: 'F16', shape: [3], data: Float32Array.from([0.1, -65504, 1e-8]) },
       'as.bf16': { dtype: 'BF16', shape: [2], data: Float32Array.from([Math.PI, -1]) },
       'raw.bf16': { dtype: 'BF16', shape: [1], data: Uint16Array.from([0x3f80]) },
@@ -144,9 +144,7 @@ describe('writing and reading back', () => {
     expect(() => writeSafetensors(path, { w: { dtype: 'I32', shape: [2], data: Float32Array.from([1, 2]) } })).toThrow(
       /dtype I32 needs a Int32Array, got a Float32Array/,
     );
-    expect(() => writeSafetensors(path, { __metadata__: { dtype: 'F32', shape: [0], data: new Float32Array(0) } })).toThrow(
-      /reserved/,
-    );
+    expect(() => writeSafetensors(path, { __metadata__: { dtype: 'F32', shape: [0], data: new Float32Array(0) } })).toThrow(/reserved/);
     expect(() =>
       writeSafetensors(path, { w: { dtype: 'F32', shape: [0], data: new Float32Array(0) } }, { step: 3 as unknown as string }),
     ).toThrow(/metadata\["step"\] is 3, not a string/);
@@ -250,11 +248,7 @@ describe('corrupt files', () => {
       buildFile({ a: { dtype: 'F32', shape: [3], data_offsets: [0, 8] } }, eightBytes),
       /tensor "a": shape \[3\] of F32 needs 12 bytes but data_offsets span 8/,
     ],
-    [
-      'unknown dtype',
-      buildFile({ a: { dtype: 'F12', shape: [2], data_offsets: [0, 8] } }, eightBytes),
-      /tensor "a": unknown dtype "F12"/,
-    ],
+    ['unknown dtype', buildFile({ a: { dtype: 'F12', shape: [2], data_offsets: [0, 8] } }, eightBytes), /tensor "a": unknown dtype "F12"/],
     [
       'negative dimension',
       buildFile({ a: { dtype: 'F32', shape: [-2], data_offsets: [0, 8] } }, eightBytes),
@@ -267,11 +261,7 @@ describe('corrupt files', () => {
       buildFile({ __metadata__: { epoch: 3 }, ...good }, eightBytes),
       /__metadata__\["epoch"\] is 3, not a string/,
     ],
-    [
-      'a header that is not UTF-8',
-      buildFile(null, eightBytes, '{"a": 1}').map((b, i) => (i === 10 ? 0xff : b)),
-      /invalid JSON header/,
-    ],
+    ['a header that is not UTF-8', buildFile(null, eightBytes, '{"a": 1}').map((b, i) => (i === 10 ? 0xff : b)), /invalid JSON header/],
   ];
 
   it.each(cases)('%s', (_label, bytes, expected) => {
@@ -302,15 +292,15 @@ describe('model directories', () => {
     const dir = mkdtempSync(join(workDir, 'sharded-'));
     const first = 'model-00001-of-00002.safetensors';
     const second = 'model-00002-of-00002.safetensors';
-    writeSafetensors(join(dir, first), { 'layer.0.w': tensor([1, 2]), 'embed': tensor([3]) }, { format: 'pt' });
+    writeSafetensors(join(dir, first), { 'layer.0.w': tensor([1, 2]), embed: tensor([3]) }, { format: 'pt' });
     writeSafetensors(join(dir, second), { 'layer.1.w': tensor([4, 5, 6]) }, { format: 'pt' });
-    const weightMap = { 'layer.0.w': first, 'embed': first, 'layer.1.w': second };
+    const weightMap = { 'layer.0.w': first, embed: first, 'layer.1.w': second };
     writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: { total_size: 24 }, weight_map: weightMap }));
 
     const { tensors, metadata } = readSafetensorsDir(dir);
     expect(Object.fromEntries([...tensors].map(([name, t]) => [name, Array.from(t.data as Float32Array)]))).toEqual({
       'layer.0.w': [1, 2],
-      'embed': [3],
+      embed: [3],
       'layer.1.w': [4, 5, 6],
     });
     expect(metadata).toEqual({ format: 'pt' });
@@ -346,7 +336,10 @@ describe('model directories', () => {
     const dir = mkdtempSync(join(workDir, 'dup-'));
     writeSafetensors(join(dir, 'one.safetensors'), { a: tensor([1]) });
     writeSafetensors(join(dir, 'two.safetensors'), { a: tensor([2]), b: tensor([3]) });
-    writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ weight_map: { a: 'one.safetensors', b: 'two.safetensors' } }));
+    writeFileSync(
+      join(dir, 'model.safetensors.index.json'),
+      JSON.stringify({ weight_map: { a: 'one.safetensors', b: 'two.safetensors' } }),
+    );
     expect(() => readSafetensorsDir(dir)).toThrow(/tensor "a" is in both one.safetensors and two.safetensors/);
   });
 

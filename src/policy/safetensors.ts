@@ -8,26 +8,24 @@
  * is checked before it is used, so a corrupt or truncated file is an error naming the file and the
  * problem, never a garbage tensor.
  */
-import { closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fstatSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  rmSync,
+  writeSync,
+} from 'node:fs';
 import { endianness } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 
 export type SafetensorsDtype =
-  | 'BOOL'
-  | 'U8'
-  | 'I8'
-  | 'F8_E5M2'
-  | 'F8_E4M3'
-  | 'I16'
-  | 'U16'
-  | 'F16'
-  | 'BF16'
-  | 'I32'
-  | 'U32'
-  | 'F32'
-  | 'F64'
-  | 'I64'
-  | 'U64';
+  'BOOL' | 'U8' | 'I8' | 'F8_E5M2' | 'F8_E4M3' | 'I16' | 'U16' | 'F16' | 'BF16' | 'I32' | 'U32' | 'F32' | 'F64' | 'I64' | 'U64';
 
 export type TensorData =
   | Float32Array
@@ -342,9 +340,7 @@ function checkEntry(name: string, value: unknown, dataLength: number, path: stri
   }
   const expected = elementCount(shape) * DTYPES[dtype].bytes;
   if (expected !== end - begin) {
-    throw new Error(
-      `${where}: shape [${shape.join(', ')}] of ${dtype} needs ${expected} bytes but data_offsets span ${end - begin}`,
-    );
+    throw new Error(`${where}: shape [${shape.join(', ')}] of ${dtype} needs ${expected} bytes but data_offsets span ${end - begin}`);
   }
   return { name, dtype, shape: [...shape], begin, end };
 }
@@ -428,7 +424,9 @@ export function readSafetensorsDir(dir: string, opts: ReadOptions = {}): Safeten
     for (const name of names) {
       if (opts.filter && !opts.filter(name)) continue;
       if (shardOf.get(name) !== shard) {
-        throw new Error(`${indexPath}: tensor "${name}" should be in ${shard} but is ${shardOf.has(name) ? `in ${shardOf.get(name)}` : 'in no shard'}`);
+        throw new Error(
+          `${indexPath}: tensor "${name}" should be in ${shard} but is ${shardOf.has(name) ? `in ${shardOf.get(name)}` : 'in no shard'}`,
+        );
       }
     }
   }
@@ -542,9 +540,7 @@ export function writeSafetensors(
     if (name === METADATA_KEY) throw new Error(`${path}: "${METADATA_KEY}" is reserved and cannot name a tensor`);
     return { name, tensor, bytes: tensorBytes(name, tensor, path) };
   });
-  prepared.sort(
-    (a, b) => DTYPES[b.tensor.dtype].bytes - DTYPES[a.tensor.dtype].bytes || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0),
-  );
+  prepared.sort((a, b) => DTYPES[b.tensor.dtype].bytes - DTYPES[a.tensor.dtype].bytes || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 
   const header: Record<string, unknown> = {};
   if (metadata !== undefined) header[METADATA_KEY] = checkMetadata(metadata, `${path}: metadata`);

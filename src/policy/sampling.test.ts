@@ -15,7 +15,13 @@ const row = (xs: number[]) => Float32Array.from(xs);
 /** Logits whose softmax is exactly the given probabilities (up to float32 rounding). */
 const logitsOf = (probs: number[]) => row(probs.map(Math.log));
 
-function counts(logits: Float32Array, opts: { temperature: number; topP: number }, draws: number, seed: number, allowed?: number[]): number[] {
+function counts(
+  logits: Float32Array,
+  opts: { temperature: number; topP: number },
+  draws: number,
+  seed: number,
+  allowed?: number[],
+): number[] {
   const rng = new Rng(seed);
   const c = new Array(logits.length).fill(0);
   for (let i = 0; i < draws; i++) c[sampleToken(logits, opts, rng, allowed).token]++;
@@ -30,7 +36,7 @@ describe('sampleToken', () => {
     for (let i = 0; i < 20; i++) expect(sampleToken(row(logits), { temperature: 0, topP: 1 }, rng).token).toBe(1);
   });
 
-  it('greedy returns the unconstrained log-softmax at T = 1 (the policy\'s own probability), within 1e-6', () => {
+  it("greedy returns the unconstrained log-softmax at T = 1 (the policy's own probability), within 1e-6", () => {
     const pick = sampleToken(row(logits), { temperature: 0, topP: 1 }, new Rng(0));
     expect(Math.abs(pick.logprob - logSoftmaxAt(logits, 1, 1))).toBeLessThan(1e-6);
   });
@@ -86,7 +92,7 @@ describe('sampleToken', () => {
     expect(Math.abs(c[2] / 20_000 - 0.15 / 0.95)).toBeLessThan(0.02);
   });
 
-  it('top-p smaller than the top token\'s probability still keeps that one token', () => {
+  it("top-p smaller than the top token's probability still keeps that one token", () => {
     const c = counts(logitsOf([0.1, 0.6, 0.3]), { temperature: 1, topP: 0.05 }, 500, 13);
     expect(c).toEqual([0, 500, 0]);
   });

@@ -146,9 +146,7 @@ describe('trainByteLevelBPE', () => {
     );
     expect(() => trainByteLevelBPE(corpus, { vocabSize: 300, specialTokens: ['<a>', '<a>'] })).toThrow(/"<a>" is listed twice/);
     expect(() => trainByteLevelBPE(corpus, { vocabSize: 300, specialTokens: [''] })).toThrow(/non-empty strings/);
-    expect(() => trainByteLevelBPE([42 as unknown as string], { vocabSize: 300, specialTokens: [] })).toThrow(
-      /corpus item 0 is a number/,
-    );
+    expect(() => trainByteLevelBPE([42 as unknown as string], { vocabSize: 300, specialTokens: [] })).toThrow(/corpus item 0 is a number/);
   });
 });
 
@@ -178,7 +176,12 @@ describe('Tokenizer', () => {
     expect(spaces.encode('x  \u0085')).toContain(doubleSpace);
     // U+FEFF is not: the second space joins it and the first stands alone.
     expect(spaces.encode('x  \ufeff')).not.toContain(doubleSpace);
-    expect(spaces.encode('x  \ufeff').map((id) => spaces.idToToken(id)).slice(0, 3)).toEqual(['x', 'Ġ', 'Ġ']);
+    expect(
+      spaces
+        .encode('x  \ufeff')
+        .map((id) => spaces.idToToken(id))
+        .slice(0, 3),
+    ).toEqual(['x', 'Ġ', 'Ġ']);
   });
 
   it('compresses the text it was trained on', () => {
@@ -190,7 +193,13 @@ describe('Tokenizer', () => {
   it('encodes each special token as one id, wherever it appears', () => {
     const start = tokenizer.requireTokenId('<|im_start|>');
     const end = tokenizer.requireTokenId('<|im_end|>');
-    expect(tokenizer.specialIds).toEqual(new Map([['<|endoftext|>', 0], ['<|im_start|>', 1], ['<|im_end|>', 2]]));
+    expect(tokenizer.specialIds).toEqual(
+      new Map([
+        ['<|endoftext|>', 0],
+        ['<|im_start|>', 1],
+        ['<|im_end|>', 2],
+      ]),
+    );
     for (const special of SPECIALS) expect(tokenizer.encode(special)).toEqual([tokenizer.requireTokenId(special)]);
 
     const ids = tokenizer.encode('<|im_start|>user\nopen the fridge<|im_end|>\n<|im_start|>assistant\n');
@@ -333,7 +342,9 @@ describe('loading other byte-level BPE tokenizers', () => {
 
   it('adds BOS only when a Llama-3-style post-processor asks and addSpecialTokens is not false', () => {
     const json = qwenStyle();
-    json.added_tokens = [{ id: 600, content: '<|begin_of_text|>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }];
+    json.added_tokens = [
+      { id: 600, content: '<|begin_of_text|>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true },
+    ];
     json.post_processor = {
       type: 'Sequence',
       processors: [

@@ -35,9 +35,7 @@ export const BYTE_TO_SYMBOL: readonly string[] = (() => {
 const SYMBOL_TO_BYTE: ReadonlyMap<string, number> = new Map(BYTE_TO_SYMBOL.map((symbol, byte) => [symbol, byte]));
 
 /** The 256 byte symbols in code point order: the order `tokenizers` gives them ids in. */
-const BYTE_SYMBOLS_BY_CODE_POINT: readonly string[] = [...BYTE_TO_SYMBOL].sort(
-  (a, b) => a.charCodeAt(0) - b.charCodeAt(0),
-);
+const BYTE_SYMBOLS_BY_CODE_POINT: readonly string[] = [...BYTE_TO_SYMBOL].sort((a, b) => a.charCodeAt(0) - b.charCodeAt(0));
 
 /**
  * GPT-2's pre-tokenization split, the one the `ByteLevel` pre-tokenizer applies with
@@ -210,7 +208,13 @@ const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&
 function countPreTokens(corpus: Iterable<string>, specialTokens: readonly string[]): Map<string, number> {
   const specialSplit =
     specialTokens.length > 0
-      ? new RegExp([...specialTokens].sort((a, b) => b.length - a.length).map(escapeRegExp).join('|'), 'u')
+      ? new RegExp(
+          [...specialTokens]
+            .sort((a, b) => b.length - a.length)
+            .map(escapeRegExp)
+            .join('|'),
+          'u',
+        )
       : null;
   const counts = new Map<string, number>();
   let documentIndex = 0;
@@ -412,15 +416,19 @@ type AnyClass = abstract new (...args: never[]) => unknown;
  * The package's bundled .d.ts files import without file extensions, which NodeNext resolution
  * rejects, so its exports arrive untyped; these are the ones used here, typed by hand.
  */
-const { Tokenizer: HfTokenizer, ByteLevelPreTokenizer, DigitsPreTokenizer, SequencePreTokenizer } = tokenizersLibrary as unknown as {
+const {
+  Tokenizer: HfTokenizer,
+  ByteLevelPreTokenizer,
+  DigitsPreTokenizer,
+  SequencePreTokenizer,
+} = tokenizersLibrary as unknown as {
   Tokenizer: new (tokenizerJSON: object, tokenizerConfig: object) => HfTokenizerApi;
   ByteLevelPreTokenizer: AnyClass;
   DigitsPreTokenizer: AnyClass;
   SequencePreTokenizer: AnyClass;
 };
 
-const isObject = (value: unknown): value is JsonObject =>
-  typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is JsonObject => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 const describe = (value: unknown) => (Array.isArray(value) ? 'an array' : value === null ? 'null' : `a ${typeof value}`);
 
@@ -528,7 +536,7 @@ export class Tokenizer implements TextTokenizer {
     const specials = new Map<string, number>();
     let maxId = -1;
     for (const id of Object.values((json.model as JsonObject).vocab as Record<string, number>)) maxId = Math.max(maxId, id);
-    for (const token of json.added_tokens as AddedTokenJSON[] | undefined ?? []) {
+    for (const token of (json.added_tokens as AddedTokenJSON[] | undefined) ?? []) {
       this.addedTokenContent.set(token.id, token.content);
       if (token.special) specials.set(token.content, token.id);
       maxId = Math.max(maxId, token.id);
@@ -631,9 +639,7 @@ export class Tokenizer implements TextTokenizer {
         const byte = SYMBOL_TO_BYTE.get(symbol);
         if (byte === undefined) {
           const codePoint = symbol.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0');
-          throw new Error(
-            `${this.source}: token ${id} (${JSON.stringify(token)}) holds U+${codePoint}, which is not a byte-level symbol`,
-          );
+          throw new Error(`${this.source}: token ${id} (${JSON.stringify(token)}) holds U+${codePoint}, which is not a byte-level symbol`);
         }
         bytes![i] = byte;
       });

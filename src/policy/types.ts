@@ -93,7 +93,13 @@ export interface PolicyEngine {
   generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]>;
   logprobs(batch: ScoredSequence[], temperature?: number): Promise<number[][]>;
   /** One optimiser step on the whole batch (gradients accumulated over micro-batches). */
-  trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature?: number, lr?: number, resume?: StepResumeOptions): Promise<TrainStats>;
+  trainStep(
+    batch: TrainSequence[],
+    objective: ObjectiveConfig,
+    temperature?: number,
+    lr?: number,
+    resume?: StepResumeOptions,
+  ): Promise<TrainStats>;
   save(dir: string): Promise<void>;
   /** Drops the KV caches kept for these `cacheKeys` (an episode ended). Engines without caches omit it. */
   releaseCache?(keys: readonly string[]): void;

@@ -36,13 +36,24 @@ export function checkAccess(rules: AccessRules, req: IncomingMessage): void {
   if (origin !== undefined) {
     const originHost = hostnameOf(origin);
     if (originHost === null || !hostAllowed(rules, originHost)) {
-      throw new RequestError(403, `requests from web pages of another origin (${JSON.stringify(origin)}) are refused`, null, 'permission_error');
+      throw new RequestError(
+        403,
+        `requests from web pages of another origin (${JSON.stringify(origin)}) are refused`,
+        null,
+        'permission_error',
+      );
     }
   }
   if (rules.apiKey !== undefined) {
     const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
     if (!m || !sameSecret(m[1], rules.apiKey)) {
-      throw new RequestError(401, 'this server needs an API key: send "Authorization: Bearer <key>" with the key it was started with (--api-key or $EMPO2_API_KEY)', null, 'invalid_request_error', 'invalid_api_key');
+      throw new RequestError(
+        401,
+        'this server needs an API key: send "Authorization: Bearer <key>" with the key it was started with (--api-key or $EMPO2_API_KEY)',
+        null,
+        'invalid_request_error',
+        'invalid_api_key',
+      );
     }
   }
 }
@@ -51,7 +62,11 @@ export function checkAccess(rules: AccessRules, req: IncomingMessage): void {
 export function checkJsonContentType(req: IncomingMessage): void {
   const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
   if (type !== 'application/json') {
-    throw new RequestError(415, `the request body must be sent with "Content-Type: application/json" (got ${JSON.stringify(req.headers['content-type'] ?? 'none')})`, null);
+    throw new RequestError(
+      415,
+      `the request body must be sent with "Content-Type: application/json" (got ${JSON.stringify(req.headers['content-type'] ?? 'none')})`,
+      null,
+    );
   }
 }
 

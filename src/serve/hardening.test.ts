@@ -22,13 +22,26 @@ import { startServedFixture, type ServedFixture } from '../../test/support/serve
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
-async function post(url: string, path: string, body: unknown, init: { headers?: Record<string, string>; signal?: AbortSignal } = {}): Promise<{ status: number; json: any }> {
-  const res = await fetch(url + path, { method: 'POST', headers: { ...JSON_HEADERS, ...init.headers }, body: JSON.stringify(body), signal: init.signal });
+async function post(
+  url: string,
+  path: string,
+  body: unknown,
+  init: { headers?: Record<string, string>; signal?: AbortSignal } = {},
+): Promise<{ status: number; json: any }> {
+  const res = await fetch(url + path, {
+    method: 'POST',
+    headers: { ...JSON_HEADERS, ...init.headers },
+    body: JSON.stringify(body),
+    signal: init.signal,
+  });
   return { status: res.status, json: await res.json() };
 }
 
 /** A raw request, so that Host and Origin can be anything. */
-function rawRequest(url: string, opts: { method: string; path: string; headers: Record<string, string>; body?: string }): Promise<{ status: number; json: any }> {
+function rawRequest(
+  url: string,
+  opts: { method: string; path: string; headers: Record<string, string>; body?: string },
+): Promise<{ status: number; json: any }> {
   const { hostname, port } = new URL(url);
   return new Promise((resolveReq, reject) => {
     const req = request({ hostname, port, method: opts.method, path: opts.path, headers: opts.headers }, (res) => {
@@ -50,27 +63,37 @@ describe('empo2 serve: work per request', () => {
   afterEach(() => vi.restoreAllMocks());
 
   it('refuses 2000 one-token prompts × max_tokens 2000 at once, naming the limit', async () => {
-    const { status, json } = await post(f.server.url, '/v1/completions', { prompt: Array.from({ length: 2000 }, () => [5]), max_tokens: 2000 });
+    const { status, json } = await post(f.server.url, '/v1/completions', {
+      prompt: Array.from({ length: 2000 }, () => [5]),
+      max_tokens: 2000,
+    });
     expect(status).toBe(400);
     expect(json.error.param).toBe('prompt');
-    expect(json.error.message).toMatch(/2000 prompts × \(1 prompt tokens \+ 2000 max_tokens\) = 4002000 tokens of work; the server takes at most 262144 per request \(empo2 serve --max-request-tokens\)/);
+    expect(json.error.message).toMatch(
+      /2000 prompts × \(1 prompt tokens \+ 2000 max_tokens\) = 4002000 tokens of work; the server takes at most 262144 per request \(empo2 serve --max-request-tokens\)/,
+    );
     expect(f.server.queue.stats.generateCalls).toBe(0);
   });
 
   it('measures text prompts by their bytes before tokenising them', async () => {
     const encode = vi.spyOn(f.server.queue.current.engine.tokenizer, 'encode');
     // Even without generating, tokenising 100,000 texts is work: each is at least a few tokens.
-    const many = await post(f.server.url, '/v1/completions', { prompt: Array.from({ length: 100_000 }, () => 'go to the kitchen and open the red box and look around'), max_tokens: 0 });
+    const many = await post(f.server.url, '/v1/completions', {
+      prompt: Array.from({ length: 100_000 }, () => 'go to the kitchen and open the red box and look around'),
+      max_tokens: 0,
+    });
     expect(many.status).toBe(400);
     expect(many.json.error.message).toMatch(/100000 prompts × \(\d+ prompt tokens \+ 0 max_tokens\)/);
     const huge = await post(f.server.url, '/v1/completions', { prompt: ['look', 'x'.repeat(1 << 20)], max_tokens: 4 });
     expect(huge.status).toBe(400);
     expect(huge.json.error.param).toBe('prompt[1]');
-    expect(huge.json.error.message).toMatch(/"prompt\[1\]" is 1048576 bytes, at least \d+ tokens .* cannot fit in the model's context of 4096 tokens/);
+    expect(huge.json.error.message).toMatch(
+      /"prompt\[1\]" is 1048576 bytes, at least \d+ tokens .* cannot fit in the model's context of 4096 tokens/,
+    );
     expect(encode).not.toHaveBeenCalled();
   });
 
-  it('checks a chat message\'s byte length before tokenising it', async () => {
+  it("checks a chat message's byte length before tokenising it", async () => {
     const encode = vi.spyOn(f.server.queue.current.engine.tokenizer, 'encode');
     const messages = [
       { role: 'system', content: 'You are an agent.' },
@@ -117,7 +140,12 @@ describe('empo2 serve: work per request', () => {
     // Greedy decoding of the tiny model never emits an end token: 2 × 2500 tokens take ~10 s.
     const client = new AbortController();
     let finished = false;
-    const long = post(f.server.url, '/v1/completions', { prompt: [[5], [6]], max_tokens: 2500, temperature: 0 }, { signal: client.signal }).finally(() => (finished = true));
+    const long = post(
+      f.server.url,
+      '/v1/completions',
+      { prompt: [[5], [6]], max_tokens: 2500, temperature: 0 },
+      { signal: client.signal },
+    ).finally(() => (finished = true));
     long.catch(() => {});
     await vi.waitFor(() => expect(stats.generateCalls).toBe(before.generateCalls + 1), { timeout: 5_000, interval: 5 });
     const models = await fetch(f.server.url + '/v1/models');
@@ -137,13 +165,21 @@ describe('empo2 serve: work per request', () => {
   }, 30_000);
 
   it('a smaller --max-request-tokens refuses what a default server takes', async () => {
-    const small = await startServer({ engine: f.server.queue.current.engine, modelName: 'tiny', port: 0, maxModelLen: 4096, maxRequestTokens: 64 });
+    const small = await startServer({
+      engine: f.server.queue.current.engine,
+      modelName: 'tiny',
+      port: 0,
+      maxModelLen: 4096,
+      maxRequestTokens: 64,
+    });
     try {
       const ok = await post(small.url, '/v1/completions', { prompt: [[5, 6], [7]], max_tokens: 30 });
       expect(ok.status).toBe(200);
       const refused = await post(small.url, '/v1/completions', { prompt: [[5, 6], [7], [8]], max_tokens: 30 });
       expect(refused.status).toBe(400);
-      expect(refused.json.error.message).toMatch(/3 prompts × \(2 prompt tokens \+ 30 max_tokens\) = 96 tokens of work; the server takes at most 64/);
+      expect(refused.json.error.message).toMatch(
+        /3 prompts × \(2 prompt tokens \+ 30 max_tokens\) = 96 tokens of work; the server takes at most 64/,
+      );
     } finally {
       // The engine belongs to the fixture: close the server only.
       await small.close();
@@ -175,7 +211,10 @@ describe('EngineQueue limits', () => {
     const { engine, calls } = recordingEngine();
     const q = new EngineQueue({ engine, vocabSize: 10, maxModelLen: 100 }, { maxBatchTokens: 3 * (2 + 4) });
     await Promise.all([q.generate([[1], [2]], base), q.generate([[3, 3]], base), q.generate([[4]], base), q.generate([[5]], base)]);
-    expect(calls.map((c) => c.map((p) => p[0]))).toEqual([[1, 2, 3], [4, 5]]);
+    expect(calls.map((c) => c.map((p) => p[0]))).toEqual([
+      [1, 2, 3],
+      [4, 5],
+    ]);
   });
 
   it('refuses requests beyond the waiting limit, and drops those whose client has gone', async () => {
@@ -220,7 +259,8 @@ describe('empo2 serve: who may send requests', () => {
 
   it('refuses a Host that does not name the server (DNS rebinding) and foreign origins', async () => {
     const port = new URL(f.server.url).port;
-    const send = (headers: Record<string, string>) => rawRequest(f.server.url, { method: 'POST', path: '/v1/completions', headers: { ...auth, ...JSON_HEADERS, ...headers }, body });
+    const send = (headers: Record<string, string>) =>
+      rawRequest(f.server.url, { method: 'POST', path: '/v1/completions', headers: { ...auth, ...JSON_HEADERS, ...headers }, body });
     const rebound = await send({ Host: `attacker.example:${port}` });
     expect(rebound.status).toBe(403);
     expect(rebound.json.error.message).toMatch(/Host "attacker\.example:\d+" does not name this server \(bound to 127\.0\.0\.1\)/);
@@ -241,7 +281,14 @@ describe('empo2 serve: who may send requests', () => {
   });
 
   it('will not allow weight updates without an API key', async () => {
-    await expect(startServer({ engine: f.server.queue.current.engine, modelName: 'tiny', port: 0, loadWeights: { roots: [tmpdir()], load: loadServedModel } })).rejects.toThrow(/need an API key/);
+    await expect(
+      startServer({
+        engine: f.server.queue.current.engine,
+        modelName: 'tiny',
+        port: 0,
+        loadWeights: { roots: [tmpdir()], load: loadServedModel },
+      }),
+    ).rejects.toThrow(/need an API key/);
   });
 });
 
@@ -256,7 +303,13 @@ describe('empo2 serve: weight updates', () => {
   const log: string[] = [];
 
   async function saveModel(dir: string, vocab: number, context?: number): Promise<void> {
-    const cfg = loadConfig(null, [`run_dir=${join(root, 'run')}`, 'seed=3', ...TINY_MODEL, `model.vocab_size=${vocab}`, 'env.tasks=[fetch]']);
+    const cfg = loadConfig(null, [
+      `run_dir=${join(root, 'run')}`,
+      'seed=3',
+      ...TINY_MODEL,
+      `model.vocab_size=${vocab}`,
+      'env.tasks=[fetch]',
+    ]);
     const { engine } = await createEngine(cfg, 'fresh');
     await engine.save(dir);
     engine.dispose();
@@ -281,7 +334,16 @@ describe('empo2 serve: weight updates', () => {
       await gate;
       return loadServedModel(dir);
     };
-    server = await startServer({ engine: initial.engine, modelName: 'tiny', port: 0, vocabSize: initial.vocabSize, maxModelLen: initial.maxModelLen, apiKey: 'key', loadWeights: { roots: [weights], load }, log: (l) => log.push(l) });
+    server = await startServer({
+      engine: initial.engine,
+      modelName: 'tiny',
+      port: 0,
+      vocabSize: initial.vocabSize,
+      maxModelLen: initial.maxModelLen,
+      apiKey: 'key',
+      loadWeights: { roots: [weights], load },
+      log: (l) => log.push(l),
+    });
   }, 60_000);
   afterAll(async () => {
     await server?.close();
@@ -290,12 +352,21 @@ describe('empo2 serve: weight updates', () => {
   });
 
   it('loads only from the weight roots, with one answer for every failure', async () => {
-    const tries = [join(outside, 'model'), join(weights, 'missing'), join(weights, 'broken'), join(weights, 'link-out'), '/etc', join(weights, '..', 'outside', 'model')];
+    const tries = [
+      join(outside, 'model'),
+      join(weights, 'missing'),
+      join(weights, 'broken'),
+      join(weights, 'link-out'),
+      '/etc',
+      join(weights, '..', 'outside', 'model'),
+    ];
     for (const path of tries) {
       const r = await post(server.url, '/v1/empo2/load_weights', { path }, { headers: auth });
       expect(r.status, path).toBe(400);
       expect(r.json.error.param).toBe('path');
-      expect(r.json.error.message).toBe(`cannot load weights from ${JSON.stringify(path)}: give a model or run directory under one of the server's weight roots (its log says what failed)`);
+      expect(r.json.error.message).toBe(
+        `cannot load weights from ${JSON.stringify(path)}: give a model or run directory under one of the server's weight roots (its log says what failed)`,
+      );
     }
     // The reasons are in the server's log, not in the answers.
     expect(log.filter((l) => l.startsWith('load_weights'))).toHaveLength(tries.length);
@@ -322,7 +393,10 @@ describe('empo2 serve: weight updates', () => {
     expect((await swap).status).toBe(200);
     const refused = await waiting;
     expect(refused.status).toBe(400);
-    expect(refused.json.error).toMatchObject({ param: 'prompt[0][0]', message: '"prompt[0][0]": token id 400 is outside the vocabulary (size 300)' });
+    expect(refused.json.error).toMatchObject({
+      param: 'prompt[0][0]',
+      message: '"prompt[0][0]": token id 400 is outside the vocabulary (size 300)',
+    });
 
     const after = (await (await fetch(server.url + '/v1/models', { headers: auth })).json()) as any;
     expect(after.data[0].max_model_len).toBe(1024);
@@ -338,14 +412,20 @@ describe('empo2 serve: weight updates', () => {
 describe('empo2 serve (command line): API key and weight roots', () => {
   const repoRoot = resolve(import.meta.dirname, '..', '..');
   function runCli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; err: string }> {
-    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'empo2.js'), ...args], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'empo2.js'), ...args], {
+      cwd: repoRoot,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, ...env },
+    });
     let err = '';
     child.stderr.on('data', (d: Buffer) => (err += d.toString()));
     return new Promise((r) => child.on('exit', (code) => r({ code, err })));
   }
 
   it('refuses --allow-weight-updates without a key or a root', async () => {
-    const noKey = await runCli(['serve', '/nonexistent/model', '--allow-weight-updates', '--weights-root', tmpdir()], { EMPO2_API_KEY: '' });
+    const noKey = await runCli(['serve', '/nonexistent/model', '--allow-weight-updates', '--weights-root', tmpdir()], {
+      EMPO2_API_KEY: '',
+    });
     expect(noKey.code).toBe(1);
     expect(noKey.err).toMatch(/--allow-weight-updates needs an API key \(--api-key, or \$EMPO2_API_KEY\)/);
     const noRoot = await runCli(['serve', '/nonexistent/model', '--allow-weight-updates'], { EMPO2_API_KEY: 'k' });

@@ -53,7 +53,11 @@ export function checkWork(rows: number, longest: number, maxTokens: number, limi
  */
 export function checkTextFits(served: ServedEngine, text: string, maxTokens: number, param: string): number {
   if (maxTokens >= served.maxModelLen) {
-    throw new RequestError(400, `max_tokens (${maxTokens}) leaves no room for a prompt in the model's context of ${served.maxModelLen} tokens`, 'max_tokens');
+    throw new RequestError(
+      400,
+      `max_tokens (${maxTokens}) leaves no room for a prompt in the model's context of ${served.maxModelLen} tokens`,
+      'max_tokens',
+    );
   }
   const bytes = Buffer.byteLength(text, 'utf8');
   const least = Math.ceil(bytes / longestTokenBytes(served.engine.tokenizer));
@@ -72,8 +76,13 @@ export function checkTextFits(served: ServedEngine, text: string, maxTokens: num
 export function checkPrompt(served: ServedEngine, ids: number[], param: (j: number | null) => string, maxTokens: number): void {
   if (ids.length === 0) throw new RequestError(400, `"${param(null)}" encodes to no tokens`, param(null));
   const bad = ids.findIndex((id) => id >= served.vocabSize);
-  if (bad >= 0) throw new RequestError(400, `"${param(bad)}": token id ${ids[bad]} is outside the vocabulary (size ${served.vocabSize})`, param(bad));
+  if (bad >= 0)
+    throw new RequestError(400, `"${param(bad)}": token id ${ids[bad]} is outside the vocabulary (size ${served.vocabSize})`, param(bad));
   if (ids.length + maxTokens > served.maxModelLen) {
-    throw new RequestError(400, `prompt (${ids.length} tokens) plus max_tokens (${maxTokens}) exceeds the model's context of ${served.maxModelLen} tokens`, 'max_tokens');
+    throw new RequestError(
+      400,
+      `prompt (${ids.length} tokens) plus max_tokens (${maxTokens}) exceeds the model's context of ${served.maxModelLen} tokens`,
+      'max_tokens',
+    );
   }
 }

@@ -19,7 +19,8 @@ export function resolveModelDir(path: string): string {
     if (!latest) throw new Error(`${path} is a run directory without a checkpoint yet`);
     return latest;
   }
-  if (!existsSync(join(path, 'config.json'))) throw new Error(`${path} is neither a run directory (no checkpoints/) nor a model directory (no config.json)`);
+  if (!existsSync(join(path, 'config.json')))
+    throw new Error(`${path} is neither a run directory (no checkpoints/) nor a model directory (no config.json)`);
   return path;
 }
 
@@ -43,7 +44,10 @@ export async function loadServedModel(path: string): Promise<ServedModel> {
   const ends = endTokenIds(tokenizer);
   const eos = model.config.eos_token_id;
   for (const id of eos == null ? [] : Array.isArray(eos) ? eos : [eos]) if (!ends.includes(id)) ends.push(id);
-  if (ends.length === 0) throw new Error(`${modelDir}: the tokenizer has neither ${IM_END} nor ${END_OF_TEXT} and config.json has no eos_token_id: cannot tell where a response ends`);
+  if (ends.length === 0)
+    throw new Error(
+      `${modelDir}: the tokenizer has neither ${IM_END} nor ${END_OF_TEXT} and config.json has no eos_token_id: cannot tell where a response ends`,
+    );
   const engine = new TfjsEngine(model, tokenizer, {
     // Serving never steps the optimiser; the engine still wants a configuration.
     optimizer: { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0 },

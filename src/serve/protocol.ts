@@ -29,10 +29,18 @@ export function errorBody(e: RequestError): OpenAIErrorBody {
   return { error: { message: e.message, type: e.type, param: e.param, code: e.code } };
 }
 
-const tokenId = z.number({ error: 'must be a token id (an integer)' }).int({ error: 'must be a token id (an integer)' }).min(0, { error: 'a token id cannot be negative' });
+const tokenId = z
+  .number({ error: 'must be a token id (an integer)' })
+  .int({ error: 'must be a token id (an integer)' })
+  .min(0, { error: 'a token id cannot be negative' });
 const tokenIds = z.array(tokenId).min(1, { error: 'a prompt needs at least one token' });
-const stop = z.union([z.string(), z.array(z.string()).max(16)], { error: 'must be a string or an array of strings' }).nullable().optional();
-const allowedList = z.array(z.string().min(1, { error: 'an allowed text cannot be empty' })).min(1, { error: 'give at least one allowed text' });
+const stop = z
+  .union([z.string(), z.array(z.string()).max(16)], { error: 'must be a string or an array of strings' })
+  .nullable()
+  .optional();
+const allowedList = z
+  .array(z.string().min(1, { error: 'an allowed text cannot be empty' }))
+  .min(1, { error: 'give at least one allowed text' });
 
 /** Fields every generation request shares. */
 const sampling = {
@@ -46,7 +54,11 @@ const sampling = {
   user: z.string().optional(),
   frequency_penalty: z.literal(0, { error: 'penalties are not supported (only 0)' }).nullable().optional(),
   presence_penalty: z.literal(0, { error: 'penalties are not supported (only 0)' }).nullable().optional(),
-  logit_bias: z.record(z.string(), z.number()).refine((o) => Object.keys(o).length === 0, { error: 'logit_bias is not supported (only {})' }).nullable().optional(),
+  logit_bias: z
+    .record(z.string(), z.number())
+    .refine((o) => Object.keys(o).length === 0, { error: 'logit_bias is not supported (only {})' })
+    .nullable()
+    .optional(),
   /** vLLM's option: also return `prompt_token_ids` (generated `token_ids` are always returned). */
   return_token_ids: z.boolean().nullable().optional(),
   /** vLLM's option: logprob tokens as "token_id:N" strings instead of text pieces. */
@@ -60,14 +72,20 @@ export const CompletionRequestSchema = z.strictObject({
   }),
   max_tokens: z.number().int().min(0).nullable().optional(),
   /** Only the sampled token's log-prob is computed; alternatives (top-k) are not. */
-  logprobs: z.literal(0, { error: 'only logprobs: 0 (the sampled token\'s log-prob) is supported; top alternatives are not computed' }).nullable().optional(),
+  logprobs: z
+    .literal(0, { error: "only logprobs: 0 (the sampled token's log-prob) is supported; top alternatives are not computed" })
+    .nullable()
+    .optional(),
   echo: z.boolean().nullable().optional(),
   best_of: z.literal(1, { error: 'best_of is not supported (only 1)' }).nullable().optional(),
   suffix: z.null({ error: 'suffix is not supported' }).optional(),
   /** Constrained decoding: the only texts the response may be; one list for every prompt, or one per prompt (null: free). */
-  allowed_texts: z.union([allowedList, z.array(allowedList.nullable()).min(1)], {
-    error: 'must be an array of strings, or one array of strings (or null) per prompt',
-  }).nullable().optional(),
+  allowed_texts: z
+    .union([allowedList, z.array(allowedList.nullable()).min(1)], {
+      error: 'must be an array of strings, or one array of strings (or null) per prompt',
+    })
+    .nullable()
+    .optional(),
 });
 export type CompletionRequest = z.infer<typeof CompletionRequestSchema>;
 
@@ -99,7 +117,8 @@ export function fieldPath(path: readonly PropertyKey[]): string {
 
 /** Parses with the schema, or throws a 400 naming the first bad field. */
 export function parseRequest<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new RequestError(400, 'the request body must be a JSON object', null);
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new RequestError(400, 'the request body must be a JSON object', null);
   const result = schema.safeParse(body);
   if (result.success) return result.data;
   const issue = result.error.issues[0];

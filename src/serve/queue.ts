@@ -128,7 +128,8 @@ export class EngineQueue {
 
   private push(task: Task): void {
     const limit = this.options.maxPending;
-    if (task.kind !== 'swap' && limit !== undefined && this.pending.filter((t) => t.kind !== 'swap').length >= limit) throw new QueueFullError(limit);
+    if (task.kind !== 'swap' && limit !== undefined && this.pending.filter((t) => t.kind !== 'swap').length >= limit)
+      throw new QueueFullError(limit);
     this.pending.push(task);
     if (!this.running) {
       this.running = true;
@@ -230,7 +231,12 @@ export class EngineQueue {
       t.signal.addEventListener('abort', onAbort, { once: true });
     }
     try {
-      const gens = await this.served.engine.generate(prompts, { ...rest, allowedTexts, seed: seed ?? randomInt(0, 2 ** 31 - 1), signal: stop.signal });
+      const gens = await this.served.engine.generate(prompts, {
+        ...rest,
+        allowedTexts,
+        seed: seed ?? randomInt(0, 2 ** 31 - 1),
+        signal: stop.signal,
+      });
       let at = 0;
       for (const t of group) {
         t.resolve(gens.slice(at, at + t.prompts.length));

@@ -18,7 +18,11 @@ beforeAll(async () => {
 afterAll(async () => f?.close());
 
 async function post(path: string, body: unknown): Promise<{ status: number; json: any }> {
-  const res = await fetch(f.server.url + path, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  const res = await fetch(f.server.url + path, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
   return { status: res.status, json: await res.json() };
 }
 
@@ -35,7 +39,16 @@ describe('empo2 serve', () => {
   });
 
   it('completes a text prompt with the same tokens and log-probs as the in-process engine', async () => {
-    const { status, json } = await post('/v1/completions', { model: 'tiny', prompt: CHAT_PROMPT, max_tokens: 12, temperature: 0.8, top_p: 0.95, seed: 11, logprobs: 0, return_token_ids: true });
+    const { status, json } = await post('/v1/completions', {
+      model: 'tiny',
+      prompt: CHAT_PROMPT,
+      max_tokens: 12,
+      temperature: 0.8,
+      top_p: 0.95,
+      seed: 11,
+      logprobs: 0,
+      return_token_ids: true,
+    });
     expect(status).toBe(200);
     const ids = f.local.tokenizer.encode(CHAT_PROMPT);
     const [g] = await f.local.generate([ids], { maxTokens: 12, temperature: 0.8, topP: 0.95, seed: 11 });
@@ -48,12 +61,22 @@ describe('empo2 serve', () => {
     expect(c.logprobs.token_logprobs).toHaveLength(g.tokens.length);
     c.logprobs.token_logprobs.forEach((lp: number, i: number) => expect(lp).toBeCloseTo(g.logprobs[i], 5));
     expect(c.logprobs.tokens).toEqual(g.tokens.map((t) => f.local.tokenizer.decode([t])));
-    expect(json.usage).toEqual({ prompt_tokens: ids.length, completion_tokens: g.tokens.length, total_tokens: ids.length + g.tokens.length });
+    expect(json.usage).toEqual({
+      prompt_tokens: ids.length,
+      completion_tokens: g.tokens.length,
+      total_tokens: ids.length + g.tokens.length,
+    });
   });
 
   it('takes a batch of token-id prompts in one call and labels tokens "token_id:N" on request', async () => {
     const prompts = ['Task: open the red box.', 'go to kitchen', CHAT_PROMPT].map((t) => f.local.tokenizer.encode(t));
-    const { json } = await post('/v1/completions', { prompt: prompts, max_tokens: 6, seed: 3, logprobs: 0, return_tokens_as_token_ids: true });
+    const { json } = await post('/v1/completions', {
+      prompt: prompts,
+      max_tokens: 6,
+      seed: 3,
+      logprobs: 0,
+      return_tokens_as_token_ids: true,
+    });
     const gens = await f.local.generate(prompts, { maxTokens: 6, temperature: 1, topP: 1, seed: 3 });
     expect(json.choices.map((c: any) => c.index)).toEqual([0, 1, 2]);
     json.choices.forEach((c: any, i: number) => {
@@ -68,7 +91,7 @@ describe('empo2 serve', () => {
     expect(single.json.choices[0].logprobs).toBeNull();
   });
 
-  it('echoes prompt log-probs equal to the engine\'s scores', async () => {
+  it("echoes prompt log-probs equal to the engine's scores", async () => {
     const ids = f.local.tokenizer.encode(CHAT_PROMPT + 'go to kitchen<|im_end|>');
     const { json } = await post('/v1/completions', { prompt: ids, max_tokens: 0, echo: true, logprobs: 0 });
     const c = json.choices[0];
@@ -98,11 +121,27 @@ describe('empo2 serve', () => {
   it('answers chat completions rendered as ChatML, with logprobs content', async () => {
     const messages = [
       { role: 'system', content: 'You are an agent.' },
-      { role: 'user', content: [{ type: 'text', text: 'Task: Find the yellow hat.' }, { type: 'text', text: '\nYou are in the hall.' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'Task: Find the yellow hat.' },
+          { type: 'text', text: '\nYou are in the hall.' },
+        ],
+      },
     ];
-    const { status, json } = await post('/v1/chat/completions', { model: 'tiny', messages, max_tokens: 10, seed: 5, temperature: 0.7, logprobs: true, top_logprobs: 0, return_token_ids: true });
+    const { status, json } = await post('/v1/chat/completions', {
+      model: 'tiny',
+      messages,
+      max_tokens: 10,
+      seed: 5,
+      temperature: 0.7,
+      logprobs: true,
+      top_logprobs: 0,
+      return_token_ids: true,
+    });
     expect(status).toBe(200);
-    const text = '<|im_start|>system\nYou are an agent.<|im_end|>\n<|im_start|>user\nTask: Find the yellow hat.\nYou are in the hall.<|im_end|>\n<|im_start|>assistant\n';
+    const text =
+      '<|im_start|>system\nYou are an agent.<|im_end|>\n<|im_start|>user\nTask: Find the yellow hat.\nYou are in the hall.<|im_end|>\n<|im_start|>assistant\n';
     expect(renderChatML(messages as any)).toBe(text);
     const ids = f.local.tokenizer.encode(text);
     const [g] = await f.local.generate([ids], { maxTokens: 10, temperature: 0.7, topP: 1, seed: 5 });
@@ -119,7 +158,12 @@ describe('empo2 serve', () => {
     const allowed = ['go to kitchen', 'open red box', 'look around'];
     const imEnd = f.local.tokenizer.tokenToId('<|im_end|>');
     for (let seed = 0; seed < 4; seed++) {
-      const { json } = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Task: Find the yellow hat.' }], seed, max_tokens: 16, allowed_texts: allowed });
+      const { json } = await post('/v1/chat/completions', {
+        messages: [{ role: 'user', content: 'Task: Find the yellow hat.' }],
+        seed,
+        max_tokens: 16,
+        allowed_texts: allowed,
+      });
       const c = json.choices[0];
       expect(allowed).toContain(c.message.content);
       expect(c.finish_reason).toBe('stop');
@@ -127,9 +171,20 @@ describe('empo2 serve', () => {
     }
     // Per-prompt lists in one completion request, null leaving a prompt free.
     const prompts = [CHAT_PROMPT, CHAT_PROMPT];
-    const { json } = await post('/v1/completions', { prompt: prompts, seed: 1, max_tokens: 16, allowed_texts: [['inventory', 'read note'], null] });
+    const { json } = await post('/v1/completions', {
+      prompt: prompts,
+      seed: 1,
+      max_tokens: 16,
+      allowed_texts: [['inventory', 'read note'], null],
+    });
     const ids = prompts.map((p) => f.local.tokenizer.encode(p));
-    const gens = await f.local.generate(ids, { maxTokens: 16, temperature: 1, topP: 1, seed: 1, allowedTexts: [['inventory', 'read note'], null] });
+    const gens = await f.local.generate(ids, {
+      maxTokens: 16,
+      temperature: 1,
+      topP: 1,
+      seed: 1,
+      allowedTexts: [['inventory', 'read note'], null],
+    });
     expect(['inventory', 'read note']).toContain(json.choices[0].text);
     expect(json.choices.map((c: any) => c.token_ids)).toEqual(gens.map((g) => g.tokens));
   });
@@ -139,8 +194,30 @@ describe('empo2 serve', () => {
     ['a JSON array', '[1, 2]', 400, null, /must be a JSON object/],
     ['no prompt', { max_tokens: 3 }, 400, 'prompt', /"prompt" is required/],
     ['a string temperature', { prompt: 'hi', temperature: 'hot' }, 400, 'temperature', /temperature/],
-    ['a negative token id', { prompt: [[3, 4], [5, -1]] }, 400, 'prompt[1][1]', /negative/],
-    ['a token id outside the vocabulary', { prompt: [[3, 4], [5, 300]] }, 400, 'prompt[1][1]', /outside the vocabulary/],
+    [
+      'a negative token id',
+      {
+        prompt: [
+          [3, 4],
+          [5, -1],
+        ],
+      },
+      400,
+      'prompt[1][1]',
+      /negative/,
+    ],
+    [
+      'a token id outside the vocabulary',
+      {
+        prompt: [
+          [3, 4],
+          [5, 300],
+        ],
+      },
+      400,
+      'prompt[1][1]',
+      /outside the vocabulary/,
+    ],
     ['an empty text prompt', { prompt: ['go', ''] }, 400, 'prompt[1]', /no tokens/],
     ['n = 2', { prompt: 'hi', n: 2 }, 400, 'n', /n = 1/],
     ['streaming', { prompt: 'hi', stream: true }, 400, 'stream', /streaming/],
@@ -158,7 +235,16 @@ describe('empo2 serve', () => {
   });
 
   it.each([
-    ['a bad role', { messages: [{ role: 'user', content: 'a' }, { role: 'robot', content: 'b' }] }, 'messages[1].role'],
+    [
+      'a bad role',
+      {
+        messages: [
+          { role: 'user', content: 'a' },
+          { role: 'robot', content: 'b' },
+        ],
+      },
+      'messages[1].role',
+    ],
     ['a missing content', { messages: [{ role: 'user' }] }, 'messages[0].content'],
     ['no messages', { messages: [] }, 'messages'],
     ['top_logprobs 3', { messages: [{ role: 'user', content: 'a' }], logprobs: true, top_logprobs: 3 }, 'top_logprobs'],
@@ -234,7 +320,10 @@ describe('EngineQueue', () => {
   it('rejects every request of a failed batch', async () => {
     const engine = { ...recordingEngine().engine, generate: async () => Promise.reject(new Error('out of memory')) };
     const q = new EngineQueue({ engine, vocabSize: 10, maxModelLen: 100 });
-    const outcomes = await Promise.allSettled([q.generate([[1]], { temperature: 1, topP: 1, maxTokens: 1, seed: null }), q.generate([[2]], { temperature: 1, topP: 1, maxTokens: 1, seed: null })]);
+    const outcomes = await Promise.allSettled([
+      q.generate([[1]], { temperature: 1, topP: 1, maxTokens: 1, seed: null }),
+      q.generate([[2]], { temperature: 1, topP: 1, maxTokens: 1, seed: null }),
+    ]);
     expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
   });
 });
@@ -242,7 +331,11 @@ describe('EngineQueue', () => {
 describe('empo2 serve (command line)', () => {
   it('serves a model directory on the port asked for and stops on Ctrl-C', async () => {
     const repoRoot = resolve(import.meta.dirname, '..', '..');
-    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'empo2.js'), 'serve', f.modelDir, '--port', '0', '--served-model-name', 'cli-model'], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [join(repoRoot, 'bin', 'empo2.js'), 'serve', f.modelDir, '--port', '0', '--served-model-name', 'cli-model'],
+      { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let out = '';
     let err = '';
     child.stderr.on('data', (d: Buffer) => (err += d.toString()));
@@ -256,7 +349,11 @@ describe('empo2 serve (command line)', () => {
     });
     const models = (await (await fetch(url + '/v1/models')).json()) as any;
     expect(models.data[0].id).toBe('cli-model');
-    const r = await fetch(url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ messages: [{ role: 'user', content: 'look' }], max_tokens: 3, seed: 1 }) });
+    const r = await fetch(url + '/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'look' }], max_tokens: 3, seed: 1 }),
+    });
     expect(r.status).toBe(200);
     const exited = new Promise<number | null>((r2) => child.on('exit', (code) => r2(code)));
     child.kill('SIGINT');
@@ -265,7 +362,10 @@ describe('empo2 serve (command line)', () => {
 
   it('names the problem with a bad path', async () => {
     const repoRoot = resolve(import.meta.dirname, '..', '..');
-    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'empo2.js'), 'serve', '/nonexistent/model'], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'empo2.js'), 'serve', '/nonexistent/model'], {
+      cwd: repoRoot,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let err = '';
     child.stderr.on('data', (d: Buffer) => (err += d.toString()));
     const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));

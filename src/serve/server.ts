@@ -23,7 +23,15 @@ import { checkAccess, checkJsonContentType, type AccessRules } from './access.ts
 import { EngineQueue, QueueFullError, type ServedEngine } from './queue.ts';
 import { messageText, renderChatML } from './chat.ts';
 import { DEFAULT_MAX_REQUEST_TOKENS, checkPrompt, checkTextFits, checkWork, longestTokenBytes } from './limits.ts';
-import { ChatRequestSchema, CompletionRequestSchema, RequestError, errorBody, parseRequest, type ChatRequest, type CompletionRequest } from './protocol.ts';
+import {
+  ChatRequestSchema,
+  CompletionRequestSchema,
+  RequestError,
+  errorBody,
+  parseRequest,
+  type ChatRequest,
+  type CompletionRequest,
+} from './protocol.ts';
 
 export interface ServeOptions {
   engine: PolicyEngine;
@@ -80,7 +88,8 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
       throw new Error(`weight root ${root} does not exist`);
     }
   });
-  if (o.loadWeights && weightRoots.length === 0) throw new Error('weight updates (load_weights) need at least one root directory to load from (--weights-root)');
+  if (o.loadWeights && weightRoots.length === 0)
+    throw new Error('weight updates (load_weights) need at least one root directory to load from (--weights-root)');
   const maxRequestTokens = o.maxRequestTokens ?? DEFAULT_MAX_REQUEST_TOKENS;
   longestTokenBytes(o.engine.tokenizer); // a pass over the vocabulary, done before the first request
   const queue = new EngineQueue(
@@ -102,7 +111,12 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   };
   const server = createServer((req, res) => {
     void handle(ctx, created, req, res).catch((e: unknown) => {
-      const err = e instanceof RequestError ? e : e instanceof QueueFullError ? new RequestError(503, e.message, null, 'server_error') : new RequestError(500, `internal error: ${(e as Error).message}`, null, 'server_error');
+      const err =
+        e instanceof RequestError
+          ? e
+          : e instanceof QueueFullError
+            ? new RequestError(503, e.message, null, 'server_error')
+            : new RequestError(500, `internal error: ${(e as Error).message}`, null, 'server_error');
       if (err.status >= 500 && !(e instanceof QueueFullError)) o.log?.(`error: ${(e as Error).stack ?? String(e)}`);
       if (err.status === 401) res.setHeader('WWW-Authenticate', 'Bearer');
       if (err.status === 503) res.setHeader('Retry-After', '1');
@@ -144,12 +158,17 @@ async function loadWeights(ctx: Ctx, body: unknown): Promise<unknown> {
   const updates = ctx.loadWeights;
   if (!updates) throw new RequestError(403, 'weight updates are off: start the server with --allow-weight-updates', null);
   const path = (body as { path?: unknown } | null)?.path;
-  if (typeof path !== 'string' || path.length === 0) throw new RequestError(400, 'path must be a non-empty string (a model directory)', 'path');
+  if (typeof path !== 'string' || path.length === 0)
+    throw new RequestError(400, 'path must be a non-empty string (a model directory)', 'path');
   // One answer for every failure, so that a client learns nothing about paths it cannot load
   // (whether they exist, what they hold); the server's log has the reason.
   const refuse = (why: string) => {
     ctx.log?.(`load_weights ${JSON.stringify(path)} refused: ${why}`);
-    return new RequestError(400, `cannot load weights from ${JSON.stringify(path)}: give a model or run directory under one of the server's weight roots (its log says what failed)`, 'path');
+    return new RequestError(
+      400,
+      `cannot load weights from ${JSON.stringify(path)}: give a model or run directory under one of the server's weight roots (its log says what failed)`,
+      'path',
+    );
   };
   let dir: string;
   try {
@@ -157,7 +176,8 @@ async function loadWeights(ctx: Ctx, body: unknown): Promise<unknown> {
   } catch (e) {
     throw refuse((e as Error).message);
   }
-  if (!ctx.weightRoots.some((root) => isUnder(root, dir))) throw refuse(`${dir} is not under a weight root (${ctx.weightRoots.join(', ')})`);
+  if (!ctx.weightRoots.some((root) => isUnder(root, dir)))
+    throw refuse(`${dir} is not under a weight root (${ctx.weightRoots.join(', ')})`);
   try {
     await ctx.queue.swapEngine(() => updates.load(dir));
   } catch (e) {
@@ -194,7 +214,18 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
       method: 'GET',
       run: async () => {
         const { maxModelLen } = ctx.queue.current;
-        return { object: 'list', data: [{ id: ctx.modelName, object: 'model', created, owned_by: 'empo2', ...(Number.isFinite(maxModelLen) ? { max_model_len: maxModelLen } : {}) }] };
+        return {
+          object: 'list',
+          data: [
+            {
+              id: ctx.modelName,
+              object: 'model',
+              created,
+              owned_by: 'empo2',
+              ...(Number.isFinite(maxModelLen) ? { max_model_len: maxModelLen } : {}),
+            },
+          ],
+        };
       },
     },
     '/v1/completions': { method: 'POST', run: async () => completions(ctx, parseRequest(CompletionRequestSchema, await body()), signal) },
@@ -202,7 +233,12 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
     '/v1/empo2/load_weights': { method: 'POST', run: async () => loadWeights(ctx, await body()) },
   };
   const route = routes[path];
-  if (!route) throw new RequestError(404, `no route ${req.method} ${path} (routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions)`, null);
+  if (!route)
+    throw new RequestError(
+      404,
+      `no route ${req.method} ${path} (routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions)`,
+      null,
+    );
   if (req.method !== route.method) {
     res.setHeader('Allow', route.method);
     throw new RequestError(405, `${path} takes ${route.method}, not ${req.method}`, null);
@@ -236,7 +272,13 @@ function send(res: ServerResponse, status: number, body: unknown): void {
 
 function checkModel(ctx: Ctx, model: string | undefined): void {
   if (model !== undefined && model !== ctx.modelName) {
-    throw new RequestError(404, `model "${model}" is not served here (this server serves "${ctx.modelName}")`, 'model', 'not_found_error', 'model_not_found');
+    throw new RequestError(
+      404,
+      `model "${model}" is not served here (this server serves "${ctx.modelName}")`,
+      'model',
+      'not_found_error',
+      'model_not_found',
+    );
   }
 }
 
@@ -332,7 +374,8 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
   const a = r.allowed_texts;
   if (a) {
     if (typeof a[0] === 'string') allowedTexts = prompts.map(() => a as string[]);
-    else if (a.length !== prompts.length) throw new RequestError(400, `"allowed_texts" has ${a.length} lists but there are ${prompts.length} prompts`, 'allowed_texts');
+    else if (a.length !== prompts.length)
+      throw new RequestError(400, `"allowed_texts" has ${a.length} lists but there are ${prompts.length} prompts`, 'allowed_texts');
     else allowedTexts = a as (string[] | null)[];
   }
 
@@ -340,9 +383,19 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
   const gens: Generation[] =
     maxTokens === 0
       ? prompts.map(() => ({ tokens: [], logprobs: [], text: '', finish: 'length' }))
-      : await ctx.queue.generate(prompts, { temperature: s.temperature, topP: s.topP, maxTokens, stop: s.stop, allowedTexts, seed: s.seed }, { signal, check });
+      : await ctx.queue.generate(
+          prompts,
+          { temperature: s.temperature, topP: s.topP, maxTokens, stop: s.stop, allowedTexts, seed: s.seed },
+          { signal, check },
+        );
   const wantLogprobs = r.logprobs != null;
-  const echoScores = r.echo && wantLogprobs ? await ctx.queue.score(prompts.map((ids) => ({ prompt: ids.slice(0, 1), response: ids.slice(1) })), { signal, check }) : null;
+  const echoScores =
+    r.echo && wantLogprobs
+      ? await ctx.queue.score(
+          prompts.map((ids) => ({ prompt: ids.slice(0, 1), response: ids.slice(1) })),
+          { signal, check },
+        )
+      : null;
   const asIds = !!r.return_tokens_as_token_ids;
 
   const choices = gens.map((g, i) => {
@@ -352,7 +405,12 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
     if (wantLogprobs) {
       const ids = r.echo ? [...prompts[i], ...g.tokens] : g.tokens;
       const tokenLogprobs: (number | null)[] = r.echo ? [null, ...echoScores![i], ...g.logprobs] : g.logprobs;
-      logprobs = { tokens: ids.map((id) => tokenLabel(tok, id, asIds)), token_logprobs: tokenLogprobs, top_logprobs: null, text_offset: textOffsets(tok, ids) };
+      logprobs = {
+        tokens: ids.map((id) => tokenLabel(tok, id, asIds)),
+        token_logprobs: tokenLogprobs,
+        top_logprobs: null,
+        text_offset: textOffsets(tok, ids),
+      };
     }
     return {
       index: i,
@@ -370,7 +428,10 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
     created: Math.floor(Date.now() / 1000),
     model: ctx.modelName,
     choices,
-    usage: usage(promptTokens, gens.reduce((n, g) => n + g.tokens.length, 0)),
+    usage: usage(
+      promptTokens,
+      gens.reduce((n, g) => n + g.tokens.length, 0),
+    ),
   };
 }
 

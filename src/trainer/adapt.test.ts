@@ -47,7 +47,15 @@ describe('empo2 adapt', () => {
     const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: dir } }, 'fresh');
     const out = join(root, 'adapt');
     const lines: string[] = [];
-    const results = await adapt(engine, cfg, { task: 'fetch', trials: 3, variations: 2, split: 'test', memoryFrom: dir, outDir: out, log: (l) => lines.push(l) });
+    const results = await adapt(engine, cfg, {
+      task: 'fetch',
+      trials: 3,
+      variations: 2,
+      split: 'test',
+      memoryFrom: dir,
+      outDir: out,
+      log: (l) => lines.push(l),
+    });
     expect(results.map((r) => r.trial)).toEqual([1, 2, 3]);
     // Trial 1 sees an empty "fetch" slot; later trials see tips written by earlier ones.
     expect(results[0].tips_shown_per_step).toBe(0);
@@ -61,8 +69,13 @@ describe('empo2 adapt', () => {
     expect(readFileSync(join(out, 'adapt.md'), 'utf8')).toMatch(/\| 3 \| /);
     expect(lines.some((l) => l.startsWith('trial 3/3: mean score'))).toBe(true);
     // Every episode of every trial is recorded, with what it was shown and the tip written after it.
-    const recorded = readFileSync(join(out, ADAPT_TRAJECTORIES), 'utf8').trim().split('\n').map((l) => EpisodeRecordSchema.parse(JSON.parse(l)));
-    expect(recorded.map((r) => [r.source, r.trial, r.task, r.mode, r.slot])).toEqual([1, 1, 2, 2, 3, 3].map((t) => ['adapt', t, 'fetch', 'tips', 'fetch']));
+    const recorded = readFileSync(join(out, ADAPT_TRAJECTORIES), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => EpisodeRecordSchema.parse(JSON.parse(l)));
+    expect(recorded.map((r) => [r.source, r.trial, r.task, r.mode, r.slot])).toEqual(
+      [1, 1, 2, 2, 3, 3].map((t) => ['adapt', t, 'fetch', 'tips', 'fetch']),
+    );
     expect(recorded.map((r) => r.score)).toEqual(results.flatMap((r) => r.scores));
     expect(recorded.every((r) => typeof r.reflection === 'string' && r.reflection.length > 0)).toBe(true);
     const tipsPerStep = (t: number) => recorded.filter((r) => r.trial === t).flatMap((r) => r.steps.map((s) => s.tips.length));
@@ -76,10 +89,18 @@ describe('empo2 adapt', () => {
     expect(showMemory(join(out, 'memory.json'), { limit: 1, json: false })).toMatch(/## clue[\s\S]*## fetch/);
   });
 
-  it('reports whether the agent acted on its tips, and, with the oracle as the memory, that every best tip is the solver\'s action', async () => {
+  it("reports whether the agent acted on its tips, and, with the oracle as the memory, that every best tip is the solver's action", async () => {
     const dir = latestCheckpoint(runDir)!;
     const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: dir } }, 'fresh');
-    const plain = await adapt(engine, cfg, { task: 'fetch', trials: 2, variations: 2, split: 'test', memoryFrom: null, outDir: join(root, 'use'), log: () => {} });
+    const plain = await adapt(engine, cfg, {
+      task: 'fetch',
+      trials: 2,
+      variations: 2,
+      split: 'test',
+      memoryFrom: null,
+      outDir: join(root, 'use'),
+      log: () => {},
+    });
     // Trial 1 is shown nothing: no tip to follow, and every step counts as one without tips.
     expect(plain[0].tips_followed).toBeNull();
     expect(plain[0].best_tip_is_solver).toBeNull();
@@ -87,7 +108,15 @@ describe('empo2 adapt', () => {
     expect(plain[0].solver_action_share!.without_tips).toBeGreaterThanOrEqual(0);
     expect(readFileSync(join(root, 'use', 'adapt.md'), 'utf8')).toMatch(/\| tips followed \| best tip = solver's action \|/);
     const oracleCfg = { ...cfg, experimental: { ...cfg.experimental, tip_source: 'oracle' as const } };
-    const guided = await adapt(engine, oracleCfg, { task: 'fetch', trials: 1, variations: 2, split: 'test', memoryFrom: null, outDir: join(root, 'use-oracle'), log: () => {} });
+    const guided = await adapt(engine, oracleCfg, {
+      task: 'fetch',
+      trials: 1,
+      variations: 2,
+      split: 'test',
+      memoryFrom: null,
+      outDir: join(root, 'use-oracle'),
+      log: () => {},
+    });
     expect(guided[0].best_tip_is_solver).toBe(1);
     // The only tip is the solver's action, so following it and taking the solver's action are the same steps.
     expect(guided[0].tips_followed).toBe(guided[0].solver_action_share!.with_tips);
@@ -95,7 +124,7 @@ describe('empo2 adapt', () => {
     engine.dispose();
   });
 
-  it('tipUse: hand-counted shares of tips followed and of best tips naming the solver\'s action', () => {
+  it("tipUse: hand-counted shares of tips followed and of best tips naming the solver's action", () => {
     const step = (action: string) => ({ action }) as never;
     const episodes = [
       { group: 0, steps: [step('go to hall'), step('open box'), step('take key')] },
@@ -110,7 +139,11 @@ describe('empo2 adapt', () => {
     ]);
     // Followed: 2 of the 3 steps whose tips name an action. Best = solver: 2 of 4 tipped steps.
     // Solver's action taken: with tips 2 of 4 (steps 0:1, 0:2); without tips 1 of 1.
-    expect(tipUse(episodes, shown, true)).toEqual({ tips_followed: 2 / 3, best_tip_is_solver: 2 / 4, solver_action_share: { with_tips: 2 / 4, without_tips: 1 } });
+    expect(tipUse(episodes, shown, true)).toEqual({
+      tips_followed: 2 / 3,
+      best_tip_is_solver: 2 / 4,
+      solver_action_share: { with_tips: 2 / 4, without_tips: 1 },
+    });
     expect(tipUse(episodes, shown, false)).toEqual({ tips_followed: 2 / 3, best_tip_is_solver: null, solver_action_share: null });
     expect(() => tipUse([{ group: 2, steps: [step('wait')] }], shown, true)).toThrow(/no record of what step 0 of group 2 was shown/);
   });
@@ -118,7 +151,16 @@ describe('empo2 adapt', () => {
   it('with a new draw each trial the trials differ in their samples, so the memory keeps growing', async () => {
     const dir = latestCheckpoint(runDir)!;
     const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: dir } }, 'fresh');
-    const results = await adapt(engine, cfg, { task: 'fetch', trials: 3, variations: 2, split: 'test', memoryFrom: null, outDir: join(root, 'draw'), sameSeed: false, log: () => {} });
+    const results = await adapt(engine, cfg, {
+      task: 'fetch',
+      trials: 3,
+      variations: 2,
+      split: 'test',
+      memoryFrom: null,
+      outDir: join(root, 'draw'),
+      sameSeed: false,
+      log: () => {},
+    });
     expect(results[2].memory_size).toBeGreaterThan(results[1].memory_size);
     engine.dispose();
   });
@@ -128,7 +170,15 @@ describe('empo2 adapt', () => {
     const perVariation = { ...cfg, memory: { ...cfg.memory, slot: 'variation' as const } };
     const { engine } = await createEngine({ ...perVariation, model: { ...cfg.model, path: dir } }, 'fresh');
     const out = join(root, 'per-variation');
-    const results = await adapt(engine, perVariation, { task: 'fetch', trials: 1, variations: 2, split: 'test', memoryFrom: null, outDir: out, log: () => {} });
+    const results = await adapt(engine, perVariation, {
+      task: 'fetch',
+      trials: 1,
+      variations: 2,
+      split: 'test',
+      memoryFrom: null,
+      outDir: out,
+      log: () => {},
+    });
     const saved = JSON.parse(showMemory(join(out, 'memory.json'), { limit: 1, json: true }));
     const fetchSlots = Object.entries(saved.slots as Record<string, { size: number }>).filter(([name]) => name.startsWith('fetch#'));
     expect(fetchSlots).toHaveLength(2);
@@ -152,15 +202,25 @@ describe('empo2 adapt', () => {
     expect(existsSync(join(cut, 'adapt.json'))).toBe(false);
     // Without --resume the unfinished trials are refused, not overwritten; with other options, the option is named.
     await expect(adapt(engine, cfg, { ...opts, outDir: cut })).rejects.toThrow(/holds an unfinished adaptation; continue it with --resume/);
-    await expect(adapt(engine, cfg, { ...opts, variations: 3, outDir: cut, resume: true })).rejects.toThrow(/another variations; resume with the same command/);
-    await expect(adapt(engine, { ...cfg, memory: { ...cfg.memory, top_k: 1 } }, { ...opts, outDir: cut, resume: true })).rejects.toThrow(/another config \(memory\.top_k: 2 in the run, 1 now\)/);
+    await expect(adapt(engine, cfg, { ...opts, variations: 3, outDir: cut, resume: true })).rejects.toThrow(
+      /another variations; resume with the same command/,
+    );
+    await expect(adapt(engine, { ...cfg, memory: { ...cfg.memory, top_k: 1 } }, { ...opts, outDir: cut, resume: true })).rejects.toThrow(
+      /another config \(memory\.top_k: 2 in the run, 1 now\)/,
+    );
     // A state from before the config was kept whole holds its hash, taken without the options added since.
     const state = JSON.parse(readFileSync(join(cut, TRIAL_STATE_FILE), 'utf8'));
     const { partial_save_minutes: _, ...train } = cfg.train;
     const sha = (c: object) => createHash('sha256').update(JSON.stringify(c)).digest('hex');
-    const legacy = (hash: string) => writeFileSync(join(cut, TRIAL_STATE_FILE), JSON.stringify({ ...state, identity: { ...state.identity, config: undefined, config_sha256: hash } }));
+    const legacy = (hash: string) =>
+      writeFileSync(
+        join(cut, TRIAL_STATE_FILE),
+        JSON.stringify({ ...state, identity: { ...state.identity, config: undefined, config_sha256: hash } }),
+      );
     legacy(sha({ ...cfg, memory: { ...cfg.memory, top_k: 1 } }));
-    await expect(adapt(engine, cfg, { ...opts, outDir: cut, resume: true })).rejects.toThrow(/another config \(this state holds only its hash/);
+    await expect(adapt(engine, cfg, { ...opts, outDir: cut, resume: true })).rejects.toThrow(
+      /another config \(this state holds only its hash/,
+    );
     legacy(sha({ ...cfg, train }));
 
     const lines: string[] = [];
@@ -171,7 +231,11 @@ describe('empo2 adapt', () => {
     expect(JSON.parse(read(cut, 'adapt.json'))).toEqual(JSON.parse(read(whole, 'adapt.json')));
     expect(read(cut, 'memory.json')).toBe(read(whole, 'memory.json'));
     // The same records in the same order; only the time each was written differs.
-    const records = (d: string) => read(d, ADAPT_TRAJECTORIES).trim().split('\n').map((l) => ({ ...JSON.parse(l), time: null }));
+    const records = (d: string) =>
+      read(d, ADAPT_TRAJECTORIES)
+        .trim()
+        .split('\n')
+        .map((l) => ({ ...JSON.parse(l), time: null }));
     expect(records(cut)).toEqual(records(whole));
     expect(records(cut).map((r) => r.trial)).toEqual([1, 1, 2, 2, 3, 3]);
     expect(existsSync(join(cut, TRIAL_STATE_FILE))).toBe(false);
@@ -180,11 +244,13 @@ describe('empo2 adapt', () => {
 
   it('refuses an unknown task, naming the known ones', async () => {
     const { engine } = await createEngine({ ...cfg, model: { ...cfg.model, path: latestCheckpoint(runDir)! } }, 'fresh');
-    await expect(adapt(engine, cfg, { task: 'nope', trials: 1, variations: 1, split: 'test', memoryFrom: null, outDir: join(root, 'x') })).rejects.toThrow(/unknown task "nope".*fetch/);
+    await expect(
+      adapt(engine, cfg, { task: 'nope', trials: 1, variations: 1, split: 'test', memoryFrom: null, outDir: join(root, 'x') }),
+    ).rejects.toThrow(/unknown task "nope".*fetch/);
     engine.dispose();
   });
 
-  it('memory show prints a run\'s slots, newest first, and names a missing slot', () => {
+  it("memory show prints a run's slots, newest first, and names a missing slot", () => {
     const text = showMemory(runDir, { limit: 2, json: false });
     expect(text).toMatch(/tips in 1 slots/);
     expect(text).toMatch(/## clue \(\d+ tips; newest 2\)/);

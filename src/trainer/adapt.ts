@@ -12,7 +12,24 @@ import type { PolicyEngine } from '../policy/types.ts';
 import { MemoryRuntime } from './memory.ts';
 import type { Episode } from './rollout.ts';
 import { recordEpisodes } from './trajectories.ts';
-import { checkTrialOptions, loadTrialState, markdownTable, openTrialBed, pct, playTrial, removeTrialState, saveTrialReport, saveTrialState, scoreCells, TRIAL_STATE_FILE, trialScores, trialSeed, type TrialOptions, type TrialScores, type TrialState } from './trials.ts';
+import {
+  checkTrialOptions,
+  loadTrialState,
+  markdownTable,
+  openTrialBed,
+  pct,
+  playTrial,
+  removeTrialState,
+  saveTrialReport,
+  saveTrialState,
+  scoreCells,
+  TRIAL_STATE_FILE,
+  trialScores,
+  trialSeed,
+  type TrialOptions,
+  type TrialScores,
+  type TrialState,
+} from './trials.ts';
 
 export interface AdaptOptions extends TrialOptions {
   /** Checkpoint whose memory.json to start from (other tasks' slots are kept; the task's slot usually starts empty). */
@@ -40,7 +57,11 @@ export interface ShownTips {
 }
 
 /** The tip-use shares of one trial, from what each step was shown (keyed by `stepKey`) and the actions taken. */
-export function tipUse(episodes: readonly Pick<Episode, 'group' | 'steps'>[], shown: ReadonlyMap<string, ShownTips>, hasSolver: boolean): Pick<TrialResult, 'tips_followed' | 'best_tip_is_solver' | 'solver_action_share'> {
+export function tipUse(
+  episodes: readonly Pick<Episode, 'group' | 'steps'>[],
+  shown: ReadonlyMap<string, ShownTips>,
+  hasSolver: boolean,
+): Pick<TrialResult, 'tips_followed' | 'best_tip_is_solver' | 'solver_action_share'> {
   let named = 0;
   let followed = 0;
   let tipped = 0;
@@ -71,7 +92,9 @@ export function tipUse(episodes: readonly Pick<Episode, 'group' | 'steps'>[], sh
   return {
     tips_followed: share(followed, named),
     best_tip_is_solver: hasSolver ? share(bestIsSolver, tipped) : null,
-    solver_action_share: hasSolver ? { with_tips: share(solverTaken.with, tipped), without_tips: share(solverTaken.without, untipped) } : null,
+    solver_action_share: hasSolver
+      ? { with_tips: share(solverTaken.with, tipped), without_tips: share(solverTaken.without, untipped) }
+      : null,
   };
 }
 
@@ -96,7 +119,13 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
   try {
     // Resumed, the memory is the one the last finished trial left (the reflector is seeded alike every call).
     resumed = loadTrialState<TrialResult, object>('tips', cfg, o, variations);
-    memory = await MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, o.memoryFrom, resumed ? { memory: resumed.carry, where: join(o.outDir, TRIAL_STATE_FILE) } : undefined);
+    memory = await MemoryRuntime.create(
+      memCfg,
+      resolveAlgo(memCfg),
+      engine,
+      o.memoryFrom,
+      resumed ? { memory: resumed.carry, where: join(o.outDir, TRIAL_STATE_FILE) } : undefined,
+    );
   } catch (e) {
     await bed.close();
     throw e;
@@ -104,24 +133,42 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
   const results: TrialResult[] = resumed?.results ?? [];
   const writerOptions = { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log };
   const trajectories = join(o.outDir, ADAPT_TRAJECTORIES);
-  const recorder = resumed ? TrajectoryWriter.resume(trajectories, results.length, writerOptions, 'trial') : TrajectoryWriter.fresh(trajectories, writerOptions);
-  log(`adapt: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, memory on (${memory.embedder.name}, ${memory.reflector.name} reflector, top ${cfg.memory.top_k})`);
-  if (resumed) log(`resuming after trial ${results.length} (${join(o.outDir, TRIAL_STATE_FILE)}, ${results.at(-1)!.memory_size} tips in memory)`);
+  const recorder = resumed
+    ? TrajectoryWriter.resume(trajectories, results.length, writerOptions, 'trial')
+    : TrajectoryWriter.fresh(trajectories, writerOptions);
+  log(
+    `adapt: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, memory on (${memory.embedder.name}, ${memory.reflector.name} reflector, top ${cfg.memory.top_k})`,
+  );
+  if (resumed)
+    log(`resuming after trial ${results.length} (${join(o.outDir, TRIAL_STATE_FILE)}, ${results.at(-1)!.memory_size} tips in memory)`);
   try {
     for (let trial = results.length + 1; trial <= o.trials; trial++) {
       let tipsShown = 0;
       let steps = 0;
       const shown = new Map<string, ShownTips>();
-      const source = memory.tipSource((q, tipActions) => shown.set(stepKey(q.job.group, q.taken.length), { tipActions, solver: hasSolver ? q.oracleAction() : undefined }));
+      const source = memory.tipSource((q, tipActions) =>
+        shown.set(stepKey(q.job.group, q.taken.length), { tipActions, solver: hasSolver ? q.oracleAction() : undefined }),
+      );
       const counted = async (queries: Parameters<typeof source>[0]) => {
         const tips = await source(queries);
         tipsShown += tips.reduce((a, t) => a + t.length, 0);
         steps += queries.length;
         return tips;
       };
-      const episodes = await playTrial(bed, engine, cfg, jobs, { trial, trials: o.trials, seed: trialSeed(cfg, trial, o.sameSeed !== false) }, { tips: counted, uses: () => true });
+      const episodes = await playTrial(
+        bed,
+        engine,
+        cfg,
+        jobs,
+        { trial, trials: o.trials, seed: trialSeed(cfg, trial, o.sameSeed !== false) },
+        { tips: counted, uses: () => true },
+      );
       const { reflections } = await memory.writeTips(episodes);
-      recordEpisodes(recorder, episodes, [...episodes.keys()], { source: 'adapt', trial }, (i) => ({ mode: 'tips', slot: memory.slotOf(episodes[i]), reflection: reflections[i] }));
+      recordEpisodes(recorder, episodes, [...episodes.keys()], { source: 'adapt', trial }, (i) => ({
+        mode: 'tips',
+        slot: memory.slotOf(episodes[i]),
+        reflection: reflections[i],
+      }));
       const r: TrialResult = {
         ...trialScores(trial, episodes),
         // Entries in the slots this adaptation uses (one per task, or one per variation).
@@ -132,7 +179,9 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
       results.push(r);
       saveTrialState('tips', cfg, o, variations, { results, carry: memory.toJSON() });
       const solverNote = r.best_tip_is_solver === null ? '' : ` | best tip = solver's action ${pct(r.best_tip_is_solver)}`;
-      log(`trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.tips_shown_per_step.toFixed(1)} tips per step | tips followed ${pct(r.tips_followed)}${solverNote} | ${r.memory_size} tips in memory`);
+      log(
+        `trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.tips_shown_per_step.toFixed(1)} tips per step | tips followed ${pct(r.tips_followed)}${solverNote} | ${r.memory_size} tips in memory`,
+      );
     }
   } catch (e) {
     memory.dispose();
@@ -144,11 +193,19 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
   const table = markdownTable(
     ['trial', 'mean score', 'success', 'tips per step', 'tips followed', ...solverColumns, 'memory entries'],
     results.map((r) => {
-      const solver = r.solver_action_share ? [pct(r.best_tip_is_solver), `${pct(r.solver_action_share.with_tips)} / ${pct(r.solver_action_share.without_tips)}`] : [];
+      const solver = r.solver_action_share
+        ? [pct(r.best_tip_is_solver), `${pct(r.solver_action_share.with_tips)} / ${pct(r.solver_action_share.without_tips)}`]
+        : [];
       return [...scoreCells(r), r.tips_shown_per_step.toFixed(1), pct(r.tips_followed), ...solver, String(r.memory_size)];
     }),
   );
-  saveTrialReport(o.outDir, { method: 'tips', task: o.task, split: o.split, variations, memory: cfg.memory, experimental: cfg.experimental, trials: results }, table, log, { 'memory.json': JSON.stringify(memory.toJSON()) });
+  saveTrialReport(
+    o.outDir,
+    { method: 'tips', task: o.task, split: o.split, variations, memory: cfg.memory, experimental: cfg.experimental, trials: results },
+    table,
+    log,
+    { 'memory.json': JSON.stringify(memory.toJSON()) },
+  );
   removeTrialState(o.outDir);
   memory.dispose();
   return results;

@@ -13,7 +13,12 @@ describe('saveCheckpoint', () => {
     writeFileSync(join(base, 'generation_config.json'), '{"from": "base"}');
     const run = join(root, 'run');
     // A policy writer that writes its own generation_config.json (as the torch worker does): that one is kept.
-    const writer = { writePolicy: async (dir: string) => { mkdirSync(dir, { recursive: true }); writeFileSync(join(dir, 'generation_config.json'), '{"from": "writer"}'); } };
+    const writer = {
+      writePolicy: async (dir: string) => {
+        mkdirSync(dir, { recursive: true });
+        writeFileSync(join(dir, 'generation_config.json'), '{"from": "writer"}');
+      },
+    };
     const state = { iteration: 1, envSteps: 10, rngState: [1, 2, 3, 4], elapsedSeconds: 1 };
     const dir = await saveCheckpoint(run, writer, state as never, 3, {}, base);
     expect(latestCheckpoint(run)).toBe(dir);

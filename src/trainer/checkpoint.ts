@@ -18,7 +18,13 @@ export function checkpointsDir(runDir: string): string {
 }
 
 /** What a model directory holds besides weights and tokenizer.json: its chat template and generation settings. */
-const MODEL_SIDE_FILES = ['tokenizer_config.json', 'special_tokens_map.json', 'chat_template.jinja', 'chat_template.json', 'generation_config.json'];
+const MODEL_SIDE_FILES = [
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+  'chat_template.jinja',
+  'chat_template.json',
+  'generation_config.json',
+];
 
 /**
  * `extraFiles`: more files (name → contents) saved inside the checkpoint, e.g. the tip memory.
@@ -39,7 +45,9 @@ export async function saveCheckpoint(
   writeJsonAtomic(join(root, 'latest.json'), { checkpoint: name });
   pruneCheckpoints(root, keep, name);
   // Iterations saved part-way up to this one are superseded by it.
-  for (const n of readdirSync(root)) if (PARTIAL.test(n) && Number(n.slice('partial-iter-'.length)) <= state.iteration) rmSync(join(root, n), { recursive: true, force: true });
+  for (const n of readdirSync(root))
+    if (PARTIAL.test(n) && Number(n.slice('partial-iter-'.length)) <= state.iteration)
+      rmSync(join(root, n), { recursive: true, force: true });
   return final;
 }
 
@@ -66,7 +74,9 @@ export async function writeCheckpointDir(
       { step: String(opt.step) },
     );
   }
-  if (baseModelDir) for (const f of MODEL_SIDE_FILES) if (existsSync(join(baseModelDir, f)) && !existsSync(join(tmp, f))) copyFileSync(join(baseModelDir, f), join(tmp, f));
+  if (baseModelDir)
+    for (const f of MODEL_SIDE_FILES)
+      if (existsSync(join(baseModelDir, f)) && !existsSync(join(tmp, f))) copyFileSync(join(baseModelDir, f), join(tmp, f));
   writeJsonAtomic(join(tmp, 'trainer_state.json'), state);
   for (const [file, contents] of Object.entries(extraFiles)) writeFileSync(join(tmp, file), contents);
   const final = join(root, name);
@@ -109,7 +119,8 @@ export function removeStaleTemporaryFiles(runDir: string): string[] {
 /** This process's own half-written files, for an exit in the middle of a write. */
 export function removeOwnTemporaryFiles(runDir: string): void {
   for (const dir of temporaryHomes(runDir)) {
-    for (const n of readdirSync(dir)) if (TEMPORARY.exec(n)?.[1] === String(process.pid)) rmSync(join(dir, n), { recursive: true, force: true });
+    for (const n of readdirSync(dir))
+      if (TEMPORARY.exec(n)?.[1] === String(process.pid)) rmSync(join(dir, n), { recursive: true, force: true });
   }
 }
 

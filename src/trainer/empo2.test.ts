@@ -117,7 +117,11 @@ describe('EMPO² modes end to end', () => {
     for (const l of lines) {
       const counts = l.modes as Record<string, number>;
       const byMode = l.score_by_mode as Record<string, number>;
-      expect(Object.keys(byMode).sort()).toEqual(Object.keys(counts).filter((m) => counts[m] > 0).sort());
+      expect(Object.keys(byMode).sort()).toEqual(
+        Object.keys(counts)
+          .filter((m) => counts[m] > 0)
+          .sort(),
+      );
       // `modes` counts rollouts, so the overall mean is the count-weighted mean of the per-mode means.
       const rollouts = Object.values(counts).reduce((a, b) => a + b, 0);
       const weighted = Object.entries(byMode).reduce((a, [m, v]) => a + (v * counts[m]) / rollouts, 0);
@@ -128,7 +132,10 @@ describe('EMPO² modes end to end', () => {
   it('experimental.mode_draw_per_rollout mixes modes within a group and logs how many rollouts ran in each', async () => {
     const dir = join(root, 'per-rollout');
     const log: string[] = [];
-    await train(config(dir, 3, ['algo.p=0.5', 'algo.q=1', 'experimental.mode_draw_per_rollout=true']), { resume: false, log: (l) => log.push(l) });
+    await train(config(dir, 3, ['algo.p=0.5', 'algo.q=1', 'experimental.mode_draw_per_rollout=true']), {
+      resume: false,
+      log: (l) => log.push(l),
+    });
     const counts = trainLines(dir).map((l) => l.modes as Record<string, number>);
     // Groups of 2: an odd number of tip-guided rollouts in an iteration means a group holds both kinds.
     expect(counts.some((c) => c['tips-off-policy'] % 2 === 1)).toBe(true);
@@ -179,7 +186,9 @@ describe('EMPO² modes end to end', () => {
     };
     const result = await train(cfg, { resume: false, handleSignals: true, log: (l) => log.push(l), onPartialSave: ctrlC });
     expect(result.interrupted).toBe(true);
-    expect(log.filter((l) => l.startsWith('iter 3: stopped part-way'))).toEqual([expect.stringMatching(/^iter 3: stopped part-way \(1 of 4 optimiser steps done\); --resume goes on from .*partial-iter-000003$/)]);
+    expect(log.filter((l) => l.startsWith('iter 3: stopped part-way'))).toEqual([
+      expect.stringMatching(/^iter 3: stopped part-way \(1 of 4 optimiser steps done\); --resume goes on from .*partial-iter-000003$/),
+    ]);
     expect(latestCheckpoint(split)).toMatch(/iter-000002$/);
     await train(cfg, { resume: true, log: () => {} });
     const straight = join(root, 'straight-partial'); // made by the test above
@@ -187,7 +196,14 @@ describe('EMPO² modes end to end', () => {
   });
 
   it('a run saved part-way before its first checkpoint resumes from that save, and a fresh run there is refused', async () => {
-    const extra = ['algo.p=0.5', 'algo.mode_draw=task', 'algo.intrinsic=novelty', 'algo.minibatches=2', 'algo.epochs=2', 'train.checkpoint_every=5'];
+    const extra = [
+      'algo.p=0.5',
+      'algo.mode_draw=task',
+      'algo.intrinsic=novelty',
+      'algo.minibatches=2',
+      'algo.epochs=2',
+      'train.checkpoint_every=5',
+    ];
     const split = join(root, 'partial-before-checkpoint');
     const cfg = config(split, 3, [...extra, 'train.partial_save_minutes=0']);
     const stop = (dir: string, progress: { optimizerSteps: number } | null) => {
@@ -241,7 +257,11 @@ describe('empo2 eval with train.eval_with_memory', () => {
       const engine = await recordingEngine(cfg, checkpoint, seen);
       const json = join(root, `eval-${withMemory}.json`);
       try {
-        await evaluateEngine(engine, { ...cfg, train: { ...cfg.train, eval_with_memory: withMemory } }, { column: 'checkpoint', json, modelDir });
+        await evaluateEngine(
+          engine,
+          { ...cfg, train: { ...cfg.train, eval_with_memory: withMemory } },
+          { column: 'checkpoint', json, modelDir },
+        );
       } finally {
         engine.dispose();
       }

@@ -12,11 +12,29 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 function modelDir(name: string, c: Record<string, unknown>): string {
   const dir = join(root, name);
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'config.json'), JSON.stringify({ model_type: 'llama', num_attention_heads: 9, num_key_value_heads: 3, tie_word_embeddings: true, rms_norm_eps: 1e-5, rope_theta: 100000, ...c }));
+  writeFileSync(
+    join(dir, 'config.json'),
+    JSON.stringify({
+      model_type: 'llama',
+      num_attention_heads: 9,
+      num_key_value_heads: 3,
+      tie_word_embeddings: true,
+      rms_norm_eps: 1e-5,
+      rope_theta: 100000,
+      ...c,
+    }),
+  );
   return dir;
 }
 const smollm2 = modelDir('smollm2', { vocab_size: 49152, hidden_size: 576, intermediate_size: 1536, num_hidden_layers: 30 });
-const small = modelDir('small', { vocab_size: 512, hidden_size: 96, intermediate_size: 256, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2 });
+const small = modelDir('small', {
+  vocab_size: 512,
+  hidden_size: 96,
+  intermediate_size: 256,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+});
 const cfg = (...o: string[]) => loadConfig(null, [`run_dir=${join(root, 'run')}`, ...o]);
 const torchHere = () => null;
 
@@ -28,13 +46,18 @@ describe('model.engine: auto', () => {
   });
 
   it(`runs a real model (≥ ${REAL_MODEL_PARAMETERS / 1e6}M parameters) on the PyTorch worker when the venv has torch`, () => {
-    expect(chooseEngine(cfg(), smollm2, torchHere)).toEqual({ engine: 'torch', reason: expect.stringMatching(/^auto: 135M parameters, the PyTorch worker/) });
+    expect(chooseEngine(cfg(), smollm2, torchHere)).toEqual({
+      engine: 'torch',
+      reason: expect.stringMatching(/^auto: 135M parameters, the PyTorch worker/),
+    });
   });
 
   it('falls back to the tfjs engine, saying why and how to install torch, when the worker cannot start', () => {
     const choice = chooseEngine(cfg(), smollm2, () => 'there is no Python at /x/bin/python (run npm run setup:test)');
     expect(choice.engine).toBe('tfjs');
-    expect(choice.reason).toMatch(/would run faster on the PyTorch worker, but there is no Python at \/x\/bin\/python .*model\.engine: tfjs/);
+    expect(choice.reason).toMatch(
+      /would run faster on the PyTorch worker, but there is no Python at \/x\/bin\/python .*model\.engine: tfjs/,
+    );
   });
 
   it('an engine named in the config is used as it is, without asking for torch', () => {

@@ -23,8 +23,17 @@ import { loadCheckpoint, loadTrainerState, type TrainerState } from './checkpoin
 import { chooseEngine } from './engine-choice.ts';
 
 /** The config's AdamW settings and LoRA settings, in the engines' option shapes (both engines take the same). */
-const optimizerSettings = (cfg: Config) => ({ lr: cfg.optim.lr, beta1: cfg.optim.beta1, beta2: cfg.optim.beta2, eps: cfg.optim.eps, weightDecay: cfg.optim.weight_decay });
-const loraSettings = (cfg: Config) => (cfg.model.lora ? { r: cfg.model.lora.r, alpha: cfg.model.lora.alpha, dropout: cfg.model.lora.dropout, targetModules: cfg.model.lora.target_modules } : null);
+const optimizerSettings = (cfg: Config) => ({
+  lr: cfg.optim.lr,
+  beta1: cfg.optim.beta1,
+  beta2: cfg.optim.beta2,
+  eps: cfg.optim.eps,
+  weightDecay: cfg.optim.weight_decay,
+});
+const loraSettings = (cfg: Config) =>
+  cfg.model.lora
+    ? { r: cfg.model.lora.r, alpha: cfg.model.lora.alpha, dropout: cfg.model.lora.dropout, targetModules: cfg.model.lora.target_modules }
+    : null;
 
 /**
  * Refuses a default tiny model that cannot be held, before the corpus and tokenizer are built for
@@ -33,19 +42,33 @@ const loraSettings = (cfg: Config) => (cfg.model.lora ? { r: cfg.model.lora.r, a
  */
 export function checkTinyModelFits(cfg: Config): void {
   const m = cfg.model;
-  const config = { model_type: 'qwen2', vocab_size: m.vocab_size, hidden_size: m.hidden_size, intermediate_size: m.intermediate_size, num_hidden_layers: m.num_hidden_layers, num_attention_heads: m.num_attention_heads, num_key_value_heads: m.num_key_value_heads, tie_word_embeddings: m.tie_word_embeddings } as ModelConfig;
+  const config = {
+    model_type: 'qwen2',
+    vocab_size: m.vocab_size,
+    hidden_size: m.hidden_size,
+    intermediate_size: m.intermediate_size,
+    num_hidden_layers: m.num_hidden_layers,
+    num_attention_heads: m.num_attention_heads,
+    num_key_value_heads: m.num_key_value_heads,
+    tie_word_embeddings: m.tie_word_embeddings,
+  } as ModelConfig;
   const parameters = countParameters(config);
   const wasm = tf.getBackend() === 'wasm';
   const limit = wasm ? 4 * 2 ** 30 : totalmem();
   if (parameters * 16 <= limit) return;
-  const sizes = (['hidden_size', 'intermediate_size', 'num_hidden_layers', 'vocab_size'] as const).map((k) => `model.${k}=${m[k]}`).join(', ');
+  const sizes = (['hidden_size', 'intermediate_size', 'num_hidden_layers', 'vocab_size'] as const)
+    .map((k) => `model.${k}=${m[k]}`)
+    .join(', ');
   throw new ConfigError(
-    `${sizes}: the default tiny model would have ${parameters.toLocaleString('en')} parameters, ${(parameters * 16 / 2 ** 30).toFixed(1)} GiB to train ` +
+    `${sizes}: the default tiny model would have ${parameters.toLocaleString('en')} parameters, ${((parameters * 16) / 2 ** 30).toFixed(1)} GiB to train ` +
       `(weights, gradients and AdamW moments), more than the ${wasm ? '4 GiB WebAssembly heap of the tfjs engine' : `${(limit / 2 ** 30).toFixed(0)} GiB of memory of this machine`}; make it smaller, or give a pretrained model.path`,
   );
 }
 
-export async function createEngine(cfg: Config, from: 'fresh' | string): Promise<{ engine: TfjsEngine; loaded?: ReturnType<typeof loadCheckpoint> }> {
+export async function createEngine(
+  cfg: Config,
+  from: 'fresh' | string,
+): Promise<{ engine: TfjsEngine; loaded?: ReturnType<typeof loadCheckpoint> }> {
   const engineOptions = (endTokens: number[], pad: number) => ({
     optimizer: optimizerSettings(cfg),
     maxGradNorm: cfg.optim.max_grad_norm,
@@ -63,7 +86,9 @@ export async function createEngine(cfg: Config, from: 'fresh' | string): Promise
     return { engine, loaded };
   }
   if (!cfg.model.path) checkTinyModelFits(cfg);
-  const { model, tokenizer } = cfg.model.path ? loadModelDir(await resolveModelPath(cfg.model.path)) : buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
+  const { model, tokenizer } = cfg.model.path
+    ? loadModelDir(await resolveModelPath(cfg.model.path))
+    : buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
   const e = requireEndTokenIds(tokenizer, 'the tokenizer');
   return { engine: new TfjsEngine(model, tokenizer, engineOptions(e, e[e.length - 1])) };
 }
@@ -157,7 +182,10 @@ export async function createPlayingEngine(cfg: Config, dir: string): Promise<{ e
   const adapterDir = existsSync(join(dir, ADAPTER_SUBDIR, 'adapter_config.json')) ? join(dir, ADAPTER_SUBDIR) : null;
   let modelDir = dir;
   if (!hasWeights && adapterDir) {
-    if (!cfg.model.path) throw new ConfigError(`${dir} holds a LoRA adapter without its base model: give the base as model.path (the run's config.yaml has it)`);
+    if (!cfg.model.path)
+      throw new ConfigError(
+        `${dir} holds a LoRA adapter without its base model: give the base as model.path (the run's config.yaml has it)`,
+      );
     modelDir = await resolveModelPath(cfg.model.path);
   }
   const choice = chooseEngine(cfg, modelDir);
@@ -165,11 +193,26 @@ export async function createPlayingEngine(cfg: Config, dir: string): Promise<{ e
   if (choice.engine === 'tfjs') {
     const loaded = loadModelDir(modelDir, { adapter: adapterDir ?? false });
     const e = requireEndTokenIds(loaded.tokenizer, `${modelDir}/tokenizer.json`);
-    const engine = new TfjsEngine(loaded.model, loaded.tokenizer, { endTokens: e, padToken: e[e.length - 1], optimizer: optimizerSettings(cfg), maxGradNorm: cfg.optim.max_grad_norm, microBatchTokens: cfg.optim.micro_batch_tokens });
-    return { engine, description: `tfjs engine, ${countParameters(engine.model.config).toLocaleString()} parameters${adapterDir ? ' with its LoRA adapter' : ''}${why}` };
+    const engine = new TfjsEngine(loaded.model, loaded.tokenizer, {
+      endTokens: e,
+      padToken: e[e.length - 1],
+      optimizer: optimizerSettings(cfg),
+      maxGradNorm: cfg.optim.max_grad_norm,
+      microBatchTokens: cfg.optim.micro_batch_tokens,
+    });
+    return {
+      engine,
+      description: `tfjs engine, ${countParameters(engine.model.config).toLocaleString()} parameters${adapterDir ? ' with its LoRA adapter' : ''}${why}`,
+    };
   }
-  const engine = await startTorchWorker(cfg, modelDir, { adapterDir: adapterDir ?? undefined, lora: adapterDir ? loraSettings(cfg) ?? undefined : undefined });
-  return { engine, description: `torch worker on ${engine.info.device}, ${engine.info.parameters.toLocaleString()} parameters${adapterDir ? ' with its LoRA adapter' : ''}${why}` };
+  const engine = await startTorchWorker(cfg, modelDir, {
+    adapterDir: adapterDir ?? undefined,
+    lora: adapterDir ? (loraSettings(cfg) ?? undefined) : undefined,
+  });
+  return {
+    engine,
+    description: `torch worker on ${engine.info.device}, ${engine.info.parameters.toLocaleString()} parameters${adapterDir ? ' with its LoRA adapter' : ''}${why}`,
+  };
 }
 
 /**
@@ -178,12 +221,22 @@ export async function createPlayingEngine(cfg: Config, dir: string): Promise<{ e
  * the server (empo2 serve --allow-weight-updates --weights-root <runs>, the key in $EMPO2_API_KEY) to load
  * it, so samples stay on-policy.
  */
-export async function createRemoteRollouts(cfg: Config, engine: PolicyEngine): Promise<{ engine: PolicyEngine; sync: () => Promise<void> }> {
+export async function createRemoteRollouts(
+  cfg: Config,
+  engine: PolicyEngine,
+): Promise<{ engine: PolicyEngine; sync: () => Promise<void> }> {
   const r = cfg.rollout.remote!;
   const { RemoteEngine } = await import('../policy/remote/index.ts');
   const { requestJson } = await import('../policy/remote/http.ts');
   const ends = endTokenIds(engine.tokenizer);
-  const remote = new RemoteEngine({ baseUrl: r.base_url, model: r.model ?? undefined, tokenizer: engine.tokenizer, endTokens: ends, timeoutMs: r.timeout_s * 1000, retries: r.retries });
+  const remote = new RemoteEngine({
+    baseUrl: r.base_url,
+    model: r.model ?? undefined,
+    tokenizer: engine.tokenizer,
+    endTokens: ends,
+    timeoutMs: r.timeout_s * 1000,
+    retries: r.retries,
+  });
   const dir = resolve(cfg.run_dir, 'rollout-policy');
   const base = r.base_url.replace(/\/+$/, '').replace(/\/v1$/, '');
   return {
@@ -191,7 +244,11 @@ export async function createRemoteRollouts(cfg: Config, engine: PolicyEngine): P
     sync: async () => {
       if (r.sync === 'none') return;
       await engine.save(dir);
-      await requestJson(`${base}/v1/empo2/load_weights`, { path: dir }, { timeoutMs: r.timeout_s * 1000, retries: r.retries, backoffMs: 500 });
+      await requestJson(
+        `${base}/v1/empo2/load_weights`,
+        { path: dir },
+        { timeoutMs: r.timeout_s * 1000, retries: r.retries, backoffMs: 500 },
+      );
     },
   };
 }

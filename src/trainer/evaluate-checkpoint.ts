@@ -70,14 +70,28 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
     while (envs.length < environmentCount(cfg, evaluationEpisodes(probe, tasks, cfg))) envs.push(await createEnv(cfg.env));
     const memory = cfg.train.eval_with_memory ? await checkpointMemory(cfg, engine, output.modelDir) : undefined;
     if (memory) console.log(`showing tips from ${join(output.modelDir, MEMORY_FILE)} (${memory.tips.size()} tips; read, not written)`);
-    const writer = output.trajectories ? TrajectoryWriter.fresh(output.trajectories, { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log: (l) => console.log(l) }) : null;
-    const at = { source: 'eval' as const, iteration: checkpointIteration(output.modelDir), envSteps: checkpointSteps(output.modelDir).train_env_steps ?? null, checkpoint: basename(output.modelDir) };
+    const writer = output.trajectories
+      ? TrajectoryWriter.fresh(output.trajectories, { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log: (l) => console.log(l) })
+      : null;
+    const at = {
+      source: 'eval' as const,
+      iteration: checkpointIteration(output.modelDir),
+      envSteps: checkpointSteps(output.modelDir).train_env_steps ?? null,
+      checkpoint: basename(output.modelDir),
+    };
     const played = (episodes: readonly Episode[]) => {
       const k = cfg.trajectories.eval_per_evaluation ?? episodes.length;
-      recordEpisodes(writer, episodes, spreadSample(episodes.length, k), at, (i) => ({ mode: memory ? 'tips' : 'plain', slot: memory ? memory.slotOf(episodes[i]) : null, reflection: null }));
+      recordEpisodes(writer, episodes, spreadSample(episodes.length, k), at, (i) => ({
+        mode: memory ? 'tips' : 'plain',
+        slot: memory ? memory.slotOf(episodes[i]) : null,
+        reflection: null,
+      }));
     };
     const result = await evaluate(engine, envs, tasks, cfg, 0, memory, 'eval', played);
-    if (writer) console.log(`episodes recorded in ${output.trajectories} (read them with: empo2 dashboard ${dashboardArgument(output.trajectories!)})`);
+    if (writer)
+      console.log(
+        `episodes recorded in ${output.trajectories} (read them with: empo2 dashboard ${dashboardArgument(output.trajectories!)})`,
+      );
     console.log(formatEvalTable(result, null).replace(/iter 0/g, output.column));
     console.log(timing(result.summary));
     if (output.json) {
@@ -113,9 +127,13 @@ export function evaluationEpisodes(env: Env, tasks: readonly string[], cfg: Conf
  * skipped: a table said to be "with memory" must not have been made without it.
  */
 async function checkpointMemory(cfg: Config, engine: PolicyEngine, dir: string): Promise<MemoryRuntime> {
-  if (!existsSync(join(dir, MEMORY_FILE))) throw new ConfigError(`train.eval_with_memory is set, but ${dir} has no ${MEMORY_FILE} (only runs that keep a tip memory save one)`);
+  if (!existsSync(join(dir, MEMORY_FILE)))
+    throw new ConfigError(`train.eval_with_memory is set, but ${dir} has no ${MEMORY_FILE} (only runs that keep a tip memory save one)`);
   const algo = resolveAlgo(cfg);
-  if (!algo.memory) throw new ConfigError(`train.eval_with_memory is set, but algo ${cfg.algo.name} with p = ${cfg.algo.p} keeps no tip memory; pass the run's config or set algo.p > 0`);
+  if (!algo.memory)
+    throw new ConfigError(
+      `train.eval_with_memory is set, but algo ${cfg.algo.name} with p = ${cfg.algo.p} keeps no tip memory; pass the run's config or set algo.p > 0`,
+    );
   return MemoryRuntime.create(cfg, algo, engine, dir);
 }
 

@@ -37,7 +37,8 @@ export async function evaluate(
   const t0 = performance.now();
   const jobs: RolloutJob[] = [];
   for (const task of tasks) {
-    for (const variation of envs[0].variations(task, cfg.env.eval_split).slice(0, cfg.env.eval_variations)) jobs.push({ task, variation, group: jobs.length });
+    for (const variation of envs[0].variations(task, cfg.env.eval_split).slice(0, cfg.env.eval_variations))
+      jobs.push({ task, variation, group: jobs.length });
   }
   const perTask: TaskResult[] = [];
   const scores = new Map<string, number[]>();
@@ -45,7 +46,14 @@ export async function evaluate(
   // Seeded apart from training so evaluation never replays a training draw.
   const withTips = memory ? { tips: memory.tipSource(), uses: () => true } : undefined;
   const progress = progressLabel ? new EpisodeProgress(jobs, { label: progressLabel }) : undefined;
-  const { episodes, stats } = await runEpisodesInChunks(envs, engine, jobs, (start) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start), withTips, progress);
+  const { episodes, stats } = await runEpisodesInChunks(
+    envs,
+    engine,
+    jobs,
+    (start) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start),
+    withTips,
+    progress,
+  );
   progress?.finish();
   played?.(episodes);
   const envSteps = stats.envSteps;
@@ -60,7 +68,11 @@ export async function evaluate(
   const all = [...scores.values()].flat();
   const won = [...successes.values()].reduce((a, b) => a + b, 0);
   const seconds = (performance.now() - t0) / 1000;
-  return { iteration, perTask, summary: { episodes: all.length, mean_score: mean(all), success_rate: all.length ? won / all.length : 0, env_steps: envSteps, seconds } };
+  return {
+    iteration,
+    perTask,
+    summary: { episodes: all.length, mean_score: mean(all), success_rate: all.length ? won / all.length : 0, env_steps: envSteps, seconds },
+  };
 }
 
 function mean(xs: number[]): number {

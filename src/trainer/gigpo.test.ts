@@ -83,7 +83,8 @@ const closeAll = (actual: number[], wanted: number[]) => {
   expect(actual).toHaveLength(wanted.length);
   actual.forEach((x, i) => expect(x, `token ${i}`).toBeCloseTo(wanted[i], 9));
 };
-const firstOf = (batch: TrainSequence[], ep: UpdateEpisode) => batch.find((x) => x.prompt.join() === ep.steps[0].prompt.join() || x.prompt.join() === ep.steps[1].prompt.join())!;
+const firstOf = (batch: TrainSequence[], ep: UpdateEpisode) =>
+  batch.find((x) => x.prompt.join() === ep.steps[0].prompt.join() || x.prompt.join() === ep.steps[1].prompt.join())!;
 
 describe('grpoUpdate with the GiGPO step advantage', () => {
   it('each step gets its own advantage on every one of its tokens; a step with A = 0 is left out', async () => {
@@ -100,7 +101,7 @@ describe('grpoUpdate with the GiGPO step advantage', () => {
     expect(stats.stepGroups).toEqual({ count: 5, meanSize: 8 / 5, maxSize: 3, singletonShare: 3 / 5, variedRollouts: 1 });
   });
 
-  it('packed: one sequence per episode carrying each step\'s advantage on its own policy tokens, in order', async () => {
+  it("packed: one sequence per episode carrying each step's advantage on its own policy tokens, in order", async () => {
     const engine = new RecordingEngine();
     const stats = await grpoUpdate(engine, [a, b, c], settings({ pack: true }), new Rng(1));
     const batch = engine.batches[0];
@@ -109,8 +110,14 @@ describe('grpoUpdate with the GiGPO step advantage', () => {
     // prompt [1, 1]; response r0 r0' ctx r1 r1' ctx r2 r2': six policy tokens, two per step.
     expect(packedA.prompt).toEqual(a.steps[0].prompt);
     expect(packedA.policyTokens).toEqual([1, 1, 0, 1, 1, 0, 1, 1]);
-    closeAll(packedA.advantages, expected.a.flatMap((x) => [x, x]));
-    closeAll(firstOf(batch, b).advantages, expected.b.flatMap((x) => [x, x]));
+    closeAll(
+      packedA.advantages,
+      expected.a.flatMap((x) => [x, x]),
+    );
+    closeAll(
+      firstOf(batch, b).advantages,
+      expected.b.flatMap((x) => [x, x]),
+    );
     // c's second step (A = 0) is not trained, so c's first step stands alone, unpacked.
     const onlyC = firstOf(batch, c);
     expect(onlyC.policyTokens).toBeUndefined();
@@ -139,13 +146,16 @@ describe('grpoUpdate with the GiGPO step advantage', () => {
     expect(c2).toBeCloseTo(-0.57735, 4);
   });
 
-  it('decoupled off-policy on a packed episode weights each step\'s own advantage (not the first step\'s)', async () => {
+  it("decoupled off-policy on a packed episode weights each step's own advantage (not the first step's)", async () => {
     const engine = new RecordingEngine();
     const offA = { ...a, mode: 'tips-off-policy' as const };
     await grpoUpdate(engine, [offA, b, c], settings({ pack: true, offPolicyRatio: 'decoupled', offPolicyWeightCap: null }), new Rng(1));
     const packedA = firstOf(engine.batches[0], offA);
     // cap null: w = 1, so the advantages are unchanged and old log-probs are the tip-free scores.
-    closeAll(packedA.advantages, expected.a.flatMap((x) => [x, x]));
+    closeAll(
+      packedA.advantages,
+      expected.a.flatMap((x) => [x, x]),
+    );
     expect(packedA.oldLogprobs).toEqual(new Array(6).fill(Math.log(0.5)));
   });
 
@@ -173,8 +183,12 @@ describe('GiGPO configuration', () => {
   });
 
   it('refuses contradictions and bad values, naming the key', () => {
-    expect(() => loadConfig(null, ['algo.name=gigpo', 'algo.step_advantage=none'])).toThrow(/algo\.step_advantage: none with algo\.name=gigpo/);
-    expect(() => loadConfig(null, ['algo.name=gigpo', 'algo.p=0.5'])).toThrow(/algo\.p: 0\.5 with algo\.name=gigpo \(GiGPO never rolls out with memory; use algo\.name=empo2 with algo\.step_advantage=gigpo\)/);
+    expect(() => loadConfig(null, ['algo.name=gigpo', 'algo.step_advantage=none'])).toThrow(
+      /algo\.step_advantage: none with algo\.name=gigpo/,
+    );
+    expect(() => loadConfig(null, ['algo.name=gigpo', 'algo.p=0.5'])).toThrow(
+      /algo\.p: 0\.5 with algo\.name=gigpo \(GiGPO never rolls out with memory; use algo\.name=empo2 with algo\.step_advantage=gigpo\)/,
+    );
     expect(() => loadConfig(null, ['algo.name=gigpo', 'algo.intrinsic=novelty'])).toThrow(ConfigError);
     expect(() => loadConfig(null, ['algo.gigpo_gamma=1.5'])).toThrow(/algo\.gigpo_gamma/);
     expect(() => loadConfig(null, ['algo.gigpo_mode=std'])).toThrow(/algo\.gigpo_mode/);
@@ -201,12 +215,27 @@ describe('algo.name gigpo end to end', () => {
     const dir = join(root, 'run');
     const logs: string[] = [];
     // As trainer.test.ts: seed 3, groups of 3, 6-step episodes of `fetch` (scores differ within the group at iteration 1).
-    const cfg = loadConfig(null, [`run_dir=${dir}`, 'seed=3', ...TINY_MODEL, 'env.tasks=[fetch]', 'env.eval_variations=1', 'env.max_steps=6', 'rollout.tasks_per_batch=1', 'rollout.group_size=3', 'train.iterations=2', 'train.eval_every=0', 'algo.name=gigpo']);
+    const cfg = loadConfig(null, [
+      `run_dir=${dir}`,
+      'seed=3',
+      ...TINY_MODEL,
+      'env.tasks=[fetch]',
+      'env.eval_variations=1',
+      'env.max_steps=6',
+      'rollout.tasks_per_batch=1',
+      'rollout.group_size=3',
+      'train.iterations=2',
+      'train.eval_every=0',
+      'algo.name=gigpo',
+    ]);
     const result = await train(cfg, { resume: false, log: (l) => logs.push(l) });
     expect(result.iterations).toBe(2);
     expect(logs.join('\n')).toMatch(/algo gigpo: .*GiGPO step advantage \(ω=1, γ=0\.95, mean_std_norm\)/);
 
-    const lines = readFileSync(join(dir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const lines = readFileSync(join(dir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     const trainLines = lines.filter((l) => l.type === 'train');
     expect(trainLines).toHaveLength(2);
     const first = trainLines[0];

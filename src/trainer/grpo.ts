@@ -77,7 +77,13 @@ export interface UpdateStats extends TrainStats {
 export function updateSettings(cfg: Config): GrpoSettings {
   const algo = resolveAlgo(cfg);
   return {
-    objective: { clipLow: cfg.algo.clip_low, clipHigh: cfg.algo.clip_high, dualClip: cfg.algo.dual_clip, klCoef: cfg.algo.kl_coef, lowProbDelta: cfg.algo.low_prob_delta },
+    objective: {
+      clipLow: cfg.algo.clip_low,
+      clipHigh: cfg.algo.clip_high,
+      dualClip: cfg.algo.dual_clip,
+      klCoef: cfg.algo.kl_coef,
+      lowProbDelta: cfg.algo.low_prob_delta,
+    },
     seqMinLogprob: cfg.algo.seq_min_logprob,
     minibatches: cfg.algo.minibatches,
     epochs: cfg.algo.epochs,
@@ -136,13 +142,19 @@ export async function prepareUpdate(engine: PolicyEngine, episodes: UpdateEpisod
   let stepGroups: UpdateStats['stepGroups'] = null;
   if (s.gigpo) {
     // The anchor state of a step is the environment's observation the action was chosen from.
-    const g = gigpoAdvantages(episodes.map((e, i) => ({ group: e.group, anchors: e.steps.map((st) => st.observation), rewards: stepRewards[i] })), s.gigpo);
+    const g = gigpoAdvantages(
+      episodes.map((e, i) => ({ group: e.group, anchors: e.steps.map((st) => st.observation), rewards: stepRewards[i] })),
+      s.gigpo,
+    );
     advantages = g.advantages;
     const multiStep = advantages.filter((a) => a.length > 1);
     const varied = multiStep.filter((a) => a.some((x) => Math.abs(x - a[0]) > 1e-9)).length;
     stepGroups = { ...summariseStepGroups(g.stepGroupSizes), variedRollouts: varied / Math.max(1, multiStep.length) };
   } else {
-    const perRollout = groupNormalisedAdvantages(returns, episodes.map((e) => e.group));
+    const perRollout = groupNormalisedAdvantages(
+      returns,
+      episodes.map((e) => e.group),
+    );
     advantages = episodes.map((e, i) => e.steps.map(() => perRollout[i]));
   }
 
@@ -188,7 +200,11 @@ export async function prepareUpdate(engine: PolicyEngine, episodes: UpdateEpisod
   let weightSum = 0;
   let weightCount = 0;
   offPolicySamples.forEach((sample, k) => {
-    const terms = offPolicyRatio(ratio, { advantages: sample.advantages, sampledWithTips: sample.oldLogprobs, tipFreeBeforeUpdate: tipFree?.[k] ?? null }, s.offPolicyWeightCap ?? null);
+    const terms = offPolicyRatio(
+      ratio,
+      { advantages: sample.advantages, sampledWithTips: sample.oldLogprobs, tipFreeBeforeUpdate: tipFree?.[k] ?? null },
+      s.offPolicyWeightCap ?? null,
+    );
     sample.advantages = terms.advantages;
     sample.oldLogprobs = terms.oldLogprobs;
     if (terms.weights) {
@@ -242,7 +258,16 @@ export async function runOptimiserSteps(
       totals.kl += stats.kl;
       totals.gradNorm += stats.gradNorm;
       done++;
-      await onStep?.({ epoch, minibatchesDone: done, order: [...order], rngState, totals: { ...totals }, optimizerSteps, optimizerStepsTotal, sequenceTokens });
+      await onStep?.({
+        epoch,
+        minibatchesDone: done,
+        order: [...order],
+        rngState,
+        totals: { ...totals },
+        optimizerSteps,
+        optimizerStepsTotal,
+        sequenceTokens,
+      });
     }
   }
   const { returns, droppedLowProb, offPolicySequences, offPolicyMeanWeight, steps, packedSteps, stepGroups } = prepared;

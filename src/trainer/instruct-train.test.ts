@@ -17,7 +17,8 @@ import { saveModelDir } from '../policy/tfjs/checkpoint.ts';
 import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
 import { train } from './trainer.ts';
 
-const CHATML = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+const CHATML =
+  "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 const root = mkdtempSync(join(tmpdir(), 'empo2-instruct-train-'));
 const modelDir = join(root, 'model');
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -94,21 +95,26 @@ describe('training with the instruct prompt', () => {
   }, 300_000);
 
   const gate = pythonGate(['torch', 'transformers']);
-  it.skipIf(!gate.available)(`the PyTorch worker's packed, cached run agrees with the TypeScript engine's (greedy) (${gate.label})`, async () => {
-    const greedy = ['rollout.temperature=0', 'rollout.eval_temperature=0'];
-    const ts = join(root, 'tfjs-greedy');
-    const pt = join(root, 'torch-greedy');
-    await train(config(ts, [...greedy, 'model.engine=tfjs']), { resume: false, log: () => {} });
-    await train(config(pt, [...greedy, 'model.engine=torch']), { resume: false, log: () => {} });
-    const a = trainLines(ts);
-    const b = trainLines(pt);
-    for (let i = 0; i < 2; i++) {
-      for (const k of ['env_steps', 'mean_score', 'trained_tokens', 'sequences']) expect(b[i][k], `iteration ${i + 1} ${k}`).toBe(a[i][k]);
-      expect(b[i].packed_share).toBeGreaterThan(0.5);
-      expect(b[i].prefill_tokens).toBeLessThan(0.6 * b[i].prompt_tokens);
-      expect(Math.abs(a[i].loss)).toBeGreaterThan(1e-4);
-      expect(b[i].loss, `iteration ${i + 1} loss`).toBeCloseTo(a[i].loss, 4);
-      expect(Math.abs(b[i].grad_norm - a[i].grad_norm) / a[i].grad_norm, `iteration ${i + 1} grad norm`).toBeLessThan(1e-3);
-    }
-  }, 300_000);
+  it.skipIf(!gate.available)(
+    `the PyTorch worker's packed, cached run agrees with the TypeScript engine's (greedy) (${gate.label})`,
+    async () => {
+      const greedy = ['rollout.temperature=0', 'rollout.eval_temperature=0'];
+      const ts = join(root, 'tfjs-greedy');
+      const pt = join(root, 'torch-greedy');
+      await train(config(ts, [...greedy, 'model.engine=tfjs']), { resume: false, log: () => {} });
+      await train(config(pt, [...greedy, 'model.engine=torch']), { resume: false, log: () => {} });
+      const a = trainLines(ts);
+      const b = trainLines(pt);
+      for (let i = 0; i < 2; i++) {
+        for (const k of ['env_steps', 'mean_score', 'trained_tokens', 'sequences'])
+          expect(b[i][k], `iteration ${i + 1} ${k}`).toBe(a[i][k]);
+        expect(b[i].packed_share).toBeGreaterThan(0.5);
+        expect(b[i].prefill_tokens).toBeLessThan(0.6 * b[i].prompt_tokens);
+        expect(Math.abs(a[i].loss)).toBeGreaterThan(1e-4);
+        expect(b[i].loss, `iteration ${i + 1} loss`).toBeCloseTo(a[i].loss, 4);
+        expect(Math.abs(b[i].grad_norm - a[i].grad_norm) / a[i].grad_norm, `iteration ${i + 1} grad norm`).toBeLessThan(1e-3);
+      }
+    },
+    300_000,
+  );
 });

@@ -32,11 +32,20 @@ afterAll(() => {
   rmSync(root, { recursive: true, force: true });
 });
 
-const ACK = 'interrupt: finishing this iteration, saving a checkpoint, then stopping (one past train.partial_save_minutes stops at its next part-way save; Ctrl-C again to exit at once)';
+const ACK =
+  'interrupt: finishing this iteration, saving a checkpoint, then stopping (one past train.partial_save_minutes stops at its next part-way save; Ctrl-C again to exit at once)';
 const SECOND = 'second interrupt: exiting now (the last complete checkpoint is intact)';
 
 /** Iterations of 8 episodes of up to 30 steps: ~240 policy calls each, seconds even on a fast machine. */
-const RUN_SETTINGS = ['env.tasks=[fetch]', 'env.eval_variations=1', 'env.max_steps=30', 'rollout.tasks_per_batch=2', 'rollout.group_size=4', 'train.checkpoint_every=1', 'train.eval_every=0'];
+const RUN_SETTINGS = [
+  'env.tasks=[fetch]',
+  'env.eval_variations=1',
+  'env.max_steps=30',
+  'rollout.tasks_per_batch=2',
+  'rollout.group_size=4',
+  'train.checkpoint_every=1',
+  'train.eval_every=0',
+];
 const SETTINGS = [...TINY_MODEL, ...RUN_SETTINGS];
 
 interface Watched {
@@ -64,7 +73,9 @@ function watch(child: ChildProcess): Watched {
   };
   child.stdout?.on('data', take);
   child.stderr?.on('data', take);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.on('exit', (code, signal) => r({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
+    child.on('exit', (code, signal) => r({ code, signal })),
+  );
   return {
     child,
     lines,
@@ -87,7 +98,16 @@ interface Trainer extends Watched {
 }
 
 function startTrainer(runDir: string, o: { iterations?: number; settings?: string[]; flags?: string[] } = {}): Trainer {
-  const args = [BIN, 'train', '--run-dir', runDir, '--iterations', String(o.iterations ?? 6), ...(o.flags ?? []), ...(o.settings ?? SETTINGS).flatMap((s) => ['--set', s])];
+  const args = [
+    BIN,
+    'train',
+    '--run-dir',
+    runDir,
+    '--iterations',
+    String(o.iterations ?? 6),
+    ...(o.flags ?? []),
+    ...(o.settings ?? SETTINGS).flatMap((s) => ['--set', s]),
+  ];
   // Its own process group, as a shell gives a foreground job.
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   return { ...watch(child), ctrlC: () => process.kill(-child.pid!, 'SIGINT') };
@@ -101,7 +121,11 @@ interface Child extends Watched {
 }
 
 function startChild(env: Record<string, string>): Child {
-  const child = spawn(process.execPath, ['--import', 'tsx', CHILD], { cwd: REPO_ROOT, stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, ...env } });
+  const child = spawn(process.execPath, ['--import', 'tsx', CHILD], {
+    cwd: REPO_ROOT,
+    stdio: ['pipe', 'pipe', 'inherit'],
+    env: { ...process.env, ...env },
+  });
   child.stdin!.on('error', () => {}); // EPIPE when it is already gone, as it should be
   return { ...watch(child), release: () => child.stdin!.write('\n'), endInput: () => child.stdin!.end() };
 }
@@ -214,10 +238,16 @@ async function startServe(name: string): Promise<Serve> {
   const [{ initBackend }, { createEngine }] = await Promise.all([import('../policy/tfjs/backend.ts'), import('./engines.ts')]);
   await initBackend();
   const modelDir = join(root, name);
-  const { engine } = await createEngine(loadConfig(null, [`run_dir=${join(root, `${name}-unused`)}`, 'seed=3', ...TINY_MODEL, 'env.tasks=[fetch]']), 'fresh');
+  const { engine } = await createEngine(
+    loadConfig(null, [`run_dir=${join(root, `${name}-unused`)}`, 'seed=3', ...TINY_MODEL, 'env.tasks=[fetch]']),
+    'fresh',
+  );
   await engine.save(modelDir);
   engine.dispose();
-  const child = spawn(process.execPath, [BIN, 'serve', modelDir, '--port', '0', '--served-model-name', 'tiny'], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const child = spawn(process.execPath, [BIN, 'serve', modelDir, '--port', '0', '--served-model-name', 'tiny'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
   const served = watch(child);
   await served.waitFor(/^serving .* at http:\/\/\S+\/v1 /);
   const url = /at (http:\/\/\S+)\/v1 /.exec(served.lines.find((l) => l.startsWith('serving '))!)![1];
@@ -225,7 +255,12 @@ async function startServe(name: string): Promise<Serve> {
 }
 
 /** A run on `serve`'s model whose rollouts it generates (not kept in step with the training: no matter here). */
-const servedRun = (serve: Serve, extra: string[] = []) => [`model.path=${serve.modelDir}`, ...RUN_SETTINGS, `rollout.remote={base_url: "${serve.url}", model: tiny, sync: none, timeout_s: 600, retries: 0}`, ...extra];
+const servedRun = (serve: Serve, extra: string[] = []) => [
+  `model.path=${serve.modelDir}`,
+  ...RUN_SETTINGS,
+  `rollout.remote={base_url: "${serve.url}", model: tiny, sync: none, timeout_s: 600, retries: 0}`,
+  ...extra,
+];
 describe('Ctrl-C during `empo2 train` (real process, real signals)', () => {
   it('the first stops after the current iteration with a checkpoint, and is seen while that iteration runs', async () => {
     const runDir = join(root, 'once');
@@ -277,7 +312,11 @@ describe('Ctrl-C during `empo2 train` (real process, real signals)', () => {
     output = resumed.lines.join('\n');
     expect(code, output).toBe(0);
     expect(existsSync(join(runDir, 'eval.md'))).toBe(true);
-    const evals = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { type: string; iteration: number }).filter((m) => m.type === 'eval');
+    const evals = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { type: string; iteration: number })
+      .filter((m) => m.type === 'eval');
     expect(evals.map((e) => e.iteration)).toEqual([0, 1]);
   }, 240_000);
 

@@ -48,15 +48,51 @@ export interface ModeDraw {
 export function trainRecord(r: IterationReport): MetricsLine {
   const { episodes, update, rollout: stats } = r;
   return {
-    type: 'train', iteration: r.iteration, env_steps: r.envSteps, mean_score: meanScore(episodes), success_rate: successRate(episodes),
-    loss: update.loss, clip_fraction: update.clipFraction, mean_ratio: update.meanRatio, grad_norm: update.gradNorm, kl: update.kl,
-    sequences: update.sequences, trained_tokens: update.tokens, packed_share: update.packedSteps / Math.max(1, update.steps), rollout_seconds: r.seconds.rollout, update_seconds: r.seconds.update, optimizer_seconds: r.seconds.optimizer,
-    rollout_tokens_per_s: rolloutTokensPerSecond(stats), mean_prompt_tokens: stats.promptTokens / Math.max(1, stats.envSteps), prompt_tokens: stats.promptTokens, prefill_tokens: r.prefillCounts ? stats.prefilledTokens : null, sequence_tokens: update.sequenceTokens, elapsed_seconds: r.elapsedSeconds,
-    modes: countModes(r.modes), score_by_mode: scoreByMode(episodes, r.modes), off_policy_sequences: update.offPolicySequences, off_policy_mean_weight: update.offPolicyMeanWeight, dropped_low_prob: update.droppedLowProb,
+    type: 'train',
+    iteration: r.iteration,
+    env_steps: r.envSteps,
+    mean_score: meanScore(episodes),
+    success_rate: successRate(episodes),
+    loss: update.loss,
+    clip_fraction: update.clipFraction,
+    mean_ratio: update.meanRatio,
+    grad_norm: update.gradNorm,
+    kl: update.kl,
+    sequences: update.sequences,
+    trained_tokens: update.tokens,
+    packed_share: update.packedSteps / Math.max(1, update.steps),
+    rollout_seconds: r.seconds.rollout,
+    update_seconds: r.seconds.update,
+    optimizer_seconds: r.seconds.optimizer,
+    rollout_tokens_per_s: rolloutTokensPerSecond(stats),
+    mean_prompt_tokens: stats.promptTokens / Math.max(1, stats.envSteps),
+    prompt_tokens: stats.promptTokens,
+    prefill_tokens: r.prefillCounts ? stats.prefilledTokens : null,
+    sequence_tokens: update.sequenceTokens,
+    elapsed_seconds: r.elapsedSeconds,
+    modes: countModes(r.modes),
+    score_by_mode: scoreByMode(episodes, r.modes),
+    off_policy_sequences: update.offPolicySequences,
+    off_policy_mean_weight: update.offPolicyMeanWeight,
+    dropped_low_prob: update.droppedLowProb,
     intrinsic_mean: r.intrinsic ? r.intrinsic.flat().reduce((a, b) => a + b, 0) / Math.max(1, episodes.length) : 0,
-    memory_seconds: r.memorySeconds, memory_share_of_rollout: r.memorySeconds / Math.max(1e-9, r.seconds.rollout),
-    tips_added: r.tipsAdded, memory_size: r.memorySize, tips_followed: tipFollowRate(episodes), entropy: sampledTokenEntropy(episodes),
-    ...(update.stepGroups ? { step_groups: { count: update.stepGroups.count, mean_size: update.stepGroups.meanSize, max_size: update.stepGroups.maxSize, singleton_share: update.stepGroups.singletonShare, varied_rollouts: update.stepGroups.variedRollouts } } : {}),
+    memory_seconds: r.memorySeconds,
+    memory_share_of_rollout: r.memorySeconds / Math.max(1e-9, r.seconds.rollout),
+    tips_added: r.tipsAdded,
+    memory_size: r.memorySize,
+    tips_followed: tipFollowRate(episodes),
+    entropy: sampledTokenEntropy(episodes),
+    ...(update.stepGroups
+      ? {
+          step_groups: {
+            count: update.stepGroups.count,
+            mean_size: update.stepGroups.meanSize,
+            max_size: update.stepGroups.maxSize,
+            singleton_share: update.stepGroups.singletonShare,
+            varied_rollouts: update.stepGroups.variedRollouts,
+          },
+        }
+      : {}),
     ...(r.rehearsalNll !== null ? { tip_rehearsal_nll: r.rehearsalNll } : {}),
   };
 }
@@ -82,8 +118,22 @@ export interface EvalSettings {
 }
 
 /** An evaluation's `eval` line of metrics.jsonl; `tipsFollowed` only where the evaluation showed tips. */
-export function evalRecord(r: EvalResult, iteration: number, trainEnvSteps: number, settings: EvalSettings, tipsFollowed?: number | null): MetricsLine {
-  return { type: 'eval', iteration, train_env_steps: trainEnvSteps, ...settings, ...r.summary, per_task: r.perTask, ...(tipsFollowed !== undefined ? { tips_followed: tipsFollowed } : {}) };
+export function evalRecord(
+  r: EvalResult,
+  iteration: number,
+  trainEnvSteps: number,
+  settings: EvalSettings,
+  tipsFollowed?: number | null,
+): MetricsLine {
+  return {
+    type: 'eval',
+    iteration,
+    train_env_steps: trainEnvSteps,
+    ...settings,
+    ...r.summary,
+    per_task: r.perTask,
+    ...(tipsFollowed !== undefined ? { tips_followed: tipsFollowed } : {}),
+  };
 }
 
 export function formatEvalLine(r: EvalResult, iteration: number, split: string): string {
@@ -110,10 +160,17 @@ export function bannerLines(cfg: Config, algo: ResolvedAlgo, d: RunDescription):
   return [
     `empo2 train | run ${d.runDir} | backend ${d.backend} (${d.matMul}) | ${d.engine}, vocab ${d.vocabSize}`,
     `algo ${cfg.algo.name}: p=${algo.p}${algo.pEnd !== null ? ` → ${algo.pEnd} by iteration ${cfg.train.iterations}` : ''} q=${algo.q} (mode drawn per ${algo.modeDraw}), intrinsic ${algo.intrinsic}` +
-      (algo.stepAdvantage === 'gigpo' ? `, GiGPO step advantage (ω=${cfg.algo.gigpo_omega}, γ=${cfg.algo.gigpo_gamma}, ${cfg.algo.gigpo_mode})` : '') +
-      (d.memory ? ` | memory: ${d.memory.embedder} embedder, ${d.memory.reflector} reflector, slot per ${cfg.memory.slot}, ${d.memory.tips} tips` : '') +
-      (d.rehearsalPool !== null ? ` | tip rehearsal: ${cfg.experimental.tip_rehearsal} of ${d.rehearsalPool} examples after every update` : ''),
-    `env ${cfg.env.name}: ${d.tasks.length} tasks (${d.tasks.join(', ')}) | ${cfg.rollout.tasks_per_batch} groups x ${cfg.rollout.group_size} rollouts per iteration | ${cfg.train.iterations} iterations` + (d.resumeFrom ? ` | resuming from ${d.resumeFrom}` : ''),
+      (algo.stepAdvantage === 'gigpo'
+        ? `, GiGPO step advantage (ω=${cfg.algo.gigpo_omega}, γ=${cfg.algo.gigpo_gamma}, ${cfg.algo.gigpo_mode})`
+        : '') +
+      (d.memory
+        ? ` | memory: ${d.memory.embedder} embedder, ${d.memory.reflector} reflector, slot per ${cfg.memory.slot}, ${d.memory.tips} tips`
+        : '') +
+      (d.rehearsalPool !== null
+        ? ` | tip rehearsal: ${cfg.experimental.tip_rehearsal} of ${d.rehearsalPool} examples after every update`
+        : ''),
+    `env ${cfg.env.name}: ${d.tasks.length} tasks (${d.tasks.join(', ')}) | ${cfg.rollout.tasks_per_batch} groups x ${cfg.rollout.group_size} rollouts per iteration | ${cfg.train.iterations} iterations` +
+      (d.resumeFrom ? ` | resuming from ${d.resumeFrom}` : ''),
   ];
 }
 
@@ -151,7 +208,11 @@ const MODE_SHORT: Record<Mode, string> = { plain: 'plain', 'tips-on-policy': 'ti
 export function describeModes(modes: readonly Mode[], groupSize: number, perRollout: boolean): string {
   const distinct = [...new Set(modes)];
   if (distinct.length === 1) return MODE_SHORT[distinct[0]];
-  if (!perRollout) return modes.filter((_, i) => i % groupSize === 0).map((m) => MODE_SHORT[m]).join(',');
+  if (!perRollout)
+    return modes
+      .filter((_, i) => i % groupSize === 0)
+      .map((m) => MODE_SHORT[m])
+      .join(',');
   return Object.entries(countModes(modes))
     .filter(([, n]) => n > 0)
     .map(([m, n]) => `${MODE_SHORT[m as Mode]} ${n}`)

@@ -52,7 +52,10 @@ describe('LoRA training run', () => {
     const a = base(first);
     const b = base(last);
     for (const [k, t] of a) expect(Array.from(toFloat32(b.get(k)!)), k).toEqual(Array.from(toFloat32(t)));
-    const lines = readFileSync(join(dir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const lines = readFileSync(join(dir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines.filter((l) => l.type === 'train').map((l) => l.iteration)).toEqual([1, 2, 3]);
   });
 });

@@ -35,8 +35,22 @@ const episode: Episode = {
 };
 
 /** One tip query for episode 0 of the power task; fields not given are empty. */
-function tipQuery(state: string, fields: Partial<Pick<TipQuery, 'taken' | 'scoreSoFar' | 'validActions' | 'oracleAction'>> = {}): TipQuery[] {
-  return [{ episode: 0, job: { task: 'power', variation: 0, group: 0 }, state, taken: [], scoreSoFar: 0, validActions: [], oracleAction: () => null, ...fields }];
+function tipQuery(
+  state: string,
+  fields: Partial<Pick<TipQuery, 'taken' | 'scoreSoFar' | 'validActions' | 'oracleAction'>> = {},
+): TipQuery[] {
+  return [
+    {
+      episode: 0,
+      job: { task: 'power', variation: 0, group: 0 },
+      state,
+      taken: [],
+      scoreSoFar: 0,
+      validActions: [],
+      oracleAction: () => null,
+      ...fields,
+    },
+  ];
 }
 
 /** The texts of the tips `memory.tipSource()` returns, per query. */
@@ -46,7 +60,14 @@ async function tipTexts(memory: MemoryRuntime, queries: TipQuery[]): Promise<str
 
 function runtime(overrides: string[]): MemoryRuntime {
   const cfg = loadConfig(null, ['algo.name=empo2', 'algo.p=1', 'memory.reflector=summary', 'memory.dim=256', ...overrides]);
-  return new MemoryRuntime(cfg, resolveAlgo(cfg), new HashedNgramEmbedder({ dim: 256 }), new TrajectorySummaryReflector(), new TipMemory(256, { capacity: 100, threshold: 0.5, topK: cfg.memory.top_k }), new NoveltyList(0.9));
+  return new MemoryRuntime(
+    cfg,
+    resolveAlgo(cfg),
+    new HashedNgramEmbedder({ dim: 256 }),
+    new TrajectorySummaryReflector(),
+    new TipMemory(256, { capacity: 100, threshold: 0.5, topK: cfg.memory.top_k }),
+    new NoveltyList(0.9),
+  );
 }
 
 async function written(credit: 'final' | 'to_go' | 'gain') {
@@ -99,8 +120,15 @@ describe('MemoryRuntime.write: experimental.step_tip_reflection', () => {
 
   it('applies to the oracle tip too', async () => {
     const q = tipQuery('anywhere', { oracleAction: () => 'take battery' });
-    expect(await tipTexts(runtime(['experimental.tip_source=oracle', 'experimental.step_credit=gain']), q)).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was take battery; it raised your score by 20 points.`]]);
-    expect(await tipTexts(runtime(['experimental.tip_source=oracle', 'experimental.step_credit=gain', 'experimental.step_tip_reflection=false']), q)).toEqual([['The action you took was take battery; it raised your score by 20 points.']]);
+    expect(await tipTexts(runtime(['experimental.tip_source=oracle', 'experimental.step_credit=gain']), q)).toEqual([
+      [`${ORACLE_TIP_SUMMARY} The action you took was take battery; it raised your score by 20 points.`],
+    ]);
+    expect(
+      await tipTexts(
+        runtime(['experimental.tip_source=oracle', 'experimental.step_credit=gain', 'experimental.step_tip_reflection=false']),
+        q,
+      ),
+    ).toEqual([['The action you took was take battery; it raised your score by 20 points.']]);
   });
 });
 
@@ -131,7 +159,8 @@ describe('MemoryRuntime.tipSource: experimental.skip_taken_actions', () => {
 describe('MemoryRuntime.tipSource: experimental.valid_actions_only', () => {
   // The same state as above with the battery still in the box: the memory's best tip (take battery,
   // +25) is shown only where the environment offers that action.
-  const query = (validActions: string[], taken: string[] = []) => tipQuery('You carry nothing. The red box holds a battery.', { taken, validActions });
+  const query = (validActions: string[], taken: string[] = []) =>
+    tipQuery('You carry nothing. The red box holds a battery.', { taken, validActions });
 
   it('off (default): tips are shown whatever the current state accepts', async () => {
     const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=1']);
@@ -157,9 +186,17 @@ describe('MemoryRuntime.tipSource: experimental.valid_actions_only', () => {
   });
 
   it('combines with skip_taken_actions: a tip must be valid now and not yet taken', async () => {
-    const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=3', 'experimental.valid_actions_only=true', 'experimental.skip_taken_actions=true']);
+    const memory = runtime([
+      'experimental.step_credit=gain',
+      'memory.top_k=3',
+      'experimental.valid_actions_only=true',
+      'experimental.skip_taken_actions=true',
+    ]);
     await memory.write([episode]);
-    const [tips] = await tipTexts(memory, query(['inventory', 'look around', 'take battery', 'open red box'], ['inventory', 'open red box']));
+    const [tips] = await tipTexts(
+      memory,
+      query(['inventory', 'look around', 'take battery', 'open red box'], ['inventory', 'open red box']),
+    );
     expect(tips.map((t) => t.match(/took was ([a-z ]+);/)![1])).toEqual(['take battery', 'look around']);
   });
 });
@@ -182,7 +219,12 @@ describe('MemoryRuntime.tipSource: experimental.min_tip_score', () => {
 
   it('is strict (a tip scored exactly the bound is left out) and applies with the action filters', async () => {
     const at = async (bound: number, taken: string[] = []) => {
-      const memory = runtime(['experimental.step_credit=gain', 'memory.top_k=4', `experimental.min_tip_score=${bound}`, 'experimental.skip_taken_actions=true']);
+      const memory = runtime([
+        'experimental.step_credit=gain',
+        'memory.top_k=4',
+        `experimental.min_tip_score=${bound}`,
+        'experimental.skip_taken_actions=true',
+      ]);
       await memory.write([episode]);
       return actions((await tipTexts(memory, tipQuery('You carry nothing. The red box holds a battery.', { taken })))[0]);
     };
@@ -226,9 +268,13 @@ describe('MemoryRuntime.tipSource: experimental.tip_source=oracle', () => {
   it("shows the solver's next action as the only tip, in the step-tip wording of the run's credit, whatever the memory holds", async () => {
     const gain = runtime(['experimental.step_credit=gain', 'experimental.tip_source=oracle']);
     await gain.write([episode]);
-    expect(await tipTexts(gain, query('open red box'))).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was open red box; it raised your score by 20 points.`]]);
+    expect(await tipTexts(gain, query('open red box'))).toEqual([
+      [`${ORACLE_TIP_SUMMARY} The action you took was open red box; it raised your score by 20 points.`],
+    ]);
     const final = runtime(['experimental.tip_source=oracle']);
-    expect(await tipTexts(final, query('take battery'))).toEqual([[`${ORACLE_TIP_SUMMARY} The action you took was take battery; you finally scored 20/100.`]]);
+    expect(await tipTexts(final, query('take battery'))).toEqual([
+      [`${ORACLE_TIP_SUMMARY} The action you took was take battery; you finally scored 20/100.`],
+    ]);
   });
 
   it('shows no tip once the solver has no action left', async () => {

@@ -39,7 +39,12 @@ export function reflectionRender(cfg: Config): (messages: { role: 'system' | 'us
 export function createReflector(cfg: Config, engine: PolicyEngine, seed: number): Reflector {
   const kind = cfg.memory.reflector === 'auto' ? (cfg.model.path ? 'policy' : 'summary') : cfg.memory.reflector;
   if (kind === 'summary') return new TrajectorySummaryReflector();
-  return new PolicyReflector(engine, reflectionRender(cfg), { maxTokens: cfg.memory.reflection_max_tokens, temperature: cfg.rollout.eval_temperature, seed, historySteps: 12 });
+  return new PolicyReflector(engine, reflectionRender(cfg), {
+    maxTokens: cfg.memory.reflection_max_tokens,
+    temperature: cfg.rollout.eval_temperature,
+    seed,
+    historySteps: 12,
+  });
 }
 
 /** An episode as a reflector reads it. */
@@ -59,11 +64,23 @@ export const ORACLE_TIP_SUMMARY = 'A solver that can see the whole world suggest
 
 /** `experimental.tip_source: oracle`: the solver's next action as the only tip (none once it has no action). */
 export function oracleTips(action: string | null, credit: Config['experimental']['step_credit'], reflection = true): ShownTip[] {
-  return action === null ? [] : [{ text: stepTipText(reflection ? ORACLE_TIP_SUMMARY : '', action, ORACLE_TIP_POINTS, credit), score: ORACLE_TIP_POINTS, similarity: null, action }];
+  return action === null
+    ? []
+    : [
+        {
+          text: stepTipText(reflection ? ORACLE_TIP_SUMMARY : '', action, ORACLE_TIP_POINTS, credit),
+          score: ORACLE_TIP_POINTS,
+          similarity: null,
+          action,
+        },
+      ];
 }
 
 function emptyMemory(cfg: Config, embedder: Embedder): { tips: TipMemory; novelty: NoveltyList } {
-  return { tips: new TipMemory(embedder.dim, { capacity: cfg.memory.capacity, threshold: cfg.memory.threshold, topK: cfg.memory.top_k }), novelty: new NoveltyList(cfg.algo.novelty_threshold) };
+  return {
+    tips: new TipMemory(embedder.dim, { capacity: cfg.memory.capacity, threshold: cfg.memory.threshold, topK: cfg.memory.top_k }),
+    novelty: new NoveltyList(cfg.algo.novelty_threshold),
+  };
 }
 
 /** A checkpoint's memory.json, refused when it is corrupt or keyed by another embedder. */
@@ -81,7 +98,8 @@ function loadSavedMemory(file: string, embedder: Embedder): { tips: TipMemory; n
 function restoreMemory(saved: unknown, embedder: Embedder, where: string): { tips: TipMemory; novelty: NoveltyList } {
   if (typeof saved !== 'object' || saved === null) throw new Error(`${where}: the saved memory is not an object`);
   const m = saved as { embedder?: unknown; tips?: unknown; novelty?: Parameters<typeof NoveltyList.fromJSON>[0] };
-  if (m.embedder !== embedder.name) throw new Error(`${where} was written with embedder ${String(m.embedder)}, but this run uses ${embedder.name}: keys would not compare`);
+  if (m.embedder !== embedder.name)
+    throw new Error(`${where} was written with embedder ${String(m.embedder)}, but this run uses ${embedder.name}: keys would not compare`);
   return { tips: TipMemory.fromJSON(m.tips, where), novelty: NoveltyList.fromJSON(m.novelty!, embedder.dim, where) };
 }
 
@@ -110,12 +128,23 @@ export class MemoryRuntime {
    * The memory saved in the checkpoint `restoreFrom` (null: an empty one), or, with `saved`, the memory
    * `toJSON` gave (an adaptation resumed from its state file, named by `saved.where`).
    */
-  static async create(cfg: Config, algo: ResolvedAlgo, engine: PolicyEngine, restoreFrom: string | null, saved?: { memory: unknown; where: string }): Promise<MemoryRuntime> {
+  static async create(
+    cfg: Config,
+    algo: ResolvedAlgo,
+    engine: PolicyEngine,
+    restoreFrom: string | null,
+    saved?: { memory: unknown; where: string },
+  ): Promise<MemoryRuntime> {
     const embedder = await createEmbedder(cfg);
     try {
       const file = restoreFrom ? join(restoreFrom, MEMORY_FILE) : null;
-      if (!saved && file && !existsSync(file) && algo.memory) throw new Error(`checkpoint ${restoreFrom} has no ${MEMORY_FILE}, but this run keeps a tip memory`);
-      const { tips, novelty } = saved ? restoreMemory(saved.memory, embedder, saved.where) : file && existsSync(file) ? loadSavedMemory(file, embedder) : emptyMemory(cfg, embedder);
+      if (!saved && file && !existsSync(file) && algo.memory)
+        throw new Error(`checkpoint ${restoreFrom} has no ${MEMORY_FILE}, but this run keeps a tip memory`);
+      const { tips, novelty } = saved
+        ? restoreMemory(saved.memory, embedder, saved.where)
+        : file && existsSync(file)
+          ? loadSavedMemory(file, embedder)
+          : emptyMemory(cfg, embedder);
       return new MemoryRuntime(cfg, algo, embedder, createReflector(cfg, engine, cfg.seed), tips, novelty);
     } catch (e) {
       embedder.dispose?.();
@@ -172,9 +201,16 @@ export class MemoryRuntime {
       const keys = await this.embed(queries.map((q) => q.state));
       const bestLast = this.cfg.experimental.tip_order === 'best_last';
       const out = queries.map((q, i) => {
-        const filter = { keepAction: this.actionFilter(q), minScore: this.cfg.experimental.min_tip_score, progress: this.cfg.experimental.match_progress ? q.scoreSoFar : null };
+        const filter = {
+          keepAction: this.actionFilter(q),
+          minScore: this.cfg.experimental.min_tip_score,
+          progress: this.cfg.experimental.match_progress ? q.scoreSoFar : null,
+        };
         const hits: RetrievedTip[] = this.tips.retrieve(this.slotOf(q.job), keys[i], undefined, filter);
-        observe?.(q, hits.map((h) => h.action));
+        observe?.(
+          q,
+          hits.map((h) => h.action),
+        );
         const shown: ShownTip[] = hits.map(({ text, score, similarity, action }) => ({ text, score, similarity, action }));
         return bestLast ? shown.reverse() : shown;
       });

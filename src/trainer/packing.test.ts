@@ -12,7 +12,7 @@ const step = (prompt: number[], response: number[], a = 1): TrainSequence => ({
 });
 
 describe('packing an episode into one training sequence', () => {
-  it('joins steps whose prompt extends the previous prompt + response; the context is not the policy\'s', () => {
+  it("joins steps whose prompt extends the previous prompt + response; the context is not the policy's", () => {
     const s1 = step([1, 2, 3], [10, 11]);
     const s2 = step([1, 2, 3, 10, 11, 4, 5], [12]);
     const s3 = step([1, 2, 3, 10, 11, 4, 5, 12, 6], [13, 14]);
@@ -34,8 +34,14 @@ describe('packing an episode into one training sequence', () => {
     const s3 = step([9, 2, 10, 3, 11, 4], [12]); // the front changed
     const s4 = step([9, 2, 10, 3, 11, 4, 12, 5], [13]);
     const out = packEpisodeSteps([s1, s2, s3, s4]);
-    expect(out.map((s) => s.prompt)).toEqual([[1, 2], [9, 2, 10, 3, 11, 4]]);
-    expect(out.map((s) => s.policyTokens)).toEqual([[1, 0, 1], [1, 0, 1]]);
+    expect(out.map((s) => s.prompt)).toEqual([
+      [1, 2],
+      [9, 2, 10, 3, 11, 4],
+    ]);
+    expect(out.map((s) => s.policyTokens)).toEqual([
+      [1, 0, 1],
+      [1, 0, 1],
+    ]);
     const lone = packEpisodeSteps([s1, s3]);
     expect(lone).toEqual([s1, s3]);
     expect('policyTokens' in lone[0]).toBe(false);

@@ -23,7 +23,12 @@ export function packEpisodeSteps(steps: readonly TrainSequence[]): TrainSequence
   let chain: TrainSequence | null = null;
   let full: number[] = [];
   for (const step of steps) {
-    if (chain && chain.lowProbMask === step.lowProbMask && Boolean(chain.refLogprobs) === Boolean(step.refLogprobs) && startsWith(step.prompt, full)) {
+    if (
+      chain &&
+      chain.lowProbMask === step.lowProbMask &&
+      Boolean(chain.refLogprobs) === Boolean(step.refLogprobs) &&
+      startsWith(step.prompt, full)
+    ) {
       const context = step.prompt.slice(full.length);
       chain.response.push(...context, ...step.response);
       chain.policyTokens!.push(...context.map(() => 0), ...step.response.map(() => 1));

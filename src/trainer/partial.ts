@@ -53,7 +53,8 @@ export async function savePartial(
   memoryJson: string | null,
   baseModelDir: string | null,
 ): Promise<string> {
-  if (state.iteration !== batch.iteration - 1) throw new Error(`savePartial: iteration ${batch.iteration} saved over the state of iteration ${state.iteration}`);
+  if (state.iteration !== batch.iteration - 1)
+    throw new Error(`savePartial: iteration ${batch.iteration} saved over the state of iteration ${state.iteration}`);
   const files: Record<string, string> = { [BATCH_FILE]: JSON.stringify(batch) };
   if (memoryJson !== null) files['memory.json'] = memoryJson;
   const name = partialName(batch.iteration);
@@ -78,14 +79,17 @@ export function partialToResume(runDir: string, checkpointIteration: number): { 
   const dir = join(root, names[names.length - 1]);
   const state = loadTrainerState(dir);
   const path = join(dir, BATCH_FILE);
-  if (!existsSync(path)) throw new Error(`${dir} is incomplete: ${BATCH_FILE} is missing (remove the folder to resume from the checkpoint instead)`);
+  if (!existsSync(path))
+    throw new Error(`${dir} is incomplete: ${BATCH_FILE} is missing (remove the folder to resume from the checkpoint instead)`);
   let batch: PartialBatch;
   try {
     batch = JSON.parse(readFileSync(path, 'utf8')) as PartialBatch;
   } catch (e) {
     throw new Error(`${path} is corrupt (${(e as Error).message}); remove ${dir} to resume from the checkpoint instead`);
   }
-  if (batch.format !== 'empo2-partial-iteration' || batch.version !== 1) throw new Error(`${path}: not a partial iteration of this version (format ${String(batch.format)}, version ${String(batch.version)})`);
-  if (batch.iteration !== state.iteration + 1) throw new Error(`${path}: iteration ${batch.iteration} saved over the state of iteration ${state.iteration}`);
+  if (batch.format !== 'empo2-partial-iteration' || batch.version !== 1)
+    throw new Error(`${path}: not a partial iteration of this version (format ${String(batch.format)}, version ${String(batch.version)})`);
+  if (batch.iteration !== state.iteration + 1)
+    throw new Error(`${path}: iteration ${batch.iteration} saved over the state of iteration ${state.iteration}`);
   return { dir, batch };
 }

@@ -44,7 +44,13 @@ describe('episode progress', () => {
 
   it('off a terminal with a log interval: status lines while episodes run, none once all have ended', () => {
     const lines: string[] = [];
-    const p = new EpisodeProgress(jobs, { label: 'iter 3 rollouts', terminal: false, write: (t) => lines.push(t), logIntervalMs: 0, taskLines: false });
+    const p = new EpisodeProgress(jobs, {
+      label: 'iter 3 rollouts',
+      terminal: false,
+      write: (t) => lines.push(t),
+      logIntervalMs: 0,
+      taskLines: false,
+    });
     jobs.forEach((_, i) => p.started(i, 10));
     p.stepped([0, 1, 2]);
     expect(lines).toHaveLength(1);
@@ -60,7 +66,13 @@ describe('episode progress', () => {
     expect(lines.slice(before).every((l) => !l.includes('done') && !l.includes('3/3'))).toBe(true);
 
     const quiet: string[] = [];
-    const q = new EpisodeProgress(jobs, { label: 'iter 4 rollouts', terminal: false, write: (t) => quiet.push(t), logIntervalMs: 60_000, taskLines: false });
+    const q = new EpisodeProgress(jobs, {
+      label: 'iter 4 rollouts',
+      terminal: false,
+      write: (t) => quiet.push(t),
+      logIntervalMs: 60_000,
+      taskLines: false,
+    });
     jobs.forEach((_, i) => q.started(i, 10));
     q.stepped([0, 1, 2]);
     jobs.forEach((_, i) => q.ended(i, 0));
@@ -74,7 +86,13 @@ describe('update progress (engines that report it)', () => {
     const engine = { setProgressListener: (l: ProgressListener | null) => (listener = l) } as unknown as PolicyEngine;
     let clock = 0;
     const lines: string[] = [];
-    const stop = watchUpdate(engine, 'iter 5 update', (l) => lines.push(l), 120_000, () => clock);
+    const stop = watchUpdate(
+      engine,
+      'iter 5 update',
+      (l) => lines.push(l),
+      120_000,
+      () => clock,
+    );
     const report = (op: string, done: number, total: number, at: number) => {
       clock = at;
       listener!(op, done, total);
@@ -84,7 +102,10 @@ describe('update progress (engines that report it)', () => {
     report('train_step', 2, 3, 130_000);
     report('train_step', 3, 3, 200_000);
     report('train_step', 1, 4, 251_000);
-    expect(lines).toEqual(['iter 5 update: train step 1, micro-batch 2/3 | 2m10s elapsed', 'iter 5 update: train step 2, micro-batch 1/4 | 4m11s elapsed']);
+    expect(lines).toEqual([
+      'iter 5 update: train step 1, micro-batch 2/3 | 2m10s elapsed',
+      'iter 5 update: train step 2, micro-batch 1/4 | 4m11s elapsed',
+    ]);
     stop();
     expect(listener).toBeNull();
   });
@@ -94,7 +115,13 @@ describe('update progress (engines that report it)', () => {
     const worker = { setProgressListener: (l: ProgressListener | null) => (listener = l) } as unknown as PolicyEngine;
     let clock = 0;
     const lines: string[] = [];
-    const stop = watchUpdate(policyCalls(worker, () => null), 'iter 5 update', (l) => lines.push(l), 120_000, () => clock);
+    const stop = watchUpdate(
+      policyCalls(worker, () => null),
+      'iter 5 update',
+      (l) => lines.push(l),
+      120_000,
+      () => clock,
+    );
     clock = 130_000;
     listener!('train_step', 1, 18);
     expect(lines).toEqual(['iter 5 update: train step 1, micro-batch 1/18 | 2m10s elapsed']);
@@ -107,7 +134,14 @@ describe('update progress (engines that report it)', () => {
     const engine = { setProgressListener: (l: ProgressListener | null) => (listener = l) } as unknown as PolicyEngine;
     let clock = 0;
     const lines: string[] = [];
-    const stop = watchUpdate(engine, 'iter 5 update', (l) => lines.push(l), 120_000, () => clock, 1);
+    const stop = watchUpdate(
+      engine,
+      'iter 5 update',
+      (l) => lines.push(l),
+      120_000,
+      () => clock,
+      1,
+    );
     const report = (done: number, total: number, at: number, resumed = false) => {
       clock = at;
       listener!('train_step', done, total, resumed);

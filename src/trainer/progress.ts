@@ -63,7 +63,9 @@ export class EpisodeProgress implements ProgressSink {
     this.scores.set(task, scores);
     if (!this.terminal && (this.opts.taskLines ?? true) && scores.length === this.perTask.get(task)) {
       const mean = scores.reduce((a, b) => a + b, 0) / scores.length;
-      this.write(`${this.opts.label}: ${task} done, ${scores.length} episodes, mean score ${mean.toFixed(1)} | ${this.ended_.size}/${this.jobs.length} episodes, ${this.totalSteps} steps, ${formatDuration(this.elapsed())} elapsed\n`);
+      this.write(
+        `${this.opts.label}: ${task} done, ${scores.length} episodes, mean score ${mean.toFixed(1)} | ${this.ended_.size}/${this.jobs.length} episodes, ${this.totalSteps} steps, ${formatDuration(this.elapsed())} elapsed\n`,
+      );
     }
     this.draw(true);
   }
@@ -118,7 +120,14 @@ export class EpisodeProgress implements ProgressSink {
  * engine takes up from a part-way save is said at once. Returns the
  * function that stops it; engines without progress get a no-op.
  */
-export function watchUpdate(engine: PolicyEngine, label: string, log: (line: string) => void, intervalMs = 120_000, now: () => number = () => performance.now(), stepsDone = 0): () => void {
+export function watchUpdate(
+  engine: PolicyEngine,
+  label: string,
+  log: (line: string) => void,
+  intervalMs = 120_000,
+  now: () => number = () => performance.now(),
+  stepsDone = 0,
+): () => void {
   if (!engine.setProgressListener) return () => {};
   const t0 = now();
   let last = t0;

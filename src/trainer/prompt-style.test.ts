@@ -25,7 +25,7 @@ describe('prompt style', () => {
     }
   });
 
-  it("auto: a model with a chat template gets the instruct prompt: its template, a system prompt, the valid actions, the full history", () => {
+  it('auto: a model with a chat template gets the instruct prompt: its template, a system prompt, the valid actions, the full history', () => {
     for (const path of [withTemplate, withConfigTemplate]) {
       const s = promptSettings(ConfigSchema.parse({ model: { path } }));
       expect(s).toMatchObject({ history: null, showValidActions: true, system: INSTRUCT_SYSTEM_PROMPT, maxListedActions: 64 });
@@ -34,13 +34,19 @@ describe('prompt style', () => {
   });
 
   it('what the config sets wins over the style defaults', () => {
-    const s = promptSettings(ConfigSchema.parse({ model: { path: withTemplate }, prompt: { history: 3, show_valid_actions: false, system: '' } }));
+    const s = promptSettings(
+      ConfigSchema.parse({ model: { path: withTemplate }, prompt: { history: 3, show_valid_actions: false, system: '' } }),
+    );
     expect(s).toMatchObject({ history: 3, showValidActions: false, system: '' });
     expect(promptSettings(ConfigSchema.parse({ model: { path: withTemplate }, prompt: { style: 'plain' } })).template).toBeUndefined();
   });
 
   it('instruct without a chat template is refused, naming the model', () => {
-    expect(() => promptSettings(ConfigSchema.parse({ prompt: { style: 'instruct' } }))).toThrow(/prompt.style: instruct needs the model's chat template, and the default tiny model has none/);
-    expect(() => promptSettings(ConfigSchema.parse({ model: { path: tinyModel }, prompt: { style: 'instruct' } }))).toThrow(new RegExp(`model.path ${tinyModel} has none`));
+    expect(() => promptSettings(ConfigSchema.parse({ prompt: { style: 'instruct' } }))).toThrow(
+      /prompt.style: instruct needs the model's chat template, and the default tiny model has none/,
+    );
+    expect(() => promptSettings(ConfigSchema.parse({ model: { path: tinyModel }, prompt: { style: 'instruct' } }))).toThrow(
+      new RegExp(`model.path ${tinyModel} has none`),
+    );
   });
 });

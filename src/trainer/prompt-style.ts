@@ -18,7 +18,8 @@ export function chatTemplateIn(dir: string): ChatTemplate | null {
     const has =
       existsSync(join(dir, 'chat_template.jinja')) ||
       existsSync(join(dir, 'chat_template.json')) ||
-      (existsSync(config) && typeof (JSON.parse(readFileSync(config, 'utf8')) as { chat_template?: unknown }).chat_template !== 'undefined');
+      (existsSync(config) &&
+        typeof (JSON.parse(readFileSync(config, 'utf8')) as { chat_template?: unknown }).chat_template !== 'undefined');
     templates.set(dir, has ? ChatTemplate.fromDir(dir) : null);
   }
   return templates.get(dir)!;
@@ -28,7 +29,8 @@ export function chatTemplateIn(dir: string): ChatTemplate | null {
 function modelDir(path: string): string {
   if (!isGgufPath(path)) return path;
   const dir = ggufCacheDir(path);
-  if (!existsSync(join(dir, 'config.json'))) throw new Error(`model.path ${path}: not imported yet (expected ${dir}); create the engine first, or run empo2 import-gguf`);
+  if (!existsSync(join(dir, 'config.json')))
+    throw new Error(`model.path ${path}: not imported yet (expected ${dir}); create the engine first, or run empo2 import-gguf`);
   return dir;
 }
 
@@ -37,7 +39,9 @@ export function promptSettings(cfg: Config): PromptSettings {
   const p = cfg.prompt;
   const template = p.style !== 'plain' && cfg.model.path ? chatTemplateIn(modelDir(cfg.model.path)) : null;
   if (p.style === 'instruct' && !template) {
-    throw new Error(`prompt.style: instruct needs the model's chat template, and ${cfg.model.path ? `model.path ${cfg.model.path} has none (no chat_template.jinja, chat_template.json or chat_template in tokenizer_config.json)` : 'the default tiny model has none (set model.path)'}`);
+    throw new Error(
+      `prompt.style: instruct needs the model's chat template, and ${cfg.model.path ? `model.path ${cfg.model.path} has none (no chat_template.jinja, chat_template.json or chat_template in tokenizer_config.json)` : 'the default tiny model has none (set model.path)'}`,
+    );
   }
   const instruct = template !== null;
   return {

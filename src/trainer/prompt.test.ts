@@ -4,15 +4,50 @@ import { Tokenizer, trainByteLevelBPE } from '../policy/tokenizer.ts';
 import { Rng } from '../util/rng.ts';
 import { ChatTemplate } from '../policy/chat-template.ts';
 import { CHAT_SPECIAL_TOKENS } from '../policy/chat-tokens.ts';
-import { encodePrompt, parseAction, removeTips, renderPrompt, renderTipBlock, startDialogue, TIP_CLOSE, TIP_OPEN, type EncodedPrompt, type PromptSettings, type Turn } from './prompt.ts';
+import {
+  encodePrompt,
+  parseAction,
+  removeTips,
+  renderPrompt,
+  renderTipBlock,
+  startDialogue,
+  TIP_CLOSE,
+  TIP_OPEN,
+  type EncodedPrompt,
+  type PromptSettings,
+  type Turn,
+} from './prompt.ts';
 import type { PastReflection } from '../memory/reflexion.ts';
 
-const tokenizer = Tokenizer.fromJSON(trainByteLevelBPE(sampleCorpus(60), { vocabSize: 400, specialTokens: CHAT_SPECIAL_TOKENS }), 'test tokenizer');
+const tokenizer = Tokenizer.fromJSON(
+  trainByteLevelBPE(sampleCorpus(60), { vocabSize: 400, specialTokens: CHAT_SPECIAL_TOKENS }),
+  'test tokenizer',
+);
 
 const PIECES = [
-  'You are in the kitchen.', 'A door leads to the attic.', 'open red box', ' ', '\n', '\n\n', 'ü', '漢字', '  spaced  ',
-  TIP_OPEN, TIP_CLOSE, '<tip', 'tip>', '</', '<|im_end|>', '<|im_start|>assistant\n', '<|endoftext|>', 'Memories from your earlier exploration of this task:',
-  'The action you took was go to attic; you finally scored 40/100.', '0', '100/100', '"quoted"', 'tab\there',
+  'You are in the kitchen.',
+  'A door leads to the attic.',
+  'open red box',
+  ' ',
+  '\n',
+  '\n\n',
+  'ü',
+  '漢字',
+  '  spaced  ',
+  TIP_OPEN,
+  TIP_CLOSE,
+  '<tip',
+  'tip>',
+  '</',
+  '<|im_end|>',
+  '<|im_start|>assistant\n',
+  '<|endoftext|>',
+  'Memories from your earlier exploration of this task:',
+  'The action you took was go to attic; you finally scored 40/100.',
+  '0',
+  '100/100',
+  '"quoted"',
+  'tab\there',
 ];
 
 function randomText(rng: Rng, maxPieces: number): string {
@@ -28,8 +63,13 @@ describe('tips in the prompt (docs/EMPO2.md §3-4)', () => {
     for (let trial = 0; trial < 300; trial++) {
       const turns: Turn[] = [];
       const nTurns = 1 + rng.int(5);
-      for (let i = 0; i < nTurns; i++) turns.push({ observation: randomText(rng, 4), action: i < nTurns - 1 ? randomText(rng, 2) : undefined });
-      const settings: PromptSettings = { history: rng.pick([0, 1, 2, null]), showValidActions: rng.next() < 0.5, system: rng.next() < 0.3 ? randomText(rng, 2) : '' };
+      for (let i = 0; i < nTurns; i++)
+        turns.push({ observation: randomText(rng, 4), action: i < nTurns - 1 ? randomText(rng, 2) : undefined });
+      const settings: PromptSettings = {
+        history: rng.pick([0, 1, 2, null]),
+        showValidActions: rng.next() < 0.5,
+        system: rng.next() < 0.3 ? randomText(rng, 2) : '',
+      };
       const valid = [randomText(rng, 2), randomText(rng, 2)];
       const task = randomText(rng, 3);
       const tips = Array.from({ length: 1 + rng.int(4) }, () => randomText(rng, 5));
@@ -80,7 +120,13 @@ const TRIMMING_TEMPLATE =
 describe('the instruct style: the model chat template, token-in/token-out', () => {
   const template = ChatTemplate.fromTokenizerConfig({ chat_template: SMOLLM2_TEMPLATE }, 'test template');
   const imEnd = tokenizer.tokenToId('<|im_end|>')!;
-  const settings = (history: number | null = null): PromptSettings => ({ history, showValidActions: true, system: 'Be brief.', template, maxListedActions: 3 });
+  const settings = (history: number | null = null): PromptSettings => ({
+    history,
+    showValidActions: true,
+    system: 'Be brief.',
+    template,
+    maxListedActions: 3,
+  });
 
   /** Plays `steps` turns with random responses, returning each turn's tip-free prompt, its response and the prompt with tips. */
   function play(rng: Rng, s: PromptSettings, steps: number, text: (rng: Rng) => string) {
@@ -94,7 +140,12 @@ describe('the instruct style: the model chat template, token-in/token-out', () =
       const body = tokenizer.encode(answer).filter((x) => x !== imEnd);
       const response = [...body, ...(rng.next() < 0.8 ? [imEnd] : [])];
       turns.push({ plain, tipped, response });
-      d.advance({ tokens: response, text: tokenizer.decode(body) }, answer.trim(), text(rng), rng.next() < 0.5 ? ['look around'] : ['a', 'b', 'c', 'd']);
+      d.advance(
+        { tokens: response, text: tokenizer.decode(body) },
+        answer.trim(),
+        text(rng),
+        rng.next() < 0.5 ? ['look around'] : ['a', 'b', 'c', 'd'],
+      );
     }
     return turns;
   }
@@ -143,7 +194,10 @@ describe('the instruct style: the model chat template, token-in/token-out', () =
   });
 
   it('refuses a template that drops or repeats the user message', () => {
-    const dropping = ChatTemplate.fromTokenizerConfig({ chat_template: "{% for m in messages %}{{ m['role'] }}{% endfor %}" }, 'dropping template');
+    const dropping = ChatTemplate.fromTokenizerConfig(
+      { chat_template: "{% for m in messages %}{{ m['role'] }}{% endfor %}" },
+      'dropping template',
+    );
     const d = startDialogue(tokenizer, { ...settings(), template: dropping }, { task: 'T', observation: 'o', validActions: [] });
     expect(() => d.prompt()).toThrow(/dropping template: the chat template must render the user message once/);
   });
@@ -154,14 +208,24 @@ describe("Reflexion's plans in the prompt", () => {
     { trial: 2, plan: 'Plan: open the blue box first.' },
     { trial: 3, plan: '  I should read the note, then open the box it names.\n' },
   ];
-  const BLOCK = 'Your memory for the task below:\nTrial 2:\nPlan: open the blue box first.\nTrial 3:\nI should read the note, then open the box it names.\nHere is the task:\n';
+  const BLOCK =
+    'Your memory for the task below:\nTrial 2:\nPlan: open the blue box first.\nTrial 3:\nI should read the note, then open the box it names.\nHere is the task:\n';
   const imEnd = tokenizer.tokenToId('<|im_end|>')!;
 
   /** The decoded prompts of a three-step episode with `plans`, tips in every turn, and whether the tips still cut out exactly. */
   function episode(s: PromptSettings, reflections: readonly PastReflection[]): string[] {
-    const d = startDialogue(tokenizer, s, { task: 'find the candle', observation: 'You are in the attic.', validActions: ['go to porch'], reflections });
+    const d = startDialogue(tokenizer, s, {
+      task: 'find the candle',
+      observation: 'You are in the attic.',
+      validActions: ['go to porch'],
+      reflections,
+    });
     const prompts: string[] = [];
-    for (const [action, next] of [['go to porch', 'You are on the porch.'], ['open box', 'The box is empty.'], ['look around', 'Nothing new.']]) {
+    for (const [action, next] of [
+      ['go to porch', 'You are on the porch.'],
+      ['open box', 'The box is empty.'],
+      ['look around', 'Nothing new.'],
+    ]) {
       const tipped = d.prompt(['tip one']);
       expect(removeTips(tipped.ids, tipped.tipSpan)).toEqual(d.prompt().ids);
       prompts.push(tokenizer.decode(tipped.ids));
@@ -172,7 +236,9 @@ describe("Reflexion's plans in the prompt", () => {
 
   it('plain style: the plans open the first kept user turn, before the task, in every prompt of the episode', () => {
     const prompts = episode({ history: 1, showValidActions: false, system: '' }, plans);
-    expect(prompts[0]).toBe(`<|im_start|>user\n${BLOCK}Task: find the candle\nYou are in the attic.\n\nMemories from your earlier exploration of this task:\n<tip> tip one </tip>\n\n<|im_end|>\n<|im_start|>assistant\n`);
+    expect(prompts[0]).toBe(
+      `<|im_start|>user\n${BLOCK}Task: find the candle\nYou are in the attic.\n\nMemories from your earlier exploration of this task:\n<tip> tip one </tip>\n\n<|im_end|>\n<|im_start|>assistant\n`,
+    );
     // A history of one turn drops the attic turn, never the task and the plans before it.
     expect(prompts[2].startsWith(`<|im_start|>user\n${BLOCK}Task: find the candle\nYou are on the porch.<|im_end|>\n`)).toBe(true);
     for (const p of prompts) expect(p.split('Your memory for the task below:')).toHaveLength(2);

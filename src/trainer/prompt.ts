@@ -33,7 +33,13 @@ export interface PromptSettings {
   maxListedActions?: number;
 }
 
-export function renderPrompt(task: string, turns: readonly Turn[], validActions: readonly string[], s: PromptSettings, reflections: readonly PastReflection[] = []): string {
+export function renderPrompt(
+  task: string,
+  turns: readonly Turn[],
+  validActions: readonly string[],
+  s: PromptSettings,
+  reflections: readonly PastReflection[] = [],
+): string {
   const { head, tail } = renderPromptParts(task, turns, validActions, s, reflections);
   return head + tail;
 }
@@ -42,7 +48,13 @@ export function renderPrompt(task: string, turns: readonly Turn[], validActions:
  * The prompt cut where tips go: `head` ends with the current user turn's text, `tail` closes that
  * turn and opens the assistant's. Tips are inserted between the two.
  */
-export function renderPromptParts(task: string, turns: readonly Turn[], validActions: readonly string[], s: PromptSettings, reflections: readonly PastReflection[] = []): { head: string; tail: string } {
+export function renderPromptParts(
+  task: string,
+  turns: readonly Turn[],
+  validActions: readonly string[],
+  s: PromptSettings,
+  reflections: readonly PastReflection[] = [],
+): { head: string; tail: string } {
   if (turns.length === 0) throw new Error('renderPrompt: no observation yet');
   const kept = s.history === null ? turns : turns.slice(Math.max(0, turns.length - 1 - s.history));
   let text = s.system ? `${IM_START}system\n${s.system}${IM_END}\n` : '';
@@ -108,7 +120,8 @@ export function encodePrompt(
 export function removeTips(ids: readonly number[], tipSpan: readonly [number, number] | null): number[] {
   if (!tipSpan) return [...ids];
   const [start, end] = tipSpan;
-  if (!(0 <= start && start <= end && end <= ids.length)) throw new Error(`removeTips: span [${start}, ${end}) outside a prompt of ${ids.length} tokens`);
+  if (!(0 <= start && start <= end && end <= ids.length))
+    throw new Error(`removeTips: span [${start}, ${end}) outside a prompt of ${ids.length} tokens`);
   return [...ids.slice(0, start), ...ids.slice(end)];
 }
 
@@ -124,7 +137,12 @@ export interface Dialogue {
    * Records the current turn's response (`tokens` as sampled, `text` its decoding without the end
    * token), the action taken and the observation it led to, which opens the next turn.
    */
-  advance(response: { tokens: readonly number[]; text: string }, action: string, observation: string, validActions: readonly string[]): void;
+  advance(
+    response: { tokens: readonly number[]; text: string },
+    action: string,
+    observation: string,
+    validActions: readonly string[],
+  ): void;
 }
 
 export interface DialogueStart {
@@ -156,7 +174,12 @@ class PlainDialogue implements Dialogue {
     return encodePrompt(this.tokenizer, this.start.task, this.turns, this.valid, this.s, tips, this.start.reflections);
   }
 
-  advance(_response: { tokens: readonly number[]; text: string }, action: string, observation: string, validActions: readonly string[]): void {
+  advance(
+    _response: { tokens: readonly number[]; text: string },
+    action: string,
+    observation: string,
+    validActions: readonly string[],
+  ): void {
     this.turns[this.turns.length - 1].action = action;
     this.turns.push({ observation });
     this.valid = validActions;
@@ -192,12 +215,14 @@ class InstructDialogue implements Dialogue {
   prompt(tips: readonly string[] = []): EncodedPrompt {
     const text = this.template.render(this.messages(), { addGenerationPrompt: true });
     const at = text.indexOf(TIP_SLOT);
-    if (at < 0 || text.indexOf(TIP_SLOT, at + 1) >= 0) throw new Error(`${this.template.source}: the chat template must render the user message once and unchanged`);
+    if (at < 0 || text.indexOf(TIP_SLOT, at + 1) >= 0)
+      throw new Error(`${this.template.source}: the chat template must render the user message once and unchanged`);
     const head = text.slice(0, at);
     const tail = text.slice(at + TIP_SLOT.length);
     // Token-in/token-out: extend the previous prompt + response where the new text does.
     const p = this.previous;
-    const headIds = p && head.startsWith(p.text) ? [...p.ids, ...this.tokenizer.encode(head.slice(p.text.length))] : this.tokenizer.encode(head);
+    const headIds =
+      p && head.startsWith(p.text) ? [...p.ids, ...this.tokenizer.encode(head.slice(p.text.length))] : this.tokenizer.encode(head);
     const tailIds = this.tokenizer.encode(tail);
     this.current = { ids: [...headIds, ...tailIds], text: head + tail };
     if (tips.length === 0) return { ids: this.current.ids, tipSpan: null };
@@ -205,7 +230,12 @@ class InstructDialogue implements Dialogue {
     return { ids: [...headIds, ...tipIds, ...tailIds], tipSpan: [headIds.length, headIds.length + tipIds.length] };
   }
 
-  advance(response: { tokens: readonly number[]; text: string }, _action: string, observation: string, validActions: readonly string[]): void {
+  advance(
+    response: { tokens: readonly number[]; text: string },
+    _action: string,
+    observation: string,
+    validActions: readonly string[],
+  ): void {
     if (!this.current) this.prompt();
     const c = this.current!;
     this.previous = { ids: [...c.ids, ...response.tokens], text: c.text + this.tokenizer.decode([...response.tokens]) };
@@ -218,8 +248,10 @@ class InstructDialogue implements Dialogue {
     const kept = this.s.history === null ? this.turns : this.turns.slice(Math.max(0, this.turns.length - 1 - this.s.history));
     const messages: ChatMessage[] = this.s.system ? [{ role: 'system', content: this.s.system }] : [];
     kept.forEach((turn, i) => {
-      let user = i === 0 ? `${renderReflections(this.start.reflections ?? [])}Task: ${this.start.task}\n\n${turn.observation}` : turn.observation;
-      const listed = this.s.showValidActions && turn.validActions.length > 0 && turn.validActions.length <= (this.s.maxListedActions ?? Infinity);
+      let user =
+        i === 0 ? `${renderReflections(this.start.reflections ?? [])}Task: ${this.start.task}\n\n${turn.observation}` : turn.observation;
+      const listed =
+        this.s.showValidActions && turn.validActions.length > 0 && turn.validActions.length <= (this.s.maxListedActions ?? Infinity);
       if (listed) user += `\n\nValid actions: ${turn.validActions.join(', ')}`;
       const isCurrent = i === kept.length - 1;
       messages.push({ role: 'user', content: isCurrent ? user + TIP_SLOT : user });
@@ -256,7 +288,11 @@ export function fillSlot(action: string, validActions: readonly string[]): strin
 }
 
 function firstActionLine(answer: string): string {
-  const line = answer.split('\n').map((l) => l.trim()).find((l) => l.length > 0) ?? '';
+  const line =
+    answer
+      .split('\n')
+      .map((l) => l.trim())
+      .find((l) => l.length > 0) ?? '';
   return line
     .replace(/^(?:>\s*)?(?:\*\*)?(?:next\s+)?action\s*:\s*(?:\*\*)?\s*/i, '')
     .replace(/^[`"'“‘]+|[`"'”’]+$/g, '')

@@ -25,7 +25,14 @@ const root = mkdtempSync(join(tmpdir(), 'empo2-reflexion-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 // An untrained tiny model decoding among the valid actions plays like a random policy: on these 12
 // `clue` variations, 8 steps each, it solves one in the first trial and fails the rest, which is what is tested.
-const cfg = loadConfig(null, [`run_dir=${join(root, 'run')}`, 'seed=4', ...TINY_MODEL, 'env.max_steps=8', 'rollout.constrained=true', 'rollout.eval_temperature=1']);
+const cfg = loadConfig(null, [
+  `run_dir=${join(root, 'run')}`,
+  'seed=4',
+  ...TINY_MODEL,
+  'env.max_steps=8',
+  'rollout.constrained=true',
+  'rollout.eval_temperature=1',
+]);
 const TASK = 'clue';
 const VARIATIONS = 12;
 const TRIALS = 4;
@@ -48,7 +55,16 @@ describe('empo2 adapt --method reflexion', () => {
   beforeAll(async () => {
     const { engine } = await createEngine(cfg, 'fresh');
     const generate = vi.spyOn(engine, 'generate');
-    results = await reflexion(engine, cfg, { task: TASK, trials: TRIALS, variations: VARIATIONS, split: 'test', outDir: out, window: WINDOW, reflectionMaxTokens: 12, log: (l) => lines.push(l) });
+    results = await reflexion(engine, cfg, {
+      task: TASK,
+      trials: TRIALS,
+      variations: VARIATIONS,
+      split: 'test',
+      outDir: out,
+      window: WINDOW,
+      reflectionMaxTokens: 12,
+      log: (l) => lines.push(l),
+    });
     for (const [prompts] of generate.mock.calls) calls.push(prompts.map((p) => engine.tokenizer.decode(p)));
 
     engine.dispose();
@@ -120,17 +136,20 @@ describe('empo2 adapt --method reflexion', () => {
           // The window drops the oldest plan: in trial 4, the plans of trials 2 and 3.
           if (trial === 4) expect(shown.map((p) => p.trial)).toEqual([2, 3]);
           const others = played.filter((u) => u !== v).flatMap((u) => memory.get(u) ?? []);
-          for (const p of others) if (p.plan.length >= 4 && !shown.some((s) => s.plan.includes(p.plan))) expect(prompt).not.toContain(p.plan);
+          for (const p of others)
+            if (p.plan.length >= 4 && !shown.some((s) => s.plan.includes(p.plan))) expect(prompt).not.toContain(p.plan);
         }
       });
       // Later steps keep the block with the task (history 2 cuts older turns, never the task).
-      for (const prompts of episodes.slice(1)) for (const p of prompts) expect(p.split(REFLECTIONS_HEADER)).toHaveLength(trial === 1 ? 1 : 2);
-      for (const r of results[k].reflections) memory.set(r.variation, [...(memory.get(r.variation) ?? []), { trial, plan: r.plan }].slice(-WINDOW));
+      for (const prompts of episodes.slice(1))
+        for (const p of prompts) expect(p.split(REFLECTIONS_HEADER)).toHaveLength(trial === 1 ? 1 : 2);
+      for (const r of results[k].reflections)
+        memory.set(r.variation, [...(memory.get(r.variation) ?? []), { trial, plan: r.plan }].slice(-WINDOW));
     });
     expect(results[TRIALS - 1].played).toBeGreaterThan(0);
   });
 
-  it('asks for each plan with the failed trial and the earlier plans of that variation (Reflexion\'s query)', () => {
+  it("asks for each plan with the failed trial and the earlier plans of that variation (Reflexion's query)", () => {
     const trials = callsByTrial();
     const solved = solvedIn();
     trials.forEach(({ reflections }, k) => {
@@ -138,9 +157,15 @@ describe('empo2 adapt --method reflexion', () => {
       expect(reflections).toHaveLength(results[k].reflections.length);
       results[k].reflections.forEach(({ variation }, i) => {
         const q = reflections[i];
-        expect(q).toMatch(/STATUS: FAIL \(score \d+(\.\d)?\/100\)\n\nPlans from past attempts:|STATUS: FAIL \(score \d+(\.\d)?\/100\)\n\nNew plan:/);
+        expect(q).toMatch(
+          /STATUS: FAIL \(score \d+(\.\d)?\/100\)\n\nPlans from past attempts:|STATUS: FAIL \(score \d+(\.\d)?\/100\)\n\nNew plan:/,
+        );
         expect(q.endsWith('New plan:<|im_end|>\n<|im_start|>assistant\n')).toBe(true);
-        const earlier = results.slice(Math.max(0, k - WINDOW), k).flatMap((r, j) => r.reflections.filter((p) => p.variation === variation).map((p) => `Trial #${Math.max(0, k - WINDOW) + j + 1}: ${p.plan}\n`));
+        const earlier = results
+          .slice(Math.max(0, k - WINDOW), k)
+          .flatMap((r, j) =>
+            r.reflections.filter((p) => p.variation === variation).map((p) => `Trial #${Math.max(0, k - WINDOW) + j + 1}: ${p.plan}\n`),
+          );
         expect(earlier.length).toBe(Math.min(WINDOW, trial - 1));
         if (earlier.length) expect(q).toContain('Plans from past attempts:\n' + earlier.join(''));
         else expect(q).not.toContain('Plans from past attempts');
@@ -150,7 +175,10 @@ describe('empo2 adapt --method reflexion', () => {
   });
 
   it('records every episode played, with the plans its prompts showed and the plan written after it', () => {
-    const records = readFileSync(join(out, 'trajectories.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const records = readFileSync(join(out, 'trajectories.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(records).toHaveLength(results.reduce((n, r) => n + r.played, 0));
     const written = new Map<number, string[]>(); // variation -> its plans so far, oldest first
     for (const [k, r] of results.entries()) {
@@ -168,7 +196,7 @@ describe('empo2 adapt --method reflexion', () => {
     }
   });
 
-  it('reports one row per trial, printed and saved like adapt\'s', () => {
+  it("reports one row per trial, printed and saved like adapt's", () => {
     expect(results.map((r) => r.trial)).toEqual([1, 2, 3, 4]);
     for (const r of results) expect(r.scores).toHaveLength(VARIATIONS);
     const saved = JSON.parse(readFileSync(join(out, 'adapt.json'), 'utf8'));
@@ -176,9 +204,13 @@ describe('empo2 adapt --method reflexion', () => {
     expect(saved.reflexion).toEqual({ window: WINDOW, reflection_max_tokens: 12, temperature: 1 });
     expect(saved.trials).toEqual(JSON.parse(JSON.stringify(results)));
     const table = readFileSync(join(out, 'adapt.md'), 'utf8');
-    expect(table).toMatch(/^\| trial \| mean score \| success \| variations played \| plans per episode \| plans written \| memory entries \|\n/);
+    expect(table).toMatch(
+      /^\| trial \| mean score \| success \| variations played \| plans per episode \| plans written \| memory entries \|\n/,
+    );
     expect(table.trim().split('\n')).toHaveLength(2 + TRIALS);
-    expect(table).toContain(`| 2 | ${results[1].mean_score.toFixed(1)} | ${(results[1].success_rate * 100).toFixed(0)}% | ${results[1].played} | 1.0 |`);
+    expect(table).toContain(
+      `| 2 | ${results[1].mean_score.toFixed(1)} | ${(results[1].success_rate * 100).toFixed(0)}% | ${results[1].played} | 1.0 |`,
+    );
     expect(lines.some((l) => l.startsWith('trial 4/4: mean score'))).toBe(true);
   });
 });
@@ -186,7 +218,16 @@ describe('empo2 adapt --method reflexion', () => {
 describe('reflexion resumed after a trial', () => {
   it('goes on from the saved trials and ends as a run never stopped: same rows, plans and solved variations', async () => {
     const { engine } = await createEngine(cfg, 'fresh');
-    const base = { task: TASK, trials: 3, variations: VARIATIONS, split: 'test' as const, window: WINDOW, reflectionMaxTokens: 12, resume: true, log: () => {} };
+    const base = {
+      task: TASK,
+      trials: 3,
+      variations: VARIATIONS,
+      split: 'test' as const,
+      window: WINDOW,
+      reflectionMaxTokens: 12,
+      resume: true,
+      log: () => {},
+    };
     const whole = await reflexion(engine, cfg, { ...base, outDir: join(root, 'whole') });
     // Trial 1 solves a variation and writes plans, so what the resume must restore is not empty.
     expect(whole[0].success_rate).toBeGreaterThan(0);
@@ -211,7 +252,9 @@ describe('reflexion refuses bad options', () => {
     const { engine } = await createEngine(cfg, 'fresh');
     const base = { task: TASK, trials: 1, variations: 1, split: 'test' as const, outDir: join(root, 'bad'), log: () => {} };
     await expect(reflexion(engine, cfg, { ...base, window: 0 })).rejects.toThrow('--reflections must be a positive integer, got 0');
-    await expect(reflexion(engine, cfg, { ...base, reflectionMaxTokens: 2.5 })).rejects.toThrow('--reflection-max-tokens must be a positive integer, got 2.5');
+    await expect(reflexion(engine, cfg, { ...base, reflectionMaxTokens: 2.5 })).rejects.toThrow(
+      '--reflection-max-tokens must be a positive integer, got 2.5',
+    );
     await expect(reflexion(engine, cfg, { ...base, trials: 0 })).rejects.toThrow('--trials must be a positive integer, got 0');
     await expect(reflexion(engine, cfg, { ...base, task: 'nope' })).rejects.toThrow(/unknown task "nope".*clue/);
     engine.dispose();
@@ -221,27 +264,47 @@ describe('reflexion refuses bad options', () => {
 const SMOLLM2 = join(REPO_ROOT, 'models', 'smollm2-135m-instruct');
 const installed = existsSync(join(SMOLLM2, 'tokenizer.json'));
 
-describe.skipIf(!installed)(`with SmolLM2-135M-Instruct's tokenizer and chat template (model.path; the model is not run)${installed ? '' : ": SKIPPED, models/smollm2-135m-instruct is absent (run 'npm run setup')"}`, () => {
-  const real = loadConfig(null, [`model.path=${SMOLLM2}`]);
-  const tokenizer = Tokenizer.fromFile(join(SMOLLM2, 'tokenizer.json'));
-  const plans: PastReflection[] = [{ trial: 1, plan: 'I opened the wrong box. Next time I will read the note first, then open the box it names.' }];
+describe.skipIf(!installed)(
+  `with SmolLM2-135M-Instruct's tokenizer and chat template (model.path; the model is not run)${installed ? '' : ": SKIPPED, models/smollm2-135m-instruct is absent (run 'npm run setup')"}`,
+  () => {
+    const real = loadConfig(null, [`model.path=${SMOLLM2}`]);
+    const tokenizer = Tokenizer.fromFile(join(SMOLLM2, 'tokenizer.json'));
+    const plans: PastReflection[] = [
+      { trial: 1, plan: 'I opened the wrong box. Next time I will read the note first, then open the box it names.' },
+    ];
 
-  it("shows the plans in the first user message of the model's own template, after the system prompt", () => {
-    const s = promptSettings(real);
-    expect(s.template).toBeDefined();
-    const d = startDialogue(tokenizer, s, { task: 'Take the candle.', observation: 'You are in the attic.', validActions: ['read note', 'go to porch'], reflections: plans });
-    expect(tokenizer.decode(d.prompt().ids)).toBe(
-      `<|im_start|>system\n${INSTRUCT_SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n${REFLECTIONS_HEADER}\nTrial 1:\n${plans[0].plan}\nHere is the task:\n` +
-        'Task: Take the candle.\n\nYou are in the attic.\n\nValid actions: read note, go to porch<|im_end|>\n<|im_start|>assistant\n',
-    );
-  });
+    it("shows the plans in the first user message of the model's own template, after the system prompt", () => {
+      const s = promptSettings(real);
+      expect(s.template).toBeDefined();
+      const d = startDialogue(tokenizer, s, {
+        task: 'Take the candle.',
+        observation: 'You are in the attic.',
+        validActions: ['read note', 'go to porch'],
+        reflections: plans,
+      });
+      expect(tokenizer.decode(d.prompt().ids)).toBe(
+        `<|im_start|>system\n${INSTRUCT_SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n${REFLECTIONS_HEADER}\nTrial 1:\n${plans[0].plan}\nHere is the task:\n` +
+          'Task: Take the candle.\n\nYou are in the attic.\n\nValid actions: read note, go to porch<|im_end|>\n<|im_start|>assistant\n',
+      );
+    });
 
-  it('asks for the plan as a user message in the same template, ending with "New plan:"', () => {
-    const trajectory = { task: 'Take the candle.', steps: [{ observation: 'You are in the attic.', action: 'open blue box', score: 0 }], finalObservation: 'The boxes lock.', score: 0, success: false };
-    const text = reflectionRender(real)([{ role: 'user', content: reflexionQuery(trajectory, plans) }]);
-    expect(text).toMatch(/^<\|im_start\|>system\n[^]*<\|im_end\|>\n<\|im_start\|>user\nYou will be given the history of a past experience/);
-    expect(text).toContain('Task: Take the candle.\nYou are in the attic.\n> open blue box\nThe boxes lock.\n\nSTATUS: FAIL (score 0/100)\n\nPlans from past attempts:\nTrial #1: I opened the wrong box.');
-    expect(text.endsWith('New plan:<|im_end|>\n<|im_start|>assistant\n')).toBe(true);
-    expect(tokenizer.decode(tokenizer.encode(text))).toBe(text);
-  });
-});
+    it('asks for the plan as a user message in the same template, ending with "New plan:"', () => {
+      const trajectory = {
+        task: 'Take the candle.',
+        steps: [{ observation: 'You are in the attic.', action: 'open blue box', score: 0 }],
+        finalObservation: 'The boxes lock.',
+        score: 0,
+        success: false,
+      };
+      const text = reflectionRender(real)([{ role: 'user', content: reflexionQuery(trajectory, plans) }]);
+      expect(text).toMatch(
+        /^<\|im_start\|>system\n[^]*<\|im_end\|>\n<\|im_start\|>user\nYou will be given the history of a past experience/,
+      );
+      expect(text).toContain(
+        'Task: Take the candle.\nYou are in the attic.\n> open blue box\nThe boxes lock.\n\nSTATUS: FAIL (score 0/100)\n\nPlans from past attempts:\nTrial #1: I opened the wrong box.',
+      );
+      expect(text.endsWith('New plan:<|im_end|>\n<|im_start|>assistant\n')).toBe(true);
+      expect(tokenizer.decode(tokenizer.encode(text))).toBe(text);
+    });
+  },
+);

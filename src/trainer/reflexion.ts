@@ -21,7 +21,24 @@ import { TrajectoryWriter } from '../trajectory/writer.ts';
 import { ADAPT_TRAJECTORIES } from './adapt.ts';
 import { reflectionRender, trajectoryOf } from './memory.ts';
 import { recordEpisodes } from './trajectories.ts';
-import { checkTrialOptions, loadTrialState, markdownTable, openTrialBed, pct, playTrial, removeTrialState, saveTrialReport, saveTrialState, scoreCells, TRIAL_STATE_FILE, trialScores, trialSeed, type TrialOptions, type TrialScores, type TrialState } from './trials.ts';
+import {
+  checkTrialOptions,
+  loadTrialState,
+  markdownTable,
+  openTrialBed,
+  pct,
+  playTrial,
+  removeTrialState,
+  saveTrialReport,
+  saveTrialState,
+  scoreCells,
+  TRIAL_STATE_FILE,
+  trialScores,
+  trialSeed,
+  type TrialOptions,
+  type TrialScores,
+  type TrialState,
+} from './trials.ts';
 
 /** Reflexion's reflections: 256 tokens, the `max_tokens` of its `get_completion`. */
 export const REFLECTION_MAX_TOKENS = 256;
@@ -53,7 +70,8 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
   const window = o.window ?? REFLEXION_WINDOW;
   const maxTokens = o.reflectionMaxTokens ?? REFLECTION_MAX_TOKENS;
   if (!Number.isInteger(window) || window < 1) throw new Error(`--reflections must be a positive integer, got ${window}`);
-  if (!Number.isInteger(maxTokens) || maxTokens < 1) throw new Error(`--reflection-max-tokens must be a positive integer, got ${maxTokens}`);
+  if (!Number.isInteger(maxTokens) || maxTokens < 1)
+    throw new Error(`--reflection-max-tokens must be a positive integer, got ${maxTokens}`);
   const memory = new ReflexionMemory(window);
   // Reflections are sampled as the actions are: the evaluation temperature.
   const reflector = new ReflexionReflector(engine, reflectionRender(cfg), { maxTokens, temperature: cfg.rollout.eval_temperature });
@@ -74,12 +92,18 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
   for (const r of results) for (const { variation, plan } of r.reflections) memory.add(variation, { trial: r.trial, plan });
   const writerOptions = { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log };
   const trajectories = join(o.outDir, ADAPT_TRAJECTORIES);
-  const recorder = resumed ? TrajectoryWriter.resume(trajectories, results.length, writerOptions, 'trial') : TrajectoryWriter.fresh(trajectories, writerOptions);
-  log(`adapt --method reflexion: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, the last ${window} plans of a variation in its prompts (plans of up to ${maxTokens} tokens)`);
+  const recorder = resumed
+    ? TrajectoryWriter.resume(trajectories, results.length, writerOptions, 'trial')
+    : TrajectoryWriter.fresh(trajectories, writerOptions);
+  log(
+    `adapt --method reflexion: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, the last ${window} plans of a variation in its prompts (plans of up to ${maxTokens} tokens)`,
+  );
   if (resumed) log(`resuming after trial ${results.length} (${join(o.outDir, TRIAL_STATE_FILE)}, ${memory.size()} plans held)`);
   try {
     for (let trial = results.length + 1; trial <= o.trials; trial++) {
-      const unsolved = jobs.filter((j) => !outcome.get(j.variation)?.success).map((j) => ({ ...j, reflections: memory.recent(j.variation) }));
+      const unsolved = jobs
+        .filter((j) => !outcome.get(j.variation)?.success)
+        .map((j) => ({ ...j, reflections: memory.recent(j.variation) }));
       const seed = trialSeed(cfg, trial, o.sameSeed !== false);
       const episodes = await playTrial(bed, engine, cfg, unsolved, { trial, trials: o.trials, seed });
       for (const e of episodes) outcome.set(e.variation, { score: e.score, success: e.success });
@@ -98,7 +122,10 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
       }));
       failed.forEach((e, i) => memory.add(e.variation, { trial, plan: plans[i] }));
       const r: ReflexionTrialResult = {
-        ...trialScores(trial, variations.map((v) => outcome.get(v)!)),
+        ...trialScores(
+          trial,
+          variations.map((v) => outcome.get(v)!),
+        ),
         played: unsolved.length,
         reflections_shown_per_episode: unsolved.reduce((n, j) => n + j.reflections.length, 0) / Math.max(1, unsolved.length),
         reflections: failed.map((e, i) => ({ variation: e.variation, plan: plans[i] })),
@@ -106,16 +133,29 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
       };
       results.push(r);
       saveTrialState('reflexion', cfg, o, variations, { results, carry: [...outcome] }, settings);
-      log(`trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.played} variations played | ${r.reflections_shown_per_episode.toFixed(1)} plans per episode | ${r.reflections.length} plans written`);
+      log(
+        `trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.played} variations played | ${r.reflections_shown_per_episode.toFixed(1)} plans per episode | ${r.reflections.length} plans written`,
+      );
     }
   } finally {
     await bed.close();
   }
   const table = markdownTable(
     ['trial', 'mean score', 'success', 'variations played', 'plans per episode', 'plans written', 'memory entries'],
-    results.map((r) => [...scoreCells(r), String(r.played), r.reflections_shown_per_episode.toFixed(1), String(r.reflections.length), String(r.memory_size)]),
+    results.map((r) => [
+      ...scoreCells(r),
+      String(r.played),
+      r.reflections_shown_per_episode.toFixed(1),
+      String(r.reflections.length),
+      String(r.memory_size),
+    ]),
   );
-  saveTrialReport(o.outDir, { method: 'reflexion', task: o.task, split: o.split, variations, reflexion: settings, trials: results }, table, log);
+  saveTrialReport(
+    o.outDir,
+    { method: 'reflexion', task: o.task, split: o.split, variations, reflexion: settings, trials: results },
+    table,
+    log,
+  );
   removeTrialState(o.outDir);
   return results;
 }

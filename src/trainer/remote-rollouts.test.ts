@@ -41,14 +41,28 @@ const cfg = (dir: string, remote: string | null) =>
 beforeAll(async () => {
   await initBackend();
   // A tiny model saved as a directory, served with weight updates allowed.
-  const tiny = loadConfig(null, [`run_dir=${join(root, 'x')}`, 'seed=2', 'model.hidden_size=32', 'model.intermediate_size=64', 'model.num_hidden_layers=1', 'model.vocab_size=300', 'env.tasks=[fetch]']);
+  const tiny = loadConfig(null, [
+    `run_dir=${join(root, 'x')}`,
+    'seed=2',
+    'model.hidden_size=32',
+    'model.intermediate_size=64',
+    'model.num_hidden_layers=1',
+    'model.vocab_size=300',
+    'env.tasks=[fetch]',
+  ]);
   const { engine } = await createEngine(tiny, 'fresh');
   await engine.save(modelDir);
   engine.dispose();
   const served = await loadServedModel(modelDir);
   // The trainer's client sends $EMPO2_API_KEY, which weight updates require.
   process.env.EMPO2_API_KEY = 'remote-rollouts-test-key';
-  server = await startServer({ engine: served.engine, modelName: 'tiny', port: 0, apiKey: process.env.EMPO2_API_KEY, loadWeights: { roots: [root], load: loadServedModel } });
+  server = await startServer({
+    engine: served.engine,
+    modelName: 'tiny',
+    port: 0,
+    apiKey: process.env.EMPO2_API_KEY,
+    loadWeights: { roots: [root], load: loadServedModel },
+  });
 });
 afterAll(async () => {
   await server?.close();
@@ -83,7 +97,11 @@ describe('rollouts through a remote server', () => {
   it('the server refuses weight pushes unless allowed, and names a bad path', async () => {
     const plain = await startServer({ engine: (await loadServedModel(modelDir)).engine, modelName: 'tiny', port: 0 });
     const post = (url: string, body: unknown) =>
-      fetch(`${url}/v1/empo2/load_weights`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${process.env.EMPO2_API_KEY}` }, body: JSON.stringify(body) });
+      fetch(`${url}/v1/empo2/load_weights`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${process.env.EMPO2_API_KEY}` },
+        body: JSON.stringify(body),
+      });
     const refused = await post(plain.url, { path: modelDir });
     expect(refused.status).toBe(403);
     await plain.close();

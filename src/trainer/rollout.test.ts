@@ -63,7 +63,13 @@ describe('runEpisodesInChunks', () => {
       tips: async (queries: { episode: number }[]) => queries.map((q) => (asked.add(q.episode), [])),
     };
     const seeds: number[] = [];
-    await runEpisodesInChunks(await envs(2), new HashPolicy() as unknown as PolicyEngine, jobs, (start) => (seeds.push(start), settings()), memory);
+    await runEpisodesInChunks(
+      await envs(2),
+      new HashPolicy() as unknown as PolicyEngine,
+      jobs,
+      (start) => (seeds.push(start), settings()),
+      memory,
+    );
     expect([...usesAsked].sort()).toEqual([0, 1, 2, 3, 4]);
     expect([...asked].sort()).toEqual([0, 2, 4]);
     expect(seeds).toEqual([0, 2, 4]);
@@ -72,7 +78,13 @@ describe('runEpisodesInChunks', () => {
   it('asks the memory with the actions taken and the score reached before each step', async () => {
     const asked: TipQuery[] = [];
     const memory = { uses: () => true, tips: async (queries: TipQuery[]) => queries.map((q) => (asked.push(q), [])) };
-    const { episodes } = await runEpisodesInChunks(await envs(2), new HashPolicy() as unknown as PolicyEngine, jobs, () => settings(), memory);
+    const { episodes } = await runEpisodesInChunks(
+      await envs(2),
+      new HashPolicy() as unknown as PolicyEngine,
+      jobs,
+      () => settings(),
+      memory,
+    );
     for (const [i, e] of episodes.entries()) {
       const mine = asked.filter((q) => q.episode === i);
       expect(mine).toHaveLength(e.steps.length);
@@ -98,7 +110,11 @@ class TipFollower {
   async generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]> {
     return prompts.map((p, i) => {
       const valid = opts.allowedTexts![i] ?? [];
-      const named = [...Buffer.from(p).toString('utf8').matchAll(/The action you took was (.+?);/g)].map((m) => m[1]);
+      const named = [
+        ...Buffer.from(p)
+          .toString('utf8')
+          .matchAll(/The action you took was (.+?);/g),
+      ].map((m) => m[1]);
       const last = named[named.length - 1];
       return { tokens: [1], logprobs: [-0.1], text: last !== undefined && valid.includes(last) ? last : valid[0], finish: 'stop' };
     });
@@ -106,16 +122,31 @@ class TipFollower {
 }
 
 describe('experimental.tip_source=oracle in rollouts', () => {
-  const oracleCfg = loadConfig(null, ['env.tasks=[power,clue,unlock]', 'rollout.constrained=true', 'algo.name=empo2', 'algo.p=1', 'experimental.tip_source=oracle', 'memory.reflector=summary']);
+  const oracleCfg = loadConfig(null, [
+    'env.tasks=[power,clue,unlock]',
+    'rollout.constrained=true',
+    'algo.name=empo2',
+    'algo.p=1',
+    'experimental.tip_source=oracle',
+    'memory.reflector=summary',
+  ]);
   const oracleJobs: RolloutJob[] = ['power', 'clue', 'unlock'].map((task, k) => ({ task, variation: k, group: k }));
 
   it("a policy that follows the tip solves every episode: the tip is the environment's own next step", async () => {
     const engine = new TipFollower() as unknown as PolicyEngine;
     const memory = await MemoryRuntime.create(oracleCfg, resolveAlgo(oracleCfg), engine, null);
-    const guided = await runEpisodesInChunks(await Promise.all(oracleJobs.map(() => createEnv(oracleCfg.env))), engine, oracleJobs, () => rolloutSettings(oracleCfg, false, 1), { tips: memory.tipSource(), uses: () => true });
+    const guided = await runEpisodesInChunks(
+      await Promise.all(oracleJobs.map(() => createEnv(oracleCfg.env))),
+      engine,
+      oracleJobs,
+      () => rolloutSettings(oracleCfg, false, 1),
+      { tips: memory.tipSource(), uses: () => true },
+    );
     expect(guided.episodes.map((e) => [e.score, e.success])).toEqual(oracleJobs.map(() => [100, true]));
     expect(guided.episodes.every((e) => e.steps.every((s) => s.tipSpan !== null))).toBe(true);
-    const plain = await runEpisodesInChunks(await Promise.all(oracleJobs.map(() => createEnv(oracleCfg.env))), engine, oracleJobs, () => rolloutSettings(oracleCfg, false, 1));
+    const plain = await runEpisodesInChunks(await Promise.all(oracleJobs.map(() => createEnv(oracleCfg.env))), engine, oracleJobs, () =>
+      rolloutSettings(oracleCfg, false, 1),
+    );
     expect(plain.episodes.some((e) => !e.success)).toBe(true);
   });
 
@@ -123,7 +154,15 @@ describe('experimental.tip_source=oracle in rollouts', () => {
     const env = await createEnv(oracleCfg.env);
     Object.defineProperty(env, 'oracleAction', { value: undefined });
     const memory = await MemoryRuntime.create(oracleCfg, resolveAlgo(oracleCfg), new TipFollower() as unknown as PolicyEngine, null);
-    await expect(runEpisodesInChunks([env], new TipFollower() as unknown as PolicyEngine, oracleJobs.slice(0, 1), () => rolloutSettings(oracleCfg, false, 1), { tips: memory.tipSource(), uses: () => true })).rejects.toThrow(
+    await expect(
+      runEpisodesInChunks(
+        [env],
+        new TipFollower() as unknown as PolicyEngine,
+        oracleJobs.slice(0, 1),
+        () => rolloutSettings(oracleCfg, false, 1),
+        { tips: memory.tipSource(), uses: () => true },
+      ),
+    ).rejects.toThrow(
       /experimental\.tip_source: oracle needs an environment with a scripted solver \(the built-in one\); builtin has none/,
     );
   });

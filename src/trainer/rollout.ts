@@ -129,7 +129,8 @@ function emptyStats(): RolloutStats {
 
 /** The environment's solver for `experimental.tip_source: oracle`, or an error naming the environment. */
 export function oracleOf(env: Env): () => string | null {
-  if (!env.oracleAction) throw new Error(`experimental.tip_source: oracle needs an environment with a scripted solver (the built-in one); ${env.name} has none`);
+  if (!env.oracleAction)
+    throw new Error(`experimental.tip_source: oracle needs an environment with a scripted solver (the built-in one); ${env.name} has none`);
   return env.oracleAction.bind(env);
 }
 
@@ -164,7 +165,12 @@ export async function runEpisodes(
         job,
         env,
         task: first.task,
-        dialogue: startDialogue(tokenizer, s.prompt, { task: first.task, observation: first.observation, validActions: first.validActions, reflections: job.reflections }) as Dialogue,
+        dialogue: startDialogue(tokenizer, s.prompt, {
+          task: first.task,
+          observation: first.observation,
+          validActions: first.validActions,
+          reflections: job.reflections,
+        }) as Dialogue,
         cacheKey: `episode-${nextEpisodeKey++}`,
         turns: [{ observation: first.observation }] as Turn[],
         valid: first.validActions,
@@ -186,7 +192,19 @@ export async function runEpisodes(
       if (memory) {
         const tm = performance.now();
         const asking = active.filter((e) => memory.uses(e.index));
-        const answers = asking.length ? await memory.tips(asking.map((e) => ({ episode: e.index, job: e.job, state: e.turns[e.turns.length - 1].observation, taken: e.steps.map((st) => st.action), scoreSoFar: e.steps.at(-1)?.score ?? 0, validActions: e.valid, oracleAction: () => oracleOf(e.env)() }))) : [];
+        const answers = asking.length
+          ? await memory.tips(
+              asking.map((e) => ({
+                episode: e.index,
+                job: e.job,
+                state: e.turns[e.turns.length - 1].observation,
+                taken: e.steps.map((st) => st.action),
+                scoreSoFar: e.steps.at(-1)?.score ?? 0,
+                validActions: e.valid,
+                oracleAction: () => oracleOf(e.env)(),
+              })),
+            )
+          : [];
         const byEpisode = new Map(asking.map((e, k) => [e.index, answers[k] ?? []]));
         tips = active.map((e) => byEpisode.get(e.index) ?? []);
         stats.memorySeconds += (performance.now() - tm) / 1000;

@@ -17,7 +17,14 @@ import type { PolicyEngine } from '../policy/types.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { writeTextAtomic } from '../util/atomic-write.ts';
 import { Rng } from '../util/rng.ts';
-import { latestCheckpoint, loadTrainerState, removeOwnTemporaryFiles, removeStaleTemporaryFiles, saveCheckpoint, type TrainerState } from './checkpoint.ts';
+import {
+  latestCheckpoint,
+  loadTrainerState,
+  removeOwnTemporaryFiles,
+  removeStaleTemporaryFiles,
+  saveCheckpoint,
+  type TrainerState,
+} from './checkpoint.ts';
 import { createRemoteRollouts, createTrainingEngine, type TrainingEngine } from './engines.ts';
 import { evaluationEpisodes } from './evaluate-checkpoint.ts';
 import { InterruptHandling, policyCalls } from './interrupt.ts';
@@ -79,12 +86,20 @@ export async function openRun(cfg: Config, resume: boolean, handleSignals: boole
   }
 }
 
-async function openLockedRun(cfg: Config, resume: boolean, handleSignals: boolean, log: (line: string) => void, backend: string, lock: RunLock): Promise<RunContext> {
+async function openLockedRun(
+  cfg: Config,
+  resume: boolean,
+  handleSignals: boolean,
+  log: (line: string) => void,
+  backend: string,
+  lock: RunLock,
+): Promise<RunContext> {
   const runDir = cfg.run_dir;
   // A long first iteration may have been saved part-way before any checkpoint was written.
   const checkpoint = latestCheckpoint(runDir);
   const checkpointIteration = checkpoint ? loadTrainerState(checkpoint).iteration : 0;
-  if (!resume && (checkpoint || partialToResume(runDir, 0))) throw new Error(`${runDir} already holds a run; use --resume to continue it or choose another run_dir`);
+  if (!resume && (checkpoint || partialToResume(runDir, 0)))
+    throw new Error(`${runDir} already holds a run; use --resume to continue it or choose another run_dir`);
   for (const path of removeStaleTemporaryFiles(runDir)) log(`removed ${path}, left by a process that stopped while writing it`);
   const partial = resume ? partialToResume(runDir, checkpointIteration) : null;
   const restoreFrom = partial?.dir ?? (resume ? checkpoint : null);
@@ -92,7 +107,9 @@ async function openLockedRun(cfg: Config, resume: boolean, handleSignals: boolea
   if (restoreFrom) checkResumeConfig(cfg, runDir, loadTrainerState(restoreFrom).iteration, log);
   if (partial) {
     const p = partial.batch.progress;
-    log(`resuming inside iteration ${partial.batch.iteration} from ${partial.dir}: rollouts done${p ? `, ${p.optimizerSteps} optimiser step${p.optimizerSteps === 1 ? '' : 's'} done` : ''}`);
+    log(
+      `resuming inside iteration ${partial.batch.iteration} from ${partial.dir}: rollouts done${p ? `, ${p.optimizerSteps} optimiser step${p.optimizerSteps === 1 ? '' : 's'} done` : ''}`,
+    );
   }
   const training = await createTrainingEngine(cfg, restoreFrom ?? 'fresh');
   const baseModelDir = cfg.model.path ? await resolveModelPath(cfg.model.path) : null;
@@ -117,12 +134,15 @@ async function openLockedRun(cfg: Config, resume: boolean, handleSignals: boolea
   const trainVariations = new Map(tasks.map((t) => [t, probe.variations(t, 'train').slice(0, cfg.env.train_variations ?? undefined)]));
   const batchSize = cfg.rollout.tasks_per_batch * cfg.rollout.group_size;
   const envs: Env[] = [probe];
-  while (envs.length < environmentCount(cfg, Math.max(batchSize, evaluationEpisodes(probe, tasks, cfg)))) envs.push(await createEnv(cfg.env));
+  while (envs.length < environmentCount(cfg, Math.max(batchSize, evaluationEpisodes(probe, tasks, cfg))))
+    envs.push(await createEnv(cfg.env));
 
   if (!restoreFrom && cfg.experimental.tip_warmup_examples > 0) {
     const ws = tipWarmupSettings(cfg);
     const examples = await buildWarmupExamples(probe, tasks, engine.tokenizer, ws);
-    log(`tip warm-up: ${examples.length} synthetic prompts from random-action episodes on the train split of ${tasks.join(', ')}, ${ws.epochs} epochs`);
+    log(
+      `tip warm-up: ${examples.length} synthetic prompts from random-action episodes on the train split of ${tasks.join(', ')}, ${ws.epochs} epochs`,
+    );
     const report = await runTipWarmup(engine, examples, ws, log);
     // RL starts with fresh AdamW moments, as it would from a pretrained checkpoint.
     if (training.engine instanceof TfjsEngine) training.engine.optimizer.importState(0, new Map());
@@ -145,13 +165,37 @@ async function openLockedRun(cfg: Config, resume: boolean, handleSignals: boolea
 
   // A second Ctrl-C may land in the middle of a checkpoint write: its temporary folder goes too (one
   // the kernel ends, in a TensorFlow.js run, leaves it to removeStaleTemporaryFiles at the next start).
-  if (handleSignals) holder.interrupts = new InterruptHandling(log, () => removeOwnTemporaryFiles(runDir), { holdsTheThread: training.engine instanceof TfjsEngine });
+  if (handleSignals)
+    holder.interrupts = new InterruptHandling(log, () => removeOwnTemporaryFiles(runDir), {
+      holdsTheThread: training.engine instanceof TfjsEngine,
+    });
   if (remoteRollouts) {
     await remoteRollouts.sync();
-    log(`rollouts through ${cfg.rollout.remote!.base_url} (weights pushed after every update: ${cfg.rollout.remote!.sync === 'load_weights' ? 'yes' : 'no'})`);
+    log(
+      `rollouts through ${cfg.rollout.remote!.base_url} (weights pushed after every update: ${cfg.rollout.remote!.sync === 'load_weights' ? 'yes' : 'no'})`,
+    );
   }
   return {
-    cfg, algo, log, resumeFrom: restoreFrom, partial: partial?.batch ?? null, training, engine, rolloutEngine, remoteRollouts, memory, rehearsal, state, rng, metrics, recorders, envs, tasks, trainVariations, baseModelDir, lock,
+    cfg,
+    algo,
+    log,
+    resumeFrom: restoreFrom,
+    partial: partial?.batch ?? null,
+    training,
+    engine,
+    rolloutEngine,
+    remoteRollouts,
+    memory,
+    rehearsal,
+    state,
+    rng,
+    metrics,
+    recorders,
+    envs,
+    tasks,
+    trainVariations,
+    baseModelDir,
+    lock,
     get interrupts() {
       return holder.interrupts;
     },
@@ -164,7 +208,14 @@ export const stopRequested = (run: RunContext): boolean => run.interrupts?.stopR
 /** Saves the weights, optimiser, trainer state and memory of `run.state.iteration`; returns the checkpoint's folder. */
 export function saveRunCheckpoint(run: RunContext): Promise<string> {
   const { cfg, memory } = run;
-  return saveCheckpoint(cfg.run_dir, run.training.checkpointWriter, run.state, cfg.train.keep_checkpoints, memory ? { [MEMORY_FILE]: JSON.stringify(memory.toJSON()) } : {}, run.baseModelDir);
+  return saveCheckpoint(
+    cfg.run_dir,
+    run.training.checkpointWriter,
+    run.state,
+    cfg.train.keep_checkpoints,
+    memory ? { [MEMORY_FILE]: JSON.stringify(memory.toJSON()) } : {},
+    run.baseModelDir,
+  );
 }
 
 /**
@@ -189,7 +240,9 @@ export async function closeRun(run: RunContext, afterError = false): Promise<voi
  */
 function checkResumeConfig(cfg: Config, runDir: string, checkpointIteration: number, log: (line: string) => void): void {
   if (cfg.train.iterations < checkpointIteration) {
-    throw new ConfigError(`--resume: train.iterations is ${cfg.train.iterations}, but the run's latest checkpoint is at iteration ${checkpointIteration}; a run cannot be shortened (evaluate an earlier checkpoint instead)`);
+    throw new ConfigError(
+      `--resume: train.iterations is ${cfg.train.iterations}, but the run's latest checkpoint is at iteration ${checkpointIteration}; a run cannot be shortened (evaluate an earlier checkpoint instead)`,
+    );
   }
   const savedPath = join(runDir, 'config.yaml');
   if (!existsSync(savedPath)) {

@@ -28,7 +28,9 @@ describe('RunLock', () => {
     const other = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60000)']);
     try {
       writeFileSync(join(dir, LOCK_FILE), lockOf(other.pid!));
-      expect(() => RunLock.acquire(dir, () => {})).toThrow(`${dir} is in use by pid ${other.pid} since 2026-11-25T10:00:00.000Z: one trainer per run folder`);
+      expect(() => RunLock.acquire(dir, () => {})).toThrow(
+        `${dir} is in use by pid ${other.pid} since 2026-11-25T10:00:00.000Z: one trainer per run folder`,
+      );
       expect(JSON.parse(readFileSync(join(dir, LOCK_FILE), 'utf8')).pid).toBe(other.pid); // the holder's lock is untouched
     } finally {
       other.kill();
@@ -41,19 +43,25 @@ describe('RunLock', () => {
     writeFileSync(join(dir, LOCK_FILE), lockOf(pid));
     const lines: string[] = [];
     const lock = RunLock.acquire(dir, (l) => lines.push(l));
-    expect(lines).toEqual([`${join(dir, LOCK_FILE)}: taking over the lock of pid ${pid} (since 2026-11-25T10:00:00.000Z), which no longer runs`]);
+    expect(lines).toEqual([
+      `${join(dir, LOCK_FILE)}: taking over the lock of pid ${pid} (since 2026-11-25T10:00:00.000Z), which no longer runs`,
+    ]);
     expect(JSON.parse(readFileSync(join(dir, LOCK_FILE), 'utf8')).pid).toBe(process.pid);
     lock.release();
   });
 
-  it("refuses a lock from another host (it cannot check that pid) and a file it did not write, saying what to do", () => {
+  it('refuses a lock from another host (it cannot check that pid) and a file it did not write, saying what to do', () => {
     const dir = fresh();
     const path = join(dir, LOCK_FILE);
     writeFileSync(path, lockOf(deadPid(), 'other-machine'));
     expect(() => RunLock.acquire(dir, () => {})).toThrow(`${dir} is in use by pid`);
-    expect(() => RunLock.acquire(dir, () => {})).toThrow(`on host other-machine (since 2026-11-25T10:00:00.000Z); this host cannot check that process, so if it no longer runs, delete ${path}`);
+    expect(() => RunLock.acquire(dir, () => {})).toThrow(
+      `on host other-machine (since 2026-11-25T10:00:00.000Z); this host cannot check that process, so if it no longer runs, delete ${path}`,
+    );
     writeFileSync(path, '');
-    expect(() => RunLock.acquire(dir, () => {})).toThrow(`${path} exists but is not a lock this program wrote; if no trainer is using ${dir}, delete ${path}`);
+    expect(() => RunLock.acquire(dir, () => {})).toThrow(
+      `${path} exists but is not a lock this program wrote; if no trainer is using ${dir}, delete ${path}`,
+    );
   });
 
   it('release leaves a lock that another process has taken since', () => {

@@ -43,7 +43,9 @@ export class RunLock {
       const owner = readOwner(path);
       if (owner === 'gone') continue; // released between our attempt and the read
       if (owner === null) {
-        throw new RunFolderInUse(`${path} exists but is not a lock this program wrote; if no trainer is using ${runDir}, delete ${path} and start again`);
+        throw new RunFolderInUse(
+          `${path} exists but is not a lock this program wrote; if no trainer is using ${runDir}, delete ${path} and start again`,
+        );
       }
       if (owner.host !== me.host) {
         throw new RunFolderInUse(
@@ -52,12 +54,16 @@ export class RunLock {
       }
       if (isRunning(owner.pid)) {
         const who = owner.pid === process.pid ? 'this process (an earlier run in it was not closed)' : `pid ${owner.pid}`;
-        throw new RunFolderInUse(`${runDir} is in use by ${who} since ${owner.started}: one trainer per run folder (stop it first, or choose another run_dir)`);
+        throw new RunFolderInUse(
+          `${runDir} is in use by ${who} since ${owner.started}: one trainer per run folder (stop it first, or choose another run_dir)`,
+        );
       }
       log(`${path}: taking over the lock of pid ${owner.pid} (since ${owner.started}), which no longer runs`);
       unlinkSync(path);
     }
-    throw new RunFolderInUse(`${path}: another process took the lock while this one was replacing a stale lock; is a second trainer starting on ${runDir}?`);
+    throw new RunFolderInUse(
+      `${path}: another process took the lock while this one was replacing a stale lock; is a second trainer starting on ${runDir}?`,
+    );
   }
 
   /** Removes the lock file if it is still this process's (idempotent). */

@@ -17,7 +17,15 @@ import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-warmup-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
-const cfg = loadConfig(null, [...TINY_MODEL, 'seed=3', 'env.tasks=[unlock]', 'memory.top_k=3', 'experimental.tip_order=best_last', 'experimental.tip_warmup_examples=64', 'experimental.tip_warmup_epochs=2']);
+const cfg = loadConfig(null, [
+  ...TINY_MODEL,
+  'seed=3',
+  'env.tasks=[unlock]',
+  'memory.top_k=3',
+  'experimental.tip_order=best_last',
+  'experimental.tip_warmup_examples=64',
+  'experimental.tip_warmup_epochs=2',
+]);
 
 beforeAll(async () => {
   await initBackend();
@@ -26,7 +34,9 @@ beforeAll(async () => {
 /** The tips of a decoded prompt, in the order shown, as (action, score). */
 function shownTips(text: string): { action: string; score: number }[] {
   const block = text.includes(TIPS_HEADER) ? text.slice(text.indexOf(TIPS_HEADER)) : '';
-  return [...block.matchAll(new RegExp(`${TIP_OPEN} .*? The action you took was (.*?); you finally scored (\\d+)/100\\. ${TIP_CLOSE}`, 'g'))].map((m) => ({ action: m[1], score: Number(m[2]) }));
+  return [
+    ...block.matchAll(new RegExp(`${TIP_OPEN} .*? The action you took was (.*?); you finally scored (\\d+)/100\\. ${TIP_CLOSE}`, 'g')),
+  ].map((m) => ({ action: m[1], score: Number(m[2]) }));
 }
 
 describe('warm-up examples', () => {
@@ -34,13 +44,25 @@ describe('warm-up examples', () => {
     const { engine } = await createEngine(cfg, 'fresh');
     const env = await createEnv(cfg.env);
     const tok = engine.tokenizer;
-    const state = { task: 'unlock', description: 'Unlock the door.', turns: [{ observation: 'You are in the hall.' }], valid: ['go to attic', 'open box', 'look around', 'inventory'] };
+    const state = {
+      task: 'unlock',
+      description: 'Unlock the door.',
+      turns: [{ observation: 'You are in the hall.' }],
+      valid: ['go to attic', 'open box', 'look around', 'inventory'],
+    };
     const rng = new Rng(11);
     const counts = { follow: 0, avoid: 0, none: 0 };
     for (let i = 0; i < 200; i++) {
       if (i % 25 === 0) await new Promise((r) => setImmediate(r));
       for (const bestLast of [true, false]) {
-        const x = makeExample(state, ['Final 0/100.'], ['take key', 'go to cellar'], { maxTips: 3, bestLast, credit: 'final', reflection: true, prompt: { history: 2, showValidActions: false, system: '' } }, tok, rng);
+        const x = makeExample(
+          state,
+          ['Final 0/100.'],
+          ['take key', 'go to cellar'],
+          { maxTips: 3, bestLast, credit: 'final', reflection: true, prompt: { history: 2, showValidActions: false, system: '' } },
+          tok,
+          rng,
+        );
         const tips = shownTips(tok.decode(x.prompt));
         expect(state.valid).toContain(x.action);
         expect(tok.decode(x.response)).toBe(x.action + '<|im_end|>');
@@ -76,11 +98,25 @@ describe('warm-up examples', () => {
   it('experimental.step_tip_reflection false: the made-up tips carry no summary, as the memory would write them', async () => {
     const { engine } = await createEngine(cfg, 'fresh');
     const tok = engine.tokenizer;
-    const state = { task: 'unlock', description: 'Unlock the door.', turns: [{ observation: 'You are in the hall.' }], valid: ['go to attic', 'open box'] };
+    const state = {
+      task: 'unlock',
+      description: 'Unlock the door.',
+      turns: [{ observation: 'You are in the hall.' }],
+      valid: ['go to attic', 'open box'],
+    };
     const rng = new Rng(5);
     let shown = 0;
     for (let i = 0; i < 20; i++) {
-      const text = tok.decode(makeExample(state, ['Final 0/100.'], ['take key'], { maxTips: 2, bestLast: true, credit: 'gain', reflection: false, prompt: { history: 2, showValidActions: false, system: '' } }, tok, rng).prompt);
+      const text = tok.decode(
+        makeExample(
+          state,
+          ['Final 0/100.'],
+          ['take key'],
+          { maxTips: 2, bestLast: true, credit: 'gain', reflection: false, prompt: { history: 2, showValidActions: false, system: '' } },
+          tok,
+          rng,
+        ).prompt,
+      );
       expect(text).not.toContain('Final 0/100.');
       shown += text.split(`${TIP_OPEN} The action you took was `).length - 1;
     }
@@ -135,7 +171,19 @@ describe('warm-up training', () => {
     const runDir = join(root, 'run');
     const lines: string[] = [];
     await train(
-      loadConfig(null, [...TINY_MODEL, `run_dir=${runDir}`, 'env.tasks=[unlock]', 'env.max_steps=4', 'env.eval_variations=1', 'rollout.tasks_per_batch=1', 'rollout.group_size=2', 'train.iterations=1', 'train.eval_every=0', 'experimental.tip_warmup_examples=32', 'experimental.tip_warmup_epochs=1']),
+      loadConfig(null, [
+        ...TINY_MODEL,
+        `run_dir=${runDir}`,
+        'env.tasks=[unlock]',
+        'env.max_steps=4',
+        'env.eval_variations=1',
+        'rollout.tasks_per_batch=1',
+        'rollout.group_size=2',
+        'train.iterations=1',
+        'train.eval_every=0',
+        'experimental.tip_warmup_examples=32',
+        'experimental.tip_warmup_epochs=1',
+      ]),
       { resume: false, log: (l) => lines.push(l) },
     );
     const report = JSON.parse(readFileSync(join(runDir, 'tip-warmup.json'), 'utf8'));
@@ -181,10 +229,25 @@ describe('tip rehearsal (experimental.tip_rehearsal)', () => {
     const runDir = join(root, 'rehearse');
     const lines: string[] = [];
     await train(
-      loadConfig(null, [...TINY_MODEL, `run_dir=${runDir}`, 'env.tasks=[unlock]', 'env.max_steps=4', 'env.eval_variations=1', 'rollout.tasks_per_batch=1', 'rollout.group_size=2', 'train.iterations=2', 'train.eval_every=0', 'experimental.tip_rehearsal=8']),
+      loadConfig(null, [
+        ...TINY_MODEL,
+        `run_dir=${runDir}`,
+        'env.tasks=[unlock]',
+        'env.max_steps=4',
+        'env.eval_variations=1',
+        'rollout.tasks_per_batch=1',
+        'rollout.group_size=2',
+        'train.iterations=2',
+        'train.eval_every=0',
+        'experimental.tip_rehearsal=8',
+      ]),
       { resume: false, log: (l) => lines.push(l) },
     );
-    const train_ = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((m) => m.type === 'train');
+    const train_ = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .filter((m) => m.type === 'train');
     expect(train_).toHaveLength(2);
     for (const m of train_) expect(m.tip_rehearsal_nll).toBeGreaterThan(0);
     expect(lines.some((l) => /tip rehearsal: 8 of \d+ examples after every update/.test(l))).toBe(true);
@@ -196,7 +259,11 @@ describe('empo2 warmup (model directory)', () => {
   it('saves a loadable model with warmup.json, and refuses to overwrite a model', async () => {
     const out = join(root, 'model');
     const logs: string[] = [];
-    const summary = (await warmupModelDir({ ...cfg, experimental: { ...cfg.experimental, tip_warmup_examples: 32, tip_warmup_epochs: 1 } }, out, (l) => logs.push(l))) as { after: Record<string, unknown> };
+    const summary = (await warmupModelDir(
+      { ...cfg, experimental: { ...cfg.experimental, tip_warmup_examples: 32, tip_warmup_epochs: 1 } },
+      out,
+      (l) => logs.push(l),
+    )) as { after: Record<string, unknown> };
     for (const f of ['config.json', 'model.safetensors', 'tokenizer.json', 'warmup.json']) expect(existsSync(join(out, f))).toBe(true);
     expect(Object.keys(summary.after)).toEqual(['same_tasks', 'other_tasks']);
     const loaded = loadModelDir(out);

@@ -65,7 +65,12 @@ export interface WarmupExample {
 const SCORES = [0, 0, 0, 0, 10, 20, 25, 33, 50, 67, 75, 100];
 
 /** Random-action episodes over the train split: the states and trajectories the examples are built from. */
-async function collectStates(env: Env, tasks: readonly string[], episodesPerTask: number, rng: Rng): Promise<{ states: RecordedState[]; trajectories: Map<string, Trajectory[]> }> {
+async function collectStates(
+  env: Env,
+  tasks: readonly string[],
+  episodesPerTask: number,
+  rng: Rng,
+): Promise<{ states: RecordedState[]; trajectories: Map<string, Trajectory[]> }> {
   const states: RecordedState[] = [];
   const trajectories = new Map<string, Trajectory[]>();
   for (const task of tasks) {
@@ -131,7 +136,12 @@ export function makeExample(
   return { prompt: ids, response: [...tokenizer.encode(action), endTokenIds(tokenizer)[0]], action, followsTip, valid: state.valid };
 }
 
-export async function buildWarmupExamples(env: Env, tasks: readonly string[], tokenizer: PolicyEngine['tokenizer'], s: TipWarmupSettings): Promise<WarmupExample[]> {
+export async function buildWarmupExamples(
+  env: Env,
+  tasks: readonly string[],
+  tokenizer: PolicyEngine['tokenizer'],
+  s: TipWarmupSettings,
+): Promise<WarmupExample[]> {
   const rng = new Rng(s.seed * 7919 + 17);
   const { states, trajectories } = await collectStates(env, tasks, 40, rng);
   const summaries = new Map([...trajectories].map(([task, list]) => [task, list.map((t) => summarise(t))]));
@@ -173,7 +183,12 @@ async function supervisedStep(engine: PolicyEngine, batch: readonly WarmupExampl
 
 const SUPERVISED_OBJECTIVE = { clipLow: 0.2, clipHigh: 0.3, dualClip: null, klCoef: 0, lowProbDelta: null };
 
-export async function runTipWarmup(engine: PolicyEngine, examples: readonly WarmupExample[], s: TipWarmupSettings, log: (line: string) => void = () => {}): Promise<WarmupReport> {
+export async function runTipWarmup(
+  engine: PolicyEngine,
+  examples: readonly WarmupExample[],
+  s: TipWarmupSettings,
+  log: (line: string) => void = () => {},
+): Promise<WarmupReport> {
   const rng = new Rng(s.seed * 104_729 + 3);
   const t0 = performance.now();
   let steps = 0;
@@ -188,7 +203,11 @@ export async function runTipWarmup(engine: PolicyEngine, examples: readonly Warm
     let nll = 0;
     let tokens = 0;
     for (let start = 0; start < order.length; start += s.batchSize) {
-      const step = await supervisedStep(engine, order.slice(start, start + s.batchSize).map((i) => examples[i]), s.lr);
+      const step = await supervisedStep(
+        engine,
+        order.slice(start, start + s.batchSize).map((i) => examples[i]),
+        s.lr,
+      );
       await turnEventLoop();
       nll += step.nll;
       tokens += step.tokens;
@@ -197,7 +216,9 @@ export async function runTipWarmup(engine: PolicyEngine, examples: readonly Warm
     const loss = nll / Math.max(1, tokens);
     if (epoch === 0) firstLoss = loss;
     lastLoss = loss;
-    log(`tip warm-up: epoch ${epoch + 1}/${s.epochs}, target NLL ${loss.toFixed(3)} per token, ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+    log(
+      `tip warm-up: epoch ${epoch + 1}/${s.epochs}, target NLL ${loss.toFixed(3)} per token, ${((performance.now() - t0) / 1000).toFixed(0)} s`,
+    );
   }
   return { examples: examples.length, steps, seconds: (performance.now() - t0) / 1000, firstLoss, lastLoss };
 }
@@ -281,7 +302,7 @@ export async function measureTipFollowing(engine: PolicyEngine, examples: readon
   let uniformProbability = 0;
   // Every (example, valid action) pair, scored in batches of about 256 sequences.
   const totals: number[][] = [];
-  for (let start = 0; start < examples.length; ) {
+  for (let start = 0; start < examples.length;) {
     const chunk: WarmupExample[] = [];
     for (let n = 0; start < examples.length && (chunk.length === 0 || n + examples[start].valid.length <= 256); start++) {
       chunk.push(examples[start]);

@@ -96,7 +96,10 @@ describe.skipIf(!gate.available)(`training through the PyTorch worker (${gate.la
       // Same actions: same env steps, scores and trained tokens.
       for (const k of ['env_steps', 'mean_score', 'sequences', 'trained_tokens']) expect(b[i][k], `iteration ${i + 1} ${k}`).toBe(a[i][k]);
       expect(b[i].loss as number, `iteration ${i + 1} loss`).toBeCloseTo(a[i].loss as number, 4);
-      expect(Math.abs((b[i].grad_norm as number) - (a[i].grad_norm as number)) / Math.max(1e-6, a[i].grad_norm as number), `iteration ${i + 1} grad norm`).toBeLessThan(1e-3);
+      expect(
+        Math.abs((b[i].grad_norm as number) - (a[i].grad_norm as number)) / Math.max(1e-6, a[i].grad_norm as number),
+        `iteration ${i + 1} grad norm`,
+      ).toBeLessThan(1e-3);
     }
     // The worker saved loadable Hugging Face checkpoints; weights agree after 3 iterations (6 optimiser steps).
     const wa = loadModelDir(latestCheckpoint(tsDir)!).model;
@@ -124,7 +127,11 @@ describe.skipIf(!gate.available)(`training through the PyTorch worker (${gate.la
 
   it('LoRA through the worker, stopped after an optimiser step of an iteration saved part-way: the resumed run ends as the straight one, bit for bit', async () => {
     // With LoRA dropout: the worker keeps torch's random state beside optimizer.pt, so the steps after the resume draw the masks the straight run drew (before it did not: grad norm 0.02246 against 0.02267).
-    const lora = ['model.lora={r: 4, alpha: 8, dropout: 0.05, target_modules: [q_proj, v_proj]}', 'rollout.temperature=1', 'rollout.group_size=2'];
+    const lora = [
+      'model.lora={r: 4, alpha: 8, dropout: 0.05, target_modules: [q_proj, v_proj]}',
+      'rollout.temperature=1',
+      'rollout.group_size=2',
+    ];
     const straight = join(root, 'partial-straight');
     await train(config(straight, 'torch', 2, lora), { resume: false, log: () => {} });
     const split = join(root, 'partial-split');
@@ -142,7 +149,13 @@ describe.skipIf(!gate.available)(`training through the PyTorch worker (${gate.la
 
   it('LoRA through the worker, killed inside an optimiser step: the resume goes on from the micro-batches saved in it and ends as the straight run, bit for bit', async () => {
     // minibatches 1 and an 8-token budget: one step per iteration, a micro-batch per sequence, saved after each (partial_save_minutes 0).
-    const more = ['model.lora={r: 4, alpha: 8, dropout: 0.05, target_modules: [q_proj, v_proj]}', 'rollout.temperature=1', 'rollout.group_size=2', 'algo.minibatches=1', 'optim.micro_batch_tokens=8'];
+    const more = [
+      'model.lora={r: 4, alpha: 8, dropout: 0.05, target_modules: [q_proj, v_proj]}',
+      'rollout.temperature=1',
+      'rollout.group_size=2',
+      'algo.minibatches=1',
+      'optim.micro_batch_tokens=8',
+    ];
     const straight = join(root, 'step-straight');
     await train(config(straight, 'torch', 2, more), { resume: false, log: () => {} });
     const split = join(root, 'step-split');
@@ -162,7 +175,9 @@ describe.skipIf(!gate.available)(`training through the PyTorch worker (${gate.la
     expect(killed).toBe(true);
     const lines: string[] = [];
     await train(cfg, { resume: true, log: (l) => lines.push(l) });
-    const taken = lines.map((l) => /^iter 2 update: train step 1 goes on from its part-way save \((\d+)\/(\d+) micro-batches done\)$/.exec(l)).find((m) => m);
+    const taken = lines
+      .map((l) => /^iter 2 update: train step 1 goes on from its part-way save \((\d+)\/(\d+) micro-batches done\)$/.exec(l))
+      .find((m) => m);
     expect(taken, lines.join('\n')).toBeTruthy();
     expect(Number(taken![1])).toBeLessThan(Number(taken![2])); // killed inside the step, not after it
     const strip = (l: Line) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share/.test(k)));

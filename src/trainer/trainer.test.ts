@@ -5,7 +5,18 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, spawnSync } from 'node:child_process';
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, statSync, writeFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  truncateSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../config/load.ts';
@@ -151,10 +162,24 @@ describe('train() end to end', () => {
     // A process that still runs may be writing its own: left alone.
     const running = join(checkpoints, `iter-000003.tmp-${process.ppid}`);
     mkdirSync(running);
-    appendFileSync(join(runDir, 'metrics.jsonl'), JSON.stringify({ type: 'train', iteration: 3, loss: 99 }) + '\n' + JSON.stringify({ type: 'eval', iteration: 3, mean_score: 99 }) + '\n{"type": "tra');
+    appendFileSync(
+      join(runDir, 'metrics.jsonl'),
+      JSON.stringify({ type: 'train', iteration: 3, loss: 99 }) +
+        '\n' +
+        JSON.stringify({ type: 'eval', iteration: 3, mean_score: 99 }) +
+        '\n{"type": "tra',
+    );
     await train(tinyConfig(runDir, 3), { resume: true, log: (l) => resumeLogs.push(l) });
-    expect(readdirSync(checkpoints).sort()).toEqual([`iter-000001`, `iter-000002`, `iter-000003`, `iter-000003.tmp-${process.ppid}`, 'latest.json']);
-    expect(resumeLogs).toContain(`removed ${join(checkpoints, `iter-000003.tmp-${dead}`)}, left by a process that stopped while writing it`);
+    expect(readdirSync(checkpoints).sort()).toEqual([
+      `iter-000001`,
+      `iter-000002`,
+      `iter-000003`,
+      `iter-000003.tmp-${process.ppid}`,
+      'latest.json',
+    ]);
+    expect(resumeLogs).toContain(
+      `removed ${join(checkpoints, `iter-000003.tmp-${dead}`)}, left by a process that stopped while writing it`,
+    );
     rmSync(running, { recursive: true });
     // The eval table still compares with the evaluation logged at iteration 0.
     const table = readFileSync(join(runDir, 'eval.md'), 'utf8');
@@ -172,7 +197,10 @@ describe('train() end to end', () => {
     await train(tinyConfig(straightDir, 3), { resume: false, log: () => {} });
     const straight = metrics(straightDir).filter((x) => x.type === 'train');
     const resumed = m.filter((x) => x.type === 'train');
-    expect(straight[2].sequences as number, 'iteration 3 must train for this comparison to cover the optimiser state (see tinyConfig)').toBeGreaterThan(0);
+    expect(
+      straight[2].sequences as number,
+      'iteration 3 must train for this comparison to cover the optimiser state (see tinyConfig)',
+    ).toBeGreaterThan(0);
     // Same rollouts, same update statistics, bit-identical weights: model, optimiser moments and
     // the task-sampling RNG were all restored.
     expect(resumed.map(withoutTimings)).toEqual(straight.map(withoutTimings));
@@ -192,7 +220,11 @@ describe('train() end to end', () => {
     expect(readFileSync(join(runDir, 'eval.md'), 'utf8')).toBe(table);
     expect(logs.some((l) => l.startsWith('eval @'))).toBe(false);
     expect(logs).toContain('the run already finished its 3 iterations; raise train.iterations to train it longer');
-    expect(result.finalEval!.summary.mean_score).toBe(metrics(runDir).filter((m) => m.type === 'eval').at(-1)!.mean_score);
+    expect(result.finalEval!.summary.mean_score).toBe(
+      metrics(runDir)
+        .filter((m) => m.type === 'eval')
+        .at(-1)!.mean_score,
+    );
     expect(result.initialEval!.iteration).toBe(0);
   });
 
@@ -201,7 +233,9 @@ describe('train() end to end', () => {
       const cfg = loadConfig(null, [...tinyConfigOverrides(runDir, 3), ...sets]);
       return train(cfg, { resume: true, log: () => {} });
     };
-    const err = await resume('model.hidden_size=64', 'model.path=/somewhere/else', 'env.eval_variations=2', 'train.iterations=3').catch((e: Error) => e);
+    const err = await resume('model.hidden_size=64', 'model.path=/somewhere/else', 'env.eval_variations=2', 'train.iterations=3').catch(
+      (e: Error) => e,
+    );
     expect(err).toBeInstanceOf(ConfigError);
     expect((err as Error).message).toContain('model.hidden_size: 32 in the run, 64 now');
     expect((err as Error).message).toContain('model.path: null in the run, "/somewhere/else" now');
@@ -225,7 +259,9 @@ describe('train() end to end', () => {
   it('a default tiny model too large to train is refused up front, naming its sizes', () => {
     const cfg = loadConfig(null, ['model.hidden_size=16384', 'model.intermediate_size=65536', 'model.num_hidden_layers=64']);
     const started = performance.now();
-    expect(() => checkTinyModelFits(cfg)).toThrow(/model\.hidden_size=16384, model\.intermediate_size=65536, model\.num_hidden_layers=64, model\.vocab_size=512: the default tiny model would have [\d,]+ parameters/);
+    expect(() => checkTinyModelFits(cfg)).toThrow(
+      /model\.hidden_size=16384, model\.intermediate_size=65536, model\.num_hidden_layers=64, model\.vocab_size=512: the default tiny model would have [\d,]+ parameters/,
+    );
     expect(performance.now() - started).toBeLessThan(1000);
     expect(() => checkTinyModelFits(loadConfig(null))).not.toThrow();
   });
@@ -242,7 +278,9 @@ describe('train() end to end', () => {
   });
 
   it('refuses to start a fresh run in a run_dir that already holds one', async () => {
-    await expect(train(tinyConfig(runDir, 5), { resume: false, log: () => {} })).rejects.toThrow(`${runDir} already holds a run; use --resume`);
+    await expect(train(tinyConfig(runDir, 5), { resume: false, log: () => {} })).rejects.toThrow(
+      `${runDir} already holds a run; use --resume`,
+    );
   });
 
   it('refuses a run_dir another trainer holds, naming its pid, and leaves no lock when it finishes or fails', async () => {
@@ -263,7 +301,9 @@ describe('train() end to end', () => {
 
   it('refuses --resume when there is no checkpoint', async () => {
     const empty = join(root, 'empty');
-    await expect(train(tinyConfig(empty, 2), { resume: true, log: () => {} })).rejects.toThrow(`--resume: no checkpoint in ${join(empty, 'checkpoints')}`);
+    await expect(train(tinyConfig(empty, 2), { resume: true, log: () => {} })).rejects.toThrow(
+      `--resume: no checkpoint in ${join(empty, 'checkpoints')}`,
+    );
   });
 
   it('a corrupt latest.json gives a clear error naming it', async () => {
@@ -274,12 +314,16 @@ describe('train() end to end', () => {
     await expect(train(tinyConfig(dir, 2), { resume: true, log: () => {} })).rejects.toThrow(`${pointer} is corrupt`);
     // Pointing at a checkpoint that is not there is named too.
     writeFileSync(pointer, JSON.stringify({ checkpoint: 'iter-000009' }));
-    await expect(train(tinyConfig(dir, 2), { resume: true, log: () => {} })).rejects.toThrow(`${pointer} names iter-000009, which does not exist`);
+    await expect(train(tinyConfig(dir, 2), { resume: true, log: () => {} })).rejects.toThrow(
+      `${pointer} names iter-000009, which does not exist`,
+    );
     // A truncated weight file in the checkpoint names the checkpoint and the file.
     writeFileSync(pointer, JSON.stringify({ checkpoint: 'iter-000001' }));
     const weights = join(dir, 'checkpoints', 'iter-000001', 'model.safetensors');
     truncateSync(weights, Math.floor(statSync(weights).size / 2));
-    await expect(train(tinyConfig(dir, 2), { resume: true, log: () => {} })).rejects.toThrow(new RegExp(`checkpoint .*iter-000001 cannot be loaded: .*model\\.safetensors`));
+    await expect(train(tinyConfig(dir, 2), { resume: true, log: () => {} })).rejects.toThrow(
+      new RegExp(`checkpoint .*iter-000001 cannot be loaded: .*model\\.safetensors`),
+    );
   });
 
   it('a checkpoint missing its trainer state is reported as incomplete', () => {
@@ -321,7 +365,16 @@ describe('grpoUpdate on hand-made episodes', () => {
     reward,
     score: 0,
   });
-  const episode = (group: number, steps: StepRecord[]): Episode => ({ task: 'fetch', description: 'd', variation: group, group, steps, finalObservation: 'f', score: 0, success: false });
+  const episode = (group: number, steps: StepRecord[]): Episode => ({
+    task: 'fetch',
+    description: 'd',
+    variation: group,
+    group,
+    steps,
+    finalObservation: 'f',
+    score: 0,
+    success: false,
+  });
 
   const settings = (o: Partial<GrpoSettings> = {}): GrpoSettings => ({
     objective: { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: null },
@@ -359,7 +412,14 @@ describe('grpoUpdate on hand-made episodes', () => {
     const rngWhole = new Rng(7);
     const prepared = await prepareUpdate(whole, Object.values(handEpisodes()), s);
     const heard: OptimiserProgress[] = [];
-    const expected = await runOptimiserSteps(whole, prepared, s, rngWhole, null, async (p) => void heard.push(JSON.parse(JSON.stringify(p))));
+    const expected = await runOptimiserSteps(
+      whole,
+      prepared,
+      s,
+      rngWhole,
+      null,
+      async (p) => void heard.push(JSON.parse(JSON.stringify(p))),
+    );
     expect(heard).toHaveLength(6);
     for (let k = 0; k < heard.length; k++) {
       const rest = new RecordingEngine();
@@ -371,7 +431,7 @@ describe('grpoUpdate on hand-made episodes', () => {
     }
   });
 
-  it('gives every token of every step its rollout\'s group-normalised return and skips zero-advantage groups', async () => {
+  it("gives every token of every step its rollout's group-normalised return and skips zero-advantage groups", async () => {
     const e = handEpisodes();
     const engine = new RecordingEngine();
     const stats = await grpoUpdate(engine, Object.values(e), settings(), new Rng(1));
@@ -435,7 +495,12 @@ describe('grpoUpdate on hand-made episodes', () => {
   it('masks apply to off-policy samples only by default (EMPO²): a plain rollout keeps its low-probability step', async () => {
     const lowStep = step(100, 3, -6);
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(engine, [episode(5, [lowStep]), episode(5, [step(0)])], settings({ seqMinLogprob: -5, objective: { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: 0.01 } }), new Rng(1));
+    const stats = await grpoUpdate(
+      engine,
+      [episode(5, [lowStep]), episode(5, [step(0)])],
+      settings({ seqMinLogprob: -5, objective: { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: 0.01 } }),
+      new Rng(1),
+    );
     expect(stats.droppedLowProb).toBe(0);
     const kept = engine.batches[0].find((x) => x.prompt[0] === lowStep.prompt[0])!;
     expect(kept.mask).toEqual([1, 1, 1]);
@@ -484,12 +549,20 @@ describe('grpoUpdate on hand-made episodes', () => {
     const engine = new ScoringEngine();
     const stats = await grpoUpdate(
       engine,
-      [{ ...episode(4, [win]), mode: 'tips-off-policy' }, { ...episode(4, [lose]), mode: 'tips-off-policy' }, episode(5, [plain]), episode(5, [step(50)])],
+      [
+        { ...episode(4, [win]), mode: 'tips-off-policy' },
+        { ...episode(4, [lose]), mode: 'tips-off-policy' },
+        episode(5, [plain]),
+        episode(5, [step(50)]),
+      ],
       settings({ offPolicyRatio: 'decoupled', offPolicyWeightCap: 1 }),
       new Rng(1),
     );
     expect(engine.scored).toHaveLength(1);
-    expect(engine.scored[0].map((x) => x.prompt)).toEqual([[1, 2], [1, 2]]);
+    expect(engine.scored[0].map((x) => x.prompt)).toEqual([
+      [1, 2],
+      [1, 2],
+    ]);
     const A = 0.5 / (Math.sqrt(2 * 0.5 ** 2) + 1e-6); // two rollouts, returns 1 and 0
     const byPrompt = (p: string) => engine.batches[0].filter((x) => x.prompt.join() === p);
     const off = byPrompt('1,2');
@@ -509,7 +582,15 @@ describe('grpoUpdate on hand-made episodes', () => {
   it('the paper ratio (default) scores nothing extra and reports no weight', async () => {
     const withTips: StepRecord = { ...step(100), prompt: [1, 90, 2], tipSpan: [1, 2] };
     const engine = new RecordingEngine(); // its logprobs() throws
-    const stats = await grpoUpdate(engine, [{ ...episode(6, [withTips]), mode: 'tips-off-policy' }, { ...episode(6, [step(0)]), mode: 'tips-off-policy' }], settings(), new Rng(1));
+    const stats = await grpoUpdate(
+      engine,
+      [
+        { ...episode(6, [withTips]), mode: 'tips-off-policy' },
+        { ...episode(6, [step(0)]), mode: 'tips-off-policy' },
+      ],
+      settings(),
+      new Rng(1),
+    );
     expect(stats.offPolicyMeanWeight).toBeNull();
     expect(engine.batches[0].every((x) => x.oldLogprobs.every((lp) => lp === -0.5))).toBe(true);
   });
@@ -526,7 +607,15 @@ describe('grpoUpdate on hand-made episodes', () => {
     const guided: StepRecord = { ...step(100), prompt: [5, 90, 91, 6], tipSpan: [1, 3] };
     const plain: StepRecord = { ...step(0), prompt: [5, 6] };
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(engine, [{ ...episode(3, [guided]), mode: 'tips-off-policy' }, { ...episode(3, [plain]), mode: 'plain' }], settings(), new Rng(1));
+    const stats = await grpoUpdate(
+      engine,
+      [
+        { ...episode(3, [guided]), mode: 'tips-off-policy' },
+        { ...episode(3, [plain]), mode: 'plain' },
+      ],
+      settings(),
+      new Rng(1),
+    );
     const A = 0.5 / (Math.sqrt(2 * 0.5 ** 2) + 1e-6);
     const batch = engine.batches[0];
     expect(batch).toHaveLength(2);
@@ -545,10 +634,18 @@ describe('grpoUpdate on hand-made episodes', () => {
     const engine = new RecordingEngine();
     const a = episode(9, [step(0), step(0)]);
     const b = episode(9, [step(0)]);
-    await grpoUpdate(engine, [{ ...a, intrinsic: [0.3, 0.2] }, { ...b, intrinsic: [0] }], settings(), new Rng(1));
+    await grpoUpdate(
+      engine,
+      [
+        { ...a, intrinsic: [0.3, 0.2] },
+        { ...b, intrinsic: [0] },
+      ],
+      settings(),
+      new Rng(1),
+    );
     const advs = engine.batches[0].map((x) => x.advantages[0]).sort((x, y) => x - y);
-    expect(advs[0]).toBeCloseTo(-0.70710, 4);
-    expect(advs[2]).toBeCloseTo(0.70710, 4);
+    expect(advs[0]).toBeCloseTo(-0.7071, 4);
+    expect(advs[2]).toBeCloseTo(0.7071, 4);
   });
 
   it('minibatches × epochs optimiser steps, each epoch covering every sample exactly once', async () => {
@@ -558,8 +655,16 @@ describe('grpoUpdate on hand-made episodes', () => {
     expect(stats.optimizerSteps).toBe(4);
     expect(engine.batches.map((b) => b.length)).toEqual([3, 2, 3, 2]);
     for (const epoch of [0, 1]) {
-      const prompts = engine.batches.slice(epoch * 2, epoch * 2 + 2).flat().map((s) => s.prompt[0]).sort((a, b) => a - b);
-      expect(prompts).toEqual([e.g1win.steps[0], e.g1win.steps[1], e.g1lose.steps[0], e.g1lose.steps[1], e.g2.steps[0]].map((s) => s.prompt[0]).sort((a, b) => a - b));
+      const prompts = engine.batches
+        .slice(epoch * 2, epoch * 2 + 2)
+        .flat()
+        .map((s) => s.prompt[0])
+        .sort((a, b) => a - b);
+      expect(prompts).toEqual(
+        [e.g1win.steps[0], e.g1win.steps[1], e.g1lose.steps[0], e.g1lose.steps[1], e.g2.steps[0]]
+          .map((s) => s.prompt[0])
+          .sort((a, b) => a - b),
+      );
     }
     // Averages over optimiser steps of what the engine reported.
     expect(stats.loss).toBeCloseTo(0.25, 12);

@@ -20,7 +20,6 @@ import { EvaluationInterrupted } from './interrupt.ts';
 import { closeRun, openRun, saveRunCheckpoint, stopRequested, type RunContext } from './run-context.ts';
 import { recordEpisodes, spreadSample, tipFollowRate } from './trajectories.ts';
 
-
 /** A Ctrl-C met an iteration at a part-way save: the loop stops there, nothing else to save. */
 class StoppedPartWay extends Error {}
 
@@ -56,7 +55,8 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     await closeRun(run);
     return { runDir: cfg.run_dir, iterations: 0, initialEval, finalEval: null, interrupted: true };
   }
-  if (state.iteration >= cfg.train.iterations) log(`the run already finished its ${state.iteration} iterations; raise train.iterations to train it longer`);
+  if (state.iteration >= cfg.train.iterations)
+    log(`the run already finished its ${state.iteration} iterations; raise train.iterations to train it longer`);
 
   const clock = { started: performance.now() - state.elapsedSeconds * 1000 };
   let lastEval: EvalResult | null = initialEval;
@@ -69,7 +69,15 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
       if (!resumed) await partWay.save(null);
       // update
       const stopWatching = watchUpdate(engine, `iter ${it} update`, log, undefined, undefined, batch.progress?.optimizerSteps ?? 0);
-      const update = await runOptimiserSteps(engine, batch.prepared, updateSettings(cfg), rng, batch.progress, partWay.save, partWay.stepResume).finally(stopWatching);
+      const update = await runOptimiserSteps(
+        engine,
+        batch.prepared,
+        updateSettings(cfg),
+        rng,
+        batch.progress,
+        partWay.save,
+        partWay.stepResume,
+      ).finally(stopWatching);
       const tUpdate = performance.now();
       const rehearsalNll = rehearsal ? await rehearsal.step(engine, it) : null;
       if (remoteRollouts) await remoteRollouts.sync(); // the server samples the next rollouts: give it the weights this update produced
@@ -127,7 +135,11 @@ async function evaluateOutsideLoop(run: RunContext, iteration: number): Promise<
   const interrupts = run.interrupts;
   try {
     if (!interrupts) return await evaluateAndLog(run, iteration);
-    run.log(iteration === 0 ? 'evaluating before training (Ctrl-C stops the run here, with nothing saved)' : `final evaluation at iteration ${iteration} (Ctrl-C stops it; the checkpoint is saved and --resume makes it again)`);
+    run.log(
+      iteration === 0
+        ? 'evaluating before training (Ctrl-C stops the run here, with nothing saved)'
+        : `final evaluation at iteration ${iteration} (Ctrl-C stops it; the checkpoint is saved and --resume makes it again)`,
+    );
     return await interrupts.evaluation(() => evaluateAndLog(run, iteration));
   } catch (e) {
     if (!(e instanceof EvaluationInterrupted)) {
@@ -160,11 +172,29 @@ async function iterationBatch(run: RunContext, it: number, clock: { started: num
   const { jobs, modes } = drawModes(run, it);
   const { episodes, stats } = await rollOut(run, it, jobs, modes, opts.progress ?? false);
   const rolloutSeconds = (performance.now() - t0) / 1000;
-  if (rolloutSeconds > 60) run.log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration(rolloutSeconds)}; updating`);
+  if (rolloutSeconds > 60)
+    run.log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration(rolloutSeconds)}; updating`);
   const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
   const tOptimizer = performance.now();
-  const prepared = await prepareUpdate(engine, episodes.map((e, i) => ({ ...e, mode: modes[i], intrinsic: intrinsic?.[i] })), updateSettings(cfg));
-  const batch: PartialBatch = { format: 'empo2-partial-iteration', version: 1, iteration: it, jobs, modes, episodes, stats, intrinsic, prepared, rngAfterDraws: rng.getState(), progress: null, seconds: { rollout: rolloutSeconds, optimizer: 0 } };
+  const prepared = await prepareUpdate(
+    engine,
+    episodes.map((e, i) => ({ ...e, mode: modes[i], intrinsic: intrinsic?.[i] })),
+    updateSettings(cfg),
+  );
+  const batch: PartialBatch = {
+    format: 'empo2-partial-iteration',
+    version: 1,
+    iteration: it,
+    jobs,
+    modes,
+    episodes,
+    stats,
+    intrinsic,
+    prepared,
+    rngAfterDraws: rng.getState(),
+    progress: null,
+    seconds: { rollout: rolloutSeconds, optimizer: 0 },
+  };
   return { batch, resumed: null, t0, tOptimizer };
 }
 
@@ -174,7 +204,15 @@ async function iterationBatch(run: RunContext, it: number, clock: { started: num
  * could take hours. An optimiser step that runs for hours (the PyTorch worker on CPU) is saved inside it
  * between micro-batches, as often (stepResume), so a kill loses at most that.
  */
-function partWaySaver(run: RunContext, it: number, batch: PartialBatch, resumed: PartialBatch | null, t0: number, tOptimizer: number, opts: TrainOptions) {
+function partWaySaver(
+  run: RunContext,
+  it: number,
+  batch: PartialBatch,
+  resumed: PartialBatch | null,
+  t0: number,
+  tOptimizer: number,
+  opts: TrainOptions,
+) {
   const { cfg, memory, state } = run;
   const minutes = cfg.train.partial_save_minutes;
   // The part-way save this iteration goes on from, if any.
@@ -184,12 +222,20 @@ function partWaySaver(run: RunContext, it: number, batch: PartialBatch, resumed:
     if (performance.now() - t0 < minutes * 60_000) return;
     batch.progress = progress;
     batch.seconds.optimizer = (performance.now() - tOptimizer) / 1000;
-    const dir = await savePartial(cfg.run_dir, run.training.checkpointWriter, state, batch, memory ? JSON.stringify(memory.toJSON()) : null, run.baseModelDir);
+    const dir = await savePartial(
+      cfg.run_dir,
+      run.training.checkpointWriter,
+      state,
+      batch,
+      memory ? JSON.stringify(memory.toJSON()) : null,
+      run.baseModelDir,
+    );
     partialDir = dir;
     const where = progress ? `${progress.optimizerSteps} of ${progress.optimizerStepsTotal} optimiser steps done` : 'rollouts done';
     if (minutes > 0) run.log(`iter ${it}: saved part-way in ${dir} (${where})`);
     opts.onPartialSave?.(dir, progress);
-    if (stopRequested(run) && (!progress || progress.optimizerSteps < progress.optimizerStepsTotal)) throw new StoppedPartWay(`iter ${it}: stopped part-way (${where}); --resume goes on from ${dir}`);
+    if (stopRequested(run) && (!progress || progress.optimizerSteps < progress.optimizerStepsTotal))
+      throw new StoppedPartWay(`iter ${it}: stopped part-way (${where}); --resume goes on from ${dir}`);
   };
   return { save, stepResume };
 }
@@ -199,17 +245,45 @@ function logIteration(
   run: RunContext,
   it: number,
   batch: PartialBatch,
-  r: { update: Awaited<ReturnType<typeof runOptimiserSteps>>; rehearsalNll: number | null; tipsAdded: number; memorySeconds: number; t0: number; tOptimizer: number; tUpdate: number; t2: number },
+  r: {
+    update: Awaited<ReturnType<typeof runOptimiserSteps>>;
+    rehearsalNll: number | null;
+    tipsAdded: number;
+    memorySeconds: number;
+    t0: number;
+    tOptimizer: number;
+    tUpdate: number;
+    t2: number;
+  },
 ): void {
   const { cfg, algo, memory, state } = run;
   const t1 = r.t0 + batch.seconds.rollout * 1000;
   const report = {
-    iteration: it, iterations: cfg.train.iterations, envSteps: state.envSteps, elapsedSeconds: state.elapsedSeconds, episodes: batch.episodes, modes: batch.modes, rollout: batch.stats,
-    prefillCounts: Boolean(run.rolloutEngine.prefillCounts), update: r.update, intrinsic: batch.intrinsic, rehearsalNll: r.rehearsalNll, tipsAdded: r.tipsAdded, memorySize: memory ? memory.tips.size() : 0, memorySeconds: r.memorySeconds,
-    seconds: { rollout: (t1 - r.t0) / 1000, update: (r.t2 - t1) / 1000, optimizer: (r.tUpdate - r.tOptimizer) / 1000, iteration: (r.t2 - r.t0) / 1000 },
+    iteration: it,
+    iterations: cfg.train.iterations,
+    envSteps: state.envSteps,
+    elapsedSeconds: state.elapsedSeconds,
+    episodes: batch.episodes,
+    modes: batch.modes,
+    rollout: batch.stats,
+    prefillCounts: Boolean(run.rolloutEngine.prefillCounts),
+    update: r.update,
+    intrinsic: batch.intrinsic,
+    rehearsalNll: r.rehearsalNll,
+    tipsAdded: r.tipsAdded,
+    memorySize: memory ? memory.tips.size() : 0,
+    memorySeconds: r.memorySeconds,
+    seconds: {
+      rollout: (t1 - r.t0) / 1000,
+      update: (r.t2 - t1) / 1000,
+      optimizer: (r.tUpdate - r.tOptimizer) / 1000,
+      iteration: (r.t2 - r.t0) / 1000,
+    },
   };
   run.metrics.append(trainRecord(report));
-  run.log(formatIterationLine(report, { drawsModes: algo.drawsModes, groupSize: cfg.rollout.group_size, perRollout: drawnPer(run, 'rollout') }));
+  run.log(
+    formatIterationLine(report, { drawsModes: algo.drawsModes, groupSize: cfg.rollout.group_size, perRollout: drawnPer(run, 'rollout') }),
+  );
 }
 
 /** Whether modes are drawn, and drawn once per `scope` (iteration, task group or rollout). */
@@ -244,20 +318,41 @@ async function rollOut(run: RunContext, it: number, jobs: RolloutJob[], modes: r
   const withTips = memory && modes.some(usesMemory) ? { tips: memory.tipSource(), uses: (i: number) => usesMemory(modes[i]) } : undefined;
   // A real model takes minutes per iteration: on a terminal its rollouts show progress in place, in a log
   // a status line every 2 minutes (none for a fast model, whose iteration line comes first).
-  const progress = showProgress ? new EpisodeProgress(jobs, { label: `iter ${it} rollouts`, logIntervalMs: 120_000, taskLines: false }) : undefined;
-  const played = await runEpisodesInChunks(run.envs, run.rolloutEngine, jobs, (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start), withTips, progress);
+  const progress = showProgress
+    ? new EpisodeProgress(jobs, { label: `iter ${it} rollouts`, logIntervalMs: 120_000, taskLines: false })
+    : undefined;
+  const played = await runEpisodesInChunks(
+    run.envs,
+    run.rolloutEngine,
+    jobs,
+    (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start),
+    withTips,
+    progress,
+  );
   progress?.finish();
   return played;
 }
 
 /** A spread sample of the iteration's episodes into trajectories/train.jsonl. */
-function recordTrainingEpisodes(run: RunContext, it: number, episodes: readonly Episode[], modes: readonly Mode[], reflections: readonly (string | null)[] | null): void {
+function recordTrainingEpisodes(
+  run: RunContext,
+  it: number,
+  episodes: readonly Episode[],
+  modes: readonly Mode[],
+  reflections: readonly (string | null)[] | null,
+): void {
   const { memory } = run;
-  recordEpisodes(run.recorders.train, episodes, spreadSample(episodes.length, run.cfg.trajectories.train_per_iteration), { source: 'train', iteration: it, envSteps: run.state.envSteps }, (i) => ({
-    mode: modes[i],
-    slot: memory?.algo.memory ? memory.slotOf(episodes[i]) : null,
-    reflection: reflections?.[i] ?? null,
-  }));
+  recordEpisodes(
+    run.recorders.train,
+    episodes,
+    spreadSample(episodes.length, run.cfg.trajectories.train_per_iteration),
+    { source: 'train', iteration: it, envSteps: run.state.envSteps },
+    (i) => ({
+      mode: modes[i],
+      slot: memory?.algo.memory ? memory.slotOf(episodes[i]) : null,
+      reflection: reflections?.[i] ?? null,
+    }),
+  );
 }
 
 /** Evaluates on the held-out split (with tips where train.eval_with_memory), records and logs it. */
@@ -269,10 +364,21 @@ async function evaluateAndLog(run: RunContext, iteration: number): Promise<EvalR
     followed = tipFollowRate(episodes);
     const k = cfg.trajectories.eval_per_evaluation;
     const slot = (i: number) => (shown?.algo.memory ? shown.slotOf(episodes[i]) : null);
-    recordEpisodes(run.recorders.eval, episodes, spreadSample(episodes.length, k ?? episodes.length), { source: 'eval', iteration, envSteps: state.envSteps }, (i) => ({ mode: shown ? 'tips' : 'plain', slot: slot(i), reflection: null }));
+    recordEpisodes(
+      run.recorders.eval,
+      episodes,
+      spreadSample(episodes.length, k ?? episodes.length),
+      { source: 'eval', iteration, envSteps: state.envSteps },
+      (i) => ({ mode: shown ? 'tips' : 'plain', slot: slot(i), reflection: null }),
+    );
   };
   const r = await evaluate(run.engine, run.envs, run.tasks, cfg, iteration, shown, `eval @ iter ${iteration}`, played);
-  const settings = { eval_split: cfg.env.eval_split, eval_variations: cfg.env.eval_variations, eval_temperature: cfg.rollout.eval_temperature, eval_with_memory: shown !== undefined };
+  const settings = {
+    eval_split: cfg.env.eval_split,
+    eval_variations: cfg.env.eval_variations,
+    eval_temperature: cfg.rollout.eval_temperature,
+    eval_with_memory: shown !== undefined,
+  };
   run.metrics.append(evalRecord(r, iteration, state.envSteps, settings, shown ? followed : undefined));
   run.log(formatEvalLine(r, iteration, cfg.env.eval_split));
   return r;

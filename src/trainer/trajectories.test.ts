@@ -49,7 +49,8 @@ const trainLines = (dir: string) =>
     .split('\n')
     .map((l) => JSON.parse(l) as Record<string, unknown>)
     .filter((l) => l.type === 'train');
-const untimed = (l: Record<string, unknown>) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share_of_rollout/.test(k)));
+const untimed = (l: Record<string, unknown>) =>
+  Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share_of_rollout/.test(k)));
 
 beforeAll(async () => {
   await initBackend();
@@ -118,7 +119,10 @@ describe('trajectory records of a training run', () => {
 
   it('recording leaves training unchanged: the same run without records logs the same numbers', async () => {
     const bare = join(root, 'bare');
-    await train(config(bare, 2, ['trajectories.train_per_iteration=0', 'trajectories.eval_per_evaluation=0']), { resume: false, log: () => {} });
+    await train(config(bare, 2, ['trajectories.train_per_iteration=0', 'trajectories.eval_per_evaluation=0']), {
+      resume: false,
+      log: () => {},
+    });
     expect(existsSync(runTrajectoryFile(bare, 'train'))).toBe(false);
     expect(existsSync(runTrajectoryFile(bare, 'eval'))).toBe(false);
     expect(trainLines(bare).map(untimed)).toEqual(trainLines(dir).map(untimed));
@@ -175,7 +179,16 @@ function step(action: string, tipActions: (string | null)[], logprobs: number[])
   };
 }
 
-const episode = (steps: StepRecord[]): Episode => ({ task: 'power', variation: 1, group: 0, description: 'Turn on the lamp.', steps, finalObservation: 'The end.', score: 0, success: false });
+const episode = (steps: StepRecord[]): Episode => ({
+  task: 'power',
+  variation: 1,
+  group: 0,
+  description: 'Turn on the lamp.',
+  steps,
+  finalObservation: 'The end.',
+  score: 0,
+  success: false,
+});
 
 describe('episode helpers', () => {
   it('spreadSample takes k positions spread over the batch (all when k ≥ n)', () => {
@@ -185,7 +198,11 @@ describe('episode helpers', () => {
   });
 
   it('episodeRecord marks the steps whose action a tip named, and keeps the valid-action count', () => {
-    const r = episodeRecord(episode([step('go north', ['go north', 'open box'], []), step('go north', ['open box'], []), step('open box', [null], [])]), { source: 'eval', iteration: 4 }, { index: 2, mode: 'tips', slot: 'power', reflection: null });
+    const r = episodeRecord(
+      episode([step('go north', ['go north', 'open box'], []), step('go north', ['open box'], []), step('open box', [null], [])]),
+      { source: 'eval', iteration: 4 },
+      { index: 2, mode: 'tips', slot: 'power', reflection: null },
+    );
     expect(r.steps.map((s) => s.followed_tip)).toEqual([true, false, null]);
     expect(r.steps[0].valid_actions).toEqual(['go north', 'open box']);
     expect(r.steps[0].valid_action_count).toBe(7);
@@ -195,7 +212,9 @@ describe('episode helpers', () => {
   });
 
   it('tipFollowRate counts only steps whose tips named an action; sampledTokenEntropy is the mean −log-prob per token', () => {
-    const episodes = [episode([step('go north', ['go north'], [-1, -3]), step('open box', ['go north'], [-2]), step('go north', [], [-2])])];
+    const episodes = [
+      episode([step('go north', ['go north'], [-1, -3]), step('open box', ['go north'], [-2]), step('go north', [], [-2])]),
+    ];
     expect(tipFollowRate(episodes)).toBe(0.5);
     expect(tipFollowRate([episode([step('go north', [], [])])])).toBeNull();
     expect(sampledTokenEntropy(episodes)).toBe(2);

@@ -117,7 +117,11 @@ export function sampledTokenEntropy(episodes: readonly Episode[]): number | null
 }
 
 /** Writers of a training run's two files, opened fresh or continued after the resumed checkpoint. */
-export function openRunRecorders(cfg: Config, resumedAt: number | null, log: (line: string) => void): { train: TrajectoryWriter | null; eval: TrajectoryWriter | null } {
+export function openRunRecorders(
+  cfg: Config,
+  resumedAt: number | null,
+  log: (line: string) => void,
+): { train: TrajectoryWriter | null; eval: TrajectoryWriter | null } {
   const options = { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log };
   const open = (source: 'train' | 'eval') => {
     const path = runTrajectoryFile(cfg.run_dir, source);
@@ -130,7 +134,13 @@ export function openRunRecorders(cfg: Config, resumedAt: number | null, log: (li
 }
 
 /** Writes the episodes at `indices` of a batch; stops quietly once the writer's cap is reached. */
-export function recordEpisodes(writer: TrajectoryWriter | null, episodes: readonly Episode[], indices: readonly number[], at: PlayedAt, context: (index: number) => Omit<EpisodeContext, 'index'>): void {
+export function recordEpisodes(
+  writer: TrajectoryWriter | null,
+  episodes: readonly Episode[],
+  indices: readonly number[],
+  at: PlayedAt,
+  context: (index: number) => Omit<EpisodeContext, 'index'>,
+): void {
   if (!writer) return;
   for (const i of indices) {
     if (!writer.append(episodeRecord(episodes[i], at, { index: i, ...context(i) }))) return;

@@ -101,7 +101,14 @@ export async function playTrial(
 ): Promise<Episode[]> {
   if (jobs.length === 0) return [];
   const progress = new EpisodeProgress(jobs, { label: `trial ${at.trial}/${at.trials}` });
-  const { episodes } = await runEpisodesInChunks(bed.envs, engine, jobs, (start) => rolloutSettings(cfg, true, at.seed + start), memory, progress);
+  const { episodes } = await runEpisodesInChunks(
+    bed.envs,
+    engine,
+    jobs,
+    (start) => rolloutSettings(cfg, true, at.seed + start),
+    memory,
+    progress,
+  );
   progress.finish();
   return episodes;
 }
@@ -131,7 +138,13 @@ export function markdownTable(headers: readonly string[], rows: readonly (readon
  * Writes `adapt.json` (the report) and `adapt.md` (the table), plus any `extra` files (name → text),
  * into `outDir`, and prints the table with where it went.
  */
-export function saveTrialReport(outDir: string, report: object, table: string, log: (line: string) => void, extra: Record<string, string> = {}): void {
+export function saveTrialReport(
+  outDir: string,
+  report: object,
+  table: string,
+  log: (line: string) => void,
+  extra: Record<string, string> = {},
+): void {
   mkdirSync(outDir, { recursive: true });
   writeFileSync(join(outDir, 'adapt.json'), JSON.stringify(report, null, 2) + '\n');
   writeFileSync(join(outDir, 'adapt.md'), table + '\n');
@@ -187,31 +200,55 @@ function configConflicts(saved: Record<string, unknown>, cfg: Config, path: stri
  * trial 1). Without `o.resume`, a state file there is refused rather than overwritten: it holds
  * hours of a real model's trials. A state written for other options is refused, naming what differs.
  */
-export function loadTrialState<R extends TrialScores, C>(method: string, cfg: Config, o: TrialOptions, variations: readonly number[], settings: object = {}): TrialState<R, C> | null {
+export function loadTrialState<R extends TrialScores, C>(
+  method: string,
+  cfg: Config,
+  o: TrialOptions,
+  variations: readonly number[],
+  settings: object = {},
+): TrialState<R, C> | null {
   const path = join(o.outDir, TRIAL_STATE_FILE);
   if (!existsSync(path)) return null;
-  if (!o.resume) throw new Error(`${path} holds an unfinished adaptation; continue it with --resume, or delete it (or choose another --out) to start again`);
+  if (!o.resume)
+    throw new Error(
+      `${path} holds an unfinished adaptation; continue it with --resume, or delete it (or choose another --out) to start again`,
+    );
   let saved: { identity?: Record<string, unknown>; results?: unknown; carry?: unknown };
   try {
     saved = JSON.parse(readFileSync(path, 'utf8'));
   } catch (e) {
     throw new Error(`${path} is corrupt (${(e as Error).message}); delete it to start again`);
   }
-  if (!saved.identity || !Array.isArray(saved.results) || saved.results.length === 0) throw new Error(`${path}: not an adaptation state (identity or results missing); delete it to start again`);
+  if (!saved.identity || !Array.isArray(saved.results) || saved.results.length === 0)
+    throw new Error(`${path}: not an adaptation state (identity or results missing); delete it to start again`);
   const { config: _, ...want } = trialIdentity(method, cfg, o, variations, settings);
   const differs = Object.entries(want)
     .filter(([k, v]) => JSON.stringify(saved.identity![k]) !== JSON.stringify(v))
     .map(([k]) => k);
   const conflicts = configConflicts(saved.identity, cfg, path);
   if (conflicts.length) differs.push(`config (${conflicts.join('; ')})`);
-  if (differs.length) throw new Error(`--resume: ${path} was written by an adaptation with another ${differs.join(', ')}; resume with the same command, or delete it to start again`);
-  if (saved.results.length >= o.trials) throw new Error(`--resume: ${path} already holds ${saved.results.length} trials, and --trials is ${o.trials}`);
+  if (differs.length)
+    throw new Error(
+      `--resume: ${path} was written by an adaptation with another ${differs.join(', ')}; resume with the same command, or delete it to start again`,
+    );
+  if (saved.results.length >= o.trials)
+    throw new Error(`--resume: ${path} already holds ${saved.results.length} trials, and --trials is ${o.trials}`);
   return { results: saved.results as R[], carry: saved.carry as C };
 }
 
 /** Saves the finished trials (atomically: a kill leaves the previous state or this one). */
-export function saveTrialState<R extends TrialScores, C>(method: string, cfg: Config, o: TrialOptions, variations: readonly number[], state: TrialState<R, C>, settings: object = {}): void {
-  writeTextAtomic(join(o.outDir, TRIAL_STATE_FILE), JSON.stringify({ identity: trialIdentity(method, cfg, o, variations, settings), ...state }) + '\n');
+export function saveTrialState<R extends TrialScores, C>(
+  method: string,
+  cfg: Config,
+  o: TrialOptions,
+  variations: readonly number[],
+  state: TrialState<R, C>,
+  settings: object = {},
+): void {
+  writeTextAtomic(
+    join(o.outDir, TRIAL_STATE_FILE),
+    JSON.stringify({ identity: trialIdentity(method, cfg, o, variations, settings), ...state }) + '\n',
+  );
 }
 
 /** Once the report is written the state is no longer needed. */

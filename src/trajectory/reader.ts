@@ -5,7 +5,14 @@
  * A file replaced or cut shorter (a resumed run drops the iterations it redoes) is read again.
  */
 import { closeSync, fstatSync, openSync, readSync, statSync } from 'node:fs';
-import { CapLineSchema, describeIssues, EpisodeRecordSchema, type EpisodeRecord, type TrajectoryMode, type TrajectorySource } from './format.ts';
+import {
+  CapLineSchema,
+  describeIssues,
+  EpisodeRecordSchema,
+  type EpisodeRecord,
+  type TrajectoryMode,
+  type TrajectorySource,
+} from './format.ts';
 
 export interface EpisodeSummary {
   /** 1-based line number in the file: the episode's id within it. */
@@ -104,7 +111,10 @@ export class TrajectoryFile {
         throw new Error(`${this.path}:${line} changed since it was read and is no longer JSON (${(e as Error).message})`);
       }
       const parsed = EpisodeRecordSchema.safeParse(value);
-      if (!parsed.success) throw new Error(`${this.path}:${line} changed since it was read and is no longer an episode record (${describeIssues(parsed.error)})`);
+      if (!parsed.success)
+        throw new Error(
+          `${this.path}:${line} changed since it was read and is no longer an episode record (${describeIssues(parsed.error)})`,
+        );
       return parsed.data;
     } finally {
       closeSync(fd);

@@ -34,7 +34,9 @@ function record(iteration: number, score: number, fields: Partial<EpisodeRecord>
         observation: 'You are in the hall. A red box is here.',
         valid_actions: ['open red box', 'go north'],
         valid_action_count: 2,
-        tips: [{ text: 'The action you took was open red box; you finally scored 35/100.', score: 35, similarity: 0.82, action: 'open red box' }],
+        tips: [
+          { text: 'The action you took was open red box; you finally scored 35/100.', score: 35, similarity: 0.82, action: 'open red box' },
+        ],
         action: 'open red box',
         reward: 10,
         score: 10,
@@ -50,7 +52,11 @@ function record(iteration: number, score: number, fields: Partial<EpisodeRecord>
   };
 }
 
-const lines = (path: string) => readFileSync(path, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { type: string; iteration?: number });
+const lines = (path: string) =>
+  readFileSync(path, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { type: string; iteration?: number });
 
 describe('TrajectoryWriter and TrajectoryFile', () => {
   it('reads each episode as soon as its line is complete, and one episode back in full', () => {
@@ -76,7 +82,16 @@ describe('TrajectoryWriter and TrajectoryFile', () => {
 
   it('names the file and line of a damaged line, skips it and keeps reading', () => {
     const path = join(root, 'damaged.jsonl');
-    writeFileSync(path, JSON.stringify(record(1, 10)) + '\n' + '{"type":"episode", "sco\n' + JSON.stringify({ ...record(2, 20), steps: [{ action: 3 }] }) + '\n' + JSON.stringify(record(3, 30)) + '\n');
+    writeFileSync(
+      path,
+      JSON.stringify(record(1, 10)) +
+        '\n' +
+        '{"type":"episode", "sco\n' +
+        JSON.stringify({ ...record(2, 20), steps: [{ action: 3 }] }) +
+        '\n' +
+        JSON.stringify(record(3, 30)) +
+        '\n',
+    );
     const reader = new TrajectoryFile(path);
     reader.refresh();
     expect(reader.episodes.map((e) => [e.line, e.score])).toEqual([

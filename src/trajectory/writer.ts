@@ -81,7 +81,9 @@ export class TrajectoryWriter {
       const cap: CapLine = { type: 'cap_reached', bytes: this.bytes, max_bytes: this.options.maxBytes, time: new Date().toISOString() };
       appendFileSync(this.path, JSON.stringify(cap) + '\n');
       this.capped = true;
-      this.options.log?.(`${this.path} reached its cap of ${formatBytes(this.options.maxBytes)} (trajectories.max_megabytes); no more episodes are recorded in it`);
+      this.options.log?.(
+        `${this.path} reached its cap of ${formatBytes(this.options.maxBytes)} (trajectories.max_megabytes); no more episodes are recorded in it`,
+      );
       return false;
     }
     appendFileSync(this.path, line);

@@ -9,7 +9,8 @@ const CANDIDATES = [process.env.PUPPETEER_EXECUTABLE_PATH, process.env.CHROMIUM_
 
 export const chromiumPath: string | undefined = CANDIDATES.find((p): p is string => typeof p === 'string' && existsSync(p));
 
-export const NO_CHROMIUM = 'skipped: no Chromium found (looked at $PUPPETEER_EXECUTABLE_PATH, $CHROMIUM_PATH, /usr/bin/chromium); install it with `apt-get install -y chromium`';
+export const NO_CHROMIUM =
+  'skipped: no Chromium found (looked at $PUPPETEER_EXECUTABLE_PATH, $CHROMIUM_PATH, /usr/bin/chromium); install it with `apt-get install -y chromium`';
 
 /** Launch options for headless Chromium in a container (no sandbox, no GPU). */
 export const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'];

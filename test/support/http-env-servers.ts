@@ -6,7 +6,10 @@ import { afterEach } from 'vitest';
 import type { HttpEnv } from '../../src/envs/http/index.ts';
 import { TestEnvServer } from './http-env-server.ts';
 
-export function useTestServers(): { serve: (options?: Parameters<typeof TestEnvServer.start>[0]) => Promise<TestEnvServer>; envs: HttpEnv[] } {
+export function useTestServers(): {
+  serve: (options?: Parameters<typeof TestEnvServer.start>[0]) => Promise<TestEnvServer>;
+  envs: HttpEnv[];
+} {
   const servers: TestEnvServer[] = [];
   const envs: HttpEnv[] = [];
   afterEach(async () => {

@@ -16,7 +16,8 @@ import type { PolicyEngine } from '../../src/policy/types.ts';
 
 const [kind, arg] = (process.env.EMPO2_CALLS ?? 'stdin').split(':');
 const ms = Number(arg);
-if (!['stdin', 'spin', 'wait'].includes(kind) || (kind !== 'stdin' && !(ms >= 0))) throw new Error(`EMPO2_CALLS must be stdin, spin:<ms> or wait:<ms>, got "${process.env.EMPO2_CALLS}"`);
+if (!['stdin', 'spin', 'wait'].includes(kind) || (kind !== 'stdin' && !(ms >= 0)))
+  throw new Error(`EMPO2_CALLS must be stdin, spin:<ms> or wait:<ms>, got "${process.env.EMPO2_CALLS}"`);
 
 let stdinEnded = false;
 /** One line from stdin with the thread held; false at its end. */
@@ -38,7 +39,7 @@ const engine: PolicyEngine = {
     const k = ++n;
     console.log(`busy ${k}`);
     if (kind === 'stdin') stdinEnded = !readLineBlocking();
-    else if (kind === 'spin') for (const until = performance.now() + ms; performance.now() < until; );
+    else if (kind === 'spin') for (const until = performance.now() + ms; performance.now() < until;);
     else await new Promise((r) => setTimeout(r, ms));
     console.log(`done ${k}`);
     return { loss: 0, tokens: 0, clipFraction: 0, meanRatio: 1, kl: 0, gradNorm: 0 };
@@ -46,7 +47,11 @@ const engine: PolicyEngine = {
   save: async () => {},
   dispose: () => {},
 };
-const interrupts = new InterruptHandling((l) => console.log(l), () => console.log('cleanup'), { holdsTheThread: kind !== 'wait' });
+const interrupts = new InterruptHandling(
+  (l) => console.log(l),
+  () => console.log('cleanup'),
+  { holdsTheThread: kind !== 'wait' },
+);
 const calls = policyCalls(engine, () => interrupts);
 const disposeWhenStopping = process.env.EMPO2_DISPOSE_WHEN_STOPPING === '1';
 console.log('ready');

@@ -13,7 +13,11 @@ export function sequenceLogits(model: Qwen2Model, ids: number[], lastOnly = fals
     const n = ids.length;
     const mask = new Float32Array(n * n);
     for (let q = 0; q < n; q++) for (let k = 0; k < n; k++) mask[q * n + k] = k <= q ? 0 : -1e9;
-    const { hidden } = model.forward(tf.tensor2d(ids, [1, n], 'int32'), tf.tensor2d([...ids.keys()], [1, n], 'int32'), tf.tensor4d(mask, [1, 1, n, n]));
+    const { hidden } = model.forward(
+      tf.tensor2d(ids, [1, n], 'int32'),
+      tf.tensor2d([...ids.keys()], [1, n], 'int32'),
+      tf.tensor4d(mask, [1, 1, n, n]),
+    );
     const rows = hidden.reshape([n, hidden.shape[2]]) as tf.Tensor2D;
     return model.logits(lastOnly ? rows.slice([n - 1, 0], [1, -1]) : rows).dataSync() as Float32Array;
   });
@@ -23,6 +27,7 @@ export function sequenceLogits(model: Qwen2Model, ids: number[], lastOnly = fals
 export function worstRelative(ours: ArrayLike<number>, reference: ArrayLike<number>): number {
   expect(ours.length).toBe(reference.length);
   let worst = 0;
-  for (let i = 0; i < reference.length; i++) worst = Math.max(worst, Math.abs(ours[i] - reference[i]) / Math.max(1, Math.abs(reference[i])));
+  for (let i = 0; i < reference.length; i++)
+    worst = Math.max(worst, Math.abs(ours[i] - reference[i]) / Math.max(1, Math.abs(reference[i])));
   return worst;
 }

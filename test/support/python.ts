@@ -32,7 +32,8 @@ function missing(modules: readonly string[]): string | null {
   if (!existsSync(python)) reason = `no Python at ${python}: run 'npm run setup:test'`;
   else {
     const r = spawnSync(python, ['-c', `import ${modules.join(', ')}`], { encoding: 'utf8', timeout: 120_000 });
-    if (r.status !== 0) reason = `${python} cannot import ${modules.join(', ')} (${(r.stderr || '').trim().split('\n').pop()}): run 'npm run setup:test'`;
+    if (r.status !== 0)
+      reason = `${python} cannot import ${modules.join(', ')} (${(r.stderr || '').trim().split('\n').pop()}): run 'npm run setup:test'`;
   }
   cache.set(key, reason);
   return reason;
@@ -67,7 +68,10 @@ export function runPython(script: string, args: readonly string[], timeoutMs = 3
     child.on('error', reject);
     child.on('close', (code, signal) => {
       const stderr = Buffer.concat(err).toString('utf8');
-      if (code !== 0) reject(new Error(`python ${script} failed (exit ${code}${signal ? `, ${signal}` : ''}):\n${stderr.split('\n').slice(-30).join('\n')}`));
+      if (code !== 0)
+        reject(
+          new Error(`python ${script} failed (exit ${code}${signal ? `, ${signal}` : ''}):\n${stderr.split('\n').slice(-30).join('\n')}`),
+        );
       else resolvePromise(Buffer.concat(out).toString('utf8'));
     });
   });

@@ -25,14 +25,7 @@ export interface ServedFixture {
 }
 
 export function tinyConfig(runDir: string): Config {
-  return loadConfig(null, [
-    `run_dir=${runDir}`,
-    'seed=4',
-    ...TINY_MODEL,
-    'env.tasks=[fetch]',
-    'env.eval_variations=2',
-    'env.max_steps=4',
-  ]);
+  return loadConfig(null, [`run_dir=${runDir}`, 'seed=4', ...TINY_MODEL, 'env.tasks=[fetch]', 'env.eval_variations=2', 'env.max_steps=4']);
 }
 
 /** `options` go to startServer as they are (limits, API key, weight updates). */
@@ -46,7 +39,14 @@ export async function startServedFixture(modelName = 'tiny', options: Partial<Se
   built.dispose();
   const served = await loadServedModel(modelDir);
   const { engine: local } = await createEngine({ ...cfg, model: { ...cfg.model, path: modelDir } }, 'fresh');
-  const server = await startServer({ engine: served.engine, modelName, port: 0, vocabSize: served.vocabSize, maxModelLen: served.maxModelLen, ...options });
+  const server = await startServer({
+    engine: served.engine,
+    modelName,
+    port: 0,
+    vocabSize: served.vocabSize,
+    maxModelLen: served.maxModelLen,
+    ...options,
+  });
   return {
     cfg,
     modelDir,

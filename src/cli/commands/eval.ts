@@ -22,7 +22,12 @@ export async function evaluateModelDir(dir: string, cfg: Config, opts: { json?: 
 }
 
 /** `empo2 eval <model dir> --remote <url>`: every policy call answered by the server; the model directory only supplies tokenizer.json. */
-export async function evaluateRemote(tokenizerDir: string, remote: Omit<RemoteEngineOptions, 'tokenizer' | 'endTokens'>, cfg: Config, opts: { json?: string; trajectories?: string } = {}): Promise<void> {
+export async function evaluateRemote(
+  tokenizerDir: string,
+  remote: Omit<RemoteEngineOptions, 'tokenizer' | 'endTokens'>,
+  cfg: Config,
+  opts: { json?: string; trajectories?: string } = {},
+): Promise<void> {
   const engine = remoteEngineFromDir(tokenizerDir, remote);
   console.log(`evaluating "${await engine.model()}" served at ${engine.baseUrl}, tokenizer from ${tokenizerDir}`);
   try {

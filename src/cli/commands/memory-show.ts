@@ -14,11 +14,24 @@ export function showMemory(path: string, o: { task?: string; limit: number; json
   }
   const memory = TipMemory.fromJSON(raw.tips, file);
   const slots = memory.slotNames();
-  if (o.task !== undefined && !slots.includes(o.task)) throw new Error(`${file} has no slot "${o.task}" (slots: ${slots.join(', ') || 'none'})`);
+  if (o.task !== undefined && !slots.includes(o.task))
+    throw new Error(`${file} has no slot "${o.task}" (slots: ${slots.join(', ') || 'none'})`);
   const shown = o.task !== undefined ? [o.task] : slots;
   const entries = Object.fromEntries(shown.map((s) => [s, memory.entries(s).reverse().slice(0, o.limit)]));
-  if (o.json) return JSON.stringify({ file, embedder: raw.embedder, total: memory.size(), slots: Object.fromEntries(shown.map((s) => [s, { size: memory.size(s), newest: entries[s] }])) }, null, 2);
-  const lines = [`${file}: ${memory.size()} tips in ${slots.length} slots (embedder ${raw.embedder ?? '?'}, capacity ${memory.settings.capacity} per slot)`];
+  if (o.json)
+    return JSON.stringify(
+      {
+        file,
+        embedder: raw.embedder,
+        total: memory.size(),
+        slots: Object.fromEntries(shown.map((s) => [s, { size: memory.size(s), newest: entries[s] }])),
+      },
+      null,
+      2,
+    );
+  const lines = [
+    `${file}: ${memory.size()} tips in ${slots.length} slots (embedder ${raw.embedder ?? '?'}, capacity ${memory.settings.capacity} per slot)`,
+  ];
   for (const s of shown) {
     lines.push('', `## ${s} (${memory.size(s)} tips; newest ${Math.min(o.limit, memory.size(s))})`);
     for (const e of entries[s]) lines.push(`  [score ${e.score}] ${e.text}`);

@@ -5,7 +5,14 @@ import { createEnv } from '../../envs/index.ts';
 import { initBackend } from '../../policy/tfjs/backend.ts';
 import { saveModelDir } from '../../policy/tfjs/checkpoint.ts';
 import { createEngine } from '../../trainer/engines.ts';
-import { buildWarmupExamples, measureTipFollowing, runTipWarmup, tipWarmupSettings, type TipFollowing, type WarmupExample } from '../../trainer/tip-warmup.ts';
+import {
+  buildWarmupExamples,
+  measureTipFollowing,
+  runTipWarmup,
+  tipWarmupSettings,
+  type TipFollowing,
+  type WarmupExample,
+} from '../../trainer/tip-warmup.ts';
 
 /**
  * `empo2 warmup`: build the tiny model, warm it up and save it in the Hugging Face layout, with
@@ -23,11 +30,19 @@ export async function warmupModelDir(cfg: Config, outDir: string, log: (line: st
     const others = env.tasks().filter((t) => !tasks.includes(t));
     const ws = tipWarmupSettings(cfg);
     const examples = await buildWarmupExamples(env, tasks, engine.tokenizer, ws);
-    const heldOut = { same_tasks: await buildWarmupExamples(env, tasks, engine.tokenizer, { ...ws, examples: 200, seed: ws.seed + 1 }) } as Record<string, WarmupExample[]>;
-    if (others.length) heldOut.other_tasks = await buildWarmupExamples(env, others, engine.tokenizer, { ...ws, examples: 200, seed: ws.seed + 2 });
-    const measure = async () => Object.fromEntries(await Promise.all(Object.entries(heldOut).map(async ([k, v]) => [k, await measureTipFollowing(engine, v)] as const)));
+    const heldOut = {
+      same_tasks: await buildWarmupExamples(env, tasks, engine.tokenizer, { ...ws, examples: 200, seed: ws.seed + 1 }),
+    } as Record<string, WarmupExample[]>;
+    if (others.length)
+      heldOut.other_tasks = await buildWarmupExamples(env, others, engine.tokenizer, { ...ws, examples: 200, seed: ws.seed + 2 });
+    const measure = async () =>
+      Object.fromEntries(
+        await Promise.all(Object.entries(heldOut).map(async ([k, v]) => [k, await measureTipFollowing(engine, v)] as const)),
+      );
     const before = await measure();
-    log(`tip warm-up: ${examples.length} prompts from ${tasks.join(', ')} (train split), ${ws.epochs} epochs, lr ${ws.lr}; before: follows the best tip ${fmtFollow(before)}`);
+    log(
+      `tip warm-up: ${examples.length} prompts from ${tasks.join(', ')} (train split), ${ws.epochs} epochs, lr ${ws.lr}; before: follows the best tip ${fmtFollow(before)}`,
+    );
     const report = await runTipWarmup(engine, examples, ws, log);
     const after = await measure();
     log(`after: follows the best tip ${fmtFollow(after)}`);
@@ -45,6 +60,9 @@ export async function warmupModelDir(cfg: Config, outDir: string, log: (line: st
 
 function fmtFollow(m: Record<string, TipFollowing>): string {
   return Object.entries(m)
-    .map(([k, v]) => `${k}: p(target) ${v.followProbability.toFixed(2)} vs uniform ${v.uniformProbability.toFixed(2)}, top-1 ${(v.follow * 100).toFixed(0)}%`)
+    .map(
+      ([k, v]) =>
+        `${k}: p(target) ${v.followProbability.toFixed(2)} vs uniform ${v.uniformProbability.toFixed(2)}, top-1 ${(v.follow * 100).toFixed(0)}%`,
+    )
     .join('; ');
 }

@@ -80,5 +80,6 @@ async function start() {
   setTimeout(poll, POLL_MS);
 }
 
-if (!window.vega || !window.vegaLite) document.getElementById('view').append(h('div', { class: 'error' }, 'vega or vega-lite did not load: the charts cannot be drawn.'));
+if (!window.vega || !window.vegaLite)
+  document.getElementById('view').append(h('div', { class: 'error' }, 'vega or vega-lite did not load: the charts cannot be drawn.'));
 void start();

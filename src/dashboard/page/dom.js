@@ -71,7 +71,13 @@ export function routeTo(view, params = {}, replace = false) {
   else location.hash = hash;
 }
 
-export const MODE_LABEL = { plain: 'plain', 'tips-on-policy': 'tips · on-policy', 'tips-off-policy': 'tips · off-policy', tips: 'tips', reflexion: 'reflexion' };
+export const MODE_LABEL = {
+  plain: 'plain',
+  'tips-on-policy': 'tips · on-policy',
+  'tips-off-policy': 'tips · off-policy',
+  tips: 'tips',
+  reflexion: 'reflexion',
+};
 
 export function modeBadge(mode) {
   return h('span', { class: `badge mode-${mode}` }, MODE_LABEL[mode] ?? mode);

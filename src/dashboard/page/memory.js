@@ -48,12 +48,28 @@ export function memoryView(root, ctx) {
   }
 
   function sourcePicker(id) {
-    return h('label', {}, h('span', {}, 'memory of '), select('source', candidates().map((s) => [s.id, s.label]), id, (v) => routeTo('memory', { source: v })));
+    return h(
+      'label',
+      {},
+      h('span', {}, 'memory of '),
+      select(
+        'source',
+        candidates().map((s) => [s.id, s.label]),
+        id,
+        (v) => routeTo('memory', { source: v }),
+      ),
+    );
   }
 
   function renderHead(id, m) {
     const f = m.filters;
-    const filters = [f.skip_taken_actions && 'skip taken actions', f.valid_actions_only && 'valid actions only', f.match_progress && 'match progress', f.min_tip_score !== null && `score > ${f.min_tip_score}`, f.tip_order === 'best_last' && 'best tip last'].filter(Boolean);
+    const filters = [
+      f.skip_taken_actions && 'skip taken actions',
+      f.valid_actions_only && 'valid actions only',
+      f.match_progress && 'match progress',
+      f.min_tip_score !== null && `score > ${f.min_tip_score}`,
+      f.tip_order === 'best_last' && 'best tip last',
+    ].filter(Boolean);
     clear(head).append(
       h('h2', {}, 'Tip memory'),
       sourcePicker(id),
@@ -66,7 +82,14 @@ export function memoryView(root, ctx) {
       h(
         'div',
         { class: 'slots', id: 'slots' },
-        m.slots.map((s) => h('button', { class: s.name === m.slot ? 'slot chosen' : 'slot', onclick: () => go({ slot: s.name }) }, `${s.name} `, h('span', { class: 'count' }, String(s.size)))),
+        m.slots.map((s) =>
+          h(
+            'button',
+            { class: s.name === m.slot ? 'slot chosen' : 'slot', onclick: () => go({ slot: s.name }) },
+            `${s.name} `,
+            h('span', { class: 'count' }, String(s.size)),
+          ),
+        ),
       ),
     );
   }
@@ -84,7 +107,19 @@ export function memoryView(root, ctx) {
         timer = setTimeout(() => go({ q: e.target.value }), 300);
       },
     });
-    entries.append(h('h2', {}, `Slot ${m.slot ?? '–'} `, h('span', { class: 'muted' }, `${m.matching} ${params.get('q') ? 'matching' : 'entries'}, newest first${m.matching > m.entries.length ? ` (first ${m.entries.length})` : ''}`)), search);
+    entries.append(
+      h(
+        'h2',
+        {},
+        `Slot ${m.slot ?? '–'} `,
+        h(
+          'span',
+          { class: 'muted' },
+          `${m.matching} ${params.get('q') ? 'matching' : 'entries'}, newest first${m.matching > m.entries.length ? ` (first ${m.entries.length})` : ''}`,
+        ),
+      ),
+      search,
+    );
     entries.append(
       h(
         'div',
@@ -92,11 +127,29 @@ export function memoryView(root, ctx) {
         h(
           'table',
           { class: 'grid', id: 'memory-entries' },
-          h('thead', {}, h('tr', {}, ['#', 'score', 'action', 'progress', 'tip'].map((c) => h('th', {}, c)))),
+          h(
+            'thead',
+            {},
+            h(
+              'tr',
+              {},
+              ['#', 'score', 'action', 'progress', 'tip'].map((c) => h('th', {}, c)),
+            ),
+          ),
           h(
             'tbody',
             {},
-            m.entries.map((e) => h('tr', {}, h('td', { class: 'num muted' }, e.order), h('td', { class: 'num' }, fmt(e.score)), h('td', { class: 'mono' }, e.action ?? '–'), h('td', { class: 'num' }, fmt(e.progress)), h('td', { class: 'tip-text' }, e.text))),
+            m.entries.map((e) =>
+              h(
+                'tr',
+                {},
+                h('td', { class: 'num muted' }, e.order),
+                h('td', { class: 'num' }, fmt(e.score)),
+                h('td', { class: 'mono' }, e.action ?? '–'),
+                h('td', { class: 'num' }, fmt(e.progress)),
+                h('td', { class: 'tip-text' }, e.text),
+              ),
+            ),
           ),
         ),
       ),
@@ -112,19 +165,54 @@ export function memoryView(root, ctx) {
         onsubmit: (ev) => {
           ev.preventDefault();
           const data = new FormData(ev.target);
-          go({ slot: data.get('slot'), state: data.get('state'), taken: data.get('taken'), score: data.get('score'), valid: data.get('valid') });
+          go({
+            slot: data.get('slot'),
+            state: data.get('state'),
+            taken: data.get('taken'),
+            score: data.get('score'),
+            valid: data.get('valid'),
+          });
         },
       },
-      h('label', {}, h('span', {}, 'slot'), select('slot', m.slots.map((s) => [s.name, s.name]), params.get('slot') ?? m.slot, () => {})),
-      h('label', { class: 'wide' }, h('span', {}, 'state (the observation)'), h('textarea', { name: 'state', rows: 4, required: true }, params.get('state') ?? '')),
-      h('label', {}, h('span', {}, 'actions taken so far, one per line'), h('textarea', { name: 'taken', rows: 3 }, params.get('taken') ?? '')),
+      h(
+        'label',
+        {},
+        h('span', {}, 'slot'),
+        select(
+          'slot',
+          m.slots.map((s) => [s.name, s.name]),
+          params.get('slot') ?? m.slot,
+          () => {},
+        ),
+      ),
+      h(
+        'label',
+        { class: 'wide' },
+        h('span', {}, 'state (the observation)'),
+        h('textarea', { name: 'state', rows: 4, required: true }, params.get('state') ?? ''),
+      ),
+      h(
+        'label',
+        {},
+        h('span', {}, 'actions taken so far, one per line'),
+        h('textarea', { name: 'taken', rows: 3 }, params.get('taken') ?? ''),
+      ),
       h('label', {}, h('span', {}, 'valid actions, one per line'), h('textarea', { name: 'valid', rows: 3 }, params.get('valid') ?? '')),
-      h('label', {}, h('span', {}, 'score so far'), h('input', { type: 'number', name: 'score', value: params.get('score') ?? '0', step: 'any' })),
+      h(
+        'label',
+        {},
+        h('span', {}, 'score so far'),
+        h('input', { type: 'number', name: 'score', value: params.get('score') ?? '0', step: 'any' }),
+      ),
       h('button', { type: 'submit' }, 'Retrieve'),
     );
     retrieval.append(
       h('h2', {}, 'What would this state be shown?'),
-      h('p', { class: 'muted' }, "Retrieval as training does it (MemoryRuntime.tipSource, with this run's embedder, threshold, top-k and filters). Open a step of an episode with “retrieve from memory now” to fill it in."),
+      h(
+        'p',
+        { class: 'muted' },
+        "Retrieval as training does it (MemoryRuntime.tipSource, with this run's embedder, threshold, top-k and filters). Open a step of an episode with “retrieve from memory now” to fill it in.",
+      ),
       form,
       h('div', { id: 'retrieved' }),
     );
@@ -139,8 +227,18 @@ export function memoryView(root, ctx) {
       retrievedKey = 'none';
       return;
     }
-    const lines = (v) => (v ?? '').split('\n').map((x) => x.trim()).filter(Boolean);
-    const query = { slot: params.get('slot') || m.slot, state, taken: lines(params.get('taken')), score_so_far: Number(params.get('score') || 0), valid_actions: lines(params.get('valid')) };
+    const lines = (v) =>
+      (v ?? '')
+        .split('\n')
+        .map((x) => x.trim())
+        .filter(Boolean);
+    const query = {
+      slot: params.get('slot') || m.slot,
+      state,
+      taken: lines(params.get('taken')),
+      score_so_far: Number(params.get('score') || 0),
+      valid_actions: lines(params.get('valid')),
+    };
     const key = JSON.stringify([id, query, m.total, m.file]);
     if (key === retrievedKey) return;
     retrievedKey = key;
@@ -152,17 +250,40 @@ export function memoryView(root, ctx) {
       return;
     }
     clear(out).append(
-      h('h3', {}, `${answer.tips.length} tip${answer.tips.length === 1 ? '' : 's'} retrieved from slot ${query.slot}`, h('span', { class: 'muted' }, ' (in prompt order)')),
+      h(
+        'h3',
+        {},
+        `${answer.tips.length} tip${answer.tips.length === 1 ? '' : 's'} retrieved from slot ${query.slot}`,
+        h('span', { class: 'muted' }, ' (in prompt order)'),
+      ),
       answer.tips.length === 0
         ? h('p', { class: 'muted' }, 'Nothing above the similarity threshold passes the filters: this state would be shown no tip.')
         : h(
             'table',
             { class: 'grid', id: 'retrieved-tips' },
-            h('thead', {}, h('tr', {}, ['rank', 'score', 'similarity', 'action', 'tip'].map((c) => h('th', {}, c)))),
+            h(
+              'thead',
+              {},
+              h(
+                'tr',
+                {},
+                ['rank', 'score', 'similarity', 'action', 'tip'].map((c) => h('th', {}, c)),
+              ),
+            ),
             h(
               'tbody',
               {},
-              answer.tips.map((t, i) => h('tr', {}, h('td', { class: 'num' }, i + 1), h('td', { class: 'num' }, fmt(t.score)), h('td', { class: 'num' }, fmt(t.similarity, 3)), h('td', { class: 'mono' }, t.action ?? '–'), h('td', { class: 'tip-text' }, t.text))),
+              answer.tips.map((t, i) =>
+                h(
+                  'tr',
+                  {},
+                  h('td', { class: 'num' }, i + 1),
+                  h('td', { class: 'num' }, fmt(t.score)),
+                  h('td', { class: 'num' }, fmt(t.similarity, 3)),
+                  h('td', { class: 'mono' }, t.action ?? '–'),
+                  h('td', { class: 'tip-text' }, t.text),
+                ),
+              ),
             ),
           ),
     );

@@ -59,7 +59,15 @@ export function runsView(root, ctx) {
       h(
         'table',
         { class: 'grid', id: 'runs-table' },
-        h('thead', {}, h('tr', {}, ['', 'run', 'algo', 'state', 'iteration', 'env steps', 'held-out score', 'success', 'compare'].map((c) => h('th', {}, c)))),
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            ['', 'run', 'algo', 'state', 'iteration', 'env steps', 'held-out score', 'success', 'compare'].map((c) => h('th', {}, c)),
+          ),
+        ),
         h(
           'tbody',
           {},
@@ -69,7 +77,16 @@ export function runsView(root, ctx) {
             return h(
               'tr',
               { dataset: { id: r.id }, class: chosen.has(r.id) ? 'chosen' : '' },
-              h('td', {}, h('input', { type: 'checkbox', checked: chosen.has(r.id), 'aria-label': `overlay ${r.label}`, onchange: (e) => toggle(r.id, e.target.checked) })),
+              h(
+                'td',
+                {},
+                h('input', {
+                  type: 'checkbox',
+                  checked: chosen.has(r.id),
+                  'aria-label': `overlay ${r.label}`,
+                  onchange: (e) => toggle(r.id, e.target.checked),
+                }),
+              ),
               h('td', { class: 'mono', title: r.path }, r.label),
               h('td', {}, algo),
               h('td', {}, h('span', { class: `state state-${s?.state ?? 'unknown'}` }, s?.state ?? '?')),
@@ -77,7 +94,7 @@ export function runsView(root, ctx) {
               h('td', { class: 'num' }, steps(s?.env_steps)),
               h('td', { class: 'num' }, s?.last_eval ? fmt(s.last_eval.mean_score) : '–'),
               h('td', { class: 'num' }, s?.last_eval ? pct(s.last_eval.success_rate) : '–'),
-              h('td', {}, r.compare ? compareLabel(r.compare) ?? '' : ''),
+              h('td', {}, r.compare ? (compareLabel(r.compare) ?? '') : ''),
             );
           }),
         ),
@@ -89,8 +106,17 @@ export function runsView(root, ctx) {
 
   async function renderCurves() {
     const chosen = selected();
-    const answers = await Promise.all(chosen.map((r) => api.metrics(r.id).then((m) => ({ run: r, m }), (e) => ({ run: r, error: e.message }))));
-    const key = JSON.stringify(answers.map((a) => [a.run.id, a.error ?? [a.m.train.length, a.m.evals.length, a.m.train.at(-1), a.m.evals.at(-1)]]));
+    const answers = await Promise.all(
+      chosen.map((r) =>
+        api.metrics(r.id).then(
+          (m) => ({ run: r, m }),
+          (e) => ({ run: r, error: e.message }),
+        ),
+      ),
+    );
+    const key = JSON.stringify(
+      answers.map((a) => [a.run.id, a.error ?? [a.m.train.length, a.m.evals.length, a.m.train.at(-1), a.m.evals.at(-1)]]),
+    );
     if (drawn.get('key') === key && chart) return answers;
     drawn.set('key', key);
     clear(curvesBox);
@@ -106,7 +132,13 @@ export function runsView(root, ctx) {
         for (const l of lines) {
           const value = read(l);
           if (typeof value !== 'number' || !Number.isFinite(value)) continue;
-          values.push({ run: a.run.label, metric: name, steps: kind === 'eval' ? l.train_env_steps : l.env_steps, iteration: l.iteration, value });
+          values.push({
+            run: a.run.label,
+            metric: name,
+            steps: kind === 'eval' ? l.train_env_steps : l.env_steps,
+            iteration: l.iteration,
+            value,
+          });
           counts[name]++;
         }
       }
@@ -114,13 +146,25 @@ export function runsView(root, ctx) {
     const box = h('div', { id: 'curves', dataset: { points: JSON.stringify(counts), runs: String(answers.filter((a) => a.m).length) } });
     curvesBox.append(box);
     if (values.length === 0) {
-      box.append(h('p', { class: 'muted' }, chosen.length ? 'No iteration logged yet: the curves appear as the runs write metrics.jsonl.' : 'Pick runs above to draw their curves.'));
+      box.append(
+        h(
+          'p',
+          { class: 'muted' },
+          chosen.length
+            ? 'No iteration logged yet: the curves appear as the runs write metrics.jsonl.'
+            : 'Pick runs above to draw their curves.',
+        ),
+      );
       chart?.finalize();
       chart = null;
       return answers;
     }
     chart?.finalize();
-    chart = await drawCurves(box, values, chosen.map((r) => r.label));
+    chart = await drawCurves(
+      box,
+      values,
+      chosen.map((r) => r.label),
+    );
     return answers;
   }
 
@@ -162,7 +206,17 @@ export function runsView(root, ctx) {
         h(
           'table',
           { class: 'grid config', id: 'config-table' },
-          h('thead', {}, h('tr', {}, h('th', {}, 'option'), h('th', { class: 'muted' }, 'default'), withConfig.map((a) => h('th', { class: 'mono' }, a.run.label)))),
+          h(
+            'thead',
+            {},
+            h(
+              'tr',
+              {},
+              h('th', {}, 'option'),
+              h('th', { class: 'muted' }, 'default'),
+              withConfig.map((a) => h('th', { class: 'mono' }, a.run.label)),
+            ),
+          ),
           h(
             'tbody',
             {},
@@ -172,7 +226,9 @@ export function runsView(root, ctx) {
                 { class: differs(k) ? 'differs' : '' },
                 h('td', { class: 'mono' }, k),
                 h('td', { class: 'mono muted' }, defaults[k] === undefined ? '–' : JSON.stringify(defaults[k])),
-                flat.map((f) => h('td', { class: `mono${same(f[k], defaults[k]) ? '' : ' changed'}` }, f[k] === undefined ? '–' : JSON.stringify(f[k]))),
+                flat.map((f) =>
+                  h('td', { class: `mono${same(f[k], defaults[k]) ? '' : ' changed'}` }, f[k] === undefined ? '–' : JSON.stringify(f[k])),
+                ),
               ),
             ),
           ),
@@ -214,7 +270,13 @@ async function drawCurves(container, values, runOrder) {
   const spec = {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     data: { values },
-    facet: { field: 'metric', type: 'nominal', sort: METRICS.map(([name]) => name), title: null, header: { labelFontSize: 13, labelFontWeight: 'bold', labelPadding: 4 } },
+    facet: {
+      field: 'metric',
+      type: 'nominal',
+      sort: METRICS.map(([name]) => name),
+      title: null,
+      header: { labelFontSize: 13, labelFontWeight: 'bold', labelPadding: 4 },
+    },
     columns: 3,
     spec: {
       width: 300,
@@ -223,7 +285,13 @@ async function drawCurves(container, values, runOrder) {
       encoding: {
         x: { field: 'steps', type: 'quantitative', title: 'environment steps', axis: { format: '~s' } },
         y: { field: 'value', type: 'quantitative', title: null, scale: { zero: false }, axis: { format: '~r' } },
-        color: { field: 'run', type: 'nominal', sort: runOrder, title: 'run', legend: { orient: 'top', labelLimit: 0, direction: 'vertical' } },
+        color: {
+          field: 'run',
+          type: 'nominal',
+          sort: runOrder,
+          title: 'run',
+          legend: { orient: 'top', labelLimit: 0, direction: 'vertical' },
+        },
         detail: { field: 'run' },
       },
     },

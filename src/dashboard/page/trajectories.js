@@ -31,17 +31,97 @@ export function trajectoriesView(root, ctx) {
     const files = answer?.files ?? [];
     const field = (label, control) => h('label', {}, h('span', {}, label), control);
     filters.append(
-      field('source', select('source', candidates().map((s) => [s.id, s.label]), sourceId(), (v) => routeTo('trajectories', { source: v }))),
-      field('file', select('file', files.map((x) => [x.index, `${x.name} (${x.episodes})`]), params.get('file'), (v) => go({ file: v, episode: '' }), 'all files')),
-      field('iteration / trial', select('iteration', f.iterations.map((i) => [i, String(i)]), params.get('iteration'), (v) => go({ iteration: v, episode: '' }), 'all')),
-      field('task', select('task', f.tasks.map((t) => [t, t]), params.get('task'), (v) => go({ task: v, episode: '' }), 'all')),
-      field('mode', select('mode', f.modes.map((m) => [m, m]), params.get('mode'), (v) => go({ mode: v, episode: '' }), 'all')),
-      field('score ≥', h('input', { type: 'number', name: 'min', value: params.get('min') ?? '', size: 4, onchange: (e) => go({ min: e.target.value, episode: '' }) })),
-      field('score ≤', h('input', { type: 'number', name: 'max', value: params.get('max') ?? '', size: 4, onchange: (e) => go({ max: e.target.value, episode: '' }) })),
-      h('label', { class: 'toggle' }, h('input', { type: 'checkbox', name: 'tips', checked: params.get('tips') === '1', onchange: (e) => go({ tips: e.target.checked ? '1' : '', episode: '' }) }), ' shown tips only'),
+      field(
+        'source',
+        select(
+          'source',
+          candidates().map((s) => [s.id, s.label]),
+          sourceId(),
+          (v) => routeTo('trajectories', { source: v }),
+        ),
+      ),
+      field(
+        'file',
+        select(
+          'file',
+          files.map((x) => [x.index, `${x.name} (${x.episodes})`]),
+          params.get('file'),
+          (v) => go({ file: v, episode: '' }),
+          'all files',
+        ),
+      ),
+      field(
+        'iteration / trial',
+        select(
+          'iteration',
+          f.iterations.map((i) => [i, String(i)]),
+          params.get('iteration'),
+          (v) => go({ iteration: v, episode: '' }),
+          'all',
+        ),
+      ),
+      field(
+        'task',
+        select(
+          'task',
+          f.tasks.map((t) => [t, t]),
+          params.get('task'),
+          (v) => go({ task: v, episode: '' }),
+          'all',
+        ),
+      ),
+      field(
+        'mode',
+        select(
+          'mode',
+          f.modes.map((m) => [m, m]),
+          params.get('mode'),
+          (v) => go({ mode: v, episode: '' }),
+          'all',
+        ),
+      ),
+      field(
+        'score ≥',
+        h('input', {
+          type: 'number',
+          name: 'min',
+          value: params.get('min') ?? '',
+          size: 4,
+          onchange: (e) => go({ min: e.target.value, episode: '' }),
+        }),
+      ),
+      field(
+        'score ≤',
+        h('input', {
+          type: 'number',
+          name: 'max',
+          value: params.get('max') ?? '',
+          size: 4,
+          onchange: (e) => go({ max: e.target.value, episode: '' }),
+        }),
+      ),
+      h(
+        'label',
+        { class: 'toggle' },
+        h('input', {
+          type: 'checkbox',
+          name: 'tips',
+          checked: params.get('tips') === '1',
+          onchange: (e) => go({ tips: e.target.checked ? '1' : '', episode: '' }),
+        }),
+        ' shown tips only',
+      ),
     );
     for (const x of files) for (const p of x.problems) filters.append(errorBox(p));
-    for (const x of files) if (x.cap) filters.append(h('div', { class: 'warning' }, `${x.path}: recording stopped at its size cap (${Math.round(x.cap.max_bytes / 2 ** 20)} MiB, trajectories.max_megabytes)`));
+    for (const x of files)
+      if (x.cap)
+        filters.append(
+          h(
+            'div',
+            { class: 'warning' },
+            `${x.path}: recording stopped at its size cap (${Math.round(x.cap.max_bytes / 2 ** 20)} MiB, trajectories.max_megabytes)`,
+          ),
+        );
   }
 
   async function renderList() {
@@ -65,9 +145,26 @@ export function trajectoriesView(root, ctx) {
     listKey = key;
     renderFilters(answer);
     clear(list);
-    list.append(h('h2', {}, `Episodes `, h('span', { class: 'muted' }, `${answer.total} matching${answer.total > answer.episodes.length ? `, newest ${answer.episodes.length} shown` : ''}`)));
+    list.append(
+      h(
+        'h2',
+        {},
+        `Episodes `,
+        h(
+          'span',
+          { class: 'muted' },
+          `${answer.total} matching${answer.total > answer.episodes.length ? `, newest ${answer.episodes.length} shown` : ''}`,
+        ),
+      ),
+    );
     if (answer.files.length === 0) {
-      list.append(h('p', { class: 'muted' }, 'No trajectory records here yet. Training writes trajectories/train.jsonl and eval.jsonl in its run folder; empo2 adapt writes trajectories.jsonl in its output.'));
+      list.append(
+        h(
+          'p',
+          { class: 'muted' },
+          'No trajectory records here yet. Training writes trajectories/train.jsonl and eval.jsonl in its run folder; empo2 adapt writes trajectories.jsonl in its output.',
+        ),
+      );
       return;
     }
     const current = params.get('episode');
@@ -75,7 +172,15 @@ export function trajectoriesView(root, ctx) {
       h(
         'table',
         { class: 'grid clickable', id: 'episodes' },
-        h('thead', {}, h('tr', {}, ['played', 'task', 'mode', 'score', 'steps', 'tips', 'followed'].map((c) => h('th', {}, c)))),
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            ['played', 'task', 'mode', 'score', 'steps', 'tips', 'followed'].map((c) => h('th', {}, c)),
+          ),
+        ),
         h(
           'tbody',
           {},
@@ -133,7 +238,9 @@ export function trajectoriesView(root, ctx) {
       const changed = FILTER_KEYS.some((k) => (p.get(k) ?? '') !== (params.get(k) ?? ''));
       params = p;
       if (changed) listKey = null;
-      else for (const row of list.querySelectorAll('tr[data-episode]')) row.classList.toggle('chosen', row.dataset.episode === p.get('episode'));
+      else
+        for (const row of list.querySelectorAll('tr[data-episode]'))
+          row.classList.toggle('chosen', row.dataset.episode === p.get('episode'));
       await refresh();
     },
     update: refresh,
@@ -148,26 +255,61 @@ function playedAt(e) {
 }
 
 function episodeChat(e, file, line, sourceId) {
-  const where = e.source === 'adapt' ? `trial ${e.trial}` : e.source === 'train' ? `iteration ${e.iteration}` : `evaluation at iteration ${e.iteration ?? '?'}${e.checkpoint ? ` (${e.checkpoint})` : ''}`;
+  const where =
+    e.source === 'adapt'
+      ? `trial ${e.trial}`
+      : e.source === 'train'
+        ? `iteration ${e.iteration}`
+        : `evaluation at iteration ${e.iteration ?? '?'}${e.checkpoint ? ` (${e.checkpoint})` : ''}`;
   const tipped = e.steps.filter((s) => s.tips.length > 0).length;
   const followed = e.steps.filter((s) => s.followed_tip === true).length;
   const head = h(
     'div',
     { class: 'episode-head' },
-    h('h2', {}, `${e.task} #${e.variation} `, modeBadge(e.mode), ' ', h('span', { class: `badge ${e.success ? 'won' : 'lost'}` }, `score ${fmt(e.score)}${e.success ? ' · solved' : ''}`)),
-    h('p', { class: 'muted' }, `${e.source} · ${where}${e.env_steps !== null ? ` · ${e.env_steps} env steps` : ''} · ${e.steps.length} steps · ${tipped} shown tips · ${followed} followed a tip · ${file}:${line}`),
+    h(
+      'h2',
+      {},
+      `${e.task} #${e.variation} `,
+      modeBadge(e.mode),
+      ' ',
+      h('span', { class: `badge ${e.success ? 'won' : 'lost'}` }, `score ${fmt(e.score)}${e.success ? ' · solved' : ''}`),
+    ),
+    h(
+      'p',
+      { class: 'muted' },
+      `${e.source} · ${where}${e.env_steps !== null ? ` · ${e.env_steps} env steps` : ''} · ${e.steps.length} steps · ${tipped} shown tips · ${followed} followed a tip · ${file}:${line}`,
+    ),
     h('p', { class: 'task' }, e.description),
   );
   const rows = e.steps.map((s, t) => stepRow(e, s, t, sourceId));
   const end = h(
     'div',
     { class: 'step final' },
-    h('div', { class: 'chat' }, h('div', { class: 'bubble env' }, h('div', { class: 'who' }, 'environment · final'), h('pre', {}, e.final_observation)), h('div', { class: 'result' }, `Final score ${fmt(e.score)} ${e.success ? '(solved)' : '(not solved)'}`)),
-    h('aside', { class: 'reflection' }, e.reflection !== null ? [h('div', { class: 'who' }, e.mode === 'reflexion' ? 'plan the policy wrote' : 'tip the reflector wrote'), h('p', { id: 'reflection' }, e.reflection)] : h('p', { class: 'muted' }, 'No reflection written for this episode.')),
+    h(
+      'div',
+      { class: 'chat' },
+      h('div', { class: 'bubble env' }, h('div', { class: 'who' }, 'environment · final'), h('pre', {}, e.final_observation)),
+      h('div', { class: 'result' }, `Final score ${fmt(e.score)} ${e.success ? '(solved)' : '(not solved)'}`),
+    ),
+    h(
+      'aside',
+      { class: 'reflection' },
+      e.reflection !== null
+        ? [
+            h('div', { class: 'who' }, e.mode === 'reflexion' ? 'plan the policy wrote' : 'tip the reflector wrote'),
+            h('p', { id: 'reflection' }, e.reflection),
+          ]
+        : h('p', { class: 'muted' }, 'No reflection written for this episode.'),
+    ),
   );
   // Reflexion: the variation's earlier plans open every prompt of the episode.
   const plans = e.plans_shown?.length
-    ? h('div', { class: 'plans', id: 'plans-shown' }, h('div', { class: 'who' }, `${e.plans_shown.length} earlier plan${e.plans_shown.length === 1 ? '' : 's'} in every prompt`), e.plans_shown.map((p, i) => h('details', {}, h('summary', {}, `plan ${i + 1}`), h('p', {}, p))))
+    ? h(
+        'div',
+        { class: 'plans', id: 'plans-shown' },
+        h('div', { class: 'who' }, `${e.plans_shown.length} earlier plan${e.plans_shown.length === 1 ? '' : 's'} in every prompt`),
+        e.plans_shown.map((p, i) => h('details', {}, h('summary', {}, `plan ${i + 1}`), h('p', {}, p))),
+      )
     : null;
   return h('div', {}, head, plans, h('div', { class: 'steps' }, rows, end));
 }
@@ -175,12 +317,25 @@ function episodeChat(e, file, line, sourceId) {
 function stepRow(e, s, t, sourceId) {
   const before = t > 0 ? e.steps[t - 1].score : 0;
   const gained = s.score - before;
-  const marker = s.followed_tip === true ? h('span', { class: 'badge followed', title: 'the action is one a shown tip named' }, '✓ followed a tip') : s.followed_tip === false ? h('span', { class: 'badge ignored' }, 'tips not followed') : null;
+  const marker =
+    s.followed_tip === true
+      ? h('span', { class: 'badge followed', title: 'the action is one a shown tip named' }, '✓ followed a tip')
+      : s.followed_tip === false
+        ? h('span', { class: 'badge ignored' }, 'tips not followed')
+        : null;
   const valid = h(
     'details',
     { class: 'valid' },
-    h('summary', {}, `${s.valid_action_count} valid action${s.valid_action_count === 1 ? '' : 's'}${s.valid_actions.length < s.valid_action_count ? ` (first ${s.valid_actions.length} recorded)` : ''}`),
-    h('ul', {}, s.valid_actions.map((a) => h('li', { class: a === s.action ? 'taken' : '' }, a))),
+    h(
+      'summary',
+      {},
+      `${s.valid_action_count} valid action${s.valid_action_count === 1 ? '' : 's'}${s.valid_actions.length < s.valid_action_count ? ` (first ${s.valid_actions.length} recorded)` : ''}`,
+    ),
+    h(
+      'ul',
+      {},
+      s.valid_actions.map((a) => h('li', { class: a === s.action ? 'taken' : '' }, a)),
+    ),
   );
   const retrieveLink =
     e.slot !== null
@@ -188,7 +343,17 @@ function stepRow(e, s, t, sourceId) {
           'a',
           {
             class: 'retrieve-link',
-            href: `#memory?${new URLSearchParams({ source: sourceId, slot: e.slot, state: s.observation, taken: e.steps.slice(0, t).map((x) => x.action).join('\n'), score: String(before), valid: s.valid_actions.join('\n') })}`,
+            href: `#memory?${new URLSearchParams({
+              source: sourceId,
+              slot: e.slot,
+              state: s.observation,
+              taken: e.steps
+                .slice(0, t)
+                .map((x) => x.action)
+                .join('\n'),
+              score: String(before),
+              valid: s.valid_actions.join('\n'),
+            })}`,
             title: "what the run's memory as saved now would show in this state",
           },
           'retrieve from memory now →',
@@ -196,14 +361,24 @@ function stepRow(e, s, t, sourceId) {
       : null;
   const tips =
     s.tips.length === 0
-      ? h('aside', { class: 'tips none' }, h('span', { class: 'muted' }, e.mode === 'plain' ? 'plain rollout: no tips shown' : 'no tips shown'), retrieveLink)
+      ? h(
+          'aside',
+          { class: 'tips none' },
+          h('span', { class: 'muted' }, e.mode === 'plain' ? 'plain rollout: no tips shown' : 'no tips shown'),
+          retrieveLink,
+        )
       : h(
           'aside',
           { class: 'tips' },
           h(
             'details',
             {},
-            h('summary', {}, `${s.tips.length} tip${s.tips.length === 1 ? '' : 's'} shown`, s.tips[0].score !== null ? h('span', { class: 'muted' }, ` · best score ${fmt(bestScore(s.tips))}`) : null),
+            h(
+              'summary',
+              {},
+              `${s.tips.length} tip${s.tips.length === 1 ? '' : 's'} shown`,
+              s.tips[0].score !== null ? h('span', { class: 'muted' }, ` · best score ${fmt(bestScore(s.tips))}`) : null,
+            ),
             h(
               'ol',
               {},
@@ -211,7 +386,11 @@ function stepRow(e, s, t, sourceId) {
                 h(
                   'li',
                   { class: tip.action !== null && tip.action === s.action ? 'tip named' : 'tip' },
-                  h('div', { class: 'tip-meta' }, `score ${fmt(tip.score)} · similarity ${fmt(tip.similarity, 2)}${tip.action !== null ? ` · action: ${tip.action}` : ''}`),
+                  h(
+                    'div',
+                    { class: 'tip-meta' },
+                    `score ${fmt(tip.score)} · similarity ${fmt(tip.similarity, 2)}${tip.action !== null ? ` · action: ${tip.action}` : ''}`,
+                  ),
                   h('div', { class: 'tip-text' }, tip.text),
                 ),
               ),
@@ -226,7 +405,17 @@ function stepRow(e, s, t, sourceId) {
       'div',
       { class: 'chat' },
       h('div', { class: 'bubble env' }, h('div', { class: 'who' }, `environment · step ${t + 1}`), h('pre', {}, s.observation), valid),
-      h('div', { class: 'bubble agent' }, h('div', { class: 'who' }, 'agent', marker ? ' ' : '', marker), h('div', { class: 'action' }, s.action), h('div', { class: 'reward' }, `reward ${fmt(s.reward)} · score ${fmt(s.score)}${gained ? ` (${gained > 0 ? '+' : ''}${fmt(gained)})` : ''}`)),
+      h(
+        'div',
+        { class: 'bubble agent' },
+        h('div', { class: 'who' }, 'agent', marker ? ' ' : '', marker),
+        h('div', { class: 'action' }, s.action),
+        h(
+          'div',
+          { class: 'reward' },
+          `reward ${fmt(s.reward)} · score ${fmt(s.score)}${gained ? ` (${gained > 0 ? '+' : ''}${fmt(gained)})` : ''}`,
+        ),
+      ),
     ),
     tips,
   );

@@ -10,8 +10,18 @@ import { Rng } from './rng.ts';
 
 /** Free-text actions mixed into random rollouts so that refusals ("You don't see a key here.") appear too. */
 const PROBES = [
-  'take key', 'open box', 'go to kitchen', 'turn on lamp', 'read note', 'fill kettle',
-  'unlock door to attic', 'put battery in lamp', 'put pot on stove', 'drop coin', 'wait', 'jump',
+  'take key',
+  'open box',
+  'go to kitchen',
+  'turn on lamp',
+  'read note',
+  'fill kettle',
+  'unlock door to attic',
+  'put battery in lamp',
+  'put pot on stove',
+  'drop coin',
+  'wait',
+  'jump',
 ];
 
 /**

@@ -178,11 +178,35 @@ describe('builtin env: episodes', () => {
   it('answers unknown, impossible and garbage actions with an observation', async () => {
     const env = createBuiltinEnv();
     const inputs = [
-      '', '   ', 'xyzzy', 'take', 'open', 'put', 'go to', 'go to the moon', 'take key', 'open box',
-      'put battery in lamp', 'turn on lamp', 'fill kettle', 'read note', 'unlock door to attic', 'unlock door',
-      'put the unicorn in the spaceship', 'take take take', '!!!???', 'x'.repeat(1_000_000),
-      'go to '.repeat(10_000), '\u0000\u0001\ud800', 'drop everything', 'turn off stove', 'close red box', 'examine note',
-      42 as unknown as string, undefined as unknown as string, null as unknown as string,
+      '',
+      '   ',
+      'xyzzy',
+      'take',
+      'open',
+      'put',
+      'go to',
+      'go to the moon',
+      'take key',
+      'open box',
+      'put battery in lamp',
+      'turn on lamp',
+      'fill kettle',
+      'read note',
+      'unlock door to attic',
+      'unlock door',
+      'put the unicorn in the spaceship',
+      'take take take',
+      '!!!???',
+      'x'.repeat(1_000_000),
+      'go to '.repeat(10_000),
+      '\u0000\u0001\ud800',
+      'drop everything',
+      'turn off stove',
+      'close red box',
+      'examine note',
+      42 as unknown as string,
+      undefined as unknown as string,
+      null as unknown as string,
     ];
     for (const t of env.tasks()) {
       await env.reset(t, 7);
@@ -289,7 +313,9 @@ describe('builtin env: families', () => {
       const g = playUntil('power', v, (a) => a.startsWith('put'));
       const { device, part } = g.world.goal;
       const wrong = g.world.things.find((t) => t.part && t.noun !== part);
-      expect(g.step(`turn on ${device}`).observation).toBe(`Nothing happens. The ${device} needs ${/^[aeiou]/.test(part) ? 'an' : 'a'} ${part}.`);
+      expect(g.step(`turn on ${device}`).observation).toBe(
+        `Nothing happens. The ${device} needs ${/^[aeiou]/.test(part) ? 'an' : 'a'} ${part}.`,
+      );
       if (!wrong) continue;
       wrong.loc = { held: true };
       expect(g.step(`put ${wrong.name} in ${device}`).observation).toBe(`The ${wrong.name} does not fit in the ${device}.`);

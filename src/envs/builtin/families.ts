@@ -36,7 +36,12 @@ class Gen {
   private readonly used = new Set<string>();
 
   /** `n` rooms (those in `must` among them, none from `avoid`) joined as a random tree, sometimes with one extra door. */
-  constructor(readonly rng: Rng, n: number, must: readonly string[] = [], avoid: readonly string[] = []) {
+  constructor(
+    readonly rng: Rng,
+    n: number,
+    must: readonly string[] = [],
+    avoid: readonly string[] = [],
+  ) {
     const others = rng.shuffle(ROOMS.filter((r) => !must.includes(r) && !avoid.includes(r)));
     this.rooms = rng.shuffle([...must, ...others.slice(0, n - must.length)]);
     for (let i = 1; i < n; i++) this.doors.push({ a: this.rooms[rng.int(0, i - 1)], b: this.rooms[i], locked: false });
@@ -94,7 +99,10 @@ class Gen {
   }
 
   /** `k` extra containers in rooms that still have space, most holding a distractor item. */
-  clutter(k: number, opts: { avoidNouns?: readonly string[]; avoidContainers?: readonly string[]; avoidRooms?: readonly string[] } = {}): void {
+  clutter(
+    k: number,
+    opts: { avoidNouns?: readonly string[]; avoidContainers?: readonly string[]; avoidRooms?: readonly string[] } = {},
+  ): void {
     const nouns = ITEMS.filter((x) => !(opts.avoidNouns ?? []).includes(x));
     for (let i = 0; i < k; i++) {
       const rooms = this.rooms.filter((r) => !(opts.avoidRooms ?? []).includes(r) && this.topLevel(r) < ROOM_CAPACITY);
@@ -183,15 +191,21 @@ const power: Family = {
     }
     if (rng.chance(0.4)) {
       const other = rng.pick(DEVICES.filter((d) => d !== device));
-      g.add({ name: other, noun: other, kind: 'device', loc: { room: rng.pick(g.rooms) }, portable: false, on: false, needs: rng.pick(PARTS) });
+      g.add({
+        name: other,
+        noun: other,
+        kind: 'device',
+        loc: { room: rng.pick(g.rooms) },
+        portable: false,
+        on: false,
+        needs: rng.pick(PARTS),
+      });
     }
     g.clutter(rng.int(0, 2));
-    return g.world(
-      'power',
-      `Find ${article(part)}, put it in the ${device} and turn on the ${device}.`,
-      rng.pick(g.rooms),
-      { device, part },
-    );
+    return g.world('power', `Find ${article(part)}, put it in the ${device} and turn on the ${device}.`, rng.pick(g.rooms), {
+      device,
+      part,
+    });
   },
   milestones: [
     { points: 10, test: (w) => w.visible(w.get(w.goal.part)) },
@@ -269,7 +283,17 @@ const clue: Family = {
     const colours = rng.sample(COLOURS, 3);
     const right = rng.int(0, 2);
     colours.forEach((c, i) => {
-      g.add({ name: `${c} box`, noun: 'box', colour: c, kind: 'container', loc: { room: boxRoom }, portable: false, openable: true, open: false, trap: i !== right });
+      g.add({
+        name: `${c} box`,
+        noun: 'box',
+        colour: c,
+        kind: 'container',
+        loc: { room: boxRoom },
+        portable: false,
+        openable: true,
+        open: false,
+        trap: i !== right,
+      });
     });
     g.item(noun, { in: `${colours[right]} box` });
     const wrong = colours.filter((_, i) => i !== right);
@@ -313,12 +337,11 @@ const unlock: Family = {
       g.hidden(rng.pick(g.roomsBut(goal)), (loc) => g.item('key', loc, g.colourFor('key', [lock])));
     }
     g.clutter(rng.int(0, 2), { avoidNouns: ['key'] });
-    return g.world(
-      'unlock',
-      `Find the ${key.name}, unlock the door to the ${goal} and go into the ${goal}.`,
-      start,
-      { key: key.name, room: goal, via },
-    );
+    return g.world('unlock', `Find the ${key.name}, unlock the door to the ${goal} and go into the ${goal}.`, start, {
+      key: key.name,
+      room: goal,
+      via,
+    });
   },
   milestones: [
     { points: 15, test: (w) => w.visible(w.get(w.goal.key)) },

@@ -28,7 +28,10 @@ export class Game {
   private finished = false;
 
   /** The world is owned by the game and changes as it plays; read it (hidden state) but don't write it. */
-  constructor(readonly world: World, maxSteps?: number) {
+  constructor(
+    readonly world: World,
+    maxSteps?: number,
+  ) {
     this.family = family(world.task);
     this.maxSteps = maxSteps ?? this.family.maxSteps;
     this.latched = this.family.milestones.map(() => false);

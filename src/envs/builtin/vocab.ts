@@ -1,8 +1,18 @@
 /** The closed word lists worlds are drawn from. Small on purpose: the policy's tokenizer is trained on this text. */
 
 export const ROOMS = [
-  'kitchen', 'hallway', 'study', 'bedroom', 'garage', 'bathroom',
-  'cellar', 'attic', 'pantry', 'office', 'library', 'porch',
+  'kitchen',
+  'hallway',
+  'study',
+  'bedroom',
+  'garage',
+  'bathroom',
+  'cellar',
+  'attic',
+  'pantry',
+  'office',
+  'library',
+  'porch',
 ] as const;
 
 export const COLOURS = ['red', 'blue', 'green', 'yellow', 'white', 'black'] as const;
@@ -22,6 +32,16 @@ export const VESSELS = ['kettle', 'pot'] as const;
 
 /** Every word a thing or room name can contain; free text made of other words is never echoed back. */
 export const WORDS: ReadonlySet<string> = new Set<string>([
-  ...ROOMS, ...COLOURS, ...CONTAINERS, ...ITEMS, ...PARTS, ...DEVICES, ...VESSELS,
-  'basket', 'stove', 'sink', 'note', 'door',
+  ...ROOMS,
+  ...COLOURS,
+  ...CONTAINERS,
+  ...ITEMS,
+  ...PARTS,
+  ...DEVICES,
+  ...VESSELS,
+  'basket',
+  'stove',
+  'sink',
+  'note',
+  'door',
 ]);

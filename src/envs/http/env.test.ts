@@ -5,14 +5,26 @@
  */
 import { createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { createHttpEnv, HttpEnv, openInstanceCount, parseHttpEnvOptions, parseIndices, actionsInObservation, SEARCH_ACTION } from './index.ts';
+import {
+  createHttpEnv,
+  HttpEnv,
+  openInstanceCount,
+  parseHttpEnvOptions,
+  parseIndices,
+  actionsInObservation,
+  SEARCH_ACTION,
+} from './index.ts';
 import { FindGame, TestEnvServer } from '../../../test/support/http-env-server.ts';
 import { useTestServers } from '../../../test/support/http-env-servers.ts';
 
 const { serve, envs } = useTestServers();
 
 async function envFor(server: TestEnvServer, options: Record<string, unknown> = {}): Promise<HttpEnv> {
-  const env = await createHttpEnv({ base_url: server.url, tasks: ['find'], variations: { train: '0-19', dev: '20-24', test: [25, 26, 27] }, max_steps: 8, ...options }, {}, { warn: () => {} });
+  const env = await createHttpEnv(
+    { base_url: server.url, tasks: ['find'], variations: { train: '0-19', dev: '20-24', test: [25, 26, 27] }, max_steps: 8, ...options },
+    {},
+    { warn: () => {} },
+  );
   envs.push(env);
   return env;
 }
@@ -117,7 +129,7 @@ describe('HttpEnv against an AgentGym-shaped server', () => {
     expect(server.requests.find((r) => r.path === '/reset')?.body).toEqual({ world_type: 'Text', id: 0, data_idx: 3, task: 'find' });
   });
 
-  it('speaks WebShop\'s dialect with preset webshop: bare ids, env_idx, session_id, state, clickables, no /close', async () => {
+  it("speaks WebShop's dialect with preset webshop: bare ids, env_idx, session_id, state, clickables, no /close", async () => {
     const server = await serve({ dialect: 'webshop' });
     const env = await envFor(server, { preset: 'webshop' });
     for (let i = 0; i < 3; i++) {
@@ -137,15 +149,27 @@ describe('HttpEnv against an AgentGym-shaped server', () => {
 
   it('fails fast when nothing listens at base_url', async () => {
     const port = await freePort();
-    await expect(createHttpEnv({ base_url: `http://127.0.0.1:${port}`, tasks: ['t'], variations: { train: '0-1' }, max_steps: 3, retries: 1, retry_backoff_ms: 1 })).rejects.toThrow(
-      new RegExp(`cannot reach the environment server at http://127.0.0.1:${port} \\(env.options.base_url\\): GET .* could not reach the server \\(ECONNREFUSED`),
+    await expect(
+      createHttpEnv({
+        base_url: `http://127.0.0.1:${port}`,
+        tasks: ['t'],
+        variations: { train: '0-1' },
+        max_steps: 3,
+        retries: 1,
+        retry_backoff_ms: 1,
+      }),
+    ).rejects.toThrow(
+      new RegExp(
+        `cannot reach the environment server at http://127.0.0.1:${port} \\(env.options.base_url\\): GET .* could not reach the server \\(ECONNREFUSED`,
+      ),
     );
   });
 });
 
 describe('actions from where each server family puts them', () => {
   it("reads BabyAI's list at the end of the observation", () => {
-    const obs = 'Your goal: go to the red ball\nIn front of you in this room, you can see several objects: ...\nAvailable actions: ["turn left", "turn right", "go to red ball 1", "check available actions"]';
+    const obs =
+      'Your goal: go to the red ball\nIn front of you in this room, you can see several objects: ...\nAvailable actions: ["turn left", "turn right", "go to red ball 1", "check available actions"]';
     expect(actionsInObservation(obs)).toEqual(['turn left', 'turn right', 'go to red ball 1', 'check available actions']);
     expect(actionsInObservation('no list here')).toEqual([]);
     expect(actionsInObservation('Available actions: [not json]')).toEqual([]);
@@ -170,9 +194,19 @@ describe('env.options checks', () => {
   it('accepts the documented forms', () => {
     const cfg = parseHttpEnvOptions({ ...base, base_url: 'http://host:36001/maze/' });
     expect(cfg.baseUrl).toBe('http://host:36001/maze');
-    expect(cfg.protocol).toMatchObject({ idField: 'id', indexField: 'data_idx', closeEndpoint: true, reuseInstance: false, scoreScale: 100 });
+    expect(cfg.protocol).toMatchObject({
+      idField: 'id',
+      indexField: 'data_idx',
+      closeEndpoint: true,
+      reuseInstance: false,
+      scoreScale: 100,
+    });
     expect(parseHttpEnvOptions({ ...base, preset: 'sciworld' }).protocol).toMatchObject({ scoreScale: 1, reuseInstance: true });
-    expect(parseHttpEnvOptions({ ...base, preset: 'alfworld' }).protocol).toMatchObject({ indexField: 'game', resetBody: { world_type: 'Text' }, closeEndpoint: false });
+    expect(parseHttpEnvOptions({ ...base, preset: 'alfworld' }).protocol).toMatchObject({
+      indexField: 'game',
+      resetBody: { world_type: 'Text' },
+      closeEndpoint: false,
+    });
     expect(parseIndices('0-2, 5,7-8', 'x')).toEqual([0, 1, 2, 5, 7, 8]);
   });
 
@@ -194,7 +228,9 @@ describe('env.options checks', () => {
     expect(problem({ ...base, close_endpoint: false })).toMatch(/set reuse_instance: true/);
     expect(problem({ ...base, reset_body: { id: 3 } })).toMatch(/reset_body must not set "id"/);
     expect(problem(base, { tasks: ['u'] })).toMatch(/env\.tasks names "u", which env\.options\.tasks does not define/);
-    expect(problem({ ...base, tasks: { t: { train: '0-3', dev: '2' } }, variations: undefined })).toMatch(/env\.options\.tasks\.t: data index 2 is in both train and dev/);
+    expect(problem({ ...base, tasks: { t: { train: '0-3', dev: '2' } }, variations: undefined })).toMatch(
+      /env\.options\.tasks\.t: data index 2 is in both train and dev/,
+    );
     expect(problem({ ...base, tasks: { t: { train: '0-3' } } })).toMatch(/variations is only read when env\.options\.tasks is a list/);
   });
 });

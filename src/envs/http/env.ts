@@ -98,7 +98,9 @@ export class HttpEnv implements Env {
   variations(task: string, split: Split): number[] {
     const indices = this.plan(task).splits[split];
     if (!indices) {
-      throw new Error(`env.options defines no ${split} split for task "${task}"; add ${split}: "<first>-<last>" to env.options.variations (or to env.options.tasks.${task})`);
+      throw new Error(
+        `env.options defines no ${split} split for task "${task}"; add ${split}: "<first>-<last>" to env.options.variations (or to env.options.tasks.${task})`,
+      );
     }
     return [...indices];
   }
@@ -110,7 +112,8 @@ export class HttpEnv implements Env {
   async reset(task: string, variation: number, seed = 0): Promise<ResetResult> {
     this.assertOpen();
     const maxSteps = this.maxSteps(task);
-    if (!Number.isSafeInteger(variation) || variation < 0) throw new Error(`HttpEnv.reset(): the variation is the server's data index, a non-negative integer; got ${String(variation)}`);
+    if (!Number.isSafeInteger(variation) || variation < 0)
+      throw new Error(`HttpEnv.reset(): the variation is the server's data index, a non-negative integer; got ${String(variation)}`);
     this.episode = undefined;
     if (!this.config.protocol.reuseInstance && this.instance !== undefined) await this.release(); // an episode left unfinished
     await this.retryPendingCloses();
@@ -130,8 +133,25 @@ export class HttpEnv implements Env {
         const validActions = await this.server.actionsOf(id, answer);
         failuresByServer.delete(this.config.baseUrl);
         const score = answer.score === null ? 0 : answer.score * this.config.protocol.scoreScale;
-        this.episode = { task, variation, seed, maxSteps, stepsTaken: 0, score, rewardSum: 0, done: false, validActions, failure: null, endingUnreported: false };
-        return { observation: answer.observation, task: answer.taskDescription ?? task, validActions: [...validActions], info: { variation, seed, maxSteps, score, instance: id } };
+        this.episode = {
+          task,
+          variation,
+          seed,
+          maxSteps,
+          stepsTaken: 0,
+          score,
+          rewardSum: 0,
+          done: false,
+          validActions,
+          failure: null,
+          endingUnreported: false,
+        };
+        return {
+          observation: answer.observation,
+          task: answer.taskDescription ?? task,
+          validActions: [...validActions],
+          info: { variation, seed, maxSteps, score, instance: id },
+        };
       } catch (error) {
         if (!(error instanceof EnvServerError)) throw error;
         lastFailure = error;
@@ -140,8 +160,25 @@ export class HttpEnv implements Env {
     }
     const failure = `${lastFailure!.message} (reset tried on ${this.config.resetAttempts} instance${this.config.resetAttempts === 1 ? '' : 's'})`;
     this.noteFailure(task, variation, failure);
-    this.episode = { task, variation, seed, maxSteps, stepsTaken: 0, score: 0, rewardSum: 0, done: true, validActions: [], failure, endingUnreported: true };
-    return { observation: failedObservation(), task, validActions: [], info: { variation, seed, maxSteps, score: 0, outcome: 'simulator_error' satisfies HttpEpisodeOutcome, simulatorError: failure } };
+    this.episode = {
+      task,
+      variation,
+      seed,
+      maxSteps,
+      stepsTaken: 0,
+      score: 0,
+      rewardSum: 0,
+      done: true,
+      validActions: [],
+      failure,
+      endingUnreported: true,
+    };
+    return {
+      observation: failedObservation(),
+      task,
+      validActions: [],
+      info: { variation, seed, maxSteps, score: 0, outcome: 'simulator_error' satisfies HttpEpisodeOutcome, simulatorError: failure },
+    };
   }
 
   async step(action: string): Promise<StepResult> {
@@ -153,7 +190,8 @@ export class HttpEnv implements Env {
       episode.stepsTaken++;
       return this.failedStep(episode);
     }
-    if (episode.done) throw new Error(`HttpEnv.step() called after the episode of "${episode.task}" data index ${episode.variation} ended; call reset()`);
+    if (episode.done)
+      throw new Error(`HttpEnv.step() called after the episode of "${episode.task}" data index ${episode.variation} ended; call reset()`);
     if (typeof action !== 'string') throw new Error(`HttpEnv.step() needs a string action, got ${typeof action}`);
 
     const id = this.instance!;
@@ -165,7 +203,13 @@ export class HttpEnv implements Env {
       const score = answer.score !== null ? answer.score * scale : episode.rewardSum * scale;
       const reward = score - episode.score;
       episode.score = score;
-      const outcome: HttpEpisodeOutcome = answer.done ? (score >= SUCCESS_SCORE ? 'success' : 'ended') : episode.stepsTaken >= episode.maxSteps ? 'step_limit' : 'running';
+      const outcome: HttpEpisodeOutcome = answer.done
+        ? score >= SUCCESS_SCORE
+          ? 'success'
+          : 'ended'
+        : episode.stepsTaken >= episode.maxSteps
+          ? 'step_limit'
+          : 'running';
       episode.done = outcome !== 'running';
       episode.validActions = episode.done ? [] : await this.server.actionsOf(id, answer);
       failuresByServer.delete(this.config.baseUrl);
@@ -212,7 +256,9 @@ export class HttpEnv implements Env {
     // The last chance in this env, so with the retries a close may have.
     await this.retryPendingCloses(this.config.retries);
     if (this.pendingCloses.length > 0) {
-      this.warn(`http env: ${this.pendingCloses.length} instance(s) on ${this.config.baseUrl} could not be closed (last: ${this.lastCloseFailure}); they are tried once more when this process exits`);
+      this.warn(
+        `http env: ${this.pendingCloses.length} instance(s) on ${this.config.baseUrl} could not be closed (last: ${this.lastCloseFailure}); they are tried once more when this process exits`,
+      );
     }
   }
 
@@ -232,7 +278,11 @@ export class HttpEnv implements Env {
     const id = await this.server.create();
     this.stats.created++;
     this.instance = id;
-    if (this.config.protocol.closeEndpoint) registerInstance(instanceKey(this.config.baseUrl, id), { url: this.server.url('close'), body: { [this.config.protocol.idField]: id } });
+    if (this.config.protocol.closeEndpoint)
+      registerInstance(instanceKey(this.config.baseUrl, id), {
+        url: this.server.url('close'),
+        body: { [this.config.protocol.idField]: id },
+      });
     return id;
   }
 
@@ -268,7 +318,9 @@ export class HttpEnv implements Env {
       if (!(error instanceof EnvServerError)) throw error;
       if (error.kind === 'status' && (error.status === 404 || error.status === 405)) {
         forgetInstance(instanceKey(this.config.baseUrl, id));
-        this.warn(`http env: ${error.message}; the server has no POST /close, so its instances cannot be released: set env.options.close_endpoint: false and reuse_instance: true`);
+        this.warn(
+          `http env: ${error.message}; the server has no POST /close, so its instances cannot be released: set env.options.close_endpoint: false and reuse_instance: true`,
+        );
         return;
       }
       if (error.kind === 'garbage' && !this.warnedAboutClose) {
@@ -280,7 +332,9 @@ export class HttpEnv implements Env {
       if (this.pendingCloses.length > MAX_PENDING_CLOSES) {
         const given = this.pendingCloses.shift()!;
         forgetInstance(instanceKey(this.config.baseUrl, given));
-        this.warn(`http env: gave up closing instance ${JSON.stringify(given)} on ${this.config.baseUrl} after ${MAX_PENDING_CLOSES} later closes also failed`);
+        this.warn(
+          `http env: gave up closing instance ${JSON.stringify(given)} on ${this.config.baseUrl} after ${MAX_PENDING_CLOSES} later closes also failed`,
+        );
       }
     }
   }

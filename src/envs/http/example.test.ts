@@ -46,7 +46,10 @@ describe.skipIf(!hasPython)('examples/http-env/server.py', () => {
         let result;
         const rooms = ['kitchen', 'study', 'garden', 'cellar'];
         for (let i = 0; !env.done(); i++) {
-          const action = valid.find((a) => a === 'take key') ?? (env.score() > 0 ? valid.find((a) => a === `open ${colour} door`) : undefined) ?? `go to ${rooms[i % rooms.length]}`;
+          const action =
+            valid.find((a) => a === 'take key') ??
+            (env.score() > 0 ? valid.find((a) => a === `open ${colour} door`) : undefined) ??
+            `go to ${rooms[i % rooms.length]}`;
           result = await env.step(valid.includes(action) ? action : 'look');
           valid = result.validActions;
         }
@@ -64,7 +67,18 @@ describe.skipIf(!hasPython)('examples/http-env/server.py', () => {
   });
 
   it("answers a bad request as AgentGym's servers do, which ends the episode as an environment error", async () => {
-    const env = await createHttpEnv({ base_url: url, tasks: ['unlock'], variations: { train: '0-47' }, max_steps: 5, reset_body: { data_idx_typo: 1 }, index_field: 'wrong_index' }, {}, { warn: () => {} });
+    const env = await createHttpEnv(
+      {
+        base_url: url,
+        tasks: ['unlock'],
+        variations: { train: '0-47' },
+        max_steps: 5,
+        reset_body: { data_idx_typo: 1 },
+        index_field: 'wrong_index',
+      },
+      {},
+      { warn: () => {} },
+    );
     try {
       const first = await env.reset('unlock', 0);
       expect(first.info).toMatchObject({ outcome: 'simulator_error' });

@@ -16,7 +16,11 @@ const { serve, envs } = useTestServers();
 const FAST = { timeout_ms: 300, create_timeout_ms: 300, close_timeout_ms: 300, retries: 3, retry_backoff_ms: 20 };
 
 async function envFor(server: TestEnvServer, options: Record<string, unknown> = {}, warnings: string[] = []): Promise<HttpEnv> {
-  const env = await createHttpEnv({ base_url: server.url, tasks: ['find'], variations: { train: '0-39', test: '40-49' }, max_steps: 6, ...FAST, ...options }, {}, { warn: (l) => warnings.push(l) });
+  const env = await createHttpEnv(
+    { base_url: server.url, tasks: ['find'], variations: { train: '0-39', test: '40-49' }, max_steps: 6, ...FAST, ...options },
+    {},
+    { warn: (l) => warnings.push(l) },
+  );
   envs.push(env);
   return env;
 }
@@ -37,7 +41,9 @@ describe('a server that hangs', () => {
     expect(result.observation).toBe('The environment server failed and this episode was ended.');
     expect(result.info).toMatchObject({ outcome: 'simulator_error' });
     // The instance id is the server's: on a loaded machine the first instance's reset can time out, and reset moves to a fresh one.
-    expect(String(result.info?.simulatorError)).toMatch(new RegExp(`POST ${server.url}/step gave no complete answer within 300 ms \\(payload \\{"id":\\d+,"action":"look"\\}\\)`));
+    expect(String(result.info?.simulatorError)).toMatch(
+      new RegExp(`POST ${server.url}/step gave no complete answer within 300 ms \\(payload \\{"id":\\d+,"action":"look"\\}\\)`),
+    );
     expect(count(server, '/step')).toBe(1);
     expect(server.openInstances).toBe(0);
     expect(env.done()).toBe(true);
@@ -103,15 +109,23 @@ describe('a server that dies', () => {
       await expect(env.step('look')).rejects.toThrow(/after the episode/);
     }
     await expect(env.reset('find', 5)).rejects.toThrow(
-      new RegExp(`the environment server at ${server.url} failed 3 episodes in a row \\(last: .*ECONNREFUSED.*\\); stopping rather than training on failed episodes`),
+      new RegExp(
+        `the environment server at ${server.url} failed 3 episodes in a row \\(last: .*ECONNREFUSED.*\\); stopping rather than training on failed episodes`,
+      ),
     );
   });
 });
 
 describe('a server that answers garbage', () => {
   const cases: [Fault, RegExp][] = [
-    ['garbage', /POST .*\/step answered something that is not JSON: "<html><body>Internal Server Error<\/body><\/html>" \(payload \{"id":0,"action":"look"\}\)/],
-    ['wrong_shape', /POST .*\/step answered "\{\\"result\\":\\"ok\\",\\"data\\":\[1,2,3\]\}", expected a string "observation" \(or "state"\) \(payload \{"id":0,"action":"look"\}\)/],
+    [
+      'garbage',
+      /POST .*\/step answered something that is not JSON: "<html><body>Internal Server Error<\/body><\/html>" \(payload \{"id":0,"action":"look"\}\)/,
+    ],
+    [
+      'wrong_shape',
+      /POST .*\/step answered "\{\\"result\\":\\"ok\\",\\"data\\":\[1,2,3\]\}", expected a string "observation" \(or "state"\) \(payload \{"id":0,"action":"look"\}\)/,
+    ],
     ['error', /POST .*\/step: the server reported an error: "injected failure"/],
     ['status_500', /POST .*\/step answered HTTP 500: /],
     ['drop_after', /POST .*\/step lost the connection/],
@@ -146,10 +160,14 @@ describe('a server that answers garbage', () => {
     server.queueFault('/create', 'wrong_shape');
     server.queueFault('/create', 'garbage');
     const first = await env.reset('find', 0);
-    expect(String(first.info?.simulatorError)).toMatch(/POST .*\/create answered something that is not JSON.*\(reset tried on 2 instances\)/);
+    expect(String(first.info?.simulatorError)).toMatch(
+      /POST .*\/create answered something that is not JSON.*\(reset tried on 2 instances\)/,
+    );
     const small = await envFor(server, { max_response_bytes: 50 });
     const second = await small.reset('find', 0);
-    expect(String(second.info?.simulatorError)).toMatch(/POST .*\/reset announced an answer of \d+ bytes, more than the 50 allowed \(env\.options\.max_response_bytes\)/);
+    expect(String(second.info?.simulatorError)).toMatch(
+      /POST .*\/reset announced an answer of \d+ bytes, more than the 50 allowed \(env\.options\.max_response_bytes\)/,
+    );
     expect(server.openInstances).toBe(0);
   });
 
@@ -208,7 +226,9 @@ describe('the leak check', () => {
     expect(episodes).toBe(200);
     const injected = [...server.faultCounts.values()].reduce((a, b) => a + b, 0);
     const failed = outcomes.get('simulator_error') ?? 0;
-    console.log(`leak check: 200 episodes, ${server.created} instances created, ${server.closedByClients} closed by the clients, ${server.lostInDeaths} lost in ${server.deaths} server deaths, ${injected} faults injected (${[...server.faultCounts].map(([k, v]) => `${k} ${v}`).join(', ')}), outcomes ${JSON.stringify(Object.fromEntries(outcomes))}, peak open ${server.peakInstances}, open now ${server.openInstances}`);
+    console.log(
+      `leak check: 200 episodes, ${server.created} instances created, ${server.closedByClients} closed by the clients, ${server.lostInDeaths} lost in ${server.deaths} server deaths, ${injected} faults injected (${[...server.faultCounts].map(([k, v]) => `${k} ${v}`).join(', ')}), outcomes ${JSON.stringify(Object.fromEntries(outcomes))}, peak open ${server.peakInstances}, open now ${server.openInstances}`,
+    );
     expect(injected).toBeGreaterThan(20);
     expect(failed).toBeGreaterThan(10);
     expect((outcomes.get('success') ?? 0) + (outcomes.get('step_limit') ?? 0)).toBeGreaterThan(100);

@@ -64,7 +64,12 @@ function closeAllBeforeExit(): void {
   const calls = [...open.values()];
   open.clear();
   // NODE_OPTIONS is cleared so the child does not load this process's loaders (tsx) for a plain script.
-  spawnSync(process.execPath, ['-e', CHILD_SCRIPT], { input: JSON.stringify(calls), timeout: 5_000, stdio: ['pipe', 'ignore', 'ignore'], env: { ...process.env, NODE_OPTIONS: '' } });
+  spawnSync(process.execPath, ['-e', CHILD_SCRIPT], {
+    input: JSON.stringify(calls),
+    timeout: 5_000,
+    stdio: ['pipe', 'ignore', 'ignore'],
+    env: { ...process.env, NODE_OPTIONS: '' },
+  });
 }
 
 function onSignal(signal: NodeJS.Signals): void {
@@ -73,7 +78,12 @@ function onSignal(signal: NodeJS.Signals): void {
   for (const s of SIGNALS) process.off(s, onSignal);
   signalsInstalled = false;
   const sends = calls.map((c) =>
-    fetch(c.url, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(c.body), signal: AbortSignal.timeout(3_000) }).then((r) => r.body?.cancel()),
+    fetch(c.url, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(c.body),
+      signal: AbortSignal.timeout(3_000),
+    }).then((r) => r.body?.cancel()),
   );
   void Promise.allSettled(sends).then(() => process.kill(process.pid, signal));
 }

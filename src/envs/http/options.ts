@@ -79,9 +79,7 @@ const IndexSpec = z.union([z.array(z.number().int().nonnegative()).min(1), z.str
   error: 'expected data indices: a non-empty list of non-negative integers, or a string of ranges such as "0-399" or "0-9,20-29"',
 });
 
-const SplitRanges = z
-  .object({ train: IndexSpec, dev: IndexSpec.optional(), test: IndexSpec.optional() })
-  .strict();
+const SplitRanges = z.object({ train: IndexSpec, dev: IndexSpec.optional(), test: IndexSpec.optional() }).strict();
 
 const TaskSpec = z
   .object({ train: IndexSpec, dev: IndexSpec.optional(), test: IndexSpec.optional(), max_steps: z.number().int().positive().optional() })
@@ -109,7 +107,11 @@ export const HttpEnvOptionsSchema = z
     retry_backoff_ms: z.number().int().nonnegative().default(500),
     reset_attempts: z.number().int().positive().default(2),
     max_consecutive_failures: z.number().int().positive().default(20),
-    max_response_bytes: z.number().int().positive().default(16 * 2 ** 20),
+    max_response_bytes: z
+      .number()
+      .int()
+      .positive()
+      .default(16 * 2 ** 20),
     corpus_episodes: z.number().int().nonnegative().default(4),
     id_field: z.string().min(1).optional(),
     index_field: z.string().min(1).optional(),
@@ -163,7 +165,8 @@ export function parseIndices(spec: number[] | string, where: string): number[] {
     const lo = Number(m[1]);
     const hi = m[2] === undefined ? lo : Number(m[2]);
     if (hi < lo) throw new Error(`${where}: range "${part}" ends before it starts`);
-    if (out.length + (hi - lo + 1) > MAX_INDICES_PER_SPLIT) throw new Error(`${where}: more than ${MAX_INDICES_PER_SPLIT} indices in "${spec}"`);
+    if (out.length + (hi - lo + 1) > MAX_INDICES_PER_SPLIT)
+      throw new Error(`${where}: more than ${MAX_INDICES_PER_SPLIT} indices in "${spec}"`);
     for (let i = lo; i <= hi; i++) out.push(i);
   }
   return out;
@@ -181,7 +184,8 @@ export function parseHttpEnvOptions(raw: unknown, overrides: EnvOverrides = {}):
   }
   const o = parsed.data;
   const url = new URL(o.base_url);
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`env.options.base_url must be an http:// or https:// URL, got "${o.base_url}"`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new Error(`env.options.base_url must be an http:// or https:// URL, got "${o.base_url}"`);
   if (url.search || url.hash) throw new Error(`env.options.base_url must not have a query or fragment, got "${o.base_url}"`);
 
   const preset = PRESETS[o.preset];
@@ -209,7 +213,9 @@ export function parseHttpEnvOptions(raw: unknown, overrides: EnvOverrides = {}):
   const limitFor = (task: string, own: number | undefined): number => {
     const limit = overrides.maxSteps ?? own ?? o.max_steps;
     if (limit === undefined || limit === null) {
-      throw new Error(`env.options.max_steps (or env.options.tasks.${task}.max_steps, or env.max_steps) must be set: an AgentGym server does not say when an episode is cut off`);
+      throw new Error(
+        `env.options.max_steps (or env.options.tasks.${task}.max_steps, or env.max_steps) must be set: an AgentGym server does not say when an episode is cut off`,
+      );
     }
     return limit;
   };
@@ -223,19 +229,26 @@ export function parseHttpEnvOptions(raw: unknown, overrides: EnvOverrides = {}):
     return { splits, maxSteps: limitFor(task, ownLimit) };
   };
   if (Array.isArray(o.tasks)) {
-    if (!o.variations) throw new Error('env.options.variations must give the data indices of each split (e.g. {train: "0-399", test: "400-499"}) when env.options.tasks is a list of names');
+    if (!o.variations)
+      throw new Error(
+        'env.options.variations must give the data indices of each split (e.g. {train: "0-399", test: "400-499"}) when env.options.tasks is a list of names',
+      );
     for (const task of o.tasks) {
       if (tasks.has(task)) throw new Error(`env.options.tasks names "${task}" twice`);
       tasks.set(task, plan(task, o.variations, 'env.options.variations', undefined));
     }
   } else {
-    if (o.variations) throw new Error('env.options.variations is only read when env.options.tasks is a list; with a mapping, give each task its own train/dev/test');
+    if (o.variations)
+      throw new Error(
+        'env.options.variations is only read when env.options.tasks is a list; with a mapping, give each task its own train/dev/test',
+      );
     for (const [task, spec] of Object.entries(o.tasks)) tasks.set(task, plan(task, spec, `env.options.tasks.${task}`, spec.max_steps));
     if (tasks.size === 0) throw new Error('env.options.tasks must name at least one task');
   }
   if (overrides.tasks) {
     for (const task of overrides.tasks) {
-      if (!tasks.has(task)) throw new Error(`env.tasks names "${task}", which env.options.tasks does not define (defined: ${[...tasks.keys()].join(', ')})`);
+      if (!tasks.has(task))
+        throw new Error(`env.tasks names "${task}", which env.options.tasks does not define (defined: ${[...tasks.keys()].join(', ')})`);
     }
     for (const task of [...tasks.keys()]) if (!overrides.tasks.includes(task)) tasks.delete(task);
   }

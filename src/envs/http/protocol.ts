@@ -100,16 +100,28 @@ export class ServerProtocol {
    */
   async close(id: InstanceId, timeoutMs: number, retries: number): Promise<void> {
     const call: JsonCall = { method: 'POST', url: this.url('close'), body: { [this.protocol.idField]: id } };
-    const s: CallSettings = { timeoutMs, retries: 0, backoffMs: this.cfg.retryBackoffMs, idempotent: true, maxResponseBytes: this.cfg.maxResponseBytes };
+    const s: CallSettings = {
+      timeoutMs,
+      retries: 0,
+      backoffMs: this.cfg.retryBackoffMs,
+      idempotent: true,
+      maxResponseBytes: this.cfg.maxResponseBytes,
+    };
     for (let attempt = 0; ; attempt++) {
       try {
         const answer = await callJson(call, s);
         if (typeof answer === 'boolean') return;
         const name = `${call.method} ${call.url}`;
-        if (isRecord(answer) && 'error' in answer) throw new EnvServerError(name, 'server', `${name}: the server reported an error: ${excerpt(JSON.stringify(answer.error), 500)} (${describePayload(call.body)})`);
+        if (isRecord(answer) && 'error' in answer)
+          throw new EnvServerError(
+            name,
+            'server',
+            `${name}: the server reported an error: ${excerpt(JSON.stringify(answer.error), 500)} (${describePayload(call.body)})`,
+          );
         throw garbage(call, answer, 'true (closed) or false (no such instance)');
       } catch (error) {
-        const clientError = error instanceof EnvServerError && error.kind === 'status' && error.status !== null && error.status < 500 && error.status !== 429;
+        const clientError =
+          error instanceof EnvServerError && error.kind === 'status' && error.status !== null && error.status < 500 && error.status !== 429;
         if (!(error instanceof EnvServerError) || clientError || attempt >= retries) throw error;
         this.onRetry?.(error.message);
         await new Promise((r) => setTimeout(r, Math.min(10_000, this.cfg.retryBackoffMs * 2 ** attempt)));
@@ -137,12 +149,22 @@ export class ServerProtocol {
   }
 
   private async send(call: JsonCall, timeoutMs: number, idempotent: boolean): Promise<unknown> {
-    const s: CallSettings = { timeoutMs, retries: this.cfg.retries, backoffMs: this.cfg.retryBackoffMs, idempotent, maxResponseBytes: this.cfg.maxResponseBytes };
+    const s: CallSettings = {
+      timeoutMs,
+      retries: this.cfg.retries,
+      backoffMs: this.cfg.retryBackoffMs,
+      idempotent,
+      maxResponseBytes: this.cfg.maxResponseBytes,
+    };
     const answer = await callJson(call, s, this.onRetry);
     if (isRecord(answer) && 'error' in answer && answer.error !== null && answer.error !== undefined) {
       const name = `${call.method} ${call.url}`;
       const what = typeof answer.error === 'string' ? answer.error : JSON.stringify(answer.error);
-      throw new EnvServerError(name, 'server', `${name}: the server reported an error: ${excerpt(what, 500)} (${describePayload(call.body)})`);
+      throw new EnvServerError(
+        name,
+        'server',
+        `${name}: the server reported an error: ${excerpt(what, 500)} (${describePayload(call.body)})`,
+      );
     }
     return answer;
   }
@@ -164,13 +186,15 @@ export function actionsInObservation(observation: string): string[] {
 }
 
 function parseAnswer(call: JsonCall, answer: unknown, isStep: boolean): Omit<Answer, 'observation'> & { observation: string | null } {
-  if (typeof answer === 'string' && !isStep) return { observation: answer, taskDescription: null, reward: null, score: null, done: null, actions: null };
+  if (typeof answer === 'string' && !isStep)
+    return { observation: answer, taskDescription: null, reward: null, score: null, done: null, actions: null };
   if (Array.isArray(answer) && !isStep) {
     // WebShop's reset answers (observation, info).
     if (typeof answer[0] !== 'string') throw garbage(call, answer, 'a list whose first element is the observation text');
     return { observation: answer[0], taskDescription: null, reward: null, score: null, done: null, actions: null };
   }
-  if (!isRecord(answer)) throw garbage(call, answer, isStep ? 'an object with "observation", "reward" and "done"' : 'an object with "observation"');
+  if (!isRecord(answer))
+    throw garbage(call, answer, isStep ? 'an object with "observation", "reward" and "done"' : 'an object with "observation"');
   const observation = typeof answer.observation === 'string' ? answer.observation : typeof answer.state === 'string' ? answer.state : null;
   if (observation === null && (isStep || ('observation' in answer && answer.observation !== null))) {
     throw garbage(call, answer, 'a string "observation" (or "state")');
@@ -178,9 +202,11 @@ function parseAnswer(call: JsonCall, answer: unknown, isStep: boolean): Omit<Ans
   const reward = optionalNumber(call, answer, 'reward', isStep);
   const score = optionalNumber(call, answer, 'score', false);
   const done = answer.done;
-  if (isStep ? typeof done !== 'boolean' : done !== undefined && done !== null && typeof done !== 'boolean') throw garbage(call, answer, 'a boolean "done"');
+  if (isStep ? typeof done !== 'boolean' : done !== undefined && done !== null && typeof done !== 'boolean')
+    throw garbage(call, answer, 'a boolean "done"');
   const actions = answer.available_actions;
-  if (actions !== undefined && actions !== null && !isStringArray(actions)) throw garbage(call, answer, '"available_actions" as a list of strings');
+  if (actions !== undefined && actions !== null && !isStringArray(actions))
+    throw garbage(call, answer, '"available_actions" as a list of strings');
   const description = answer.task_description;
   return {
     observation,
@@ -204,7 +230,11 @@ function optionalNumber(call: JsonCall, answer: Record<string, unknown>, key: st
 
 function garbage(call: JsonCall, answer: unknown, expected: string): EnvServerError {
   const name = `${call.method} ${call.url}`;
-  return new EnvServerError(name, 'garbage', `${name} answered ${excerpt(JSON.stringify(answer) ?? String(answer))}, expected ${expected} (${describePayload(call.body)})`);
+  return new EnvServerError(
+    name,
+    'garbage',
+    `${name} answered ${excerpt(JSON.stringify(answer) ?? String(answer))}, expected ${expected} (${describePayload(call.body)})`,
+  );
 }
 
 function isRecord(v: unknown): v is Record<string, unknown> {

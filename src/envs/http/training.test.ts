@@ -50,7 +50,11 @@ describe('training against an HTTP environment', () => {
       expect(result.iterations).toBe(1);
       expect(log.join('\n')).toMatch(/env http: 1 tasks \(find\)/);
       const metrics = lines(runDir);
-      expect(metrics.map((m) => [m.type, m.iteration])).toEqual([['eval', 0], ['train', 1], ['eval', 1]]);
+      expect(metrics.map((m) => [m.type, m.iteration])).toEqual([
+        ['eval', 0],
+        ['train', 1],
+        ['eval', 1],
+      ]);
       expect(metrics[1].env_steps).toBeGreaterThanOrEqual(4);
       expect(metrics[2].episodes).toBe(2);
       expect(server.requests.some((r) => r.path === '/step')).toBe(true);
@@ -61,22 +65,29 @@ describe('training against an HTTP environment', () => {
     }
   });
 
-  it('trains with free-text actions on a server that lists none (its corpus is short of model.vocab_size)', { timeout: 300_000 }, async () => {
-    await initBackend();
-    const server = await TestEnvServer.start();
-    try {
-      const runDir = join(root, 'free-text');
-      const log: string[] = [];
-      // Observations alone cannot fill 2000 BPE tokens: the model must get the tokenizer's real vocabulary.
-      const result = await train(config(runDir, server.url, ['env.options.actions_from=none', 'model.vocab_size=2000']), { resume: false, log: (l) => log.push(l) });
-      expect(result.iterations).toBe(1);
-      const vocab = Number(/vocab (\d+)/.exec(log.join('\n'))![1]);
-      expect(vocab).toBeLessThan(2000);
-      expect(server.openInstances).toBe(0);
-    } finally {
-      await server.stop();
-    }
-  });
+  it(
+    'trains with free-text actions on a server that lists none (its corpus is short of model.vocab_size)',
+    { timeout: 300_000 },
+    async () => {
+      await initBackend();
+      const server = await TestEnvServer.start();
+      try {
+        const runDir = join(root, 'free-text');
+        const log: string[] = [];
+        // Observations alone cannot fill 2000 BPE tokens: the model must get the tokenizer's real vocabulary.
+        const result = await train(config(runDir, server.url, ['env.options.actions_from=none', 'model.vocab_size=2000']), {
+          resume: false,
+          log: (l) => log.push(l),
+        });
+        expect(result.iterations).toBe(1);
+        const vocab = Number(/vocab (\d+)/.exec(log.join('\n'))![1]);
+        expect(vocab).toBeLessThan(2000);
+        expect(server.openInstances).toBe(0);
+      } finally {
+        await server.stop();
+      }
+    },
+  );
 
   it('survives a server that fails some answers: those episodes end, the run goes on', { timeout: 300_000 }, async () => {
     await initBackend();
@@ -85,7 +96,10 @@ describe('training against an HTTP environment', () => {
     const server = await TestEnvServer.start({ faults: (_m, path) => (path === '/step' && rng.next() < 0.15 ? rng.pick(kinds) : null) });
     try {
       const runDir = join(root, 'faulty');
-      const result = await train(config(runDir, server.url, ['train.iterations=2', 'env.options.timeout_ms=300']), { resume: false, log: () => {} });
+      const result = await train(config(runDir, server.url, ['train.iterations=2', 'env.options.timeout_ms=300']), {
+        resume: false,
+        log: () => {},
+      });
       expect(result.iterations).toBe(2);
       expect([...server.faultCounts.values()].reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
       expect(lines(runDir).filter((m) => m.type === 'train')).toHaveLength(2);

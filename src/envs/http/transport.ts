@@ -101,7 +101,8 @@ async function attemptOnce(call: JsonCall, s: CallSettings): Promise<unknown> {
   try {
     const res = await fetch(call.url, {
       method: call.method,
-      headers: call.body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
+      headers:
+        call.body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
       body: call.body === undefined ? undefined : JSON.stringify(call.body),
       signal,
     });
@@ -126,7 +127,12 @@ async function readCapped(res: Response, max: number, name: string): Promise<str
   const declared = Number(res.headers.get('content-length'));
   if (Number.isFinite(declared) && declared > max) {
     await res.body?.cancel().catch(() => undefined);
-    throw new EnvServerError(name, 'garbage', `${name} announced an answer of ${declared} bytes, more than the ${max} allowed (env.options.max_response_bytes)`, res.status);
+    throw new EnvServerError(
+      name,
+      'garbage',
+      `${name} announced an answer of ${declared} bytes, more than the ${max} allowed (env.options.max_response_bytes)`,
+      res.status,
+    );
   }
   if (!res.body) return '';
   const reader = res.body.getReader();
@@ -138,7 +144,12 @@ async function readCapped(res: Response, max: number, name: string): Promise<str
     size += value.byteLength;
     if (size > max) {
       await reader.cancel().catch(() => undefined);
-      throw new EnvServerError(name, 'garbage', `${name} sent an answer longer than the ${max} bytes allowed (env.options.max_response_bytes)`, res.status);
+      throw new EnvServerError(
+        name,
+        'garbage',
+        `${name} sent an answer longer than the ${max} bytes allowed (env.options.max_response_bytes)`,
+        res.status,
+      );
     }
     chunks.push(value);
   }
@@ -151,7 +162,12 @@ function networkFailure(e: unknown, name: string, timeoutMs: number, sent: strin
     return new EnvServerError(name, 'timeout', `${name} gave no complete answer within ${timeoutMs} ms (${sent})`);
   }
   // fetch refuses a few ports outright (the Fetch standard's "bad ports", e.g. 1, 25, 6000).
-  if (err.cause?.message === 'bad port') return new EnvServerError(name, 'unreachable', `${name} could not reach the server (fetch refuses to use this port; pick another) (${sent})`);
+  if (err.cause?.message === 'bad port')
+    return new EnvServerError(
+      name,
+      'unreachable',
+      `${name} could not reach the server (fetch refuses to use this port; pick another) (${sent})`,
+    );
   const code = err.cause?.code ?? err.cause?.errors?.[0]?.code;
   const detail = code ? `${code}${err.cause?.message ? `: ${err.cause.message}` : ''}` : (err.cause?.message ?? err.message);
   const kind: FailureKind = code && UNREACHABLE_CODES.has(code) ? 'unreachable' : 'connection';

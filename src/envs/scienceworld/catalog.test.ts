@@ -21,7 +21,10 @@ describe('ScienceWorld catalog', () => {
     for (const task of catalog.tasks) {
       const all = [...task.train, ...task.dev, ...task.test];
       expect(new Set(all).size, task.name).toBe(all.length);
-      expect([...all].sort((a, b) => a - b), task.name).toEqual(Array.from({ length: task.maxVariations }, (_, i) => i));
+      expect(
+        [...all].sort((a, b) => a - b),
+        task.name,
+      ).toEqual(Array.from({ length: task.maxVariations }, (_, i) => i));
       expect(task.train.length, task.name).toBeGreaterThanOrEqual(4);
       expect(task.test.length, task.name).toBeGreaterThanOrEqual(4);
     }
@@ -36,7 +39,9 @@ describe('ScienceWorld catalog', () => {
   it('names what is wrong in bad lookups', () => {
     expect(() => getTask('boil-water')).toThrow(/unknown ScienceWorld task 'boil-water'; the tasks are: boil, /);
     expect(() => splitVariations('boil', 'validation' as 'dev')).toThrow(/unknown split 'validation'/);
-    expect(() => parseCatalog({ scienceworldVersion: '1', tasks: [{ name: 'x' }] }, 'test.json')).toThrow(/invalid ScienceWorld catalog in test.json/);
+    expect(() => parseCatalog({ scienceworldVersion: '1', tasks: [{ name: 'x' }] }, 'test.json')).toThrow(
+      /invalid ScienceWorld catalog in test.json/,
+    );
   });
 });
 
@@ -59,7 +64,9 @@ describe('ScienceWorldEnv configuration (no simulator needed)', () => {
 
   it('rejects bad options with messages that name the option', () => {
     expect(() => new ScienceWorldEnv({ simplification: 'easy,teleport' })).toThrow(/unknown ScienceWorld simplification 'easy'/);
-    expect(() => new ScienceWorldEnv({ simplification: 'teleport' })).toThrow(/unknown ScienceWorld simplification 'teleport'.*teleportAction/);
+    expect(() => new ScienceWorldEnv({ simplification: 'teleport' })).toThrow(
+      /unknown ScienceWorld simplification 'teleport'.*teleportAction/,
+    );
     expect(() => new ScienceWorldEnv({ stepLimits: { boiling: 5 } })).toThrow(/unknown ScienceWorld task 'boiling'/);
     expect(() => new ScienceWorldEnv({ stepLimits: { boil: 0 } })).toThrow(/stepLimits\['boil'\] must be a positive integer/);
     expect(() => new ScienceWorldEnv({ moveLimit: 1.5 })).toThrow(/moveLimit must be a positive integer/);
@@ -108,7 +115,12 @@ describe('missing Python set-up', () => {
 describe('createScienceWorldEnv (configuration from YAML/JSON)', () => {
   it('builds an env from plain options, with maxSteps replacing every per-task limit', async () => {
     const { createScienceWorldEnv } = await import('./factory.ts');
-    const env = createScienceWorldEnv({ tasks: ['boil', 'melt'], maxSteps: 40, stepLimits: { melt: 12 }, actionCorrection: { enabled: true } });
+    const env = createScienceWorldEnv({
+      tasks: ['boil', 'melt'],
+      maxSteps: 40,
+      stepLimits: { melt: 12 },
+      actionCorrection: { enabled: true },
+    });
     expect(env.tasks()).toEqual(['boil', 'melt']);
     expect(env.maxSteps('boil')).toBe(40);
     expect(env.maxSteps('melt')).toBe(12);

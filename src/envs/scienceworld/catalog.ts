@@ -54,7 +54,9 @@ export function loadCatalog(): ScienceWorldCatalog {
     try {
       text = readFileSync(CATALOG_PATH, 'utf8');
     } catch (error) {
-      throw new Error(`cannot read the ScienceWorld catalog ${CATALOG_PATH}: ${(error as Error).message}; regenerate it with 'npx tsx src/envs/scienceworld/generate-catalog.ts'`);
+      throw new Error(
+        `cannot read the ScienceWorld catalog ${CATALOG_PATH}: ${(error as Error).message}; regenerate it with 'npx tsx src/envs/scienceworld/generate-catalog.ts'`,
+      );
     }
     cached = parseCatalog(JSON.parse(text), CATALOG_PATH);
   }

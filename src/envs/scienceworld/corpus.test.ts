@@ -7,13 +7,13 @@ import { loadCatalog, taskNames } from './catalog.ts';
 import { loadCorpus, scienceWorldCorpus } from './corpus.ts';
 
 describe('ScienceWorld tokenizer corpus', () => {
-  it('covers every task of the catalog, made with the catalog\'s simulator version', () => {
+  it("covers every task of the catalog, made with the catalog's simulator version", () => {
     const corpus = loadCorpus();
     expect(corpus.scienceworldVersion).toBe(loadCatalog().scienceworldVersion);
     for (const task of taskNames()) expect(corpus.tasks[task]?.length, task).toBeGreaterThan(10);
   });
 
-  it('gives only the chosen tasks\' text, starting with the task description and first observation', async () => {
+  it("gives only the chosen tasks' text, starting with the task description and first observation", async () => {
     const boil = await environmentCorpus({ name: 'scienceworld', tasks: ['boil'], max_steps: null, options: {} });
     expect(boil[0]).toMatch(/^Your task is to boil /);
     expect(boil[1]).toMatch(/^This room is called the /);

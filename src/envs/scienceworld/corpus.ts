@@ -51,7 +51,8 @@ export function scienceWorldCorpus(tasks?: readonly string[], path = CORPUS_PATH
   for (const task of wanted) {
     getTask(task);
     const text = corpus.tasks[task];
-    if (!text) throw new Error(`${path} has no text for ScienceWorld task '${task}'; regenerate it with 'npx tsx src/envs/scienceworld/corpus.ts'`);
+    if (!text)
+      throw new Error(`${path} has no text for ScienceWorld task '${task}'; regenerate it with 'npx tsx src/envs/scienceworld/corpus.ts'`);
     lines.push(...text);
   }
   return lines;
@@ -90,7 +91,9 @@ async function main(): Promise<void> {
     const missing = taskNames().filter((task) => !corpus.tasks[task]?.length);
     const version = loadCatalog().scienceworldVersion;
     if (missing.length > 0 || corpus.scienceworldVersion !== version) {
-      console.error(`${CORPUS_PATH} is out of date (missing tasks: ${missing.join(', ') || 'none'}; made with ${corpus.scienceworldVersion}, catalog ${version})`);
+      console.error(
+        `${CORPUS_PATH} is out of date (missing tasks: ${missing.join(', ') || 'none'}; made with ${corpus.scienceworldVersion}, catalog ${version})`,
+      );
       process.exitCode = 1;
     } else {
       console.log(`${CORPUS_PATH} covers all ${taskNames().length} tasks`);
@@ -116,9 +119,14 @@ async function main(): Promise<void> {
   const body = taskNames()
     .map((task) => `    ${JSON.stringify(task)}: ${JSON.stringify(tasks[task])}`)
     .join(',\n');
-  writeFileSync(CORPUS_PATH, `{\n  "scienceworldVersion": ${JSON.stringify(loadCatalog().scienceworldVersion)},\n  "tasks": {\n${body}\n  }\n}\n`);
+  writeFileSync(
+    CORPUS_PATH,
+    `{\n  "scienceworldVersion": ${JSON.stringify(loadCatalog().scienceworldVersion)},\n  "tasks": {\n${body}\n  }\n}\n`,
+  );
   const chars = Object.values(tasks).reduce((sum, lines) => sum + lines.join('\n').length, 0);
-  console.log(`wrote ${CORPUS_PATH}: ${taskNames().length} tasks, ${chars} characters, ${((performance.now() - started) / 1000).toFixed(0)} s`);
+  console.log(
+    `wrote ${CORPUS_PATH}: ${taskNames().length} tasks, ${chars} characters, ${((performance.now() - started) / 1000).toFixed(0)} s`,
+  );
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -112,7 +112,9 @@ export function validateSimplification(value: string): void {
   if (value === 'easy' || value === '') return;
   for (const part of value.split(',')) {
     if (!(SIMPLIFICATIONS as readonly string[]).includes(part)) {
-      throw new Error(`unknown ScienceWorld simplification '${part}' in '${value}'; use "easy", "" or a comma-separated list of: ${SIMPLIFICATIONS.join(', ')}`);
+      throw new Error(
+        `unknown ScienceWorld simplification '${part}' in '${value}'; use "easy", "" or a comma-separated list of: ${SIMPLIFICATIONS.join(', ')}`,
+      );
     }
   }
 }
@@ -217,7 +219,9 @@ export class ScienceWorldEnv implements Env {
       throw new Error(`ScienceWorld task '${task}' has variations 0..${entry.maxVariations - 1}, got ${String(variation)}`);
     }
     if (this.simplification.includes('noElectricalAction') && ELECTRICAL_TASKS.test(task)) {
-      throw new Error(`ScienceWorld task '${task}' needs electrical actions; remove noElectricalAction from the simplification '${this.simplification}'`);
+      throw new Error(
+        `ScienceWorld task '${task}' needs electrical actions; remove noElectricalAction from the simplification '${this.simplification}'`,
+      );
     }
     return this.exclusive(async () => {
       this.episode = undefined;
@@ -267,7 +271,9 @@ export class ScienceWorldEnv implements Env {
           this.discardSimulator();
         }
       }
-      throw new Error(`ScienceWorld reset of '${task}' variation ${variation} failed on ${this.resetAttempts} fresh simulator(s): ${lastFailure?.message}`);
+      throw new Error(
+        `ScienceWorld reset of '${task}' variation ${variation} failed on ${this.resetAttempts} fresh simulator(s): ${lastFailure?.message}`,
+      );
     });
   }
 
@@ -276,14 +282,18 @@ export class ScienceWorldEnv implements Env {
     const episode = this.episode;
     if (!episode) throw new Error('ScienceWorldEnv.step() called before reset()');
     if (episode.done) {
-      throw new Error(`ScienceWorldEnv.step() called after the episode of '${episode.task}' variation ${episode.variation} ended; call reset()`);
+      throw new Error(
+        `ScienceWorldEnv.step() called after the episode of '${episode.task}' variation ${episode.variation} ended; call reset()`,
+      );
     }
     if (typeof action !== 'string') throw new Error(`ScienceWorldEnv.step() needs a string action, got ${typeof action}`);
 
     // A sampled byte-level token can leave half of a UTF-16 surrogate pair in the text; py4j
     // cannot encode that for the JVM. U+FFFD in its place makes it an ordinary unknown action.
     const text = toWellFormed(action);
-    const correction = this.correction.enabled ? correctAction(text, episode.validActions) : { action: text, corrected: false, similarity: 1 };
+    const correction = this.correction.enabled
+      ? correctAction(text, episode.validActions)
+      : { action: text, corrected: false, similarity: 1 };
     const historyAction = this.correction.history === 'corrected' ? correction.action : action;
     const actionInfo = { action: correction.action, originalAction: action, corrected: correction.corrected, historyAction };
 
@@ -307,7 +317,12 @@ export class ScienceWorldEnv implements Env {
           done: true,
           score: episode.score,
           validActions: [],
-          info: { ...actionInfo, outcome: 'simulator_error' satisfies EpisodeOutcome, simulatorError: error.message, stepsTaken: episode.stepsTaken },
+          info: {
+            ...actionInfo,
+            outcome: 'simulator_error' satisfies EpisodeOutcome,
+            simulatorError: error.message,
+            stepsTaken: episode.stepsTaken,
+          },
         };
       }
       episode.stepsTaken++;
@@ -401,7 +416,12 @@ export class ScienceWorldEnv implements Env {
     if (this.simulator?.alive) return this.simulator;
     if (this.simulator) this.discardSimulator();
     if (!this.starting) {
-      this.starting = Simulator.start({ python: this.python, startTimeoutMs: this.startTimeoutMs, deterministic: this.deterministic, jvmOptions: this.jvmOptions }).finally(() => {
+      this.starting = Simulator.start({
+        python: this.python,
+        startTimeoutMs: this.startTimeoutMs,
+        deterministic: this.deterministic,
+        jvmOptions: this.jvmOptions,
+      }).finally(() => {
         this.starting = undefined;
       });
     }

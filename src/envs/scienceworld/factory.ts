@@ -18,7 +18,10 @@ export const scienceWorldConfigSchema = z
     stepLimits: z.record(z.string(), positiveInt).optional(),
     defaultStepLimit: positiveInt.optional(),
     moveLimit: positiveInt.optional(),
-    actionCorrection: z.object({ enabled: z.boolean().optional(), history: z.enum(['original', 'corrected']).optional() }).strict().optional(),
+    actionCorrection: z
+      .object({ enabled: z.boolean().optional(), history: z.enum(['original', 'corrected']).optional() })
+      .strict()
+      .optional(),
     python: z.string().min(1).optional(),
     startTimeoutMs: positiveMs.optional(),
     resetTimeoutMs: positiveMs.optional(),

@@ -83,7 +83,9 @@ async function main(): Promise<void> {
 
   const pool = new ScienceWorldPool(poolSize, goldReplayOptions({ simplification: values.simplification }));
   const probe = new ScienceWorldEnv(goldReplayOptions());
-  const jobs = tasks.flatMap((task) => (explicit ?? probe.variations(task, split).slice(offset, offset + count)).map((variation) => ({ task, variation })));
+  const jobs = tasks.flatMap((task) =>
+    (explicit ?? probe.variations(task, split).slice(offset, offset + count)).map((variation) => ({ task, variation })),
+  );
   let passed = 0;
   let failed = 0;
   try {

@@ -73,7 +73,9 @@ describe.skipIf(!gate.available)(`ScienceWorld refused actions and lost simulato
     const pids = env.simulatorPids;
     const before = env.validActions();
     // Let the surrogate through to the bridge, as a text the sanitiser missed would be.
-    const spy = vi.spyOn(String.prototype as unknown as { toWellFormed(): string }, 'toWellFormed').mockImplementation(function (this: string) {
+    const spy = vi.spyOn(String.prototype as unknown as { toWellFormed(): string }, 'toWellFormed').mockImplementation(function (
+      this: string,
+    ) {
       return String(this);
     });
     let result;

@@ -46,7 +46,10 @@ function probe(python: string): SetupStatus {
   }
   const imported = spawnSync(
     python,
-    ['-c', 'import os, scienceworld, scienceworld.constants as c; print(scienceworld.__version__ if os.path.exists(c.JAR_PATH) else "NOJAR")'],
+    [
+      '-c',
+      'import os, scienceworld, scienceworld.constants as c; print(scienceworld.__version__ if os.path.exists(c.JAR_PATH) else "NOJAR")',
+    ],
     { encoding: 'utf8', timeout: 60_000 },
   );
   if (imported.error) {

@@ -140,7 +140,10 @@ describe.skipIf(!gate.available)(`ScienceWorld simulator (${gate.label})`, () =>
   });
 
   it("skips only the simulator's redundant second load: the fast reset equals ScienceWorldEnv.reset()", async () => {
-    for (const [task, variation] of [['boil', 25], ['find-animal', 230]] as const) {
+    for (const [task, variation] of [
+      ['boil', 25],
+      ['find-animal', 230],
+    ] as const) {
       const official = await rawReset(raw, task, variation, true);
       const fast = await rawReset(raw, task, variation, false);
       expect(fast).toEqual(official);
@@ -159,7 +162,12 @@ describe.skipIf(!gate.available)(`ScienceWorld pool (${gate.label})`, () => {
     });
     const seenPids = new Set<number>();
     const outcomes: string[] = [];
-    const faults: Record<number, 'kill-java' | 'kill-bridge' | 'hang' | 'kill-idle'> = { 3: 'kill-java', 8: 'kill-bridge', 13: 'hang', 18: 'kill-idle' };
+    const faults: Record<number, 'kill-java' | 'kill-bridge' | 'hang' | 'kill-idle'> = {
+      3: 'kill-java',
+      8: 'kill-bridge',
+      13: 'hang',
+      18: 'kill-idle',
+    };
     const tasks = ['find-animal', 'lifespan-longest-lived', 'use-thermometer', 'chemistry-mix'];
     const episodes = Array.from({ length: 24 }, (_, index) => index);
     try {

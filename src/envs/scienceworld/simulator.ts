@@ -116,10 +116,7 @@ export class Simulator {
         liveSimulators.delete(this);
         // The JVM may outlive a bridge that crashed; it is in the same group, so end it too.
         this.killGroup();
-        const error = new SimulatorError(
-          `ScienceWorld bridge (pid ${this.pid}) ${this.exitDescription}${this.stderrSuffix()}`,
-          'died',
-        );
+        const error = new SimulatorError(`ScienceWorld bridge (pid ${this.pid}) ${this.exitDescription}${this.stderrSuffix()}`, 'died');
         this.readyWaiter?.reject(error);
         this.failPending(error);
         resolve();
@@ -199,7 +196,12 @@ export class Simulator {
         const timer = setTimeout(() => {
           this.pending = undefined;
           this.kill();
-          reject(new SimulatorError(`ScienceWorld simulator (pid ${this.pid}) did not answer '${op}' within ${timeoutMs} ms; it was killed`, 'timeout'));
+          reject(
+            new SimulatorError(
+              `ScienceWorld simulator (pid ${this.pid}) did not answer '${op}' within ${timeoutMs} ms; it was killed`,
+              'timeout',
+            ),
+          );
         }, timeoutMs);
         this.pending = { id, op, resolve, reject, timer };
       });

@@ -52,7 +52,7 @@ async function main(): Promise<void> {
   const childrenBefore = (await pidtree(process.pid)).length;
 
   const pool = new ScienceWorldPool(poolSize, { stepTimeoutMs: 5_000 });
-  const tasks = (await pool.use(async (env) => env.tasks()));
+  const tasks = await pool.use(async (env) => env.tasks());
   const outcomes = new Map<string, number>();
   const seenPids = new Set<number>();
   const errors: string[] = [];
@@ -76,7 +76,10 @@ async function main(): Promise<void> {
               const reset = await env.reset(task, variation, episode);
               const pids = env.simulatorPids;
               if (pids) seenPids.add(pids.bridge).add(pids.java ?? pids.bridge);
-              const fault = faultEvery > 0 && episode % faultEvery === faultEvery - 1 ? faults[(episode / faultEvery) % faults.length | 0] : undefined;
+              const fault =
+                faultEvery > 0 && episode % faultEvery === faultEvery - 1
+                  ? faults[((episode / faultEvery) % faults.length) | 0]
+                  : undefined;
               const faultAt = Math.floor(next() * 3);
               let valid = reset.validActions;
               for (let step = 0; step < Math.min(maxSteps, env.maxSteps(task)); step++) {
@@ -114,8 +117,12 @@ async function main(): Promise<void> {
     childrenAfter = (await pidtree(process.pid)).length;
   }
 
-  console.log(`${episodes} episodes, ${steps} steps on ${poolSize} simulators in ${seconds.toFixed(0)} s (${(steps / seconds).toFixed(1)} steps/s)`);
-  console.log(`faults injected: ${injected} (the rest of the scheduled ones fell after their episode had ended); simulators restarted: ${pool.restarts}`);
+  console.log(
+    `${episodes} episodes, ${steps} steps on ${poolSize} simulators in ${seconds.toFixed(0)} s (${(steps / seconds).toFixed(1)} steps/s)`,
+  );
+  console.log(
+    `faults injected: ${injected} (the rest of the scheduled ones fell after their episode had ended); simulators restarted: ${pool.restarts}`,
+  );
   console.log(`episode endings: ${[...outcomes].map(([outcome, count]) => `${outcome} ${count}`).join(', ')}`);
   console.log(`simulator processes started: ${seenPids.size}; still alive after close: ${survivors.length}`);
   console.log(`child processes of this process: ${childrenBefore} before, ${childrenAfter} after`);

@@ -35,7 +35,10 @@ class KillBeforeStep implements Env {
   outcomes: string[] = [];
   private steps = 0;
   /** Once: the episode after the kill must run undisturbed. */
-  constructor(readonly inner: ScienceWorldEnv, private killAt: number | null) {}
+  constructor(
+    readonly inner: ScienceWorldEnv,
+    private killAt: number | null,
+  ) {}
   tasks = () => this.inner.tasks();
   variations: Env['variations'] = (task, split) => this.inner.variations(task, split);
   maxSteps = (task: string) => this.inner.maxSteps(task);
@@ -120,7 +123,10 @@ describe.skipIf(!gate.available)(`ScienceWorld in training (${gate.label})`, () 
     expect(killed.length).toBeGreaterThanOrEqual(1);
     expect(result.iterations).toBe(1);
     expect(result.finalEval!.summary.episodes).toBe(1);
-    const metrics = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { type: string });
+    const metrics = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { type: string });
     expect(metrics.filter((m) => m.type === 'train')).toHaveLength(1);
     expect(logs.some((l) => l.includes('env scienceworld: 1 tasks (boil)'))).toBe(true);
     const deadline = Date.now() + 10_000;

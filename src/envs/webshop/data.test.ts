@@ -16,21 +16,43 @@ afterEach(() => {
 function rawShop(): string {
   const dir = mkdtempSync(join(scratch, 'raw-'));
   const item = (asin: string, extra: Record<string, unknown>) => ({
-    asin, name: `Product ${asin}`, full_description: 'A thing.', small_description: ['First point', 'Second'],
-    category: 'beauty', query: ' Face Cream ', product_category: 'Beauty › Skin Care › Face', images: ['img.jpg'],
-    customization_options: '', pricing: '$10.00', ...extra,
+    asin,
+    name: `Product ${asin}`,
+    full_description: 'A thing.',
+    small_description: ['First point', 'Second'],
+    category: 'beauty',
+    query: ' Face Cream ',
+    product_category: 'Beauty › Skin Care › Face',
+    images: ['img.jpg'],
+    customization_options: '',
+    pricing: '$10.00',
+    ...extra,
   });
-  writeFileSync(join(dir, 'items_shuffle_1000.json'), JSON.stringify([
-    item('B000000001', { customization_options: { Color: [{ value: 'Red/Blue ', image: 'a.jpg' }, { value: 'Green', image: null }], Size: null } }),
-    item('B000000002', { pricing: '$10.00$15.50', small_description: 'only one' }),
-    item('B000000003', { pricing: '' }),
-    item('B000000001', {}), // a duplicate ASIN is skipped, as WebShop does
-    item('nan', {}),
-  ]));
-  writeFileSync(join(dir, 'items_ins_v2_1000.json'), JSON.stringify({
-    B000000001: { attributes: ['paraben free'], instruction: 'i want a face cream', instruction_attributes: ['paraben free'] },
-    B000000002: { attributes: ['dry skin'] },
-  }));
+  writeFileSync(
+    join(dir, 'items_shuffle_1000.json'),
+    JSON.stringify([
+      item('B000000001', {
+        customization_options: {
+          Color: [
+            { value: 'Red/Blue ', image: 'a.jpg' },
+            { value: 'Green', image: null },
+          ],
+          Size: null,
+        },
+      }),
+      item('B000000002', { pricing: '$10.00$15.50', small_description: 'only one' }),
+      item('B000000003', { pricing: '' }),
+      item('B000000001', {}), // a duplicate ASIN is skipped, as WebShop does
+      item('nan', {}),
+    ]),
+  );
+  writeFileSync(
+    join(dir, 'items_ins_v2_1000.json'),
+    JSON.stringify({
+      B000000001: { attributes: ['paraben free'], instruction: 'i want a face cream', instruction_attributes: ['paraben free'] },
+      B000000002: { attributes: ['dry skin'] },
+    }),
+  );
   return dir;
 }
 
@@ -44,7 +66,9 @@ describe('WebShop data loading', () => {
   it('says where to get the files when they are missing', () => {
     process.env[DATA_ENV_VAR] = '/nonexistent/webshop-data';
     expect(() => loadCatalogue()).toThrow(/folder \/nonexistent\/webshop-data does not exist.*setup\.sh -d small.*EMPO2_WEBSHOP_DATA/s);
-    expect(() => new WebShopEnv({ dataDir: tmpdir(), productsFile: 'nope.json' })).toThrow(/product catalogue file not found: .*nope\.json/);
+    expect(() => new WebShopEnv({ dataDir: tmpdir(), productsFile: 'nope.json' })).toThrow(
+      /product catalogue file not found: .*nope\.json/,
+    );
   });
 
   it("processes WebShop's raw items_shuffle file like load_products", () => {
@@ -67,21 +91,33 @@ describe('WebShop data loading', () => {
     process.env[DATA_ENV_VAR] = dir;
     const env = new WebShopEnv();
     expect(env.world.goals).toHaveLength(2); // one instructed product x two colours
-    expect(env.world.goals.map((g) => g.instruction_text).sort()).toEqual([
-      'i want a face cream with color: green, and price lower than 20.00 dollars',
-      'i want a face cream with color: red | blue, and price lower than 20.00 dollars',
-    ].sort().map((t) => expect.stringMatching(new RegExp(`^${t.replace(/[|.]/g, '\\$&').replace('20\\.00', '(20|30|40|50)\\.00')}$`))));
+    expect(env.world.goals.map((g) => g.instruction_text).sort()).toEqual(
+      [
+        'i want a face cream with color: green, and price lower than 20.00 dollars',
+        'i want a face cream with color: red | blue, and price lower than 20.00 dollars',
+      ]
+        .sort()
+        .map((t) => expect.stringMatching(new RegExp(`^${t.replace(/[|.]/g, '\\$&').replace('20\\.00', '(20|30|40|50)\\.00')}$`))),
+    );
   });
 
-  it("reads items_human_ins.json (ASIN -> instructions) and plays human goals from it", () => {
+  it('reads items_human_ins.json (ASIN -> instructions) and plays human goals from it', () => {
     const dir = rawShop();
-    writeFileSync(join(dir, 'items_human_ins.json'), JSON.stringify({
-      B000000001: [
-        { asin: 'B000000001', instruction: 'i need a paraben free face cream in green.', instruction_attributes: ['paraben free'], instruction_options: ['green'] },
-        { asin: 'B000000001', instruction: 'skipped: no attributes', instruction_attributes: [], instruction_options: [] },
-      ],
-      B999999999: [{ instruction: 'not in the catalogue', instruction_attributes: ['x'], instruction_options: [] }],
-    }));
+    writeFileSync(
+      join(dir, 'items_human_ins.json'),
+      JSON.stringify({
+        B000000001: [
+          {
+            asin: 'B000000001',
+            instruction: 'i need a paraben free face cream in green.',
+            instruction_attributes: ['paraben free'],
+            instruction_options: ['green'],
+          },
+          { asin: 'B000000001', instruction: 'skipped: no attributes', instruction_attributes: [], instruction_options: [] },
+        ],
+        B999999999: [{ instruction: 'not in the catalogue', instruction_attributes: ['x'], instruction_options: [] }],
+      }),
+    );
     expect(loadHumanInstructions(join(dir, 'items_human_ins.json')).get('B000000001')).toHaveLength(2);
     const env = new WebShopEnv({ dataDir: dir, goals: 'human' });
     expect(env.world.goals).toHaveLength(1);

@@ -259,7 +259,9 @@ function loadRawProducts(
       name: asString(item.name, `${where}.name`),
       Title: asString(item.name, `${where}.name`),
       Description: asString(item.full_description ?? '', `${where}.full_description`),
-      BulletPoints: Array.isArray(small) ? asStringList(small, `${where}.small_description`) : [asString(small ?? '', `${where}.small_description`)],
+      BulletPoints: Array.isArray(small)
+        ? asStringList(small, `${where}.small_description`)
+        : [asString(small ?? '', `${where}.small_description`)],
       Price: price,
       pricing,
       options,

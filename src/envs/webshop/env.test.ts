@@ -43,7 +43,9 @@ describe('WebShop environment: interface and navigation', () => {
     const g = goals[1];
     await env.reset(WEBSHOP_TASK, 1);
     let r = await env.step(`search[${g.instruction_text}]`);
-    expect(r.observation).toMatch(/^Instruction: \[SEP\] .* \[SEP\] Back to Search \[SEP\] Page 1 \(Total results: 50\) \[SEP\] Next > \[SEP\] /);
+    expect(r.observation).toMatch(
+      /^Instruction: \[SEP\] .* \[SEP\] Back to Search \[SEP\] Page 1 \(Total results: 50\) \[SEP\] Next > \[SEP\] /,
+    );
     const asinClicks = r.validActions.filter((a) => /^click\[b[0-9a-z]{9}\]$/.test(a));
     expect(asinClicks).toHaveLength(10);
     expect(r.validActions).toContain('click[back to search]');
@@ -57,7 +59,17 @@ describe('WebShop environment: interface and navigation', () => {
 
     r = await env.step(`click[${g.asin.toLowerCase()}]`);
     expect(r.info!.page).toBe('item');
-    expect(r.validActions).toEqual(expect.arrayContaining(['click[buy now]', 'click[description]', 'click[features]', 'click[reviews]', 'click[black]', 'click[3x-large]', 'click[< prev]']));
+    expect(r.validActions).toEqual(
+      expect.arrayContaining([
+        'click[buy now]',
+        'click[description]',
+        'click[features]',
+        'click[reviews]',
+        'click[black]',
+        'click[3x-large]',
+        'click[< prev]',
+      ]),
+    );
     expect(r.observation).toContain('[SEP] color [SEP] ');
     expect(r.observation).toContain(`Price: ${env.world.catalogue.byAsin.get(g.asin)!.Price}`);
 
@@ -138,7 +150,7 @@ describe('WebShop environment: interface and navigation', () => {
     await env.step(`click[${g.asin.toLowerCase()}]`);
     const partial = await env.step('click[buy now]');
     expect(partial.info!.webshopReward).toBeCloseTo(5 / 7, 12);
-    expect(partial.score).toBeCloseTo((500 / 7), 9);
+    expect(partial.score).toBeCloseTo(500 / 7, 9);
     expect(partial.info!.won).toBe(false);
   });
 
@@ -177,13 +189,18 @@ describe('scripted oracle on the test goals', () => {
         // (e.g. "r.brown2070" -> "brown", "rectangular" -> "tan") while the goal's (name, value)
         // pair kept its text, so the two no longer share a word.
         const values = Object.values(goals[i].goal_options as Record<string, string>);
-        expect(values.some((v) => normalizeColor(v) !== v && !COLOR_SET.includes(v)), `goal ${i}`).toBe(true);
+        expect(
+          values.some((v) => normalizeColor(v) !== v && !COLOR_SET.includes(v)),
+          `goal ${i}`,
+        ).toBe(true);
       }
       const o2 = await runOracle(v2, goals[i], i);
       if (o2.reward === 1) v2Success++;
       if (o2.found) expect(o2.reward, `goal ${i}`).toBe(1); // v2-6ba9969: the right product with its options always wins
     }
-    console.log(`webshop oracle: reward 1 on ${success}/${test.length} test goals with the master reward, ${v2Success} with v2-6ba9969; goal product in the top 50 for ${found}`);
+    console.log(
+      `webshop oracle: reward 1 on ${success}/${test.length} test goals with the master reward, ${v2Success} with v2-6ba9969; goal product in the top 50 for ${found}`,
+    );
     expect(success / test.length).toBeGreaterThan(0.95);
     expect(v2Success).toBe(found);
   }, 60_000);

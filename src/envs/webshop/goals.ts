@@ -157,12 +157,7 @@ export interface GoalSet {
  * The goal list in WebShop's final order. goalSeed plays the role of the seed WebShop's process
  * had when it loaded products: it fixes the prices of range-priced products and the price limits.
  */
-export function buildGoals(
-  catalogue: Catalogue,
-  source: GoalSource,
-  goalSeed: number,
-  human?: Map<string, HumanInstruction[]>,
-): GoalSet {
+export function buildGoals(catalogue: Catalogue, source: GoalSource, goalSeed: number, human?: Map<string, HumanInstruction[]>): GoalSet {
   const rng = new PyRandom(goalSeed);
   const prices = generateProductPrices(catalogue.products, rng);
   let goals: Goal[];

@@ -7,7 +7,17 @@ describe('nounWords', () => {
     // then stops splitting the possessive in the second: ["shein", "women's", ...].
     nounWords("Skechers Women's, Relaxed Fit: Arch Fit - Commute Clog Taupe 11 M");
     expect(nounWords("SheIn Women's Sexy One Shoulder Sleeveless Cutout Mini Club Pencil Bodycon Dress")).toEqual([
-      'shein', 'women', 'sexy', 'shoulder', 'sleeveless', 'cutout', 'mini', 'club', 'pencil', 'bodycon', 'dress',
+      'shein',
+      'women',
+      'sexy',
+      'shoulder',
+      'sleeveless',
+      'cutout',
+      'mini',
+      'club',
+      'pencil',
+      'bodycon',
+      'dress',
     ]);
   });
 

@@ -34,7 +34,10 @@ export async function runOracle(env: Env, goal: Goal, goalIndex: number): Promis
     page++;
   }
   if (!r.validActions.includes(target)) return { goalIndex, found: false, rank: null, reward: 0, steps, last };
-  const position = r.observation.split(' [SEP] ').filter((s) => /^[A-Z0-9]{10}$/.test(s)).indexOf(goal.asin);
+  const position = r.observation
+    .split(' [SEP] ')
+    .filter((s) => /^[A-Z0-9]{10}$/.test(s))
+    .indexOf(goal.asin);
   const rank = (page - 1) * 10 + position + 1;
   r = await act(target);
   const values = Array.isArray(goal.goal_options) ? goal.goal_options : Object.values(goal.goal_options);

@@ -137,20 +137,26 @@ describe('human goal with options ["pink"]: the goal product with colour and siz
     expect(r.info.r_option).toBe(1);
   });
 
-  it('scores 4/3 with v2-6ba9969, as that commit\'s get_reward does (recorded in the parity fixture)', () => {
+  it("scores 4/3 with v2-6ba9969, as that commit's get_reward does (recorded in the parity fixture)", () => {
     expect(computeReward(p, g, human.prices.get(g.asin)!, chosen, 'v2-6ba9969').reward).toBeCloseTo(4 / 3, 12);
   });
 });
 
-describe('reward parity with WebShop\'s original get_reward, both revisions (same nouns)', () => {
+describe("reward parity with WebShop's original get_reward, both revisions (same nouns)", () => {
   const fixturePath = join(dirname(fileURLToPath(import.meta.url)), 'parity', 'reward-fixture.json');
   const fixture = JSON.parse(readFileSync(fixturePath, 'utf8')) as Array<{
-    source: 'synthetic' | 'human'; goalIndex: number; kind: string; purchased: string; price: number; priceUpper: number;
-    options: Record<string, string>; reward: Record<RewardRevision, number>;
+    source: 'synthetic' | 'human';
+    goalIndex: number;
+    kind: string;
+    purchased: string;
+    price: number;
+    priceUpper: number;
+    options: Record<string, string>;
+    reward: Record<RewardRevision, number>;
   }>;
   const worlds = { synthetic: world, human: loadWorld({ goals: 'human' }) };
 
-  it('the fixture covers both goal sources, the revisions\' disagreements and rewards above 1', () => {
+  it("the fixture covers both goal sources, the revisions' disagreements and rewards above 1", () => {
     expect(fixture.length).toBeGreaterThan(2000);
     expect(new Set(fixture.map((c) => c.source))).toEqual(new Set(['synthetic', 'human']));
     expect([...new Set(fixture.map((c) => c.kind))]).toEqual(

@@ -150,7 +150,10 @@ function masterGoalOptions(goal: Goal): string[] {
  * (token_set_ratio > 85)? At most one match per goal option, so r_option <= 1; no exact matching
  * and no product-text fallback.
  */
-export function optionRewardMaster(goal: Goal, chosen: Record<string, string>): { r_option: number | undefined; num_option_matches: number } {
+export function optionRewardMaster(
+  goal: Goal,
+  chosen: Record<string, string>,
+): { r_option: number | undefined; num_option_matches: number } {
   const goalOptions = masterGoalOptions(goal);
   const chosenValues = Object.values(chosen).map(normalizeColor);
   let matches = 0;

@@ -11,7 +11,9 @@ describe('search analyser mimics Lucene 8 EnglishAnalyzer', () => {
   // Expected tokens were printed by Lucene 8.11.2's EnglishAnalyzer for the same text.
   it('tokenises, drops possessives and stop words, stems like Porter', () => {
     const text = "Men's Slim-Fit 2.5oz T-Shirts, 1,000 pcs ★★ comfort：bring the Running shoes ✔️ 小米 o'clock U.S.A. www.example.com";
-    expect(analyze(text).join(' ')).toBe("men slim fit 2.5oz t shirt 1,000 pc ★ ★ comfort：br run shoe ✔️ 小 米 o'clock u.s.a www.example.com");
+    expect(analyze(text).join(' ')).toBe(
+      "men slim fit 2.5oz t shirt 1,000 pc ★ ★ comfort：br run shoe ✔️ 小 米 o'clock u.s.a www.example.com",
+    );
   });
 });
 
@@ -36,7 +38,10 @@ describe('product search on the real catalogue', () => {
 
   it("agrees with Lucene's ranking on test-goal instructions", () => {
     const here = dirname(fileURLToPath(import.meta.url));
-    const fixture = JSON.parse(readFileSync(join(here, 'parity', 'lucene-top10.json'), 'utf8')) as Array<{ query: string; top10: string[] }>;
+    const fixture = JSON.parse(readFileSync(join(here, 'parity', 'lucene-top10.json'), 'utf8')) as Array<{
+      query: string;
+      top10: string[];
+    }>;
     let sameTop1 = 0;
     let overlap = 0;
     for (const { query, top10 } of fixture) {

@@ -14,7 +14,8 @@ import { goalOptionValues } from './reward.ts';
 
 const CANDIDATES = [process.env.PUPPETEER_EXECUTABLE_PATH, process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'];
 const chromium = CANDIDATES.find((p): p is string => typeof p === 'string' && existsSync(p));
-const SKIP_REASON = 'skipped: no Chromium found (looked at $PUPPETEER_EXECUTABLE_PATH, $CHROMIUM_PATH, /usr/bin/chromium); install it with `apt-get install -y chromium`';
+const SKIP_REASON =
+  'skipped: no Chromium found (looked at $PUPPETEER_EXECUTABLE_PATH, $CHROMIUM_PATH, /usr/bin/chromium); install it with `apt-get install -y chromium`';
 if (!chromium) console.warn(`webshop e2e ${SKIP_REASON}`);
 
 describe.skipIf(!chromium)(`webshop page in headless Chromium${chromium ? '' : ` (${SKIP_REASON})`}`, () => {

@@ -50,7 +50,7 @@ describe('empo2 webshop serve', () => {
     expect(state.history).toEqual([]);
   });
 
-  it('keeps a session\'s actions to its step limit and refuses overlong actions', async () => {
+  it("keeps a session's actions to its step limit and refuses overlong actions", async () => {
     const session = await startSession();
     const statuses: number[] = [];
     for (let i = 0; i < 12; i++) statuses.push((await fetch(new URL(session, server.url), form({ action: `click[nothing ${i}]` }))).status);

@@ -73,23 +73,38 @@ input[type=text]{padding:8px;font-size:15px;width:60%}
 `;
 
 function page(title: string, body: string): string {
-  return `<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(title)}</title><style>${STYLE}</style></head>` +
-    `<body><header><strong>WebShop</strong><a href="/">Pick a goal</a></header><main>${body}</main></body></html>`;
+  return (
+    `<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(title)}</title><style>${STYLE}</style></head>` +
+    `<body><header><strong>WebShop</strong><a href="/">Pick a goal</a></header><main>${body}</main></body></html>`
+  );
 }
 
 function actionButton(sessionId: string, action: string, label: string, cls = ''): string {
-  return `<form class="inline" method="post" action="/s/${sessionId}"><input type="hidden" name="action" value="${escapeHtml(action)}">` +
-    `<button type="submit" class="${cls}" data-action="${escapeHtml(action)}">${escapeHtml(label)}</button></form>`;
+  return (
+    `<form class="inline" method="post" action="/s/${sessionId}"><input type="hidden" name="action" value="${escapeHtml(action)}">` +
+    `<button type="submit" class="${cls}" data-action="${escapeHtml(action)}">${escapeHtml(label)}</button></form>`
+  );
 }
 
-function rewardTable(info: RewardInfo, purchased: { asin: string; options: Record<string, string>; price: number }, env: WebShopEnv, goalIndex: number): string {
+function rewardTable(
+  info: RewardInfo,
+  purchased: { asin: string; options: Record<string, string>; price: number },
+  env: WebShopEnv,
+  goalIndex: number,
+): string {
   const goal = env.world.goals[goalIndex];
   const pct = (x: number | undefined) => (x === undefined ? '—' : x.toFixed(3));
   const rows: Array<[string, string]> = [
-    ['type match r_type', `${info.r_type} (query match: ${info.query_match}, category match: ${info.category_match}, title score: ${pct(info.title_score)})`],
+    [
+      'type match r_type',
+      `${info.r_type} (query match: ${info.query_match}, category match: ${info.category_match}, title score: ${pct(info.title_score)})`,
+    ],
     ['attributes r_att', `${pct(info.r_att)} × weight ${pct(info.w_att)}`],
     ['options r_option', info.r_option === undefined ? 'no goal options' : `${pct(info.r_option)} × weight ${pct(info.w_option)}`],
-    ['price r_price', `${info.r_price} × weight ${pct(info.w_price)} (paid $${purchased.price.toFixed(2)}, limit $${goal.price_upper.toFixed(2)})`],
+    [
+      'price r_price',
+      `${info.r_price} × weight ${pct(info.w_price)} (paid $${purchased.price.toFixed(2)}, limit $${goal.price_upper.toFixed(2)})`,
+    ],
     ['purchased', `${purchased.asin} ${escapeHtml(JSON.stringify(purchased.options))}`],
     ['target', `${goal.asin} ${escapeHtml(JSON.stringify(goal.goal_options))}`],
     ['goal attributes', escapeHtml(goal.attributes.join(', '))],
@@ -107,22 +122,31 @@ function renderSession(id: string, s: ShopperSession): string {
   const segs = view.segments.filter((x) => !(x.kind === 'text' && (x.role === 'instruction' || x.role === 'instruction-label')));
   const buttons = segs.filter((x): x is Extract<Segment, { kind: 'button' }> => x.kind === 'button');
   const buttonRow = (names: string[], cls = '') =>
-    `<div class="row">${buttons.filter((b) => names.includes(b.text)).map((b) => actionButton(id, `click[${b.text.toLowerCase()}]`, b.text, cls)).join('')}</div>`;
+    `<div class="row">${buttons
+      .filter((b) => names.includes(b.text))
+      .map((b) => actionButton(id, `click[${b.text.toLowerCase()}]`, b.text, cls))
+      .join('')}</div>`;
 
   switch (view.kind) {
     case 'search':
-      parts.push(`<form method="post" action="/s/${id}" id="search-form"><div class="row">` +
-        `<input id="search_input" type="text" name="query" placeholder="Search..." required autofocus>` +
-        `<button type="submit" class="primary">Search</button></div></form>`);
+      parts.push(
+        `<form method="post" action="/s/${id}" id="search-form"><div class="row">` +
+          `<input id="search_input" type="text" name="query" placeholder="Search..." required autofocus>` +
+          `<button type="submit" class="primary">Search</button></div></form>`,
+      );
       break;
     case 'results': {
       parts.push(buttonRow(['Back to Search', '< Prev', 'Next >']));
       const heading = segs.find((x) => x.kind === 'text' && x.role === 'heading');
-      parts.push(`<h2 id="results-heading">${escapeHtml(heading?.text ?? '')} — query “${escapeHtml(session.query)}”</h2><div class="grid">`);
+      parts.push(
+        `<h2 id="results-heading">${escapeHtml(heading?.text ?? '')} — query “${escapeHtml(session.query)}”</h2><div class="grid">`,
+      );
       for (const p of segs) {
         if (p.kind !== 'product') continue;
-        parts.push(`<div class="card">${actionButton(id, `click[${p.asin.toLowerCase()}]`, p.asin, 'asin product-link')}` +
-          `<p>${escapeHtml(p.title)}</p><p class="price">${escapeHtml(p.price)}</p></div>`);
+        parts.push(
+          `<div class="card">${actionButton(id, `click[${p.asin.toLowerCase()}]`, p.asin, 'asin product-link')}` +
+            `<p>${escapeHtml(p.title)}</p><p class="price">${escapeHtml(p.price)}</p></div>`,
+        );
       }
       parts.push('</div>');
       break;
@@ -132,8 +156,10 @@ function renderSession(id: string, s: ShopperSession): string {
       const title = segs.find((x) => x.kind === 'text' && x.role === 'title');
       const price = segs.find((x) => x.kind === 'text' && x.role === 'price');
       const rating = segs.find((x) => x.kind === 'text' && x.text.startsWith('Rating:'));
-      parts.push(`<h2 id="product-title">${escapeHtml(title?.text ?? '')}</h2><p class="price">${escapeHtml(price?.text ?? '')}</p>` +
-        `<p>${escapeHtml(rating?.text ?? '')}</p>`);
+      parts.push(
+        `<h2 id="product-title">${escapeHtml(title?.text ?? '')}</h2><p class="price">${escapeHtml(price?.text ?? '')}</p>` +
+          `<p>${escapeHtml(rating?.text ?? '')}</p>`,
+      );
       let open = false;
       for (const x of segs) {
         if (x.kind === 'text' && x.role === 'option-name') {
@@ -151,25 +177,36 @@ function renderSession(id: string, s: ShopperSession): string {
     }
     case 'sub':
       parts.push(buttonRow(['Back to Search', '< Prev']));
-      parts.push(`<div class="card" id="sub-page">${segs.filter((x) => x.kind === 'text').map((x) => `<p>${escapeHtml(x.text)}</p>`).join('')}</div>`);
+      parts.push(
+        `<div class="card" id="sub-page">${segs
+          .filter((x) => x.kind === 'text')
+          .map((x) => `<p>${escapeHtml(x.text)}</p>`)
+          .join('')}</div>`,
+      );
       break;
     case 'done': {
       const purchase = session.lastPurchase!;
-      parts.push(`<h2>Thank you for shopping with us!</h2><p>Your score (min 0.0, max 1.0)</p>` +
-        `<p class="score" id="reward">${purchase.result.reward.toFixed(4)}</p>` +
-        `<p id="outcome">${purchase.result.reward === 1 ? 'Success: everything the goal asked for.' : 'Not a full match.'}</p>`);
+      parts.push(
+        `<h2>Thank you for shopping with us!</h2><p>Your score (min 0.0, max 1.0)</p>` +
+          `<p class="score" id="reward">${purchase.result.reward.toFixed(4)}</p>` +
+          `<p id="outcome">${purchase.result.reward === 1 ? 'Success: everything the goal asked for.' : 'Not a full match.'}</p>`,
+      );
       parts.push(rewardTable(purchase.result.info, purchase, s.env, s.goalIndex));
       parts.push(`<p><a href="/">Pick another goal</a></p>`);
       break;
     }
   }
   if (s.env.done() && view.kind !== 'done') {
-    parts.push(`<div class="error" id="out-of-steps">Step limit reached (${s.env.maxSteps(WEBSHOP_TASK)} actions) without buying: reward 0. <a href="/">Pick another goal</a></div>`);
+    parts.push(
+      `<div class="error" id="out-of-steps">Step limit reached (${s.env.maxSteps(WEBSHOP_TASK)} actions) without buying: reward 0. <a href="/">Pick another goal</a></div>`,
+    );
   }
-  parts.push(`<details id="agent-view"><summary>What the agent sees (step ${s.history.length} of ${s.env.maxSteps(WEBSHOP_TASK)})</summary>` +
-    `<h4>Observation</h4><pre id="observation">${escapeHtml(session.observation())}</pre>` +
-    `<h4>Valid actions</h4><pre>${escapeHtml(s.env.validActions().join('\n'))}</pre>` +
-    `<h4>Actions so far</h4><pre>${escapeHtml(s.history.join('\n'))}</pre></details>`);
+  parts.push(
+    `<details id="agent-view"><summary>What the agent sees (step ${s.history.length} of ${s.env.maxSteps(WEBSHOP_TASK)})</summary>` +
+      `<h4>Observation</h4><pre id="observation">${escapeHtml(session.observation())}</pre>` +
+      `<h4>Valid actions</h4><pre>${escapeHtml(s.env.validActions().join('\n'))}</pre>` +
+      `<h4>Actions so far</h4><pre>${escapeHtml(s.history.join('\n'))}</pre></details>`,
+  );
   return page(`WebShop goal ${s.goalIndex}`, parts.join(''));
 }
 
@@ -183,17 +220,22 @@ function renderHome(env: WebShopEnv, split: Split, pageNo: number): string {
     .map((sp) => `<a href="/?split=${sp}">${sp} (${w.splits[sp].length})</a>`)
     .join(' · ');
   const rows = shown
-    .map((i) => `<tr><td>${i}</td><td>${escapeHtml(w.goals[i].instruction_text)}</td><td>` +
-      `<form class="inline" method="post" action="/start"><input type="hidden" name="goal" value="${i}">` +
-      `<button type="submit" class="primary" data-goal="${i}">Shop</button></form></td></tr>`)
+    .map(
+      (i) =>
+        `<tr><td>${i}</td><td>${escapeHtml(w.goals[i].instruction_text)}</td><td>` +
+        `<form class="inline" method="post" action="/start"><input type="hidden" name="goal" value="${i}">` +
+        `<button type="submit" class="primary" data-goal="${i}">Shop</button></form></td></tr>`,
+    )
     .join('');
-  return page('WebShop — pick a goal',
+  return page(
+    'WebShop — pick a goal',
     `<h1>Pick a goal</h1><p>${w.catalogue.products.length} products, ${w.goals.length} ${w.goalSource} goals. Splits: ${splitLinks}</p>` +
-    `<form method="post" action="/start" class="row" id="goal-form"><label>Goal index <input type="number" name="goal" min="0" max="${w.goals.length - 1}" value="${shown[0] ?? 0}"></label>` +
-    `<button type="submit" class="primary">Start</button></form>` +
-    `<h3>${split} goals, page ${p} of ${pages}</h3>` +
-    `<div class="row">${p > 1 ? `<a href="/?split=${split}&page=${p - 1}">&lt; previous</a>` : ''} ${p < pages ? `<a href="/?split=${split}&page=${p + 1}">next &gt;</a>` : ''}</div>` +
-    `<table id="goals"><tr><th>#</th><th>Instruction</th><th></th></tr>${rows}</table>`);
+      `<form method="post" action="/start" class="row" id="goal-form"><label>Goal index <input type="number" name="goal" min="0" max="${w.goals.length - 1}" value="${shown[0] ?? 0}"></label>` +
+      `<button type="submit" class="primary">Start</button></form>` +
+      `<h3>${split} goals, page ${p} of ${pages}</h3>` +
+      `<div class="row">${p > 1 ? `<a href="/?split=${split}&page=${p - 1}">&lt; previous</a>` : ''} ${p < pages ? `<a href="/?split=${split}&page=${p + 1}">next &gt;</a>` : ''}</div>` +
+      `<table id="goals"><tr><th>#</th><th>Instruction</th><th></th></tr>${rows}</table>`,
+  );
 }
 
 function readForm(req: IncomingMessage): Promise<URLSearchParams> {
@@ -238,14 +280,19 @@ export async function startWebShopServer(opts: WebShopServerOptions = {}): Promi
     const path = url.pathname;
     if (req.method === 'GET' && path === '/') {
       const split = (url.searchParams.get('split') ?? 'test') as Split;
-      if (!['train', 'dev', 'test'].includes(split)) return send(res, 400, page('Bad split', `<p class="error">Unknown split "${escapeHtml(split)}".</p>`));
+      if (!['train', 'dev', 'test'].includes(split))
+        return send(res, 400, page('Bad split', `<p class="error">Unknown split "${escapeHtml(split)}".</p>`));
       return send(res, 200, renderHome(catalogueEnv, split, Number(url.searchParams.get('page') ?? '1') || 1));
     }
     if (req.method === 'POST' && path === '/start') {
       const form = await readForm(req);
       const goalIndex = Number(form.get('goal'));
       if (!Number.isInteger(goalIndex) || goalIndex < 0 || goalIndex >= catalogueEnv.world.goals.length) {
-        return send(res, 400, page('Bad goal', `<p class="error">Goal must be an index in 0..${catalogueEnv.world.goals.length - 1}.</p><a href="/">back</a>`));
+        return send(
+          res,
+          400,
+          page('Bad goal', `<p class="error">Goal must be an index in 0..${catalogueEnv.world.goals.length - 1}.</p><a href="/">back</a>`),
+        );
       }
       const env = new WebShopEnv(opts);
       await env.reset(WEBSHOP_TASK, goalIndex);
@@ -257,13 +304,29 @@ export async function startWebShopServer(opts: WebShopServerOptions = {}): Promi
     const match = /^\/s\/([0-9a-f]{16})(\/state)?$/.exec(path);
     if (match) {
       const s = sessions.get(match[1]);
-      if (!s) return send(res, 404, page('No such session', '<p class="error">This session is unknown or expired.</p><a href="/">Pick a goal</a>'));
+      if (!s)
+        return send(
+          res,
+          404,
+          page('No such session', '<p class="error">This session is unknown or expired.</p><a href="/">Pick a goal</a>'),
+        );
       if (req.method === 'GET' && match[2]) {
         const session = s.env.currentSession()!;
-        return send(res, 200, JSON.stringify({
-          goalIndex: s.goalIndex, page: session.kind, observation: session.observation(), validActions: s.env.validActions(),
-          done: s.env.done(), score: s.env.score(), history: s.history, purchase: session.lastPurchase,
-        }), 'application/json');
+        return send(
+          res,
+          200,
+          JSON.stringify({
+            goalIndex: s.goalIndex,
+            page: session.kind,
+            observation: session.observation(),
+            validActions: s.env.validActions(),
+            done: s.env.done(),
+            score: s.env.score(),
+            history: s.history,
+            purchase: session.lastPurchase,
+          }),
+          'application/json',
+        );
       }
       if (req.method === 'GET') return send(res, 200, renderSession(match[1], s));
       if (req.method === 'POST' && !match[2]) {
@@ -272,11 +335,25 @@ export async function startWebShopServer(opts: WebShopServerOptions = {}): Promi
         const action = query !== null ? `search[${query}]` : form.get('action');
         if (!action) return send(res, 400, page('Bad request', '<p class="error">The form sent no action.</p>'));
         if (action.length > MAX_ACTION_CHARS) {
-          return send(res, 400, page('Bad request', `<p class="error">The action is longer than ${MAX_ACTION_CHARS} characters.</p><a href="/s/${match[1]}">back</a>`));
+          return send(
+            res,
+            400,
+            page(
+              'Bad request',
+              `<p class="error">The action is longer than ${MAX_ACTION_CHARS} characters.</p><a href="/s/${match[1]}">back</a>`,
+            ),
+          );
         }
         // The history holds at most the step limit's actions: a finished episode takes no more.
         if (s.env.done()) {
-          return send(res, 409, page('Episode over', `<p class="error">This episode is over (${s.history.length} actions); it takes no more actions.</p><a href="/">Pick another goal</a>`));
+          return send(
+            res,
+            409,
+            page(
+              'Episode over',
+              `<p class="error">This episode is over (${s.history.length} actions); it takes no more actions.</p><a href="/">Pick another goal</a>`,
+            ),
+          );
         }
         s.history.push(action);
         s.last = await s.env.step(action);
@@ -299,7 +376,8 @@ export async function startWebShopServer(opts: WebShopServerOptions = {}): Promi
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(new Error(`webshop serve: cannot listen on ${host}:${port}: ${err.code ?? err.message}`)));
+      reject(new Error(`webshop serve: cannot listen on ${host}:${port}: ${err.code ?? err.message}`)),
+    );
     server.listen(port, host, () => resolve());
   });
   const actualPort = (server.address() as AddressInfo).port;

@@ -51,8 +51,7 @@ export function loadWorld(opts: WorldOptions = {}): World {
   const goalSeed = opts.goalSeed ?? 0;
   if (!Number.isSafeInteger(goalSeed)) throw new Error(`webshop goalSeed must be an integer, got ${goalSeed}`);
   const dir = resolveDataDir(opts.dataDir);
-  const humanPath =
-    goalSource === 'human' ? findDataFile(dir, opts.humanGoalsFile, HUMAN_GOAL_CANDIDATES, 'human-goal file') : undefined;
+  const humanPath = goalSource === 'human' ? findDataFile(dir, opts.humanGoalsFile, HUMAN_GOAL_CANDIDATES, 'human-goal file') : undefined;
   const catalogue = loadCatalogue(opts);
   const key = JSON.stringify([catalogue.files, opts.numProducts ?? null, goalSource, humanPath ?? null, goalSeed, opts.splitSizes ?? null]);
   const cached = worlds.get(key);
@@ -76,4 +75,3 @@ export function loadWorld(opts: WorldOptions = {}): World {
   worlds.set(key, world);
   return world;
 }
-

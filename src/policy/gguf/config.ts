@@ -23,7 +23,11 @@ export interface ImportedConfig {
 function architectureOf(file: GgufFile): GgufArchitecture {
   const arch = file.metadata.string('general.architecture');
   if (!Object.hasOwn(ARCHITECTURES, arch)) {
-    throw new Error(`${file.path}: general.architecture "${arch}" is not supported (only ${Object.keys(ARCHITECTURES).map((a) => `"${a}"`).join(' and ')})`);
+    throw new Error(
+      `${file.path}: general.architecture "${arch}" is not supported (only ${Object.keys(ARCHITECTURES)
+        .map((a) => `"${a}"`)
+        .join(' and ')})`,
+    );
   }
   return arch as GgufArchitecture;
 }
@@ -41,12 +45,18 @@ function ropeScaling(file: GgufFile, arch: string): Record<string, unknown> | nu
       return { rope_type: 'linear', factor: m.number(factorKey) };
     case 'yarn': {
       // transformers' defaults; a file that states other values would need them passed on.
-      for (const [key, expected] of [[`${arch}.rope.scaling.yarn_beta_fast`, 32], [`${arch}.rope.scaling.yarn_beta_slow`, 1], [`${arch}.rope.scaling.yarn_log_multiplier`, 0.1]] as const) {
+      for (const [key, expected] of [
+        [`${arch}.rope.scaling.yarn_beta_fast`, 32],
+        [`${arch}.rope.scaling.yarn_beta_slow`, 1],
+        [`${arch}.rope.scaling.yarn_log_multiplier`, 0.1],
+      ] as const) {
         const v = m.optionalNumber(key);
-        if (v !== undefined && Math.abs(v - expected) > 1e-6) throw new Error(`${file.path}: metadata "${key}" is ${v}; only ${expected} (transformers' YaRN default) is implemented`);
+        if (v !== undefined && Math.abs(v - expected) > 1e-6)
+          throw new Error(`${file.path}: metadata "${key}" is ${v}; only ${expected} (transformers' YaRN default) is implemented`);
       }
       const attnFactor = m.optionalNumber(`${arch}.rope.scaling.attn_factor`);
-      if (attnFactor !== undefined && attnFactor !== 1) throw new Error(`${file.path}: metadata "${arch}.rope.scaling.attn_factor" is ${attnFactor}; only 1 is implemented`);
+      if (attnFactor !== undefined && attnFactor !== 1)
+        throw new Error(`${file.path}: metadata "${arch}.rope.scaling.attn_factor" is ${attnFactor}; only 1 is implemented`);
       return {
         rope_type: 'yarn',
         factor: m.number(factorKey),
@@ -67,7 +77,12 @@ function ropeScaling(file: GgufFile, arch: string): Record<string, unknown> | nu
  * L = 8192 (the converter's default) fixes the three; any L with the same ratios gives the same
  * frequencies. The recomputed factors must match every stored one, else the tensor is refused.
  */
-export function llama3ScalingFromFactors(factors: Float32Array, theta: number, headDim: number, what: string): Record<string, unknown> | null {
+export function llama3ScalingFromFactors(
+  factors: Float32Array,
+  theta: number,
+  headDim: number,
+  what: string,
+): Record<string, unknown> | null {
   const half = headDim / 2;
   if (factors.length !== half) throw new Error(`${what} has ${factors.length} entries; heads of ${headDim} dimensions need ${half}`);
   const factor = Math.max(...factors);
@@ -76,7 +91,8 @@ export function llama3ScalingFromFactors(factors: Float32Array, theta: number, h
   const wavelength = [...factors.keys()].map((i) => (2 * Math.PI) / Math.fround(1 / Math.fround(theta ** Math.fround((2 * i) / headDim))));
   const between = [...factors.keys()].filter((i) => factors[i] > 1 + 1e-6 && factors[i] < factor * (1 - 1e-6));
   const refuse = (why: string) => new Error(`${what} does not hold Llama 3 rotary factors (${why}); the import converts only those`);
-  if (between.length < 2) throw refuse(`${between.length} entries lie between 1 and the largest, ${factor}; two are needed to recover the frequency band`);
+  if (between.length < 2)
+    throw refuse(`${between.length} entries lie between 1 and the largest, ${factor}; two are needed to recover the frequency band`);
   // Least squares of s = a / wavelength + b over the entries in between.
   const xs = between.map((i) => 1 / wavelength[i]);
   const ys = between.map((i) => (1 / factors[i] - 1 / factor) / (1 - 1 / factor));
@@ -94,7 +110,10 @@ export function llama3ScalingFromFactors(factors: Float32Array, theta: number, h
     const w = wavelength[i];
     const s = (context / w - low) / (high - low);
     const expected = w < context / high ? 1 : w > context / low ? factor : 1 / ((1 - s) / factor + s);
-    if (Math.abs(expected - stored) > 1e-5 * stored) throw refuse(`entry ${i} is ${stored}, the Llama 3 formula with factor ${factor}, low_freq_factor ${low}, high_freq_factor ${high} gives ${expected}`);
+    if (Math.abs(expected - stored) > 1e-5 * stored)
+      throw refuse(
+        `entry ${i} is ${stored}, the Llama 3 formula with factor ${factor}, low_freq_factor ${low}, high_freq_factor ${high} gives ${expected}`,
+      );
   });
   return { rope_type: 'llama3', factor, low_freq_factor: low, high_freq_factor: high, original_max_position_embeddings: context };
 }
@@ -104,32 +123,50 @@ export function configFromGguf(file: GgufFile): ImportedConfig {
   const arch = architectureOf(file);
   const key = (k: string) => `${arch}.${k}`;
   const experts = m.optionalCount(key('expert_count')) ?? 0;
-  if (experts > 0) throw new Error(`${file.path}: metadata "${key('expert_count')}" is ${experts}: mixture-of-experts models are not supported`);
+  if (experts > 0)
+    throw new Error(`${file.path}: metadata "${key('expert_count')}" is ${experts}: mixture-of-experts models are not supported`);
   const hidden = m.count(key('embedding_length'));
   const heads = m.count(key('attention.head_count'));
   const kvHeads = m.optionalCount(key('attention.head_count_kv')) ?? heads;
-  if (heads === 0 || kvHeads === 0 || heads % kvHeads !== 0) throw new Error(`${file.path}: metadata "${key('attention.head_count')}" ${heads} is not a multiple of "${key('attention.head_count_kv')}" ${kvHeads}`);
+  if (heads === 0 || kvHeads === 0 || heads % kvHeads !== 0)
+    throw new Error(
+      `${file.path}: metadata "${key('attention.head_count')}" ${heads} is not a multiple of "${key('attention.head_count_kv')}" ${kvHeads}`,
+    );
   const headDim = m.optionalCount(key('attention.key_length')) ?? hidden / heads;
-  if (!Number.isInteger(headDim)) throw new Error(`${file.path}: metadata "${key('embedding_length')}" ${hidden} is not a multiple of "${key('attention.head_count')}" ${heads}`);
+  if (!Number.isInteger(headDim))
+    throw new Error(
+      `${file.path}: metadata "${key('embedding_length')}" ${hidden} is not a multiple of "${key('attention.head_count')}" ${heads}`,
+    );
   const valueDim = m.optionalCount(key('attention.value_length'));
-  if (valueDim !== undefined && valueDim !== headDim) throw new Error(`${file.path}: metadata "${key('attention.value_length')}" ${valueDim} differs from the key length ${headDim}; not implemented`);
+  if (valueDim !== undefined && valueDim !== headDim)
+    throw new Error(
+      `${file.path}: metadata "${key('attention.value_length')}" ${valueDim} differs from the key length ${headDim}; not implemented`,
+    );
   const rotaryDims = m.optionalCount(key('rope.dimension_count'));
-  if (rotaryDims !== undefined && rotaryDims !== headDim) throw new Error(`${file.path}: metadata "${key('rope.dimension_count')}" is ${rotaryDims} but heads have ${headDim} dimensions: partial rotary embeddings are not implemented`);
+  if (rotaryDims !== undefined && rotaryDims !== headDim)
+    throw new Error(
+      `${file.path}: metadata "${key('rope.dimension_count')}" is ${rotaryDims} but heads have ${headDim} dimensions: partial rotary embeddings are not implemented`,
+    );
 
   const ropeTheta = m.optionalNumber(key('rope.freq_base')) ?? 10000;
   let scaling = ropeScaling(file, arch);
   const ropeFactors = file.byName.get('rope_freqs.weight');
   if (ropeFactors) {
-    if (scaling) throw new Error(`${file.path}: both metadata "${key('rope.scaling.type')}" and tensor "rope_freqs.weight" scale the rotary embeddings`);
+    if (scaling)
+      throw new Error(
+        `${file.path}: both metadata "${key('rope.scaling.type')}" and tensor "rope_freqs.weight" scale the rotary embeddings`,
+      );
     scaling = llama3ScalingFromFactors(readTensor(file, ropeFactors), ropeTheta, headDim, `${file.path}: tensor "rope_freqs.weight"`);
   }
 
   const embedding = file.byName.get('token_embd.weight');
   if (!embedding) throw new Error(`${file.path}: tensor "token_embd.weight" is missing`);
-  if (embedding.shape.length !== 2 || embedding.shape[1] !== hidden) throw new Error(`${file.path}: tensor "token_embd.weight" has shape [${embedding.shape}], expected [vocab, ${hidden}]`);
+  if (embedding.shape.length !== 2 || embedding.shape[1] !== hidden)
+    throw new Error(`${file.path}: tensor "token_embd.weight" has shape [${embedding.shape}], expected [vocab, ${hidden}]`);
   const vocab = embedding.shape[0];
   const statedVocab = m.optionalCount(key('vocab_size'));
-  if (statedVocab !== undefined && statedVocab !== vocab) throw new Error(`${file.path}: metadata "${key('vocab_size')}" is ${statedVocab} but "token_embd.weight" has ${vocab} rows`);
+  if (statedVocab !== undefined && statedVocab !== vocab)
+    throw new Error(`${file.path}: metadata "${key('vocab_size')}" is ${statedVocab} but "token_embd.weight" has ${vocab} rows`);
 
   const tokenId = (k: string): number | null => {
     const id = m.optionalCount(`tokenizer.ggml.${k}`);
@@ -141,7 +178,9 @@ export function configFromGguf(file: GgufFile): ImportedConfig {
   const eos = tokenId('eos_token_id');
   const pad = tokenId('padding_token_id');
   // Chat models end a turn with an end-of-turn token that may differ from EOS (Llama 3's <|eot_id|>).
-  const stops = [eos, tokenId('eot_token_id'), tokenId('eom_token_id')].filter((id, i, all): id is number => id !== null && all.indexOf(id) === i);
+  const stops = [eos, tokenId('eot_token_id'), tokenId('eom_token_id')].filter(
+    (id, i, all): id is number => id !== null && all.indexOf(id) === i,
+  );
 
   const config: Record<string, unknown> = {
     architectures: [ARCHITECTURES[arch]],

@@ -45,7 +45,8 @@ describe.skipIf(!gate.available)(`GGML dequantisation is bit-identical to gguf.q
   it('the reference file holds every supported type, quantiser output for each type gguf can quantise', () => {
     const types = new Set(file.tensors.map((t) => ggmlTypeName(t.type)));
     expect([...types].sort()).toEqual([...SUPPORTED_TYPE_NAMES].sort());
-    for (const name of ['BF16', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0']) expect(file.byName.has(`${name.toLowerCase()}.quantised`)).toBe(true);
+    for (const name of ['BF16', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0'])
+      expect(file.byName.has(`${name.toLowerCase()}.quantised`)).toBe(true);
   });
 
   it('every tensor decodes to the reference bit for bit', () => {
@@ -65,7 +66,9 @@ describe.skipIf(!gate.available)(`GGML dequantisation is bit-identical to gguf.q
 
 describe('dequantize refuses what it cannot decode', () => {
   it('names an unsupported type', () => {
-    expect(() => dequantize(16 /* IQ2_XXS */, new Uint8Array(66), 256, 'blk.0.ffn_up.weight')).toThrow(/blk\.0\.ffn_up\.weight: tensor type IQ2_XXS is not supported \(supported: F32, F16, BF16, Q4_0/);
+    expect(() => dequantize(16 /* IQ2_XXS */, new Uint8Array(66), 256, 'blk.0.ffn_up.weight')).toThrow(
+      /blk\.0\.ffn_up\.weight: tensor type IQ2_XXS is not supported \(supported: F32, F16, BF16, Q4_0/,
+    );
   });
   it('refuses a partial block and a wrong byte count', () => {
     expect(() => dequantize(2 /* Q4_0 */, new Uint8Array(18), 31, 'w')).toThrow(/31 elements is not a whole number of Q4_0 blocks of 32/);

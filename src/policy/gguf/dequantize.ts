@@ -265,7 +265,8 @@ export const SUPPORTED_TYPE_NAMES: readonly string[] = [...GGML_TYPES.values()].
 export function ggmlByteSize(type: number, elements: number, what: string): number {
   const info = GGML_TYPES.get(type);
   if (!info) throw new Error(`${what}: tensor type ${ggmlTypeName(type)} is not supported (supported: ${SUPPORTED_TYPE_NAMES.join(', ')})`);
-  if (elements % info.blockSize !== 0) throw new Error(`${what}: ${elements} elements is not a whole number of ${info.name} blocks of ${info.blockSize}`);
+  if (elements % info.blockSize !== 0)
+    throw new Error(`${what}: ${elements} elements is not a whole number of ${info.name} blocks of ${info.blockSize}`);
   return (elements / info.blockSize) * info.blockBytes;
 }
 

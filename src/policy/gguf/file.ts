@@ -24,8 +24,14 @@ export interface GgufTensor {
 type TypedValue = { value: unknown; type: GGUFValueType; subType?: GGUFValueType };
 
 const INTEGER_TYPES = new Set([
-  GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16,
-  GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.UINT64, GGUFValueType.INT64,
+  GGUFValueType.UINT8,
+  GGUFValueType.INT8,
+  GGUFValueType.UINT16,
+  GGUFValueType.INT16,
+  GGUFValueType.UINT32,
+  GGUFValueType.INT32,
+  GGUFValueType.UINT64,
+  GGUFValueType.INT64,
 ]);
 const FLOAT_TYPES = new Set([GGUFValueType.FLOAT32, GGUFValueType.FLOAT64]);
 
@@ -53,7 +59,8 @@ export class GgufMetadata {
 
   string(key: string): string {
     const e = this.entry(key);
-    if (e.type !== GGUFValueType.STRING || typeof e.value !== 'string') throw new Error(`${this.source}: metadata "${key}" is ${typeName(e.type)}, expected a string`);
+    if (e.type !== GGUFValueType.STRING || typeof e.value !== 'string')
+      throw new Error(`${this.source}: metadata "${key}" is ${typeName(e.type)}, expected a string`);
     return e.value;
   }
 
@@ -62,13 +69,15 @@ export class GgufMetadata {
     const e = this.entry(key);
     if (!INTEGER_TYPES.has(e.type)) throw new Error(`${this.source}: metadata "${key}" is ${typeName(e.type)}, expected an integer`);
     const v = Number(e.value);
-    if (!Number.isSafeInteger(v) || v < 0) throw new Error(`${this.source}: metadata "${key}" is ${String(e.value)}, expected a non-negative integer`);
+    if (!Number.isSafeInteger(v) || v < 0)
+      throw new Error(`${this.source}: metadata "${key}" is ${String(e.value)}, expected a non-negative integer`);
     return v;
   }
 
   number(key: string): number {
     const e = this.entry(key);
-    if (!FLOAT_TYPES.has(e.type) && !INTEGER_TYPES.has(e.type)) throw new Error(`${this.source}: metadata "${key}" is ${typeName(e.type)}, expected a number`);
+    if (!FLOAT_TYPES.has(e.type) && !INTEGER_TYPES.has(e.type))
+      throw new Error(`${this.source}: metadata "${key}" is ${typeName(e.type)}, expected a number`);
     const v = Number(e.value);
     if (!Number.isFinite(v)) throw new Error(`${this.source}: metadata "${key}" is ${String(e.value)}, expected a finite number`);
     return v;
@@ -76,14 +85,17 @@ export class GgufMetadata {
 
   bool(key: string): boolean {
     const e = this.entry(key);
-    if (e.type !== GGUFValueType.BOOL || typeof e.value !== 'boolean') throw new Error(`${this.source}: metadata "${key}" is ${typeName(e.type)}, expected a bool`);
+    if (e.type !== GGUFValueType.BOOL || typeof e.value !== 'boolean')
+      throw new Error(`${this.source}: metadata "${key}" is ${typeName(e.type)}, expected a bool`);
     return e.value;
   }
 
   stringArray(key: string): string[] {
     const e = this.entry(key);
     if (e.type !== GGUFValueType.ARRAY || e.subType !== GGUFValueType.STRING || !Array.isArray(e.value)) {
-      throw new Error(`${this.source}: metadata "${key}" is ${e.type === GGUFValueType.ARRAY ? `an array of ${typeName(e.subType)}` : typeName(e.type)}, expected an array of strings`);
+      throw new Error(
+        `${this.source}: metadata "${key}" is ${e.type === GGUFValueType.ARRAY ? `an array of ${typeName(e.subType)}` : typeName(e.type)}, expected an array of strings`,
+      );
     }
     return e.value as string[];
   }
@@ -91,7 +103,9 @@ export class GgufMetadata {
   integerArray(key: string): number[] {
     const e = this.entry(key);
     if (e.type !== GGUFValueType.ARRAY || e.subType === undefined || !INTEGER_TYPES.has(e.subType) || !Array.isArray(e.value)) {
-      throw new Error(`${this.source}: metadata "${key}" is ${e.type === GGUFValueType.ARRAY ? `an array of ${typeName(e.subType)}` : typeName(e.type)}, expected an array of integers`);
+      throw new Error(
+        `${this.source}: metadata "${key}" is ${e.type === GGUFValueType.ARRAY ? `an array of ${typeName(e.subType)}` : typeName(e.type)}, expected an array of integers`,
+      );
     }
     return (e.value as (number | bigint)[]).map(Number);
   }
@@ -144,7 +158,10 @@ export async function openGguf(path: string): Promise<GgufFile> {
   if (!parsed.littleEndian) throw new Error(`${path}: big-endian GGUF files are not supported`);
   // The reader pads a short read with nothing and parses on; a header that ends past the file is cut off.
   const headerEnd = parsed.tensorInfoByteRange[1];
-  if (headerEnd > fileSize) throw new Error(`${path}: not a readable GGUF file (${fileSize} bytes; truncated or corrupt header?): the header needs ${headerEnd} bytes`);
+  if (headerEnd > fileSize)
+    throw new Error(
+      `${path}: not a readable GGUF file (${fileSize} bytes; truncated or corrupt header?): the header needs ${headerEnd} bytes`,
+    );
   const metadata = new GgufMetadata(parsed.typedMetadata, path);
   const dataStart = Number(parsed.tensorDataOffset);
   const tensors: GgufTensor[] = [];

@@ -39,7 +39,10 @@ interface TinyReference {
 /** `node bin/empo2.js ...args` from the repository root. */
 function empo2(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((done, fail) => {
-    const child = spawn(process.execPath, [join(REPO_ROOT, 'bin', 'empo2.js'), ...args], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [join(REPO_ROOT, 'bin', 'empo2.js'), ...args], {
+      cwd: REPO_ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -80,7 +83,15 @@ describe.skipIf(!gate.available)(`GGUF import matches transformers loading the s
       const dir = join(work, `${name}-hf`);
       const result = await importGguf(m.file, dir);
       expect(Object.keys(result.types).length).toBeGreaterThanOrEqual(5);
-      for (const f of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'model.safetensors', IMPORT_RECORD]) expect(existsSync(join(dir, f)), f).toBe(true);
+      for (const f of [
+        'config.json',
+        'generation_config.json',
+        'tokenizer.json',
+        'tokenizer_config.json',
+        'model.safetensors',
+        IMPORT_RECORD,
+      ])
+        expect(existsSync(join(dir, f)), f).toBe(true);
 
       const ours = readSafetensors(join(dir, 'model.safetensors')).tensors;
       const theirs = readSafetensors(join(work, `${name}.state.safetensors`)).tensors;
@@ -89,7 +100,10 @@ describe.skipIf(!gate.available)(`GGUF import matches transformers loading the s
         const a = new Uint32Array(toFloat32(ours.get(key)!).buffer.slice(0));
         const b = new Uint32Array(toFloat32(t).buffer.slice(0));
         expect(ours.get(key)!.shape, key).toEqual(t.shape);
-        expect(a.every((v, i) => v === b[i]), `${key} differs from transformers' dequantised weights`).toBe(true);
+        expect(
+          a.every((v, i) => v === b[i]),
+          `${key} differs from transformers' dequantised weights`,
+        ).toBe(true);
       }
 
       const { model, tokenizer } = loadModelDir(dir);
@@ -104,13 +118,20 @@ describe.skipIf(!gate.available)(`GGUF import matches transformers loading the s
     });
   }
 
-  for (const [name, ropeType] of [['tiny-llama3-rope', 'llama3'], ['tiny-llama-linear-rope', 'linear']] as const) {
+  for (const [name, ropeType] of [
+    ['tiny-llama3-rope', 'llama3'],
+    ['tiny-llama-linear-rope', 'linear'],
+  ] as const) {
     it(`${name}: ${ropeType} rotary scaling (${ropeType === 'llama3' ? 'a rope_freqs tensor' : 'metadata'}) becomes rope_scaling; logits of the original model over 300 positions`, async () => {
       const m = ref.models[name];
       const dir = join(work, `${name}-hf`);
       await importGguf(m.file, dir);
       const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
-      expect(config.rope_scaling).toEqual(ropeType === 'llama3' ? { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 } : { rope_type: 'linear', factor: 4 });
+      expect(config.rope_scaling).toEqual(
+        ropeType === 'llama3'
+          ? { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 }
+          : { rope_type: 'linear', factor: 4 },
+      );
       const { model } = loadModelDir(dir);
       try {
         const reference = (m.logits as unknown as number[][]).flat();
@@ -125,11 +146,15 @@ describe.skipIf(!gate.available)(`GGUF import matches transformers loading the s
     });
   }
 
-  it('refuses rotary factors that are not Llama 3\'s, naming the tensor', async () => {
+  it("refuses rotary factors that are not Llama 3's, naming the tensor", async () => {
     const { llama3ScalingFromFactors } = await import('./config.ts');
     const factors = Float32Array.from({ length: 32 }, (_, i) => 1 + i / 4);
-    expect(() => llama3ScalingFromFactors(factors, 10000, 64, 'x.gguf: tensor "rope_freqs.weight"')).toThrow(/x\.gguf: tensor "rope_freqs\.weight" does not hold Llama 3 rotary factors \(/);
-    expect(() => llama3ScalingFromFactors(new Float32Array(31).fill(1), 10000, 64, 'w')).toThrow(/w has 31 entries; heads of 64 dimensions need 32/);
+    expect(() => llama3ScalingFromFactors(factors, 10000, 64, 'x.gguf: tensor "rope_freqs.weight"')).toThrow(
+      /x\.gguf: tensor "rope_freqs\.weight" does not hold Llama 3 rotary factors \(/,
+    );
+    expect(() => llama3ScalingFromFactors(new Float32Array(31).fill(1), 10000, 64, 'w')).toThrow(
+      /w has 31 entries; heads of 64 dimensions need 32/,
+    );
     expect(llama3ScalingFromFactors(new Float32Array(32).fill(1), 10000, 64, 'w')).toBeNull();
   });
 
@@ -151,7 +176,10 @@ describe.skipIf(!gate.available)(`GGUF import matches transformers loading the s
 
   const refused: [string, RegExp][] = [
     ['arch-gpt2.gguf', /general\.architecture "gpt2" is not supported \(only "llama" and "qwen2"\)/],
-    ['tokenizer-llama.gguf', /metadata "tokenizer\.ggml\.model" is "llama"; only byte-level BPE vocabularies .* \(this is a SentencePiece vocabulary\)/],
+    [
+      'tokenizer-llama.gguf',
+      /metadata "tokenizer\.ggml\.model" is "llama"; only byte-level BPE vocabularies .* \(this is a SentencePiece vocabulary\)/,
+    ],
     ['type-iq4nl.gguf', /tensor "blk\.0\.attn_q\.weight": tensor type IQ4_NL is not supported \(supported: F32, F16, BF16/],
     ['extra-tensor.gguf', /tensor "blk\.0\.attn_sinks\.weight" has no counterpart in a LlamaForCausalLM checkpoint/],
   ];
@@ -167,9 +195,13 @@ describe.skipIf(!gate.available)(`GGUF import matches transformers loading the s
     const cut = join(work, 'truncated.gguf');
     copyFileSync(join(work, 'ok.gguf'), cut);
     truncateSync(cut, statSync(cut).size - 100);
-    await expect(importGguf(cut, join(work, 'truncated-out'))).rejects.toThrow(/truncated\.gguf: tensor "blk\.0\.ffn_down\.weight" needs bytes \d+\.\.\d+ but the file has \d+ bytes: the file is truncated/);
+    await expect(importGguf(cut, join(work, 'truncated-out'))).rejects.toThrow(
+      /truncated\.gguf: tensor "blk\.0\.ffn_down\.weight" needs bytes \d+\.\.\d+ but the file has \d+ bytes: the file is truncated/,
+    );
     truncateSync(cut, 200);
-    await expect(importGguf(cut, join(work, 'truncated-out'))).rejects.toThrow(/truncated\.gguf: not a readable GGUF file \(200 bytes; truncated or corrupt header\?\)/);
+    await expect(importGguf(cut, join(work, 'truncated-out'))).rejects.toThrow(
+      /truncated\.gguf: not a readable GGUF file \(200 bytes; truncated or corrupt header\?\)/,
+    );
     expect(existsSync(join(work, 'truncated-out'))).toBe(false);
   });
 

@@ -66,7 +66,8 @@ export function unpermuteRotaryRows(values: Float32Array, heads: number, rows: n
   const cols = values.length / rows;
   const headRows = rows / heads;
   const halfRows = headRows / 2;
-  if (!Number.isInteger(cols) || !Number.isInteger(halfRows)) throw new Error(`cannot undo the rotary permutation: ${rows} rows are not ${heads} heads of an even size`);
+  if (!Number.isInteger(cols) || !Number.isInteger(halfRows))
+    throw new Error(`cannot undo the rotary permutation: ${rows} rows are not ${heads} heads of an even size`);
   const out = new Float32Array(values.length);
   for (let h = 0; h < heads; h++) {
     for (let i = 0; i < 2; i++) {
@@ -114,17 +115,20 @@ function planTensors(file: GgufFile, config: Record<string, unknown>, where: str
     // Llama 3's rotary factors: turned into config.json's rope_scaling by configFromGguf.
     if (source.name === 'rope_freqs.weight') continue;
     const name = hfTensorName(source.name);
-    if (name === undefined) throw new Error(`${where}: tensor "${source.name}" has no counterpart in a ${modelConfig.architectures?.[0]} checkpoint`);
+    if (name === undefined)
+      throw new Error(`${where}: tensor "${source.name}" has no counterpart in a ${modelConfig.architectures?.[0]} checkpoint`);
     const shape = expected.get(name);
     if (!shape) throw new Error(`${where}: tensor "${source.name}" (${name}) is not used by the model its metadata describes`);
-    if (shape.join(',') !== source.shape.join(',')) throw new Error(`${where}: tensor "${source.name}" has shape [${source.shape}] but the metadata implies [${shape}]`);
+    if (shape.join(',') !== source.shape.join(','))
+      throw new Error(`${where}: tensor "${source.name}" has shape [${source.shape}] but the metadata implies [${shape}]`);
     let unpermuteHeads = 0;
     if (permuted && /\.self_attn\.q_proj\./.test(name)) unpermuteHeads = modelConfig.num_attention_heads;
     if (permuted && /\.self_attn\.k_proj\./.test(name)) unpermuteHeads = modelConfig.num_key_value_heads;
     plan.push({ source, name, unpermuteHeads });
   }
   const present = new Set(plan.map((p) => p.name));
-  for (const name of expected.keys()) if (!present.has(name)) throw new Error(`${where}: no tensor for ${name}, which the metadata implies`);
+  for (const name of expected.keys())
+    if (!present.has(name)) throw new Error(`${where}: no tensor for ${name}, which the metadata implies`);
   return plan;
 }
 
@@ -152,7 +156,11 @@ export async function importGguf(ggufPath: string, outDir: string, opts: ImportO
   }
   const file = await openGguf(ggufPath);
   const { config, generation, architecture } = configFromGguf(file);
-  const { tokenizer, tokenizerConfig } = tokenizerFromGguf(file.metadata, config.vocab_size as number, config.max_position_embeddings as number);
+  const { tokenizer, tokenizerConfig } = tokenizerFromGguf(
+    file.metadata,
+    config.vocab_size as number,
+    config.max_position_embeddings as number,
+  );
   const plan = planTensors(file, config, ggufPath);
   // Loads it as the engines will, so a tokenizer they cannot use fails here, not at the first episode.
   Tokenizer.fromJSON(tokenizer, `${ggufPath} (tokenizer from its metadata)`);
@@ -166,7 +174,10 @@ export async function importGguf(ggufPath: string, outDir: string, opts: ImportO
     writeJsonAtomic(join(partial, 'tokenizer_config.json'), tokenizerConfig);
 
     const shards = shardFiles(plan, opts.maxShardBytes ?? 2 ** 31);
-    const shardName = (i: number) => (shards.length === 1 ? 'model.safetensors' : `model-${String(i + 1).padStart(5, '0')}-of-${String(shards.length).padStart(5, '0')}.safetensors`);
+    const shardName = (i: number) =>
+      shards.length === 1
+        ? 'model.safetensors'
+        : `model-${String(i + 1).padStart(5, '0')}-of-${String(shards.length).padStart(5, '0')}.safetensors`;
     const weightMap: Record<string, string> = {};
     let done = 0;
     for (const [i, shard] of shards.entries()) {
@@ -181,7 +192,8 @@ export async function importGguf(ggufPath: string, outDir: string, opts: ImportO
       writeSafetensors(join(partial, shardName(i)), tensors, { format: 'pt' });
       log(`  wrote ${shardName(i)} (${shard.length} tensors, ${done.toLocaleString()} parameters so far)`);
     }
-    if (shards.length > 1) writeJsonAtomic(join(partial, 'model.safetensors.index.json'), { metadata: { total_size: done * 4 }, weight_map: weightMap });
+    if (shards.length > 1)
+      writeJsonAtomic(join(partial, 'model.safetensors.index.json'), { metadata: { total_size: done * 4 }, weight_map: weightMap });
 
     const types: Record<string, number> = {};
     for (const t of file.tensors) types[ggmlTypeName(t.type)] = (types[ggmlTypeName(t.type)] ?? 0) + 1;

@@ -50,93 +50,101 @@ interface Reference {
   greedy: { prompt: number[]; tokens: number[]; text: string };
 }
 
-describe.skipIf(!installed || !gate.available)(`SmolLM2-135M-Instruct imported from its GGUF matches transformers on the same GGUF (${label})`, () => {
-  let work: string;
-  let dir: string;
-  let ref: Reference;
-  let logits: Map<string, Float32Array>;
-  let policy: LoadedPolicy;
+describe.skipIf(!installed || !gate.available)(
+  `SmolLM2-135M-Instruct imported from its GGUF matches transformers on the same GGUF (${label})`,
+  () => {
+    let work: string;
+    let dir: string;
+    let ref: Reference;
+    let logits: Map<string, Float32Array>;
+    let policy: LoadedPolicy;
 
-  beforeAll(async () => {
-    expect(existsSync(GGUF), `${GGUF} should be installed next to the converted model`).toBe(true);
-    await initBackend();
-    work = mkdtempSync(join(tmpdir(), 'empo2-smollm2-'));
-    dir = join(work, 'smollm2-hf');
-    await importGguf(GGUF, dir);
-    await runPython(SCRIPT, ['smollm2', dir, GGUF, work], 600_000);
-    ref = JSON.parse(readFileSync(join(work, 'smollm2.json'), 'utf8'));
-    logits = new Map([...readSafetensors(join(work, 'smollm2-logits.safetensors')).tensors].map(([k, t]) => [k, toFloat32(t)]));
-    policy = loadModelDir(dir);
-  }, 900_000);
-  afterAll(() => {
-    policy?.model.dispose();
-    if (work) rmSync(work, { recursive: true, force: true });
-  });
+    beforeAll(async () => {
+      expect(existsSync(GGUF), `${GGUF} should be installed next to the converted model`).toBe(true);
+      await initBackend();
+      work = mkdtempSync(join(tmpdir(), 'empo2-smollm2-'));
+      dir = join(work, 'smollm2-hf');
+      await importGguf(GGUF, dir);
+      await runPython(SCRIPT, ['smollm2', dir, GGUF, work], 600_000);
+      ref = JSON.parse(readFileSync(join(work, 'smollm2.json'), 'utf8'));
+      logits = new Map([...readSafetensors(join(work, 'smollm2-logits.safetensors')).tensors].map(([k, t]) => [k, toFloat32(t)]));
+      policy = loadModelDir(dir);
+    }, 900_000);
+    afterAll(() => {
+      policy?.model.dispose();
+      if (work) rmSync(work, { recursive: true, force: true });
+    });
 
-  it('every dequantised weight is bit-identical to transformers loading the GGUF', () => {
-    const { tensors } = readSafetensors(join(dir, 'model.safetensors'));
-    expect(Object.keys(ref.weights_sha256).sort()).toEqual([...tensors.keys()].sort());
-    for (const [name, t] of tensors) {
-      const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
-      expect(createHash('sha256').update(bytes).digest('hex'), name).toBe(ref.weights_sha256[name]);
-    }
-  });
-
-  it("gives transformers' GGUF tokenizer's ids on 200+ varied strings, and llama.cpp's digit split on the rest", () => {
-    expect(ref.strings.length).toBeGreaterThanOrEqual(300);
-    const joined = ref.strings.join('');
-    expect(/<\|im_start\|>/.test(joined) && /\d{4}/.test(joined) && /[^\x00-\x7f]/.test(joined) && /\s{3}/.test(joined)).toBe(true);
-    let sameAsTransformers = 0;
-    ref.strings.forEach((s, i) => {
-      const ours = policy.tokenizer.encode(s);
-      // transformers' GGUF loader ignores tokenizer.ggml.pre = "smollm" (it splits as GPT-2); the
-      // model's tokenizer and llama.cpp isolate every number character first. The two differ only
-      // where whitespace runs into a number (GPT-2's split attaches one space to it).
-      expect(ours, `ours vs transformers with llama.cpp's "smollm" split: ${JSON.stringify(s)}`).toEqual(ref.ids_llama_cpp_split[i]);
-      if (JSON.stringify(ref.ids[i]) === JSON.stringify(ref.ids_llama_cpp_split[i])) {
-        expect(ours, JSON.stringify(s)).toEqual(ref.ids[i]);
-        sameAsTransformers++;
-      } else {
-        expect(/\s\p{N}/u.test(s), `differs from transformers' GGUF tokenizer without whitespace before a number: ${JSON.stringify(s)}`).toBe(true);
+    it('every dequantised weight is bit-identical to transformers loading the GGUF', () => {
+      const { tensors } = readSafetensors(join(dir, 'model.safetensors'));
+      expect(Object.keys(ref.weights_sha256).sort()).toEqual([...tensors.keys()].sort());
+      for (const [name, t] of tensors) {
+        const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
+        expect(createHash('sha256').update(bytes).digest('hex'), name).toBe(ref.weights_sha256[name]);
       }
-      expect(ref.ids_tokenizers_on_ours[i], `tokenizers on our tokenizer.json: ${JSON.stringify(s)}`).toEqual(ours);
-      expect(ref.ids_transformers_on_ours[i], `transformers on our folder: ${JSON.stringify(s)}`).toEqual(ours);
-      // Decoding gives the text back (the vocabulary is byte-level: nothing is lost).
-      expect(policy.tokenizer.decode(ours)).toBe(s);
     });
-    expect(sameAsTransformers).toBeGreaterThanOrEqual(200);
-  });
 
-  it('renders the chat template as apply_chat_template does', () => {
-    const template = ChatTemplate.fromDir(dir);
-    ref.conversations.forEach((c, i) => {
-      expect(renderChatTemplate(template, c, { addGenerationPrompt: true })).toBe(ref.chat[i]);
-      expect(ref.chat_transformers_on_ours[i]).toBe(ref.chat[i]);
+    it("gives transformers' GGUF tokenizer's ids on 200+ varied strings, and llama.cpp's digit split on the rest", () => {
+      expect(ref.strings.length).toBeGreaterThanOrEqual(300);
+      const joined = ref.strings.join('');
+      expect(/<\|im_start\|>/.test(joined) && /\d{4}/.test(joined) && /[^\x00-\x7f]/.test(joined) && /\s{3}/.test(joined)).toBe(true);
+      let sameAsTransformers = 0;
+      ref.strings.forEach((s, i) => {
+        const ours = policy.tokenizer.encode(s);
+        // transformers' GGUF loader ignores tokenizer.ggml.pre = "smollm" (it splits as GPT-2); the
+        // model's tokenizer and llama.cpp isolate every number character first. The two differ only
+        // where whitespace runs into a number (GPT-2's split attaches one space to it).
+        expect(ours, `ours vs transformers with llama.cpp's "smollm" split: ${JSON.stringify(s)}`).toEqual(ref.ids_llama_cpp_split[i]);
+        if (JSON.stringify(ref.ids[i]) === JSON.stringify(ref.ids_llama_cpp_split[i])) {
+          expect(ours, JSON.stringify(s)).toEqual(ref.ids[i]);
+          sameAsTransformers++;
+        } else {
+          expect(
+            /\s\p{N}/u.test(s),
+            `differs from transformers' GGUF tokenizer without whitespace before a number: ${JSON.stringify(s)}`,
+          ).toBe(true);
+        }
+        expect(ref.ids_tokenizers_on_ours[i], `tokenizers on our tokenizer.json: ${JSON.stringify(s)}`).toEqual(ours);
+        expect(ref.ids_transformers_on_ours[i], `transformers on our folder: ${JSON.stringify(s)}`).toEqual(ours);
+        // Decoding gives the text back (the vocabulary is byte-level: nothing is lost).
+        expect(policy.tokenizer.decode(ours)).toBe(s);
+      });
+      expect(sameAsTransformers).toBeGreaterThanOrEqual(200);
     });
-  });
 
-  it('gives next-token logits within 1e-4 of transformers', () => {
-    ref.prompts.forEach((prompt, i) => {
-      expect(worstRelative(sequenceLogits(policy.model, prompt, true), logits.get(`last.${i}`)!)).toBeLessThan(TOL);
+    it('renders the chat template as apply_chat_template does', () => {
+      const template = ChatTemplate.fromDir(dir);
+      ref.conversations.forEach((c, i) => {
+        expect(renderChatTemplate(template, c, { addGenerationPrompt: true })).toBe(ref.chat[i]);
+        expect(ref.chat_transformers_on_ours[i]).toBe(ref.chat[i]);
+      });
     });
-    expect(worstRelative(sequenceLogits(policy.model, ref.prompts[3]), logits.get('all.3')!)).toBeLessThan(TOL);
-  });
 
-  it('answers "What is the capital of France?" with Paris, greedily, token for token as transformers', async () => {
-    const imEnd = policy.tokenizer.requireTokenId('<|im_end|>');
-    const engine = new TfjsEngine(policy.model, policy.tokenizer, {
-      optimizer: { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0 },
-      maxGradNorm: 0,
-      microBatchTokens: 16_384,
-      endTokens: [imEnd],
-      padToken: imEnd,
+    it('gives next-token logits within 1e-4 of transformers', () => {
+      ref.prompts.forEach((prompt, i) => {
+        expect(worstRelative(sequenceLogits(policy.model, prompt, true), logits.get(`last.${i}`)!)).toBeLessThan(TOL);
+      });
+      expect(worstRelative(sequenceLogits(policy.model, ref.prompts[3]), logits.get('all.3')!)).toBeLessThan(TOL);
     });
-    const template = ChatTemplate.fromDir(dir);
-    const prompt = policy.tokenizer.encode(renderChatTemplate(template, [{ role: 'user', content: 'What is the capital of France?' }], { addGenerationPrompt: true }));
-    expect(prompt).toEqual(ref.greedy.prompt);
-    const [answer] = await engine.generate([prompt], { temperature: 0, topP: 1, maxTokens: 24, seed: 0 });
-    expect(answer.text).toContain('Paris');
-    const expected = ref.greedy.tokens.slice(0, answer.tokens.length);
-    expect(answer.tokens).toEqual(expected);
-  });
-});
+
+    it('answers "What is the capital of France?" with Paris, greedily, token for token as transformers', async () => {
+      const imEnd = policy.tokenizer.requireTokenId('<|im_end|>');
+      const engine = new TfjsEngine(policy.model, policy.tokenizer, {
+        optimizer: { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0 },
+        maxGradNorm: 0,
+        microBatchTokens: 16_384,
+        endTokens: [imEnd],
+        padToken: imEnd,
+      });
+      const template = ChatTemplate.fromDir(dir);
+      const prompt = policy.tokenizer.encode(
+        renderChatTemplate(template, [{ role: 'user', content: 'What is the capital of France?' }], { addGenerationPrompt: true }),
+      );
+      expect(prompt).toEqual(ref.greedy.prompt);
+      const [answer] = await engine.generate([prompt], { temperature: 0, topP: 1, maxTokens: 24, seed: 0 });
+      expect(answer.text).toContain('Paris');
+      const expected = ref.greedy.tokens.slice(0, answer.tokens.length);
+      expect(answer.tokens).toEqual(expected);
+    });
+  },
+);

@@ -30,10 +30,19 @@ interface PreTokenization {
 const PRE_TOKENIZERS: Record<string, PreTokenization> = {
   'gpt-2': { preTokenizer: BYTE_LEVEL, ignoreMerges: false },
   // StarCoder's tokenizer, which SmolLM keeps: every digit alone, then GPT-2's split.
-  smollm: { preTokenizer: { type: 'Sequence', pretokenizers: [{ type: 'Digits', individual_digits: true }, BYTE_LEVEL] }, ignoreMerges: false },
-  starcoder: { preTokenizer: { type: 'Sequence', pretokenizers: [{ type: 'Digits', individual_digits: true }, BYTE_LEVEL] }, ignoreMerges: false },
+  smollm: {
+    preTokenizer: { type: 'Sequence', pretokenizers: [{ type: 'Digits', individual_digits: true }, BYTE_LEVEL] },
+    ignoreMerges: false,
+  },
+  starcoder: {
+    preTokenizer: { type: 'Sequence', pretokenizers: [{ type: 'Digits', individual_digits: true }, BYTE_LEVEL] },
+    ignoreMerges: false,
+  },
   qwen2: { preTokenizer: { type: 'Sequence', pretokenizers: [split(QWEN2_SPLIT), BYTE_LEVEL_AFTER_SPLIT] }, ignoreMerges: false },
-  'deepseek-r1-qwen': { preTokenizer: { type: 'Sequence', pretokenizers: [split(QWEN2_SPLIT), BYTE_LEVEL_AFTER_SPLIT] }, ignoreMerges: false },
+  'deepseek-r1-qwen': {
+    preTokenizer: { type: 'Sequence', pretokenizers: [split(QWEN2_SPLIT), BYTE_LEVEL_AFTER_SPLIT] },
+    ignoreMerges: false,
+  },
   'llama-bpe': { preTokenizer: { type: 'Sequence', pretokenizers: [split(LLAMA3_SPLIT), BYTE_LEVEL_AFTER_SPLIT] }, ignoreMerges: true },
   llama3: { preTokenizer: { type: 'Sequence', pretokenizers: [split(LLAMA3_SPLIT), BYTE_LEVEL_AFTER_SPLIT] }, ignoreMerges: true },
 };
@@ -58,34 +67,52 @@ export function tokenizerFromGguf(m: GgufMetadata, vocabSize: number, contextLen
   const where = m.source;
   const model = m.string('tokenizer.ggml.model');
   if (model !== 'gpt2') {
-    throw new Error(`${where}: metadata "tokenizer.ggml.model" is "${model}"; only byte-level BPE vocabularies ("gpt2": Llama 3, Qwen2, SmolLM) are supported${model === 'llama' ? ' (this is a SentencePiece vocabulary)' : ''}`);
+    throw new Error(
+      `${where}: metadata "tokenizer.ggml.model" is "${model}"; only byte-level BPE vocabularies ("gpt2": Llama 3, Qwen2, SmolLM) are supported${model === 'llama' ? ' (this is a SentencePiece vocabulary)' : ''}`,
+    );
   }
   const pre = m.optionalString('tokenizer.ggml.pre') ?? 'default';
   const preTokenization = PRE_TOKENIZERS[pre];
-  if (!preTokenization) throw new Error(`${where}: metadata "tokenizer.ggml.pre" is "${pre}"; supported pre-tokenizers: ${Object.keys(PRE_TOKENIZERS).join(', ')}`);
+  if (!preTokenization)
+    throw new Error(
+      `${where}: metadata "tokenizer.ggml.pre" is "${pre}"; supported pre-tokenizers: ${Object.keys(PRE_TOKENIZERS).join(', ')}`,
+    );
 
   const tokens = m.stringArray('tokenizer.ggml.tokens');
-  if (tokens.length === 0 || tokens.length > vocabSize) throw new Error(`${where}: metadata "tokenizer.ggml.tokens" has ${tokens.length} tokens; the embedding has ${vocabSize} rows`);
+  if (tokens.length === 0 || tokens.length > vocabSize)
+    throw new Error(`${where}: metadata "tokenizer.ggml.tokens" has ${tokens.length} tokens; the embedding has ${vocabSize} rows`);
   const types = m.has('tokenizer.ggml.token_type') ? m.integerArray('tokenizer.ggml.token_type') : tokens.map(() => 1);
-  if (types.length !== tokens.length) throw new Error(`${where}: metadata "tokenizer.ggml.token_type" has ${types.length} entries for ${tokens.length} tokens`);
+  if (types.length !== tokens.length)
+    throw new Error(`${where}: metadata "tokenizer.ggml.token_type" has ${types.length} entries for ${tokens.length} tokens`);
   const mergeStrings = m.stringArray('tokenizer.ggml.merges');
 
   const vocab: Record<string, number> = {};
   const added: AddedTokenJSON[] = [];
   tokens.forEach((token, id) => {
     const spelled = byteLevelSpelling(token);
-    if (Object.hasOwn(vocab, spelled)) throw new Error(`${where}: metadata "tokenizer.ggml.tokens"[${id}] ${JSON.stringify(token)} repeats token ${vocab[spelled]}`);
+    if (Object.hasOwn(vocab, spelled))
+      throw new Error(`${where}: metadata "tokenizer.ggml.tokens"[${id}] ${JSON.stringify(token)} repeats token ${vocab[spelled]}`);
     vocab[spelled] = id;
     // Control and user-defined tokens are matched whole in the raw text, as llama.cpp does; the
     // file stores them as that text.
     if (types[id] === CONTROL || types[id] === USER_DEFINED) {
-      added.push({ id, content: token, single_word: false, lstrip: false, rstrip: false, normalized: false, special: types[id] === CONTROL });
+      added.push({
+        id,
+        content: token,
+        single_word: false,
+        lstrip: false,
+        rstrip: false,
+        normalized: false,
+        special: types[id] === CONTROL,
+      });
     }
   });
   const merges = mergeStrings.map((merge, i) => {
     const parts = merge.split(' ');
     if (parts.length !== 2 || !Object.hasOwn(vocab, parts[0]) || !Object.hasOwn(vocab, parts[1])) {
-      throw new Error(`${where}: metadata "tokenizer.ggml.merges"[${i}] ${JSON.stringify(merge)} is not two vocabulary tokens separated by a space`);
+      throw new Error(
+        `${where}: metadata "tokenizer.ggml.merges"[${i}] ${JSON.stringify(merge)} is not two vocabulary tokens separated by a space`,
+      );
     }
     return parts as [string, string];
   });
@@ -102,8 +129,10 @@ export function tokenizerFromGguf(m: GgufMetadata, vocabSize: number, contextLen
   const pad = special('padding_token_id');
   const addBos = m.optionalBool('tokenizer.ggml.add_bos_token') ?? false;
   const addEos = m.optionalBool('tokenizer.ggml.add_eos_token') ?? false;
-  if (addBos && !bos) throw new Error(`${where}: metadata "tokenizer.ggml.add_bos_token" is true but "tokenizer.ggml.bos_token_id" is missing`);
-  if (addEos && !eos) throw new Error(`${where}: metadata "tokenizer.ggml.add_eos_token" is true but "tokenizer.ggml.eos_token_id" is missing`);
+  if (addBos && !bos)
+    throw new Error(`${where}: metadata "tokenizer.ggml.add_bos_token" is true but "tokenizer.ggml.bos_token_id" is missing`);
+  if (addEos && !eos)
+    throw new Error(`${where}: metadata "tokenizer.ggml.add_eos_token" is true but "tokenizer.ggml.eos_token_id" is missing`);
 
   const tokenizer = {
     version: '1.0',

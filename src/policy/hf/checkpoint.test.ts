@@ -15,15 +15,41 @@ import { readSafetensors, writeSafetensors, type TensorToWrite } from '../safete
 import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
 
 const QWEN_V5 = {
-  architectures: ['Qwen2ForCausalLM'], model_type: 'qwen2', attention_dropout: 0.0, hidden_act: 'silu', hidden_size: 32,
-  intermediate_size: 64, num_attention_heads: 4, num_hidden_layers: 2, num_key_value_heads: 2, vocab_size: 300,
-  rms_norm_eps: 1e-6, rope_parameters: { rope_theta: 1000000.0, rope_type: 'default' }, layer_types: ['full_attention', 'full_attention'],
-  use_sliding_window: false, sliding_window: null, tie_word_embeddings: true, dtype: 'bfloat16',
+  architectures: ['Qwen2ForCausalLM'],
+  model_type: 'qwen2',
+  attention_dropout: 0.0,
+  hidden_act: 'silu',
+  hidden_size: 32,
+  intermediate_size: 64,
+  num_attention_heads: 4,
+  num_hidden_layers: 2,
+  num_key_value_heads: 2,
+  vocab_size: 300,
+  rms_norm_eps: 1e-6,
+  rope_parameters: { rope_theta: 1000000.0, rope_type: 'default' },
+  layer_types: ['full_attention', 'full_attention'],
+  use_sliding_window: false,
+  sliding_window: null,
+  tie_word_embeddings: true,
+  dtype: 'bfloat16',
 };
 const LLAMA_V4 = {
-  architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_size: 32, intermediate_size: 48, num_attention_heads: 4,
-  num_hidden_layers: 2, num_key_value_heads: 1, vocab_size: 300, rms_norm_eps: 1e-5, rope_theta: 500000.0, rope_scaling: null,
-  head_dim: 16, attention_bias: false, mlp_bias: false, pretraining_tp: 1, torch_dtype: 'bfloat16',
+  architectures: ['LlamaForCausalLM'],
+  model_type: 'llama',
+  hidden_size: 32,
+  intermediate_size: 48,
+  num_attention_heads: 4,
+  num_hidden_layers: 2,
+  num_key_value_heads: 1,
+  vocab_size: 300,
+  rms_norm_eps: 1e-5,
+  rope_theta: 500000.0,
+  rope_scaling: null,
+  head_dim: 16,
+  attention_bias: false,
+  mlp_bias: false,
+  pretraining_tp: 1,
+  torch_dtype: 'bfloat16',
 };
 
 /** IEEE half bits -> number, written out here so the test does not share the loader's conversion. */
@@ -36,35 +62,91 @@ function f16ToNumber(bits: number): number {
 
 describe('config.json', () => {
   it('reads transformers 5 (rope_parameters) and 4 (rope_theta) configs with their defaults', () => {
-    expect(parseHfConfig(QWEN_V5)).toMatchObject({ model_type: 'qwen2', rope_theta: 1e6, tie_word_embeddings: true, max_position_embeddings: 32768 });
-    expect(parseHfConfig(LLAMA_V4)).toMatchObject({ model_type: 'llama', rope_theta: 5e5, head_dim: 16, attention_bias: false, mlp_bias: false, tie_word_embeddings: false });
+    expect(parseHfConfig(QWEN_V5)).toMatchObject({
+      model_type: 'qwen2',
+      rope_theta: 1e6,
+      tie_word_embeddings: true,
+      max_position_embeddings: 32768,
+    });
+    expect(parseHfConfig(LLAMA_V4)).toMatchObject({
+      model_type: 'llama',
+      rope_theta: 5e5,
+      head_dim: 16,
+      attention_bias: false,
+      mlp_bias: false,
+      tie_word_embeddings: false,
+    });
     const { rope_theta: _drop, ...noTheta } = LLAMA_V4;
     expect(parseHfConfig({ ...noTheta, num_key_value_heads: undefined }).num_key_value_heads).toBe(4);
     expect(parseHfConfig(noTheta).rope_theta).toBe(10000);
   });
 
   it('reads scaled rotary embeddings from either generation (Llama 3.2 and Qwen2.5 long-context style)', () => {
-    const llama32 = { ...LLAMA_V4, max_position_embeddings: 131072, rope_scaling: { factor: 32.0, high_freq_factor: 4.0, low_freq_factor: 1.0, original_max_position_embeddings: 8192, rope_type: 'llama3' } };
-    expect(parseHfConfig(llama32).rope_scaling).toEqual({ rope_type: 'llama3', factor: 32, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 });
-    const qwenYarn = { ...QWEN_V5, rope_parameters: { rope_type: 'yarn', rope_theta: 1e6, factor: 4, original_max_position_embeddings: 32768 } };
-    expect(parseHfConfig(qwenYarn)).toMatchObject({ rope_theta: 1e6, rope_scaling: { rope_type: 'yarn', factor: 4, original_max_position_embeddings: 32768 } });
+    const llama32 = {
+      ...LLAMA_V4,
+      max_position_embeddings: 131072,
+      rope_scaling: {
+        factor: 32.0,
+        high_freq_factor: 4.0,
+        low_freq_factor: 1.0,
+        original_max_position_embeddings: 8192,
+        rope_type: 'llama3',
+      },
+    };
+    expect(parseHfConfig(llama32).rope_scaling).toEqual({
+      rope_type: 'llama3',
+      factor: 32,
+      low_freq_factor: 1,
+      high_freq_factor: 4,
+      original_max_position_embeddings: 8192,
+    });
+    const qwenYarn = {
+      ...QWEN_V5,
+      rope_parameters: { rope_type: 'yarn', rope_theta: 1e6, factor: 4, original_max_position_embeddings: 32768 },
+    };
+    expect(parseHfConfig(qwenYarn)).toMatchObject({
+      rope_theta: 1e6,
+      rope_scaling: { rope_type: 'yarn', factor: 4, original_max_position_embeddings: 32768 },
+    });
     // A top-level original_max_position_embeddings wins, as in transformers.
-    expect(parseHfConfig({ ...qwenYarn, original_max_position_embeddings: 4096 }).rope_scaling).toMatchObject({ original_max_position_embeddings: 4096 });
+    expect(parseHfConfig({ ...qwenYarn, original_max_position_embeddings: 4096 }).rope_scaling).toMatchObject({
+      original_max_position_embeddings: 4096,
+    });
     expect(parseHfConfig(QWEN_V5).rope_scaling).toBeUndefined();
   });
 
   const refusals: [string, Record<string, unknown>, string][] = [
-    ['dynamic NTK rope scaling', { ...LLAMA_V4, rope_scaling: { type: 'dynamic', factor: 2 } }, '"rope_scaling" rope_type "dynamic" is not implemented'],
-    ['a llama3 entry without its band', { ...LLAMA_V4, rope_scaling: { rope_type: 'llama3', factor: 8 } }, '"rope_scaling.low_freq_factor" must be a positive number'],
-    ['rope_parameters per attention type', { ...QWEN_V5, rope_parameters: { full_attention: { rope_type: 'default', rope_theta: 1e6 } } }, '"rope_parameters" is nested by attention type'],
-    ['partial rotary', { ...QWEN_V5, rope_parameters: { rope_type: 'default', rope_theta: 1e6, partial_rotary_factor: 0.5 } }, '"rope_parameters.partial_rotary_factor"'],
+    [
+      'dynamic NTK rope scaling',
+      { ...LLAMA_V4, rope_scaling: { type: 'dynamic', factor: 2 } },
+      '"rope_scaling" rope_type "dynamic" is not implemented',
+    ],
+    [
+      'a llama3 entry without its band',
+      { ...LLAMA_V4, rope_scaling: { rope_type: 'llama3', factor: 8 } },
+      '"rope_scaling.low_freq_factor" must be a positive number',
+    ],
+    [
+      'rope_parameters per attention type',
+      { ...QWEN_V5, rope_parameters: { full_attention: { rope_type: 'default', rope_theta: 1e6 } } },
+      '"rope_parameters" is nested by attention type',
+    ],
+    [
+      'partial rotary',
+      { ...QWEN_V5, rope_parameters: { rope_type: 'default', rope_theta: 1e6, partial_rotary_factor: 0.5 } },
+      '"rope_parameters.partial_rotary_factor"',
+    ],
     ['sliding window', { ...QWEN_V5, use_sliding_window: true }, '"use_sliding_window" is true'],
     ['a sliding layer', { ...QWEN_V5, layer_types: ['full_attention', 'sliding_attention'] }, '"layer_types"[1] is "sliding_attention"'],
     ['GELU', { ...LLAMA_V4, hidden_act: 'gelu' }, '"hidden_act" "gelu" is not implemented'],
     ['attention dropout', { ...LLAMA_V4, attention_dropout: 0.1 }, '"attention_dropout" 0.1 is not implemented'],
     ['quantised', { ...LLAMA_V4, quantization_config: { quant_method: 'gptq' } }, '"quantization_config" is present'],
     ['Mistral', { ...LLAMA_V4, model_type: 'mistral' }, '"model_type" "mistral" is not supported'],
-    ['a sequence classifier', { ...LLAMA_V4, architectures: ['LlamaForSequenceClassification'] }, '"architectures" ["LlamaForSequenceClassification"] does not include LlamaForCausalLM'],
+    [
+      'a sequence classifier',
+      { ...LLAMA_V4, architectures: ['LlamaForSequenceClassification'] },
+      '"architectures" ["LlamaForSequenceClassification"] does not include LlamaForCausalLM',
+    ],
     ['a missing size', { ...LLAMA_V4, hidden_size: undefined }, '"hidden_size" must be a number'],
   ];
   for (const [what, raw, message] of refusals) {
@@ -86,7 +168,11 @@ describe('model directories', () => {
     tf.tidy(() => {
       const n = 6;
       const mask = new Float32Array(n * n).map((_, i) => (i % n <= Math.floor(i / n) ? 0 : -1e9));
-      const { hidden } = m.forward(tf.tensor2d([[3, 14, 15, 92, 65, 35]], [1, n], 'int32'), tf.tensor2d([[0, 1, 2, 3, 4, 5]], [1, n], 'int32'), tf.tensor4d(mask, [1, 1, n, n]));
+      const { hidden } = m.forward(
+        tf.tensor2d([[3, 14, 15, 92, 65, 35]], [1, n], 'int32'),
+        tf.tensor2d([[0, 1, 2, 3, 4, 5]], [1, n], 'int32'),
+        tf.tensor4d(mask, [1, 1, n, n]),
+      );
       return Array.from(m.logits(hidden.reshape([n, 32]) as tf.Tensor2D).dataSync());
     });
 
@@ -114,11 +200,24 @@ describe('model directories', () => {
 
   beforeAll(async () => {
     await initBackend();
-    tokenizer = Tokenizer.fromJSON(trainByteLevelBPE(['open red box', 'take yellow hat'], { vocabSize: 270, specialTokens: ['<|endoftext|>'] }));
+    tokenizer = Tokenizer.fromJSON(
+      trainByteLevelBPE(['open red box', 'take yellow hat'], { vocabSize: 270, specialTokens: ['<|endoftext|>'] }),
+    );
     const config: ModelConfig = {
-      model_type: 'llama', vocab_size: 300, hidden_size: 32, intermediate_size: 48, num_hidden_layers: 2, num_attention_heads: 4,
-      num_key_value_heads: 1, head_dim: 16, max_position_embeddings: 128, rms_norm_eps: 1e-5, rope_theta: 5e5,
-      tie_word_embeddings: false, attention_bias: true, initializer_range: 0.3,
+      model_type: 'llama',
+      vocab_size: 300,
+      hidden_size: 32,
+      intermediate_size: 48,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 1,
+      head_dim: 16,
+      max_position_embeddings: 128,
+      rms_norm_eps: 1e-5,
+      rope_theta: 5e5,
+      tie_word_embeddings: false,
+      attention_bias: true,
+      initializer_range: 0.3,
     };
     model = Qwen2Model.random(config, 9);
     single = tempDir();
@@ -141,7 +240,8 @@ describe('model directories', () => {
         for (const [name, t] of readSafetensors(join(d, f)).tensors) {
           expect(t.dtype).toBe(dtype);
           const bits = t.data as Uint16Array;
-          const values = dtype === 'BF16' ? new Float32Array(Uint32Array.from(bits, (b) => b << 16).buffer) : Float32Array.from(bits, f16ToNumber);
+          const values =
+            dtype === 'BF16' ? new Float32Array(Uint32Array.from(bits, (b) => b << 16).buffer) : Float32Array.from(bits, f16ToNumber);
           rounded.set(name, tf.variable(tf.tensor(values, t.shape), true));
         }
       }
@@ -158,7 +258,13 @@ describe('model directories', () => {
   });
 
   it('a model with scaled rotary embeddings saves and loads with its scaling (same logits)', async () => {
-    const scaled = new Qwen2Model({ ...model.config, rope_scaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 16 } }, model.params);
+    const scaled = new Qwen2Model(
+      {
+        ...model.config,
+        rope_scaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 16 },
+      },
+      model.params,
+    );
     const d = tempDir();
     await saveModelDir(d, scaled, tokenizer);
     const loaded = loadModelDir(d).model;
@@ -182,9 +288,14 @@ describe('model directories', () => {
     expect(() => loadModelDir(d)).toThrow(`${indexPath}: no tensor "${victim}" (needed by config.json)`);
 
     const d2 = shard(single, 'F32');
-    const shardFile = join(d2, JSON.parse(readFileSync(join(d2, 'model.safetensors.index.json'), 'utf8')).weight_map['model.layers.0.self_attn.q_proj.weight']);
+    const shardFile = join(
+      d2,
+      JSON.parse(readFileSync(join(d2, 'model.safetensors.index.json'), 'utf8')).weight_map['model.layers.0.self_attn.q_proj.weight'],
+    );
     truncateSync(shardFile, statSync(shardFile).size - 10);
-    expect(() => loadModelDir(d2)).toThrow(new RegExp(`^${shardFile.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: tensor ".*": data_offsets .* run past the end of the data`));
+    expect(() => loadModelDir(d2)).toThrow(
+      new RegExp(`^${shardFile.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: tensor ".*": data_offsets .* run past the end of the data`),
+    );
 
     const d3 = shard(single, 'F32');
     const i3 = JSON.parse(readFileSync(join(d3, 'model.safetensors.index.json'), 'utf8'));
@@ -203,7 +314,10 @@ describe('model directories', () => {
     const file = join(d, 'model.safetensors');
     const bytes = readFileSync(file);
     const headerLength = Number(bytes.readBigUInt64LE(0));
-    const header = bytes.subarray(8, 8 + headerLength).toString('utf8').replace('"dtype":"F32"', '"dtype":"X32"'); // same length: offsets stay valid
+    const header = bytes
+      .subarray(8, 8 + headerLength)
+      .toString('utf8')
+      .replace('"dtype":"F32"', '"dtype":"X32"'); // same length: offsets stay valid
     writeFileSync(file, Buffer.concat([bytes.subarray(0, 8), Buffer.from(header), bytes.subarray(8 + headerLength)]));
     expect(() => loadModelDir(d)).toThrow(new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: tensor ".*": unknown dtype "X32"`));
   });

@@ -37,7 +37,8 @@ function rope(raw: Json, where: string, fallbackTheta: number, maxPositions: num
   const topContext = typeof raw.original_max_position_embeddings === 'number' ? raw.original_max_position_embeddings : undefined;
   const readScaling = (entry: Json, key: string): RopeScaling | null => {
     const scaling = parseRopeScaling(entry, key, where, topContext ?? maxPositions, maxPositions);
-    if (scaling && topContext !== undefined && 'original_max_position_embeddings' in scaling) scaling.original_max_position_embeddings = topContext;
+    if (scaling && topContext !== undefined && 'original_max_position_embeddings' in scaling)
+      scaling.original_max_position_embeddings = topContext;
     return scaling;
   };
   let scaling: RopeScaling | null = null;
@@ -45,9 +46,11 @@ function rope(raw: Json, where: string, fallbackTheta: number, maxPositions: num
   if (params !== undefined && params !== null) {
     if (!isObject(params)) throw new Error(`${where}: "rope_parameters" must be an object (got ${JSON.stringify(params)})`);
     // transformers 5 allows one entry per attention type; we only have full attention.
-    if (isObject(params.full_attention)) throw new Error(`${where}: "rope_parameters" is nested by attention type; only one global entry is implemented`);
+    if (isObject(params.full_attention))
+      throw new Error(`${where}: "rope_parameters" is nested by attention type; only one global entry is implemented`);
     const partial = params.partial_rotary_factor;
-    if (partial !== undefined && partial !== null && partial !== 1) throw new Error(`${where}: "rope_parameters.partial_rotary_factor" ${JSON.stringify(partial)} is not implemented (only 1)`);
+    if (partial !== undefined && partial !== null && partial !== 1)
+      throw new Error(`${where}: "rope_parameters.partial_rotary_factor" ${JSON.stringify(partial)} is not implemented (only 1)`);
     if (params.rope_theta !== undefined) theta = params.rope_theta;
     scaling = readScaling(params, 'rope_parameters');
   }
@@ -60,7 +63,8 @@ function rope(raw: Json, where: string, fallbackTheta: number, maxPositions: num
     throw new Error(`${where}: "partial_rotary_factor" ${JSON.stringify(raw.partial_rotary_factor)} is not implemented (only 1)`);
   }
   if (theta === undefined) return { theta: fallbackTheta, scaling };
-  if (typeof theta !== 'number' || !(theta > 0)) throw new Error(`${where}: "rope_theta" must be a positive number (got ${JSON.stringify(theta)})`);
+  if (typeof theta !== 'number' || !(theta > 0))
+    throw new Error(`${where}: "rope_theta" must be a positive number (got ${JSON.stringify(theta)})`);
   return { theta, scaling };
 }
 
@@ -69,29 +73,38 @@ export function parseHfConfig(raw: unknown, where = 'config.json'): ModelConfig 
   if (!isObject(raw)) throw new Error(`${where}: expected a JSON object`);
   const modelType = raw.model_type;
   if (modelType !== 'qwen2' && modelType !== 'llama') {
-    throw new Error(`${where}: "model_type" ${JSON.stringify(modelType)} is not supported (only "qwen2" for Qwen2/Qwen2.5 and "llama" for the Llama family)`);
+    throw new Error(
+      `${where}: "model_type" ${JSON.stringify(modelType)} is not supported (only "qwen2" for Qwen2/Qwen2.5 and "llama" for the Llama family)`,
+    );
   }
   const architectures = raw.architectures;
   if (architectures !== undefined && architectures !== null) {
     if (!Array.isArray(architectures) || !architectures.includes(ARCHITECTURES[modelType])) {
-      throw new Error(`${where}: "architectures" ${JSON.stringify(architectures)} does not include ${ARCHITECTURES[modelType]} (only causal language models load)`);
+      throw new Error(
+        `${where}: "architectures" ${JSON.stringify(architectures)} does not include ${ARCHITECTURES[modelType]} (only causal language models load)`,
+      );
     }
   }
   const act = raw.hidden_act ?? 'silu';
   if (act !== 'silu') throw new Error(`${where}: "hidden_act" ${JSON.stringify(act)} is not implemented (only "silu")`);
   for (const key of ['attention_dropout', 'hidden_dropout', 'embd_pdrop', 'resid_pdrop'] as const) {
     const v = raw[key];
-    if (v !== undefined && v !== null && v !== 0) throw new Error(`${where}: "${key}" ${JSON.stringify(v)} is not implemented (the engine has no dropout in the base model; set it to 0)`);
+    if (v !== undefined && v !== null && v !== 0)
+      throw new Error(
+        `${where}: "${key}" ${JSON.stringify(v)} is not implemented (the engine has no dropout in the base model; set it to 0)`,
+      );
   }
   if (raw.quantization_config !== undefined && raw.quantization_config !== null) {
     throw new Error(`${where}: "quantization_config" is present; quantised checkpoints are not supported (use a bf16/fp16/fp32 one)`);
   }
   if (modelType === 'qwen2') {
-    if (raw.use_sliding_window === true) throw new Error(`${where}: "use_sliding_window" is true; sliding-window attention is not implemented`);
+    if (raw.use_sliding_window === true)
+      throw new Error(`${where}: "use_sliding_window" is true; sliding-window attention is not implemented`);
     const layerTypes = raw.layer_types;
     if (Array.isArray(layerTypes)) {
       const odd = layerTypes.findIndex((t) => t !== 'full_attention');
-      if (odd >= 0) throw new Error(`${where}: "layer_types"[${odd}] is ${JSON.stringify(layerTypes[odd])}; only "full_attention" is implemented`);
+      if (odd >= 0)
+        throw new Error(`${where}: "layer_types"[${odd}] is ${JSON.stringify(layerTypes[odd])}; only "full_attention" is implemented`);
     }
   }
   const optionalBool = (key: string): boolean => {

@@ -54,7 +54,11 @@ function sequenceLogits(model: Qwen2Model, seqs: number[][]): number[][][] {
       const n = ids.length;
       const mask = new Float32Array(n * n);
       for (let q = 0; q < n; q++) for (let k = 0; k < n; k++) mask[q * n + k] = k <= q ? 0 : -1e9;
-      const { hidden } = model.forward(tf.tensor2d(ids, [1, n], 'int32'), tf.tensor2d([...ids.keys()], [1, n], 'int32'), tf.tensor4d(mask, [1, 1, n, n]));
+      const { hidden } = model.forward(
+        tf.tensor2d(ids, [1, n], 'int32'),
+        tf.tensor2d([...ids.keys()], [1, n], 'int32'),
+        tf.tensor4d(mask, [1, 1, n, n]),
+      );
       return model.logits(hidden.reshape([n, hidden.shape[2]]) as tf.Tensor2D).arraySync() as number[][];
     }),
   );
@@ -164,13 +168,25 @@ describe.skipIf(!gate.available)(`Hugging Face checkpoints, chat templates and P
 
   it('an adapter trained and saved by our engine loads in PEFT with the same logits', async () => {
     const baseDir = ref.models['llama-fp32-sharded'].dir;
-    const { model, tokenizer } = loadModelDir(baseDir, { adapter: false, lora: { r: 3, alpha: 6, dropout: 0, targetModules: ['k_proj', 'o_proj', 'up_proj', 'down_proj'] }, loraSeed: 5 });
+    const { model, tokenizer } = loadModelDir(baseDir, {
+      adapter: false,
+      lora: { r: 3, alpha: 6, dropout: 0, targetModules: ['k_proj', 'o_proj', 'up_proj', 'down_proj'] },
+      loraSeed: 5,
+    });
     const engine = engineFor(model, tokenizer);
     const batch = ref.sequences.slice(1).map((s) => ({ prompt: s.slice(0, 2), response: s.slice(2) }));
     const old = await engine.logprobs(batch);
     const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.2, dualClip: null, klCoef: 0, lowProbDelta: null };
     for (let step = 0; step < 2; step++) {
-      await engine.trainStep(batch.map((s, i) => ({ ...s, oldLogprobs: old[i], advantages: s.response.map(() => (i % 2 ? 1 : -1)), mask: s.response.map(() => 1) })), objective);
+      await engine.trainStep(
+        batch.map((s, i) => ({
+          ...s,
+          oldLogprobs: old[i],
+          advantages: s.response.map(() => (i % 2 ? 1 : -1)),
+          mask: s.response.map(() => 1),
+        })),
+        objective,
+      );
     }
     // B moved off zero, so the comparison carries the adapters' contribution.
     const bNorm = tf.tidy(() => tf.addN([...model.lora!.modules.values()].map((m) => m.B.abs().sum())).dataSync()[0]);

@@ -87,7 +87,10 @@ describe('RemoteEngine against empo2 serve', () => {
   });
 
   it('scores responses like the in-process engine, and refuses temperatures it cannot score', async () => {
-    const batch = PROMPTS.map((p, i) => ({ prompt: f.local.tokenizer.encode(p), response: f.local.tokenizer.encode(['go to kitchen<|im_end|>', 'x', 'look around'][i]) }));
+    const batch = PROMPTS.map((p, i) => ({
+      prompt: f.local.tokenizer.encode(p),
+      response: f.local.tokenizer.encode(['go to kitchen<|im_end|>', 'x', 'look around'][i]),
+    }));
     const [got, want] = [await remote.logprobs(batch), await f.local.logprobs(batch)];
     expect(got.map((r) => r.length)).toEqual(want.map((r) => r.length));
     got.forEach((r, i) => r.forEach((lp, k) => expect(Math.abs(lp - want[i][k])).toBeLessThan(1e-5)));
@@ -95,16 +98,27 @@ describe('RemoteEngine against empo2 serve', () => {
   });
 
   it('cannot train or save', async () => {
-    await expect(remote.trainStep([], { clipLow: 0.2, clipHigh: 0.2, dualClip: null, klCoef: 0, lowProbDelta: null } as never)).rejects.toThrow(/a remote engine cannot train.*memory-only adaptation and evaluation/);
+    await expect(
+      remote.trainStep([], { clipLow: 0.2, clipHigh: 0.2, dualClip: null, klCoef: 0, lowProbDelta: null } as never),
+    ).rejects.toThrow(/a remote engine cannot train.*memory-only adaptation and evaluation/);
     await expect(remote.save('/tmp/x')).rejects.toThrow(/cannot save weights/);
   });
 
-  it('passes the server\'s 400 on, naming the field, without retrying', async () => {
+  it("passes the server's 400 on, naming the field, without retrying", async () => {
     const prompts = [f.local.tokenizer.encode('go')];
-    await expect(remote.generate(prompts, { maxTokens: 5000, temperature: 1, topP: 1, seed: 0 })).rejects.toThrow(/answered 400: .*context of 4096 tokens.*\(field "max_tokens"\)/);
-    const wrongModel = remoteEngineFromDir(f.modelDir, { baseUrl: f.server.url, model: 'llama', retries: 3, warn: (m) => warnings.push(m) });
+    await expect(remote.generate(prompts, { maxTokens: 5000, temperature: 1, topP: 1, seed: 0 })).rejects.toThrow(
+      /answered 400: .*context of 4096 tokens.*\(field "max_tokens"\)/,
+    );
+    const wrongModel = remoteEngineFromDir(f.modelDir, {
+      baseUrl: f.server.url,
+      model: 'llama',
+      retries: 3,
+      warn: (m) => warnings.push(m),
+    });
     const before = warnings.length;
-    await expect(wrongModel.generate(prompts, { maxTokens: 2, temperature: 1, topP: 1, seed: 0 })).rejects.toThrow(/answered 404: model "llama" is not served here/);
+    await expect(wrongModel.generate(prompts, { maxTokens: 2, temperature: 1, topP: 1, seed: 0 })).rejects.toThrow(
+      /answered 404: model "llama" is not served here/,
+    );
     expect(warnings.length).toBe(before); // no retry was announced
   });
 
@@ -127,11 +141,17 @@ describe('RemoteEngine against empo2 serve', () => {
     for (let i = 0; i < 2; i++) envs.push(await createEnv(f.cfg.env));
     const inProcess = await evaluate(f.local, envs, f.cfg.env.tasks!, f.cfg, 0);
     await Promise.all(envs.map((e) => e.close()));
-    const rows = formatEvalTable(inProcess, null).split('\n').filter((l) => l.startsWith('| fetch') || l.startsWith('| **all**'));
+    const rows = formatEvalTable(inProcess, null)
+      .split('\n')
+      .filter((l) => l.startsWith('| fetch') || l.startsWith('| **all**'));
     const repoRoot = resolve(import.meta.dirname, '..', '..', '..');
     const sets = ['seed=4', 'env.tasks=[fetch]', 'env.eval_variations=2', 'env.max_steps=4'].flatMap((s) => ['--set', s]);
     const json = join(f.modelDir, 'remote-eval.json');
-    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'empo2.js'), 'eval', f.modelDir, '--remote', f.server.url, '--json', json, ...sets], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [join(repoRoot, 'bin', 'empo2.js'), 'eval', f.modelDir, '--remote', f.server.url, '--json', json, ...sets],
+      { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -140,7 +160,12 @@ describe('RemoteEngine against empo2 serve', () => {
     expect(out).toContain(`evaluating "tiny" served at ${f.server.url}/v1`);
     for (const row of rows) expect(out).toContain(row);
     const record = JSON.parse(readFileSync(json, 'utf8'));
-    expect(record).toMatchObject({ eval_variations: 2, episodes: 2, mean_score: inProcess.summary.mean_score, success_rate: inProcess.summary.success_rate });
+    expect(record).toMatchObject({
+      eval_variations: 2,
+      episodes: 2,
+      mean_score: inProcess.summary.mean_score,
+      success_rate: inProcess.summary.success_rate,
+    });
   }, 60_000);
 });
 
@@ -150,7 +175,9 @@ describe('RemoteEngine against empo2 serve', () => {
 
 type Handler = (attempt: number, body: any, req: IncomingMessage, res: ServerResponse) => void;
 
-async function stub(handler: Handler): Promise<{ url: string; attempts: () => number; inFlightMax: () => number; close: () => Promise<void> }> {
+async function stub(
+  handler: Handler,
+): Promise<{ url: string; attempts: () => number; inFlightMax: () => number; close: () => Promise<void> }> {
   let attempts = 0;
   let inFlight = 0;
   let inFlightMax = 0;
@@ -185,17 +212,35 @@ function json(res: ServerResponse, status: number, body: unknown): void {
 /** A well-formed answer: every prompt gets the ids [5, 6] with log-probs -1, -2. */
 function answer(body: any): unknown {
   const n = Array.isArray(body.prompt[0]) ? body.prompt.length : 1;
-  return { choices: Array.from({ length: n }, (_, i) => ({ index: i, text: 'xx', finish_reason: 'length', token_ids: [5, 6], logprobs: { tokens: ['token_id:5', 'token_id:6'], token_logprobs: [-1, -2] } })) };
+  return {
+    choices: Array.from({ length: n }, (_, i) => ({
+      index: i,
+      text: 'xx',
+      finish_reason: 'length',
+      token_ids: [5, 6],
+      logprobs: { tokens: ['token_id:5', 'token_id:6'], token_logprobs: [-1, -2] },
+    })),
+  };
 }
 
 describe('RemoteEngine against misbehaving servers', () => {
   const tokenizerOf = () => f.local.tokenizer;
   const engineFor = (url: string, extra: Partial<ConstructorParameters<typeof RemoteEngine>[0]> = {}) =>
-    new RemoteEngine({ baseUrl: url, model: 'm', tokenizer: tokenizerOf(), endTokens: [f.local.tokenizer.tokenToId('<|im_end|>')!], backoffMs: 10, warn: () => {}, ...extra });
+    new RemoteEngine({
+      baseUrl: url,
+      model: 'm',
+      tokenizer: tokenizerOf(),
+      endTokens: [f.local.tokenizer.tokenToId('<|im_end|>')!],
+      backoffMs: 10,
+      warn: () => {},
+      ...extra,
+    });
   const OPTS = { maxTokens: 2, temperature: 1, topP: 1, seed: 0 };
 
   it('retries 5xx answers with backoff and succeeds', async () => {
-    const s = await stub((attempt, body, _req, res) => (attempt <= 2 ? json(res, 503, { error: { message: 'loading' } }) : json(res, 200, answer(body))));
+    const s = await stub((attempt, body, _req, res) =>
+      attempt <= 2 ? json(res, 503, { error: { message: 'loading' } }) : json(res, 200, answer(body)),
+    );
     const retries: string[] = [];
     const [g] = await engineFor(s.url, { retries: 3, warn: (m) => retries.push(m) }).generate([[1, 2]], OPTS);
     expect(g.tokens).toEqual([5, 6]);
@@ -223,13 +268,17 @@ describe('RemoteEngine against misbehaving servers', () => {
 
   it('gives up after the last retry with the reason', async () => {
     const s = await stub((_a, _b, _req, res) => json(res, 500, { error: { message: 'CUDA out of memory' } }));
-    await expect(engineFor(s.url, { retries: 2 }).generate([[1]], OPTS)).rejects.toThrow(/failed after 3 attempts: .*answered 500: CUDA out of memory/);
+    await expect(engineFor(s.url, { retries: 2 }).generate([[1]], OPTS)).rejects.toThrow(
+      /failed after 3 attempts: .*answered 500: CUDA out of memory/,
+    );
     expect(s.attempts()).toBe(3);
     await s.close();
   });
 
   it('does not retry a 4xx, and names the field', async () => {
-    const s = await stub((_a, _b, _req, res) => json(res, 400, { error: { message: 'bad top_p', type: 'invalid_request_error', param: 'top_p' } }));
+    const s = await stub((_a, _b, _req, res) =>
+      json(res, 400, { error: { message: 'bad top_p', type: 'invalid_request_error', param: 'top_p' } }),
+    );
     await expect(engineFor(s.url, { retries: 3 }).generate([[1]], OPTS)).rejects.toThrow(/answered 400: bad top_p \(field "top_p"\)/);
     expect(s.attempts()).toBe(1);
     await s.close();

@@ -86,7 +86,8 @@ export class RemoteEngine implements PolicyEngine {
     positive('timeoutMs', o.timeoutMs);
     positive('concurrency', o.concurrency);
     positive('promptsPerRequest', o.promptsPerRequest);
-    if (o.retries !== undefined && !(Number.isInteger(o.retries) && o.retries >= 0)) throw new Error(`remote engine: retries must be a whole number >= 0, got ${o.retries}`);
+    if (o.retries !== undefined && !(Number.isInteger(o.retries) && o.retries >= 0))
+      throw new Error(`remote engine: retries must be a whole number >= 0, got ${o.retries}`);
     this.tokenizer = o.tokenizer;
     this.baseUrl = o.baseUrl.replace(/\/+$/, '').replace(/\/v1$/, '') + '/v1';
     this.warn = o.warn ?? ((m) => console.warn(m));
@@ -121,9 +122,12 @@ export class RemoteEngine implements PolicyEngine {
     });
     const constraint = this.o.constraint ?? 'allowed_texts';
     const allowed = opts.allowedTexts ?? [];
-    if (allowed.length > 0 && allowed.length !== prompts.length) throw new Error(`generate: ${allowed.length} allowed-text lists for ${prompts.length} prompts`);
+    if (allowed.length > 0 && allowed.length !== prompts.length)
+      throw new Error(`generate: ${allowed.length} allowed-text lists for ${prompts.length} prompts`);
     if (constraint === 'none' && allowed.some((a) => a && a.length > 0)) {
-      throw new Error(`remote engine: constrained decoding was asked for but the server at ${this.baseUrl} is configured with constraint "none"; turn constrained decoding off (rollout.constrained false) or choose a constraint the server supports (allowed_texts, structured_outputs, guided_choice)`);
+      throw new Error(
+        `remote engine: constrained decoding was asked for but the server at ${this.baseUrl} is configured with constraint "none"; turn constrained decoding off (rollout.constrained false) or choose a constraint the server supports (allowed_texts, structured_outputs, guided_choice)`,
+      );
     }
     // Requests: runs of prompts up to promptsPerRequest; with a per-request constraint field
     // (vLLM), each constrained prompt goes alone since its choices are its own.
@@ -159,8 +163,11 @@ export class RemoteEngine implements PolicyEngine {
             n: 1,
             logprobs: 0,
             ...(opts.stop && opts.stop.length > 0 ? { stop: opts.stop } : {}),
-            ...this.constraintFields(constraint, idx.map((i) => allowed[i] ?? null)),
-            ...(this.o.requestTokenIds ?? true ? { return_token_ids: true, return_tokens_as_token_ids: true } : {}),
+            ...this.constraintFields(
+              constraint,
+              idx.map((i) => allowed[i] ?? null),
+            ),
+            ...((this.o.requestTokenIds ?? true) ? { return_token_ids: true, return_tokens_as_token_ids: true } : {}),
             ...this.o.extraBody,
           };
           const response = await requestJson(`${this.baseUrl}/completions`, body, this.http);
@@ -184,7 +191,9 @@ export class RemoteEngine implements PolicyEngine {
   private readChoices(response: unknown, expected: number): CompletionChoice[] {
     const choices = (response as { choices?: unknown }).choices;
     if (!Array.isArray(choices) || choices.length !== expected) {
-      throw new Error(`${this.baseUrl}/completions answered with ${Array.isArray(choices) ? choices.length : 'no'} choices for ${expected} prompt${expected === 1 ? '' : 's'}`);
+      throw new Error(
+        `${this.baseUrl}/completions answered with ${Array.isArray(choices) ? choices.length : 'no'} choices for ${expected} prompt${expected === 1 ? '' : 's'}`,
+      );
     }
     return [...(choices as CompletionChoice[])].sort((a, b) => (a.index ?? 0) - (b.index ?? 0));
   }
@@ -204,7 +213,10 @@ export class RemoteEngine implements PolicyEngine {
     let logprobs: number[];
     if (raw && raw.length === tokens.length && raw.every((x) => typeof x === 'number')) logprobs = raw as number[];
     else {
-      this.warnOnce('logprobs', `remote engine: ${this.baseUrl} returned no per-token log-probs matching the sampled tokens; they are NaN, so these samples cannot be trained on`);
+      this.warnOnce(
+        'logprobs',
+        `remote engine: ${this.baseUrl} returned no per-token log-probs matching the sampled tokens; they are NaN, so these samples cannot be trained on`,
+      );
       logprobs = tokens.map(() => Number.NaN);
     }
     const ended = tokens.length > 0 && this.o.endTokens.includes(tokens[tokens.length - 1]);
@@ -224,7 +236,9 @@ export class RemoteEngine implements PolicyEngine {
    */
   async logprobs(batch: ScoredSequence[], temperature = 1): Promise<number[][]> {
     if (temperature !== 1) {
-      throw new Error(`remote engine: scoring at temperature ${temperature} is not possible remotely (servers return echoed prompt log-probs at temperature 1); score with the in-process engine or use temperature 1`);
+      throw new Error(
+        `remote engine: scoring at temperature ${temperature} is not possible remotely (servers return echoed prompt log-probs at temperature 1); score with the in-process engine or use temperature 1`,
+      );
     }
     if (batch.length === 0) return [];
     batch.forEach((s, i) => {
@@ -232,7 +246,8 @@ export class RemoteEngine implements PolicyEngine {
     });
     const perRequest = this.o.promptsPerRequest ?? Number.POSITIVE_INFINITY;
     const chunks: number[][] = [];
-    for (let i = 0; i < batch.length; i += Math.min(perRequest, batch.length)) chunks.push(batch.map((_, j) => j).slice(i, i + Math.min(perRequest, batch.length)));
+    for (let i = 0; i < batch.length; i += Math.min(perRequest, batch.length))
+      chunks.push(batch.map((_, j) => j).slice(i, i + Math.min(perRequest, batch.length)));
     const model = await this.model();
     const results = await Promise.all(
       chunks.map((idx) =>
@@ -247,7 +262,7 @@ export class RemoteEngine implements PolicyEngine {
             echo: true,
             logprobs: 0,
             n: 1,
-            ...(this.o.requestTokenIds ?? true ? { return_tokens_as_token_ids: true } : {}),
+            ...((this.o.requestTokenIds ?? true) ? { return_tokens_as_token_ids: true } : {}),
             ...this.o.extraBody,
           };
           const response = await requestJson(`${this.baseUrl}/completions`, body, this.http);
@@ -263,18 +278,22 @@ export class RemoteEngine implements PolicyEngine {
   private echoedLogprobs(c: CompletionChoice, seq: ScoredSequence, full: number[]): number[] {
     const lps = c.logprobs?.token_logprobs;
     if (!Array.isArray(lps) || lps.length < full.length) {
-      throw new Error(`remote engine: ${this.baseUrl} did not return log-probs for the echoed prompt (needs echo with logprobs, as vLLM and empo2 serve support); remote scoring is not possible with this server`);
+      throw new Error(
+        `remote engine: ${this.baseUrl} did not return log-probs for the echoed prompt (needs echo with logprobs, as vLLM and empo2 serve support); remote scoring is not possible with this server`,
+      );
     }
     const labels = c.logprobs?.tokens;
     if (Array.isArray(labels)) {
       // When the server says which ids it scored, make sure they are ours.
       full.forEach((id, k) => {
         const m = typeof labels[k] === 'string' ? TOKEN_ID_LABEL.exec(labels[k] as string) : null;
-        if (m && Number(m[1]) !== id) throw new Error(`remote engine: the server scored token ${m[1]} at position ${k} where ${id} was sent`);
+        if (m && Number(m[1]) !== id)
+          throw new Error(`remote engine: the server scored token ${m[1]} at position ${k} where ${id} was sent`);
       });
     }
     const picked = lps.slice(seq.prompt.length, full.length);
-    if (!picked.every((x) => typeof x === 'number')) throw new Error(`remote engine: ${this.baseUrl} returned a non-numeric echoed log-prob`);
+    if (!picked.every((x) => typeof x === 'number'))
+      throw new Error(`remote engine: ${this.baseUrl} returned a non-numeric echoed log-prob`);
     return picked as number[];
   }
 

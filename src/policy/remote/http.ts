@@ -54,12 +54,16 @@ export async function requestJson(url: string, body: unknown | undefined, s: Htt
       if (!retriable(e)) throw e;
       if (attempt === attempts) break;
       const wait = Math.min(30_000, s.backoffMs * 2 ** (attempt - 1));
-      s.onRetry?.(`${body === undefined ? 'GET' : 'POST'} ${url} failed (${describeFailure(e, s.timeoutMs)}); retry ${attempt}/${s.retries} in ${wait} ms`);
+      s.onRetry?.(
+        `${body === undefined ? 'GET' : 'POST'} ${url} failed (${describeFailure(e, s.timeoutMs)}); retry ${attempt}/${s.retries} in ${wait} ms`,
+      );
       await new Promise((r) => setTimeout(r, wait));
     }
   }
   const what = lastError instanceof RemoteHttpError ? lastError.message : describeFailure(lastError, s.timeoutMs);
-  throw new Error(`${body === undefined ? 'GET' : 'POST'} ${url} failed after ${attempts} attempt${attempts === 1 ? '' : 's'}: ${what}`, { cause: lastError });
+  throw new Error(`${body === undefined ? 'GET' : 'POST'} ${url} failed after ${attempts} attempt${attempts === 1 ? '' : 's'}: ${what}`, {
+    cause: lastError,
+  });
 }
 
 async function attemptOnce(url: string, body: unknown | undefined, s: HttpSettings): Promise<unknown> {

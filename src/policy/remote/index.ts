@@ -13,7 +13,8 @@ export { RemoteHttpError } from './http.ts';
 
 export function remoteEngineFromDir(tokenizerDir: string, options: Omit<RemoteEngineOptions, 'tokenizer' | 'endTokens'>): RemoteEngine {
   const path = join(tokenizerDir, 'tokenizer.json');
-  if (!existsSync(path)) throw new Error(`${path} is missing: a remote engine encodes prompts locally with the served model's tokenizer.json`);
+  if (!existsSync(path))
+    throw new Error(`${path} is missing: a remote engine encodes prompts locally with the served model's tokenizer.json`);
   const tokenizer = Tokenizer.fromFile(path);
   const endTokens = requireEndTokenIds(tokenizer, path);
   return new RemoteEngine({ ...options, tokenizer, endTokens });

@@ -59,7 +59,10 @@ export class AdamW {
   /** Moments as plain arrays, for a checkpoint. */
   exportState(): { step: number; tensors: Map<string, { shape: number[]; data: Float32Array }> } {
     const tensors = new Map<string, { shape: number[]; data: Float32Array }>();
-    for (const [prefix, store] of [['m.', this.m], ['v.', this.v]] as const) {
+    for (const [prefix, store] of [
+      ['m.', this.m],
+      ['v.', this.v],
+    ] as const) {
       for (const [name, t] of store) tensors.set(prefix + name, { shape: t.shape.slice(), data: t.dataSync() as Float32Array });
     }
     return { step: this.step, tensors };

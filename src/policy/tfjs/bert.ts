@@ -40,16 +40,29 @@ const ACTIVATIONS: readonly BertActivation[] = ['gelu', 'gelu_new', 'gelu_pytorc
 export function validateBertConfig(raw: unknown, where = 'config.json'): BertConfig {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new Error(`${where}: expected a JSON object`);
   const c = raw as Record<string, unknown>;
-  const positive = ['vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads', 'intermediate_size', 'max_position_embeddings', 'type_vocab_size'] as const;
+  const positive = [
+    'vocab_size',
+    'hidden_size',
+    'num_hidden_layers',
+    'num_attention_heads',
+    'intermediate_size',
+    'max_position_embeddings',
+    'type_vocab_size',
+  ] as const;
   for (const key of positive) {
-    if (!Number.isInteger(c[key]) || (c[key] as number) <= 0) throw new Error(`${where}: "${key}" must be a positive integer (got ${JSON.stringify(c[key])})`);
+    if (!Number.isInteger(c[key]) || (c[key] as number) <= 0)
+      throw new Error(`${where}: "${key}" must be a positive integer (got ${JSON.stringify(c[key])})`);
   }
-  if (typeof c.layer_norm_eps !== 'number' || !(c.layer_norm_eps > 0)) throw new Error(`${where}: "layer_norm_eps" must be a positive number (got ${JSON.stringify(c.layer_norm_eps)})`);
-  if (c.model_type !== undefined && c.model_type !== 'bert') throw new Error(`${where}: "model_type" is ${JSON.stringify(c.model_type)}; only "bert" encoders are supported`);
+  if (typeof c.layer_norm_eps !== 'number' || !(c.layer_norm_eps > 0))
+    throw new Error(`${where}: "layer_norm_eps" must be a positive number (got ${JSON.stringify(c.layer_norm_eps)})`);
+  if (c.model_type !== undefined && c.model_type !== 'bert')
+    throw new Error(`${where}: "model_type" is ${JSON.stringify(c.model_type)}; only "bert" encoders are supported`);
   const act = c.hidden_act ?? 'gelu';
-  if (!ACTIVATIONS.includes(act as BertActivation)) throw new Error(`${where}: "hidden_act" ${JSON.stringify(act)} is not supported (use one of ${ACTIVATIONS.join(', ')})`);
+  if (!ACTIVATIONS.includes(act as BertActivation))
+    throw new Error(`${where}: "hidden_act" ${JSON.stringify(act)} is not supported (use one of ${ACTIVATIONS.join(', ')})`);
   const positions = c.position_embedding_type ?? 'absolute';
-  if (positions !== 'absolute') throw new Error(`${where}: "position_embedding_type" ${JSON.stringify(positions)} is not supported (only "absolute")`);
+  if (positions !== 'absolute')
+    throw new Error(`${where}: "position_embedding_type" ${JSON.stringify(positions)} is not supported (only "absolute")`);
   if ((c.hidden_size as number) % (c.num_attention_heads as number) !== 0) {
     throw new Error(`${where}: hidden_size (${c.hidden_size}) must be a multiple of num_attention_heads (${c.num_attention_heads})`);
   }
@@ -125,7 +138,8 @@ export class BertModel {
         throw new Error(`BERT parameter ${name} has shape [${w.shape.join(', ')}], expected [${shape.join(', ')}]`);
       }
       const size = shape.reduce((a, b) => a * b, 1);
-      if (!(w.data instanceof Float32Array) || w.data.length !== size) throw new Error(`BERT parameter ${name} needs a Float32Array of ${size} numbers`);
+      if (!(w.data instanceof Float32Array) || w.data.length !== size)
+        throw new Error(`BERT parameter ${name} needs a Float32Array of ${size} numbers`);
     }
     this.wordTable = weights.get('embeddings.word_embeddings.weight')!.data;
     this.positionTable = weights.get('embeddings.position_embeddings.weight')!.data;
@@ -135,7 +149,10 @@ export class BertModel {
       if (name.endsWith('_embeddings.weight')) continue;
       const isLinearWeight = name.startsWith('encoder.') && name.endsWith('.weight') && !name.includes('LayerNorm');
       const data = weights.get(name)!.data;
-      this.params.set(name, tf.tidy(() => (isLinearWeight ? tf.transpose(tf.tensor2d(data, shape as [number, number])) : tf.tensor(data, shape))));
+      this.params.set(
+        name,
+        tf.tidy(() => (isLinearWeight ? tf.transpose(tf.tensor2d(data, shape as [number, number])) : tf.tensor(data, shape))),
+      );
     }
   }
 
@@ -145,7 +162,8 @@ export class BertModel {
    */
   static load(dir: string): BertModel {
     const configPath = join(dir, 'config.json');
-    if (!existsSync(configPath)) throw new Error(`${configPath} is missing (a BERT model directory needs config.json and model.safetensors)`);
+    if (!existsSync(configPath))
+      throw new Error(`${configPath} is missing (a BERT model directory needs config.json and model.safetensors)`);
     let raw: unknown;
     try {
       raw = JSON.parse(readFileSync(configPath, 'utf8'));
@@ -154,7 +172,8 @@ export class BertModel {
     }
     const config = validateBertConfig(raw, configPath);
     const wanted = bertParameterShapes(config);
-    const stored = (name: string) => (wanted.has(name) ? name : name.startsWith('bert.') && wanted.has(name.slice(5)) ? name.slice(5) : null);
+    const stored = (name: string) =>
+      wanted.has(name) ? name : name.startsWith('bert.') && wanted.has(name.slice(5)) ? name.slice(5) : null;
     let contents;
     try {
       contents = readSafetensorsDir(dir, { filter: (name) => stored(name) !== null });
@@ -225,7 +244,10 @@ export class BertModel {
     const v = heads(this.linear(h, prefix + 'attention.self.value'));
     const probs = tf.softmax(tf.add(tf.matMul(q, k, false, true), maskBias), -1);
     const context = tf.reshape(tf.transpose(tf.matMul(probs, v), [0, 2, 1, 3]), [B * T, D]) as tf.Tensor2D;
-    const attended = this.layerNorm(tf.add(this.linear(context, prefix + 'attention.output.dense'), h), prefix + 'attention.output.LayerNorm') as tf.Tensor2D;
+    const attended = this.layerNorm(
+      tf.add(this.linear(context, prefix + 'attention.output.dense'), h),
+      prefix + 'attention.output.LayerNorm',
+    ) as tf.Tensor2D;
     const intermediate = this.activation(this.linear(attended, prefix + 'intermediate.dense')) as tf.Tensor2D;
     return this.layerNorm(tf.add(this.linear(intermediate, prefix + 'output.dense'), attended), prefix + 'output.LayerNorm') as tf.Tensor2D;
   }
@@ -243,8 +265,14 @@ export class BertModel {
     for (let row = 0; row < B * T; row++) {
       const id = idData[row];
       const type = typeData ? typeData[row] : 0;
-      if (!Number.isInteger(id) || id < 0 || id >= this.config.vocab_size) throw new Error(`BERT input: token id ${id} at [${Math.floor(row / T)}, ${row % T}] is outside the vocabulary (0..${this.config.vocab_size - 1})`);
-      if (!Number.isInteger(type) || type < 0 || type >= this.config.type_vocab_size) throw new Error(`BERT input: token type ${type} at [${Math.floor(row / T)}, ${row % T}] is outside 0..${this.config.type_vocab_size - 1}`);
+      if (!Number.isInteger(id) || id < 0 || id >= this.config.vocab_size)
+        throw new Error(
+          `BERT input: token id ${id} at [${Math.floor(row / T)}, ${row % T}] is outside the vocabulary (0..${this.config.vocab_size - 1})`,
+        );
+      if (!Number.isInteger(type) || type < 0 || type >= this.config.type_vocab_size)
+        throw new Error(
+          `BERT input: token type ${type} at [${Math.floor(row / T)}, ${row % T}] is outside 0..${this.config.type_vocab_size - 1}`,
+        );
       const o = row * D;
       const w = id * D;
       const p = (row % T) * D;
@@ -262,8 +290,12 @@ export class BertModel {
   forward(ids: tf.Tensor2D, attentionMask: tf.Tensor2D, tokenTypeIds?: tf.Tensor2D): tf.Tensor3D {
     const [B, T] = ids.shape;
     const c = this.config;
-    if (T > c.max_position_embeddings) throw new Error(`BERT input has ${T} tokens, more than max_position_embeddings (${c.max_position_embeddings})`);
-    for (const [what, t] of [['attention mask', attentionMask], ['token type ids', tokenTypeIds]] as const) {
+    if (T > c.max_position_embeddings)
+      throw new Error(`BERT input has ${T} tokens, more than max_position_embeddings (${c.max_position_embeddings})`);
+    for (const [what, t] of [
+      ['attention mask', attentionMask],
+      ['token type ids', tokenTypeIds],
+    ] as const) {
       if (t && (t.shape[0] !== B || t.shape[1] !== T)) throw new Error(`${what} has shape [${t.shape.join(', ')}], expected [${B}, ${T}]`);
     }
     const maskBias = tf.tidy(() => tf.reshape(tf.mul(tf.sub(1, tf.cast(attentionMask, 'float32')), -1e9), [B, 1, 1, T]));

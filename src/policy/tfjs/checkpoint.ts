@@ -30,7 +30,11 @@ export async function saveModelDir(dir: string, model: Qwen2Model, tokenizer: Te
   const tensors = new Map<string, TensorToWrite>();
   for (const [name, v] of model.params) tensors.set(name, { dtype: 'F32', shape: v.shape, data: (await v.data()) as Float32Array });
   writeSafetensors(join(dir, SINGLE_FILE), tensors, { format: 'pt' });
-  writeJsonAtomic(join(dir, 'config.json'), { architectures: [model.config.model_type === 'qwen2' ? 'Qwen2ForCausalLM' : 'LlamaForCausalLM'], torch_dtype: 'float32', ...model.config });
+  writeJsonAtomic(join(dir, 'config.json'), {
+    architectures: [model.config.model_type === 'qwen2' ? 'Qwen2ForCausalLM' : 'LlamaForCausalLM'],
+    torch_dtype: 'float32',
+    ...model.config,
+  });
   if (tokenizer instanceof Tokenizer) tokenizer.save(join(dir, 'tokenizer.json'));
   else throw new Error('saveModelDir: only tokenizer.json-backed tokenizers can be saved');
   if (model.lora) await saveLoraAdapter(join(dir, ADAPTER_SUBDIR), model, { baseModelNameOrPath: null });
@@ -70,11 +74,13 @@ function loadWeights(dir: string, config: ModelConfig): Map<string, tf.Variable>
       for (const [name, shape] of wanted) {
         const t = tensors.get(name);
         if (!t) continue;
-        if (listed.length > 0 && !listedSet.has(name)) throw new Error(`${file}: holds tensor "${name}" but ${INDEX_FILE} puts it in another shard`);
+        if (listed.length > 0 && !listedSet.has(name))
+          throw new Error(`${file}: holds tensor "${name}" but ${INDEX_FILE} puts it in another shard`);
         if (foundIn.has(name)) throw new Error(`${dir}: tensor "${name}" is in both ${foundIn.get(name)} and ${file}`);
         foundIn.set(name, file);
         if (!FLOAT_DTYPES.has(t.dtype)) throw new Error(`${file}: tensor "${name}" has dtype ${t.dtype}; weights must be F32, F16 or BF16`);
-        if (t.shape.join(',') !== shape.join(',')) throw new Error(`${file}: tensor "${name}" has shape [${t.shape}] but config.json implies [${shape}]`);
+        if (t.shape.join(',') !== shape.join(','))
+          throw new Error(`${file}: tensor "${name}" has shape [${t.shape}] but config.json implies [${shape}]`);
         const initial = tf.tensor(toFloat32(t), shape);
         params.set(name, tf.variable(initial, true)); // unnamed: see Qwen2Model.random
         // The variable shares the buffer; without this a second copy of the weights stays alive after the first update.
@@ -97,7 +103,8 @@ function loadWeights(dir: string, config: ModelConfig): Map<string, tf.Variable>
 export function loadModelDir(dir: string, opts: LoadOptions = {}): LoadedPolicy {
   if (!existsSync(dir)) throw new Error(`model directory not found: ${dir}`);
   const configPath = join(dir, 'config.json');
-  if (!existsSync(configPath)) throw new Error(`${configPath} is missing (a model directory needs config.json, model.safetensors and tokenizer.json)`);
+  if (!existsSync(configPath))
+    throw new Error(`${configPath} is missing (a model directory needs config.json, model.safetensors and tokenizer.json)`);
   let raw: unknown;
   try {
     raw = JSON.parse(readFileSync(configPath, 'utf8'));
@@ -108,10 +115,16 @@ export function loadModelDir(dir: string, opts: LoadOptions = {}): LoadedPolicy 
   const tokenizerPath = join(dir, 'tokenizer.json');
   if (!existsSync(tokenizerPath)) throw new Error(`${tokenizerPath} is missing`);
   const tokenizer = Tokenizer.fromFile(tokenizerPath);
-  if (tokenizer.vocabSize > config.vocab_size) throw new Error(`${dir}: tokenizer has ${tokenizer.vocabSize} tokens but config.json says vocab_size ${config.vocab_size}`);
+  if (tokenizer.vocabSize > config.vocab_size)
+    throw new Error(`${dir}: tokenizer has ${tokenizer.vocabSize} tokens but config.json says vocab_size ${config.vocab_size}`);
   const model = new Qwen2Model(config, loadWeights(dir, config));
   try {
-    const adapterDir = opts.adapter === undefined ? (existsSync(join(dir, ADAPTER_SUBDIR, ADAPTER_CONFIG_FILE)) ? join(dir, ADAPTER_SUBDIR) : null) : opts.adapter || null;
+    const adapterDir =
+      opts.adapter === undefined
+        ? existsSync(join(dir, ADAPTER_SUBDIR, ADAPTER_CONFIG_FILE))
+          ? join(dir, ADAPTER_SUBDIR)
+          : null
+        : opts.adapter || null;
     if (adapterDir) loadLoraAdapter(adapterDir, model, opts.loraSeed ?? 0);
     else if (opts.lora) model.attachLora(opts.lora, opts.loraSeed ?? 0);
   } catch (e) {

@@ -15,7 +15,15 @@ import { initBackend, tf } from './backend.ts';
 import { Qwen2Model, type ModelConfig } from './qwen2.ts';
 import { TfjsEngine, responseLogprobs, type EngineOptions } from './engine.ts';
 import { loadModelDir, saveModelDir } from './checkpoint.ts';
-import { HEAP_SAFETY, PREFILL_TOKENS, chunkReserveBytes, inferenceBytesPerToken, kvBytesPerToken, plainTrainingBytesPerToken, trainingBytesPerToken } from './memory-plan.ts';
+import {
+  HEAP_SAFETY,
+  PREFILL_TOKENS,
+  chunkReserveBytes,
+  inferenceBytesPerToken,
+  kvBytesPerToken,
+  plainTrainingBytesPerToken,
+  trainingBytesPerToken,
+} from './memory-plan.ts';
 import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
 import { objectiveTerms, type ObjectiveConfig } from '../../algo/objective.ts';
 import { CHAT_SPECIAL_TOKENS, IM_END, END_OF_TEXT } from '../chat-tokens.ts';
@@ -23,9 +31,21 @@ import type { Generation, TrainSequence } from '../types.ts';
 
 const CORPUS = [
   'You are in the hall. You see a red box, a blue drawer and a door to the kitchen.',
-  'go to kitchen', 'go to hall', 'go to pantry', 'open red box', 'open blue drawer', 'take yellow hat',
-  'take red key', 'put yellow hat in red box', 'look around', 'inventory', 'turn on lamp', 'read note',
-  'The red box is open. Inside it: a yellow hat.', 'You take the yellow hat.', 'Task: Find the yellow hat and bring it to the pantry.',
+  'go to kitchen',
+  'go to hall',
+  'go to pantry',
+  'open red box',
+  'open blue drawer',
+  'take yellow hat',
+  'take red key',
+  'put yellow hat in red box',
+  'look around',
+  'inventory',
+  'turn on lamp',
+  'read note',
+  'The red box is open. Inside it: a yellow hat.',
+  'You take the yellow hat.',
+  'Task: Find the yellow hat and bring it to the pantry.',
 ];
 
 let tokenizer: Tokenizer;
@@ -96,7 +116,11 @@ function referenceLogprobs(model: Qwen2Model, prompt: number[], response: number
     const row = tf.tidy(() => {
       const causal = new Float32Array(n * n);
       for (let q = 0; q < n; q++) for (let k = 0; k < n; k++) causal[q * n + k] = k <= q ? 0 : -1e9;
-      const { hidden } = model.forward(tf.tensor2d(prefix, [1, n], 'int32'), tf.tensor2d([...prefix.keys()], [1, n], 'int32'), tf.tensor4d(causal, [1, 1, n, n]));
+      const { hidden } = model.forward(
+        tf.tensor2d(prefix, [1, n], 'int32'),
+        tf.tensor2d([...prefix.keys()], [1, n], 'int32'),
+        tf.tensor4d(causal, [1, 1, n, n]),
+      );
       const last = hidden.slice([0, n - 1, 0], [1, 1, hidden.shape[2]]).reshape([1, hidden.shape[2]]) as tf.Tensor2D;
       return model.logits(last).dataSync();
     });
@@ -129,7 +153,10 @@ const prompt = (text: string) => tokenizer.encode(`<|im_start|>user\n${text}<|im
 
 beforeAll(async () => {
   await initBackend();
-  tokenizer = Tokenizer.fromJSON(trainByteLevelBPE(CORPUS, { vocabSize: 300, specialTokens: CHAT_SPECIAL_TOKENS }), 'engine test tokenizer');
+  tokenizer = Tokenizer.fromJSON(
+    trainByteLevelBPE(CORPUS, { vocabSize: 300, specialTokens: CHAT_SPECIAL_TOKENS }),
+    'engine test tokenizer',
+  );
   IM_END_ID = tokenizer.requireTokenId(IM_END);
   EOT_ID = tokenizer.requireTokenId(END_OF_TEXT);
 });
@@ -141,7 +168,10 @@ afterAll(() => {
 describe('scoring: logprobs()', () => {
   const batch = () => [
     { prompt: prompt('go'), response: tokenizer.encode('open red box').concat(IM_END_ID) },
-    { prompt: prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'), response: tokenizer.encode('take yellow hat') },
+    {
+      prompt: prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'),
+      response: tokenizer.encode('take yellow hat'),
+    },
     { prompt: [5], response: [17, 200, 3, 3, 42, 250, 9] },
     { prompt: prompt('look'), response: [IM_END_ID] },
   ];
@@ -193,7 +223,11 @@ describe('scoring: logprobs()', () => {
 });
 
 describe('generation', () => {
-  const prompts = () => [prompt('go'), prompt('You are in the hall. You see a red box.'), prompt('Task: Find the yellow hat and bring it to the pantry. You are in the hall.')];
+  const prompts = () => [
+    prompt('go'),
+    prompt('You are in the hall. You see a red box.'),
+    prompt('Task: Find the yellow hat and bring it to the pantry. You are in the hall.'),
+  ];
 
   it('prompts have different lengths (so left padding is exercised)', () => {
     const lengths = prompts().map((p) => p.length);
@@ -220,7 +254,11 @@ describe('generation', () => {
 
   it('KV cache equals recomputation under constrained decoding (one row free, two constrained), within 1e-4', async () => {
     const engine = makeEngine(5);
-    const allowed = [['open red box', 'open blue drawer', 'go to kitchen'], null, ['take yellow hat', 'take red key', 'look around', 'inventory']];
+    const allowed = [
+      ['open red box', 'open blue drawer', 'go to kitchen'],
+      null,
+      ['take yellow hat', 'take red key', 'look around', 'inventory'],
+    ];
     for (const seed of [1, 2, 3, 4]) {
       const opts = { temperature: 1.2, topP: 1, maxTokens: 16, seed, allowedTexts: allowed };
       const cached = await engine.generate(prompts(), opts);
@@ -250,7 +288,10 @@ describe('generation', () => {
     const engine = makeEngine(7);
     const ps = prompts();
     const gens = await engine.generate(ps, { temperature: 0.8, topP: 1, maxTokens: 10, seed: 9 });
-    const scored = await engine.logprobs(ps.map((p, i) => ({ prompt: p, response: gens[i].tokens })), 0.8);
+    const scored = await engine.logprobs(
+      ps.map((p, i) => ({ prompt: p, response: gens[i].tokens })),
+      0.8,
+    );
     gens.forEach((g, i) => expect(maxAbsDiff(g.logprobs, scored[i])).toBeLessThan(1e-4));
     engine.dispose();
   });
@@ -258,7 +299,16 @@ describe('generation', () => {
   it('constrained decoding only ever produces one of the allowed texts, ending in the end token (40 draws at T = 1.5)', async () => {
     const engine = makeEngine(8);
     // Shared prefixes ("go to ...", "open ..."), and one text a prefix of another.
-    const allowed = ['go to kitchen', 'go to hall', 'go to pantry', 'open red box', 'open blue drawer', 'look', 'look around', 'put yellow hat in red box'];
+    const allowed = [
+      'go to kitchen',
+      'go to hall',
+      'go to pantry',
+      'open red box',
+      'open blue drawer',
+      'look',
+      'look around',
+      'put yellow hat in red box',
+    ];
     const seen = new Set<string>();
     for (let seed = 0; seed < 10; seed++) {
       const gens = await engine.generate(prompts().concat([prompt('inventory')]), {
@@ -285,7 +335,13 @@ describe('generation', () => {
     const engine = makeEngine(9);
     const before = tf.memory().numTensors;
     // Forbid the end tokens by allowing only a long text and cutting it short.
-    const gens = await engine.generate([prompt('go')], { temperature: 1, topP: 1, maxTokens: 2, seed: 1, allowedTexts: [['put yellow hat in red box']] });
+    const gens = await engine.generate([prompt('go')], {
+      temperature: 1,
+      topP: 1,
+      maxTokens: 2,
+      seed: 1,
+      allowedTexts: [['put yellow hat in red box']],
+    });
     expect(gens[0].tokens).toHaveLength(2);
     expect(gens[0].finish).toBe('length');
     await engine.generate(prompts(), { temperature: 1, topP: 1, maxTokens: 5, seed: 1 });
@@ -295,7 +351,9 @@ describe('generation', () => {
 
   it('refuses an empty prompt, naming its index', async () => {
     const engine = makeEngine(1);
-    await expect(engine.generate([prompt('go'), []], { temperature: 1, topP: 1, maxTokens: 2, seed: 1 })).rejects.toThrow(/prompt 1 is empty/);
+    await expect(engine.generate([prompt('go'), []], { temperature: 1, topP: 1, maxTokens: 2, seed: 1 })).rejects.toThrow(
+      /prompt 1 is empty/,
+    );
     engine.dispose();
   });
 });
@@ -379,14 +437,17 @@ describe('gradients', () => {
 describe('training step', () => {
   const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: null };
 
-  it('a positive advantage raises the sampled response\'s log-prob; a negative one lowers it', async () => {
+  it("a positive advantage raises the sampled response's log-prob; a negative one lowers it", async () => {
     for (const sign of [1, -1]) {
       const engine = makeEngine(11);
       const p = prompt('You are in the hall.');
       const [g] = await engine.generate([p], { temperature: 1, topP: 1, maxTokens: 8, seed: 3 });
       const seq = { prompt: p, response: g.tokens };
       const before = (await engine.logprobs([seq]))[0].reduce((a, b) => a + b, 0);
-      const stats = await engine.trainStep([{ ...seq, advantages: g.tokens.map(() => sign), oldLogprobs: g.logprobs, mask: g.tokens.map(() => 1) }], objective);
+      const stats = await engine.trainStep(
+        [{ ...seq, advantages: g.tokens.map(() => sign), oldLogprobs: g.logprobs, mask: g.tokens.map(() => 1) }],
+        objective,
+      );
       const after = (await engine.logprobs([seq]))[0].reduce((a, b) => a + b, 0);
       // First step on fresh samples: ρ = 1, so the loss is −A per token.
       expect(stats.meanRatio).toBeCloseTo(1, 4);
@@ -437,7 +498,10 @@ describe('training step', () => {
     const bBefore = paramsSnapshot(b.model);
     const p = prompt('go');
     const [g] = await a.generate([p], { temperature: 1, topP: 1, maxTokens: 4, seed: 1 });
-    await a.trainStep([{ prompt: p, response: g.tokens, advantages: g.tokens.map(() => 1), oldLogprobs: g.logprobs, mask: g.tokens.map(() => 1) }], objective);
+    await a.trainStep(
+      [{ prompt: p, response: g.tokens, advantages: g.tokens.map(() => 1), oldLogprobs: g.logprobs, mask: g.tokens.map(() => 1) }],
+      objective,
+    );
     expect(maxParamDiff(bBefore, paramsSnapshot(a.model))).toBeGreaterThan(1e-3);
     expect(maxParamDiff(bBefore, paramsSnapshot(b.model))).toBe(0);
     a.dispose();
@@ -468,10 +532,14 @@ describe('save and load', () => {
     await engine.save(dir);
     const loaded = loadModelDir(dir);
     expect(loaded.model.config).toMatchObject(engine.model.config);
-    const seqs = [{ prompt: prompt('go'), response: tokenizer.encode('look around') }, { prompt: [1, 2, 3], response: [4, 5] }];
+    const seqs = [
+      { prompt: prompt('go'), response: tokenizer.encode('look around') },
+      { prompt: [1, 2, 3], response: [4, 5] },
+    ];
     const logitsOf = (m: Qwen2Model) => tf.tidy(() => Array.from(responseLogprobs(m, seqs, 1, EOT_ID).dataSync()));
     expect(logitsOf(loaded.model)).toEqual(logitsOf(engine.model));
-    for (const [name, v] of engine.model.params) expect(Array.from(loaded.model.params.get(name)!.dataSync())).toEqual(Array.from(v.dataSync()));
+    for (const [name, v] of engine.model.params)
+      expect(Array.from(loaded.model.params.get(name)!.dataSync())).toEqual(Array.from(v.dataSync()));
     for (const t of texts) expect(loaded.tokenizer.encode(t)).toEqual(tokenizer.encode(t));
     expect(loaded.tokenizer.vocabSize).toBe(tokenizer.vocabSize);
     loaded.model.dispose();
@@ -536,7 +604,9 @@ describe('save and load', () => {
       const cfg = JSON.parse(readFileSync(join(d, 'config.json'), 'utf8'));
       cfg.intermediate_size = 48;
       writeFileSync(join(d, 'config.json'), JSON.stringify(cfg));
-      expect(() => loadModelDir(d)).toThrow(`${join(d, 'model.safetensors')}: tensor "model.layers.0.mlp.gate_proj.weight" has shape [64,32] but config.json implies [48,32]`);
+      expect(() => loadModelDir(d)).toThrow(
+        `${join(d, 'model.safetensors')}: tensor "model.layers.0.mlp.gate_proj.weight" has shape [64,32] but config.json implies [48,32]`,
+      );
     });
 
     it('missing tokenizer.json and a missing directory', () => {
@@ -557,7 +627,13 @@ describe('save and load', () => {
 });
 
 describe('prefix reuse: generate with cacheKeys', () => {
-  const obs = ['You see a red box.', 'The red box is open. Inside it: a yellow hat.', 'You take the yellow hat.', 'You are in the hall. You see a blue drawer and a door to the kitchen.', 'Nothing happens.'];
+  const obs = [
+    'You see a red box.',
+    'The red box is open. Inside it: a yellow hat.',
+    'You take the yellow hat.',
+    'You are in the hall. You see a blue drawer and a door to the kitchen.',
+    'Nothing happens.',
+  ];
   const turn = (text: string) => tokenizer.encode(`<|im_start|>user\n${text}<|im_end|>\n<|im_start|>assistant\n`);
   let system: number[];
   beforeAll(() => {
@@ -574,7 +650,15 @@ describe('prefix reuse: generate with cacheKeys', () => {
   };
 
   /** Runs lockstep episodes (rows) for `steps` steps, with or without keys, and returns every call's generations. */
-  async function runEpisodes(engine: TfjsEngine, keys: boolean, sampling: { temperature: number; topP: number }, o: { tips: boolean; window: number | null }, steps = 4, rows = 3, constrained = false): Promise<Generation[][]> {
+  async function runEpisodes(
+    engine: TfjsEngine,
+    keys: boolean,
+    sampling: { temperature: number; topP: number },
+    o: { tips: boolean; window: number | null },
+    steps = 4,
+    rows = 3,
+    constrained = false,
+  ): Promise<Generation[][]> {
     const histories: number[][][] = Array.from({ length: rows }, (_, b) => [turn(obs[b])]);
     const calls: Generation[][] = [];
     for (let t = 0; t < steps; t++) {
@@ -584,7 +668,9 @@ describe('prefix reuse: generate with cacheKeys', () => {
         maxTokens: 6,
         seed: 100 + t,
         cacheKeys: keys ? histories.map((_, b) => `episode-${b}`) : undefined,
-        allowedTexts: constrained ? histories.map((_, b) => (b === 1 ? null : ['open red box', 'go to kitchen', 'take yellow hat', 'look around'])) : undefined,
+        allowedTexts: constrained
+          ? histories.map((_, b) => (b === 1 ? null : ['open red box', 'go to kitchen', 'take yellow hat', 'look around']))
+          : undefined,
       });
       calls.push(gens);
       // The response (tokens as sampled, end token included) and the next observation extend the history.
@@ -612,7 +698,11 @@ describe('prefix reuse: generate with cacheKeys', () => {
   ] as const) {
     it(`${label}: same tokens and log-probs (${REUSE_TOL}) as without keys, greedy and seeded sampling`, async () => {
       const engine = makeEngine(21);
-      for (const sampling of [{ temperature: 0, topP: 1 }, { temperature: 1, topP: 1 }, { temperature: 0.8, topP: 0.9 }]) {
+      for (const sampling of [
+        { temperature: 0, topP: 1 },
+        { temperature: 1, topP: 1 },
+        { temperature: 0.8, topP: 0.9 },
+      ]) {
         const plain = await runEpisodes(engine, false, sampling, o);
         const before = engine.cacheStats();
         const cached = await runEpisodes(engine, true, sampling, o);
@@ -646,7 +736,10 @@ describe('prefix reuse: generate with cacheKeys', () => {
   it('constrained decoding and rows with different cached lengths (keyed, unkeyed, new key) in one batch', async () => {
     const engine = makeEngine(23);
     const o = { tips: false, window: null };
-    expectSame(await runEpisodes(engine, true, { temperature: 1, topP: 1 }, o, 3, 3, true), await runEpisodes(engine, false, { temperature: 1, topP: 1 }, o, 3, 3, true));
+    expectSame(
+      await runEpisodes(engine, true, { temperature: 1, topP: 1 }, o, 3, 3, true),
+      await runEpisodes(engine, false, { temperature: 1, topP: 1 }, o, 3, 3, true),
+    );
     // Mixed: row 0 keyed with a long cache, row 1 unkeyed, row 2 a new key.
     const long = [...system, ...turn(obs[0])];
     await engine.generate([long], { temperature: 0, topP: 1, maxTokens: 4, seed: 1, cacheKeys: ['a'] });
@@ -663,10 +756,14 @@ describe('prefix reuse: generate with cacheKeys', () => {
     const split = makeEngine(24);
     // Room for the keys/values of about 200 tokens next to the fixed working memory: one row per group.
     const reserve = chunkReserveBytes() + PREFILL_TOKENS * inferenceBytesPerToken(split.model.config);
-    (split.options as EngineOptions).memoryLimitBytes = tf.memory().numBytes + (reserve + 400 * kvBytesPerToken(split.model.config)) / HEAP_SAFETY;
+    (split.options as EngineOptions).memoryLimitBytes =
+      tf.memory().numBytes + (reserve + 400 * kvBytesPerToken(split.model.config)) / HEAP_SAFETY;
     const groups = vi.spyOn(split as unknown as { generateGroup: () => void }, 'generateGroup');
     const o = { tips: true, window: null };
-    expectSame(await runEpisodes(split, true, { temperature: 1, topP: 1 }, o), await runEpisodes(whole, false, { temperature: 1, topP: 1 }, o));
+    expectSame(
+      await runEpisodes(split, true, { temperature: 1, topP: 1 }, o),
+      await runEpisodes(whole, false, { temperature: 1, topP: 1 }, o),
+    );
     expect(groups.mock.calls.length).toBeGreaterThanOrEqual(2 * 4);
     whole.dispose();
     split.dispose();
@@ -675,10 +772,13 @@ describe('prefix reuse: generate with cacheKeys', () => {
   it('a prompt whose keys/values cannot fit is refused before any work, saying what fits and what to use', async () => {
     const engine = makeEngine(28);
     const reserve = chunkReserveBytes() + PREFILL_TOKENS * inferenceBytesPerToken(engine.model.config);
-    (engine.options as EngineOptions).memoryLimitBytes = tf.memory().numBytes + (reserve + 50 * kvBytesPerToken(engine.model.config)) / HEAP_SAFETY;
+    (engine.options as EngineOptions).memoryLimitBytes =
+      tf.memory().numBytes + (reserve + 50 * kvBytesPerToken(engine.model.config)) / HEAP_SAFETY;
     const before = tf.memory().numTensors;
     const long = Array.from({ length: 80 }, (_, i) => 10 + (i % 50));
-    await expect(engine.generate([prompt('go'), long], { temperature: 1, topP: 1, maxTokens: 4, seed: 1, cacheKeys: ['a', 'b'] })).rejects.toThrow(
+    await expect(
+      engine.generate([prompt('go'), long], { temperature: 1, topP: 1, maxTokens: 4, seed: 1, cacheKeys: ['a', 'b'] }),
+    ).rejects.toThrow(
       /generate: prompt 1 \(80 tokens \+ 4 to generate\) needs 21 KiB of keys\/values, but the wasm heap has room for 1[23] KiB \(prompts up to 4[56] tokens\); use model\.engine: torch/,
     );
     expect(tf.memory().numTensors).toBe(before);
@@ -698,7 +798,9 @@ describe('prefix reuse: generate with cacheKeys', () => {
     expect(tiny.cacheStats()).toMatchObject({ entries: 0, bytes: 0, evictions: 3 });
     const b = await tiny.generate(ps, { ...opts, cacheKeys: ['x', 'y', 'z'] });
     expect(b.map((g) => g.tokens)).toEqual(a.map((g) => g.tokens));
-    expect(() => makeEngine(1, { kvCache: { maxEntries: -1, maxBytes: 1 } })).toThrow(/kvCache: "maxEntries" must be a non-negative integer/);
+    expect(() => makeEngine(1, { kvCache: { maxEntries: -1, maxBytes: 1 } })).toThrow(
+      /kvCache: "maxEntries" must be a non-negative integer/,
+    );
     engine.dispose();
     tiny.dispose();
   });
@@ -707,7 +809,10 @@ describe('prefix reuse: generate with cacheKeys', () => {
     const engine = makeEngine(26);
     const p = [...system, ...turn(obs[0])];
     const [g] = await engine.generate([p], { temperature: 1, topP: 1, maxTokens: 5, seed: 1, cacheKeys: ['e'] });
-    await engine.trainStep([{ prompt: p, response: g.tokens, advantages: g.tokens.map(() => 1), oldLogprobs: g.logprobs, mask: g.tokens.map(() => 1) }], { clipLow: 0.2, clipHigh: 0.3, dualClip: null, klCoef: 0, lowProbDelta: null });
+    await engine.trainStep(
+      [{ prompt: p, response: g.tokens, advantages: g.tokens.map(() => 1), oldLogprobs: g.logprobs, mask: g.tokens.map(() => 1) }],
+      { clipLow: 0.2, clipHigh: 0.3, dualClip: null, klCoef: 0, lowProbDelta: null },
+    );
     const next = [...p, ...g.tokens, ...turn(obs[1])];
     const opts = { temperature: 1, topP: 1, maxTokens: 5, seed: 2 };
     const keyed = await engine.generate([next], { ...opts, cacheKeys: ['e'] });
@@ -720,8 +825,12 @@ describe('prefix reuse: generate with cacheKeys', () => {
   it('refuses malformed keys, and leaves no tensors behind', async () => {
     const engine = makeEngine(27);
     const opts = { temperature: 1, topP: 1, maxTokens: 3, seed: 1 };
-    await expect(engine.generate([prompt('go'), prompt('look')], { ...opts, cacheKeys: ['a'] })).rejects.toThrow(/cacheKeys has 1 entries for 2 prompts/);
-    await expect(engine.generate([prompt('go'), prompt('look')], { ...opts, cacheKeys: ['a', 'a'] })).rejects.toThrow(/cacheKeys\[1\] repeats cacheKeys\[0\] \("a"\)/);
+    await expect(engine.generate([prompt('go'), prompt('look')], { ...opts, cacheKeys: ['a'] })).rejects.toThrow(
+      /cacheKeys has 1 entries for 2 prompts/,
+    );
+    await expect(engine.generate([prompt('go'), prompt('look')], { ...opts, cacheKeys: ['a', 'a'] })).rejects.toThrow(
+      /cacheKeys\[1\] repeats cacheKeys\[0\] \("a"\)/,
+    );
     const before = tf.memory().numTensors;
     await engine.generate([prompt('go'), prompt('look')], { ...opts, cacheKeys: ['a', 'b'] });
     await engine.generate([[...prompt('go'), 5, 6], prompt('look')], { ...opts, cacheKeys: ['a', 'b'] });
@@ -738,7 +847,11 @@ describe('packed episodes: policyTokens', () => {
    */
   function episode(seed: number) {
     const prompt1 = prompt('You are in the hall. You see a red box.');
-    const responses = [tokenizer.encode('open red box').concat(IM_END_ID), tokenizer.encode('take yellow hat').concat(IM_END_ID), tokenizer.encode('go to kitchen').concat(IM_END_ID)];
+    const responses = [
+      tokenizer.encode('open red box').concat(IM_END_ID),
+      tokenizer.encode('take yellow hat').concat(IM_END_ID),
+      tokenizer.encode('go to kitchen').concat(IM_END_ID),
+    ];
     const observations = [prompt('The red box is open. Inside it: a yellow hat.').slice(0, 5 + seed), prompt('You take the yellow hat.')];
     const steps: { prompt: number[]; response: number[] }[] = [];
     let context = prompt1;
@@ -762,8 +875,14 @@ describe('packed episodes: policyTokens', () => {
   it('logprobs of a packed episode equal the per-step scores, one value per policy token (1e-5)', async () => {
     const engine = makeEngine(31);
     const eps = [episode(0), episode(2)];
-    const packed = await engine.logprobs(eps.map((e) => e.packed), 0.9);
-    const perStep = await engine.logprobs(eps.flatMap((e) => e.steps), 0.9);
+    const packed = await engine.logprobs(
+      eps.map((e) => e.packed),
+      0.9,
+    );
+    const perStep = await engine.logprobs(
+      eps.flatMap((e) => e.steps),
+      0.9,
+    );
     expect(packed[0]).toHaveLength(eps[0].packed.policyTokens.filter((x) => x === 1).length);
     expect(maxAbsDiff(packed.flat(), perStep.flat())).toBeLessThan(1e-5);
     engine.dispose();
@@ -771,10 +890,16 @@ describe('packed episodes: policyTokens', () => {
 
   for (const lora of [false, true]) {
     it(`trainStep on packed episodes equals the per-step batch: loss, stats (1e-5 relative) and updated weights (1e-5)${lora ? ', LoRA' : ''}`, async () => {
-      const o = { optimizer: { lr: 1e-2, beta1: 0.9, beta2: 0.99, eps: 1e-3, weightDecay: 0.01 }, maxGradNorm: 1, ...(lora ? { lora: { r: 4, alpha: 8, dropout: 0, targetModules: ['all-linear'] }, loraSeed: 3 } : {}) };
+      const o = {
+        optimizer: { lr: 1e-2, beta1: 0.9, beta2: 0.99, eps: 1e-3, weightDecay: 0.01 },
+        maxGradNorm: 1,
+        ...(lora ? { lora: { r: 4, alpha: 8, dropout: 0, targetModules: ['all-linear'] }, loraSeed: 3 } : {}),
+      };
       const a = makeEngine(32, o);
       const b = makeEngine(32, o);
-      if (lora) for (const e of [a, b]) for (const { B } of e.model.lora!.modules.values()) tf.tidy(() => B.assign(tf.randomNormal(B.shape, 0, 0.2, 'float32', 5)));
+      if (lora)
+        for (const e of [a, b])
+          for (const { B } of e.model.lora!.modules.values()) tf.tidy(() => B.assign(tf.randomNormal(B.shape, 0, 0.2, 'float32', 5)));
       const eps = [episode(0), episode(1)];
       const steps = eps.flatMap((e) => e.steps);
       const current = await a.logprobs(steps);
@@ -797,7 +922,8 @@ describe('packed episodes: policyTokens', () => {
           refLogprobs: own.flatMap((s) => s.refLogprobs!),
         };
       });
-      const snap = (e: TfjsEngine) => (lora ? new Map([...e.model.lora!.variables()].map(([k, v]) => [k, Float32Array.from(v.dataSync())])) : paramsSnapshot(e.model));
+      const snap = (e: TfjsEngine) =>
+        lora ? new Map([...e.model.lora!.variables()].map(([k, v]) => [k, Float32Array.from(v.dataSync())])) : paramsSnapshot(e.model);
       const before = snap(a);
       const sa = await a.trainStep(perStep, objective);
       const sb = await b.trainStep(packed, objective);
@@ -820,8 +946,18 @@ describe('packed episodes: policyTokens', () => {
     const b = makeEngine(33);
     const e = episode(0);
     const current = await a.logprobs(e.steps);
-    const perStep: TrainSequence[] = e.steps.map((s, i) => ({ ...s, oldLogprobs: current[i], advantages: s.response.map(() => 1), mask: s.response.map(() => 1) }));
-    const packed: TrainSequence = { ...e.packed, oldLogprobs: current.flat(), advantages: current.flat().map(() => 1), mask: current.flat().map(() => 1) };
+    const perStep: TrainSequence[] = e.steps.map((s, i) => ({
+      ...s,
+      oldLogprobs: current[i],
+      advantages: s.response.map(() => 1),
+      mask: s.response.map(() => 1),
+    }));
+    const packed: TrainSequence = {
+      ...e.packed,
+      oldLogprobs: current.flat(),
+      advantages: current.flat().map(() => 1),
+      mask: current.flat().map(() => 1),
+    };
     const sa = await a.trainStep(perStep, objective);
     const sb = await b.trainStep([packed], objective);
     expect(sb.tokens).toBe(sa.tokens);
@@ -834,19 +970,40 @@ describe('packed episodes: policyTokens', () => {
     const engine = makeEngine(34);
     const e = episode(0).packed;
     const n = e.policyTokens.filter((x) => x === 1).length;
-    const seq = (o: Partial<TrainSequence>): TrainSequence => ({ ...e, oldLogprobs: Array(n).fill(-1), advantages: Array(n).fill(1), mask: Array(n).fill(1), ...o });
-    await expect(engine.logprobs([{ ...e, policyTokens: e.policyTokens.slice(1) }])).rejects.toThrow(`logprobs: sequence 0: policyTokens has ${e.response.length - 1} entries but the response has ${e.response.length} tokens`);
-    await expect(engine.logprobs([{ ...e, policyTokens: e.policyTokens.map((x) => x * 2) }])).rejects.toThrow(/policyTokens\[0\] is 2, not 0 or 1/);
-    await expect(engine.trainStep([seq({}), seq({ advantages: Array(e.response.length).fill(1) })], objective)).rejects.toThrow(`trainStep: sequence 1: "advantages" has ${e.response.length} values, expected ${n} (one per policy token)`);
-    await expect(engine.trainStep([{ prompt: [3], response: [4, 5], oldLogprobs: [-1], advantages: [1, 1], mask: [1, 1] }], objective)).rejects.toThrow('trainStep: sequence 0: "oldLogprobs" has 1 values, expected 2 (one per response token)');
+    const seq = (o: Partial<TrainSequence>): TrainSequence => ({
+      ...e,
+      oldLogprobs: Array(n).fill(-1),
+      advantages: Array(n).fill(1),
+      mask: Array(n).fill(1),
+      ...o,
+    });
+    await expect(engine.logprobs([{ ...e, policyTokens: e.policyTokens.slice(1) }])).rejects.toThrow(
+      `logprobs: sequence 0: policyTokens has ${e.response.length - 1} entries but the response has ${e.response.length} tokens`,
+    );
+    await expect(engine.logprobs([{ ...e, policyTokens: e.policyTokens.map((x) => x * 2) }])).rejects.toThrow(
+      /policyTokens\[0\] is 2, not 0 or 1/,
+    );
+    await expect(engine.trainStep([seq({}), seq({ advantages: Array(e.response.length).fill(1) })], objective)).rejects.toThrow(
+      `trainStep: sequence 1: "advantages" has ${e.response.length} values, expected ${n} (one per policy token)`,
+    );
+    await expect(
+      engine.trainStep([{ prompt: [3], response: [4, 5], oldLogprobs: [-1], advantages: [1, 1], mask: [1, 1] }], objective),
+    ).rejects.toThrow('trainStep: sequence 0: "oldLogprobs" has 1 values, expected 2 (one per response token)');
     engine.dispose();
   });
 });
 
 describe('memory-bounded passes', () => {
   const seqs = () => [
-    { prompt: prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'), response: tokenizer.encode('open red box').concat(IM_END_ID) },
-    { prompt: prompt('go'), response: tokenizer.encode('take yellow hat'), policyTokens: tokenizer.encode('take yellow hat').map((_, j) => (j % 3 === 1 ? 0 : 1)) },
+    {
+      prompt: prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'),
+      response: tokenizer.encode('open red box').concat(IM_END_ID),
+    },
+    {
+      prompt: prompt('go'),
+      response: tokenizer.encode('take yellow hat'),
+      policyTokens: tokenizer.encode('take yellow hat').map((_, j) => (j % 3 === 1 ? 0 : 1)),
+    },
     { prompt: [5, 6], response: [17, 200, 3, 3, 42] },
   ];
 
@@ -867,13 +1024,26 @@ describe('memory-bounded passes', () => {
       });
     });
     const causal = new Float32Array(L * L).map((_, i) => (i % L <= Math.floor(i / L) ? 0 : -1e9));
-    const { hidden } = model.forward(tf.tensor2d(ids, [B, L], 'int32'), tf.tensor2d(pos, [B, L], 'int32'), tf.tensor4d(causal, [1, 1, L, L]));
+    const { hidden } = model.forward(
+      tf.tensor2d(ids, [B, L], 'int32'),
+      tf.tensor2d(pos, [B, L], 'int32'),
+      tf.tensor4d(causal, [1, 1, L, L]),
+    );
     const logits = model.logits(tf.gather(hidden.reshape([B * L, hidden.shape[2]]), rows) as tf.Tensor2D).div(temperature) as tf.Tensor2D;
     const V = logits.shape[1];
-    return tf.gather(logits.reshape([-1]), targets.map((t, i) => i * V + t)).sub(tf.logSumExp(logits, 1)) as tf.Tensor1D;
+    return tf
+      .gather(
+        logits.reshape([-1]),
+        targets.map((t, i) => i * V + t),
+      )
+      .sub(tf.logSumExp(logits, 1)) as tf.Tensor1D;
   }
 
-  for (const [lora, checkpoint] of [[false, false], [false, true], [true, true]] as const) {
+  for (const [lora, checkpoint] of [
+    [false, false],
+    [false, true],
+    [true, true],
+  ] as const) {
     it(`${checkpoint ? 'checkpointed layers, ' : ''}attention in query chunks and the output layer in row chunks give the plain pass's log-probs and gradients (1e-5)${lora ? ', LoRA with dropout' : ''}`, () => {
       const model = makeModel(41, { tie_word_embeddings: lora });
       if (lora) {
@@ -900,7 +1070,16 @@ describe('memory-bounded passes', () => {
       };
       const plain = run(() => plainLogprobs(model, batch, 0.8));
       // Chunks of 2 query times (of ~25) and of 3 scored rows: every chunked path runs many times.
-      const chunked = run(() => responseLogprobs(model, batch, 0.8, EOT_ID, { attentionElements: 2 * 4 * 30, logitElements: 3 * tokenizer.vocabSize, prefillTokens: 1 }, { differentiable: true, checkpoint }));
+      const chunked = run(() =>
+        responseLogprobs(
+          model,
+          batch,
+          0.8,
+          EOT_ID,
+          { attentionElements: 2 * 4 * 30, logitElements: 3 * tokenizer.vocabSize, prefillTokens: 1 },
+          { differentiable: true, checkpoint },
+        ),
+      );
       expect(chunked.values).toHaveLength(n);
       expect(maxAbsDiff(chunked.values, plain.values)).toBeLessThan(1e-5);
       plain.g.forEach((g, k) => {
@@ -914,16 +1093,31 @@ describe('memory-bounded passes', () => {
   }
 
   it('a micro-batch whose activations would not fit un-checkpointed is trained with checkpointed layers, to the same update', async () => {
-    const o = { optimizer: { lr: 1e-2, beta1: 0.9, beta2: 0.99, eps: 1e-3, weightDecay: 0 }, maxGradNorm: 1, chunks: { attentionElements: 4096, logitElements: 4096, prefillTokens: 64 } };
+    const o = {
+      optimizer: { lr: 1e-2, beta1: 0.9, beta2: 0.99, eps: 1e-3, weightDecay: 0 },
+      maxGradNorm: 1,
+      chunks: { attentionElements: 4096, logitElements: 4096, prefillTokens: 64 },
+    };
     const roomy = makeEngine(43, o);
     const tight = makeEngine(43, o);
-    const batch: TrainSequence[] = [prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'), prompt('go to kitchen')].map((p, i) => ({
-      prompt: p, response: [40 + i, 41, 42, IM_END_ID], advantages: [1, -1, 0.5, 1], oldLogprobs: [-5, -5, -5, -5], mask: [1, 1, 1, 1],
+    const batch: TrainSequence[] = [
+      prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'),
+      prompt('go to kitchen'),
+    ].map((p, i) => ({
+      prompt: p,
+      response: [40 + i, 41, 42, IM_END_ID],
+      advantages: [1, -1, 0.5, 1],
+      oldLogprobs: [-5, -5, -5, -5],
+      mask: [1, 1, 1, 1],
     }));
     const tokens = 2 * Math.max(...batch.map((s) => s.prompt.length + s.response.length));
     const c = tight.model.config;
     // Room for the checkpointed pass, not for every layer's activations.
-    (tight.options as EngineOptions).memoryLimitBytes = tf.memory().numBytes + (chunkReserveBytes({ attentionElements: 4096, logitElements: 4096, prefillTokens: 64 }) + 1.2 * tokens * trainingBytesPerToken(c, null)) / HEAP_SAFETY;
+    (tight.options as EngineOptions).memoryLimitBytes =
+      tf.memory().numBytes +
+      (chunkReserveBytes({ attentionElements: 4096, logitElements: 4096, prefillTokens: 64 }) +
+        1.2 * tokens * trainingBytesPerToken(c, null)) /
+        HEAP_SAFETY;
     expect(1.2 * trainingBytesPerToken(c, null)).toBeLessThan(plainTrainingBytesPerToken(c, null));
     const passes: boolean[] = [];
     for (const e of [roomy, tight]) {
@@ -944,7 +1138,11 @@ describe('memory-bounded passes', () => {
     const o = { optimizer: { lr: 1e-2, beta1: 0.9, beta2: 0.99, eps: 1e-3, weightDecay: 0 }, maxGradNorm: 1 };
     const small = makeEngine(42, { ...o, chunks });
     const big = makeEngine(42, o);
-    const ps = [prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'), prompt('go'), prompt('Task: Find the yellow hat.')];
+    const ps = [
+      prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'),
+      prompt('go'),
+      prompt('Task: Find the yellow hat.'),
+    ];
     for (const keys of [undefined, ['a', 'b', 'c']]) {
       for (const step of [0, 1]) {
         const opts = { temperature: 1, topP: 1, maxTokens: 6, seed: step, cacheKeys: keys };
@@ -957,7 +1155,12 @@ describe('memory-bounded passes', () => {
     const batch = ps.map((p) => ({ prompt: p.slice(0, 20), response: p.slice(20) }));
     const [la, lb] = [await small.logprobs(batch), await big.logprobs(batch)];
     la.forEach((row, i) => expect(maxAbsDiff(row, lb[i])).toBeLessThan(1e-5));
-    const train = batch.map((s, i) => ({ ...s, oldLogprobs: la[i].map((x) => x + 0.1), advantages: la[i].map((_, j) => (j % 2 ? 1 : -0.5)), mask: la[i].map(() => 1) }));
+    const train = batch.map((s, i) => ({
+      ...s,
+      oldLogprobs: la[i].map((x) => x + 0.1),
+      advantages: la[i].map((_, j) => (j % 2 ? 1 : -0.5)),
+      mask: la[i].map(() => 1),
+    }));
     const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.3, dualClip: 3, klCoef: 0, lowProbDelta: null };
     const [sa, sb] = [await small.trainStep(train, objective), await big.trainStep(train, objective)];
     expect(Math.abs(sa.loss - sb.loss)).toBeLessThan(1e-5 * Math.max(1, Math.abs(sb.loss)));

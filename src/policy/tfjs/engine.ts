@@ -20,7 +20,15 @@ import { tf } from './backend.ts';
 import { Qwen2Model, headDim, type LayerCache } from './qwen2.ts';
 import { AdamW, type AdamWConfig } from './adamw.ts';
 import type { LoraConfig } from './lora.ts';
-import { KvCacheStore, commonPrefix, validateKvCacheLimits, type KvCacheEntry, type KvCacheLimits, type KvCacheStats, type KvSegment } from './kv-cache.ts';
+import {
+  KvCacheStore,
+  commonPrefix,
+  validateKvCacheLimits,
+  type KvCacheEntry,
+  type KvCacheLimits,
+  type KvCacheStats,
+  type KvSegment,
+} from './kv-cache.ts';
 import {
   DEFAULT_CHUNKS,
   HEAP_SAFETY,
@@ -108,14 +116,19 @@ export class TfjsEngine implements PolicyEngine {
     readonly options: EngineOptions,
   ) {
     if (options.endTokens.length === 0) throw new Error('engine: at least one end token id is needed');
-    if (options.memoryLimitBytes !== undefined && !(options.memoryLimitBytes > 0)) throw new Error(`engine: memoryLimitBytes must be positive (got ${options.memoryLimitBytes})`);
+    if (options.memoryLimitBytes !== undefined && !(options.memoryLimitBytes > 0))
+      throw new Error(`engine: memoryLimitBytes must be positive (got ${options.memoryLimitBytes})`);
     if (options.kvCache) validateKvCacheLimits(options.kvCache, 'engine: kvCache');
     this.chunks = { ...DEFAULT_CHUNKS, ...options.chunks };
-    for (const [name, v] of Object.entries(this.chunks)) if (!(Number.isInteger(v) && v >= 1)) throw new Error(`engine: chunks.${name} must be a positive integer (got ${v})`);
+    for (const [name, v] of Object.entries(this.chunks))
+      if (!(Number.isInteger(v) && v >= 1)) throw new Error(`engine: chunks.${name} must be a positive integer (got ${v})`);
     this.optimizer = new AdamW(options.optimizer);
     if (options.lora && !model.lora) model.attachLora(options.lora, options.loraSeed ?? 0);
     const c = model.config;
-    this.kvCache = new KvCacheStore({ layers: c.num_hidden_layers, kvHeads: c.num_key_value_heads, headDim: headDim(c) }, options.kvCache ?? DEFAULT_KV_CACHE_LIMITS);
+    this.kvCache = new KvCacheStore(
+      { layers: c.num_hidden_layers, kvHeads: c.num_key_value_heads, headDim: headDim(c) },
+      options.kvCache ?? DEFAULT_KV_CACHE_LIMITS,
+    );
   }
 
   // ---------------------------------------------------------------- memory
@@ -134,8 +147,10 @@ export class TfjsEngine implements PolicyEngine {
     prompts.forEach((p, i) => {
       if (p.length === 0) throw new Error(`generate: prompt ${i} is empty`);
     });
-    if (!(Number.isInteger(opts.maxTokens) && opts.maxTokens >= 0)) throw new Error(`generate: maxTokens must be a non-negative integer (got ${opts.maxTokens})`);
-    if (opts.allowedTexts && opts.allowedTexts.length !== B) throw new Error(`generate: allowedTexts has ${opts.allowedTexts.length} entries for ${B} prompts`);
+    if (!(Number.isInteger(opts.maxTokens) && opts.maxTokens >= 0))
+      throw new Error(`generate: maxTokens must be a non-negative integer (got ${opts.maxTokens})`);
+    if (opts.allowedTexts && opts.allowedTexts.length !== B)
+      throw new Error(`generate: allowedTexts has ${opts.allowedTexts.length} entries for ${B} prompts`);
     const keys = opts.cacheKeys;
     if (keys) {
       if (keys.length !== B) throw new Error(`generate: cacheKeys has ${keys.length} entries for ${B} prompts`);
@@ -143,7 +158,8 @@ export class TfjsEngine implements PolicyEngine {
       keys.forEach((k, i) => {
         if (k === null || k === undefined) return;
         if (typeof k !== 'string') throw new Error(`generate: cacheKeys[${i}] must be a string or null (got ${JSON.stringify(k)})`);
-        if (seen.has(k)) throw new Error(`generate: cacheKeys[${i}] repeats cacheKeys[${seen.get(k)}] (${JSON.stringify(k)}); one row per key`);
+        if (seen.has(k))
+          throw new Error(`generate: cacheKeys[${i}] repeats cacheKeys[${seen.get(k)}] (${JSON.stringify(k)}); one row per key`);
         seen.set(k, i);
       });
     }
@@ -240,7 +256,8 @@ export class TfjsEngine implements PolicyEngine {
    */
   private generationGroups(prompts: number[][], reuse: Reuse[], maxTokens: number): number[][] {
     const perToken = kvBytesPerToken(this.model.config);
-    const budget = this.workingBytes() - chunkReserveBytes(this.chunks) - this.chunks.prefillTokens * inferenceBytesPerToken(this.model.config);
+    const budget =
+      this.workingBytes() - chunkReserveBytes(this.chunks) - this.chunks.prefillTokens * inferenceBytesPerToken(this.model.config);
     const fresh = (b: number) => prompts[b].length - reuse[b].length;
     prompts.forEach((p, b) => {
       const need = (p.length + maxTokens) * perToken;
@@ -321,7 +338,10 @@ export class TfjsEngine implements PolicyEngine {
         this.kvCache.counters.copyMs += performance.now() - started;
       }
       const heads = c.num_attention_heads;
-      const chunk = Math.max(1, Math.min(N, Math.floor(this.chunks.prefillTokens / G), Math.floor(this.chunks.attentionElements / (G * heads * (R + N)))));
+      const chunk = Math.max(
+        1,
+        Math.min(N, Math.floor(this.chunks.prefillTokens / G), Math.floor(this.chunks.attentionElements / (G * heads * (R + N)))),
+      );
       let logits: Float32Array | null = null;
       for (let t0 = 0; t0 < N; t0 += chunk) {
         const t1 = Math.min(N, t0 + chunk);
@@ -351,7 +371,16 @@ export class TfjsEngine implements PolicyEngine {
       for (let l = 0; l < layers; l++) {
         const fresh = blocks[l].slice(R > 0 ? 1 : 0);
         if (fresh.length > 1) {
-          const merged = { k: tf.concat(fresh.map((x) => x.k), 2) as tf.Tensor4D, v: tf.concat(fresh.map((x) => x.v), 2) as tf.Tensor4D };
+          const merged = {
+            k: tf.concat(
+              fresh.map((x) => x.k),
+              2,
+            ) as tf.Tensor4D,
+            v: tf.concat(
+              fresh.map((x) => x.v),
+              2,
+            ) as tf.Tensor4D,
+          };
           for (const x of fresh) tf.dispose([x.k, x.v]);
           blocks[l] = [...blocks[l].slice(0, R > 0 ? 1 : 0), merged];
         }
@@ -375,20 +404,40 @@ export class TfjsEngine implements PolicyEngine {
           for (let u = offset[j]; u < N; u++) mask[j * S + R + u] = 0;
           for (let s = 0; s <= step; s++) mask[j * S + R + N + s] = 0;
         });
-        logits = this.runLayers(ids, pos, mask, G, 1, S, blocks.map((bl, l) => (tail[l] ? [...bl, tail[l]!] : bl)), (l, kv) => {
-          const prev = tail[l];
-          if (!prev) tail[l] = kv;
-          else {
-            tail[l] = { k: tf.concat([prev.k, kv.k], 2) as tf.Tensor4D, v: tf.concat([prev.v, kv.v], 2) as tf.Tensor4D };
-            tf.dispose([prev.k, prev.v, kv.k, kv.v]);
-          }
-        }, true)!;
+        logits = this.runLayers(
+          ids,
+          pos,
+          mask,
+          G,
+          1,
+          S,
+          blocks.map((bl, l) => (tail[l] ? [...bl, tail[l]!] : bl)),
+          (l, kv) => {
+            const prev = tail[l];
+            if (!prev) tail[l] = kv;
+            else {
+              tail[l] = { k: tf.concat([prev.k, kv.k], 2) as tf.Tensor4D, v: tf.concat([prev.v, kv.v], 2) as tf.Tensor4D };
+              tf.dispose([prev.k, prev.v, kv.k, kv.v]);
+            }
+          },
+          true,
+        )!;
         steps = step + 1;
       }
 
       const keyed = rows.map((b, j) => ({ b, j, key: keys?.[b] })).filter((x) => x.key !== null && x.key !== undefined);
       const storing = performance.now();
-      if (keyed.length > 0) this.storeCaches(keyed as { b: number; j: number; key: string }[], prompts, reuse, out, blocks, tail, { R, N, r, n, offset, steps }, weights);
+      if (keyed.length > 0)
+        this.storeCaches(
+          keyed as { b: number; j: number; key: string }[],
+          prompts,
+          reuse,
+          out,
+          blocks,
+          tail,
+          { R, N, r, n, offset, steps },
+          weights,
+        );
       this.kvCache.counters.copyMs += performance.now() - storing;
     } finally {
       for (const bl of blocks) for (const x of bl) tf.dispose([x.k, x.v]);
@@ -460,18 +509,21 @@ export class TfjsEngine implements PolicyEngine {
     const segs = keyed.map(({ j }, i) => new Float32Array(layers * 2 * H * (g.n[j] + fed[i]) * D));
     for (let l = 0; l < layers; l++) {
       const fresh = blocks[l][blocks[l].length - 1];
-      for (const [kind, which] of [[0, 'k'], [1, 'v']] as const) {
+      for (const [kind, which] of [
+        [0, 'k'],
+        [1, 'v'],
+      ] as const) {
         const newData = fresh[which].dataSync() as Float32Array; // [G, H, N, D]
         const tailData = tail[l] ? (tail[l]![which].dataSync() as Float32Array) : null; // [G, H, steps, D]
         keyed.forEach(({ j }, i) => {
           const len = g.n[j] + fed[i];
           const seg = segs[i];
           for (let h = 0; h < H; h++) {
-            const to = (((l * 2 + kind) * H + h) * len) * D;
+            const to = ((l * 2 + kind) * H + h) * len * D;
             const from = ((j * H + h) * N + g.offset[j]) * D;
             seg.set(newData.subarray(from, from + g.n[j] * D), to);
             if (fed[i] > 0) {
-              const tf0 = ((j * H + h) * steps) * D;
+              const tf0 = (j * H + h) * steps * D;
               seg.set(tailData!.subarray(tf0, tf0 + fed[i] * D), to + g.n[j] * D);
             }
           }
@@ -487,7 +539,13 @@ export class TfjsEngine implements PolicyEngine {
   }
 
   /** Recomputes the whole padded batch for every token (no KV cache): the slow reference for tests. */
-  private async generateWithoutCache(prompts: number[][], maxTokens: number, out: RowState[], sample: (b: number, logits: Float32Array) => void, signal?: AbortSignal): Promise<void> {
+  private async generateWithoutCache(
+    prompts: number[][],
+    maxTokens: number,
+    out: RowState[],
+    sample: (b: number, logits: Float32Array) => void,
+    signal?: AbortSignal,
+  ): Promise<void> {
     for (let step = 0; step < maxTokens; step++) {
       if (step > 0) await yieldTo(signal);
       const rows = prompts.map((p, b) => [...p, ...out[b].tokens]);
@@ -515,10 +573,13 @@ export class TfjsEngine implements PolicyEngine {
     });
     const mask = new Float32Array(B * L * L);
     for (let b = 0; b < B; b++)
-      for (let q = 0; q < L; q++)
-        for (let k = 0; k < L; k++) mask[(b * L + q) * L + k] = k <= q && valid[b * L + k] ? 0 : MASKED;
+      for (let q = 0; q < L; q++) for (let k = 0; k < L; k++) mask[(b * L + q) * L + k] = k <= q && valid[b * L + k] ? 0 : MASKED;
     return tf.tidy(() => {
-      const { hidden } = this.model.forward(tf.tensor2d(ids, [B, L], 'int32'), tf.tensor2d(pos, [B, L], 'int32'), tf.tensor4d(mask, [B, 1, L, L]));
+      const { hidden } = this.model.forward(
+        tf.tensor2d(ids, [B, L], 'int32'),
+        tf.tensor2d(pos, [B, L], 'int32'),
+        tf.tensor4d(mask, [B, 1, L, L]),
+      );
       const lastHidden = hidden.slice([0, L - 1, 0], [B, 1, hidden.shape[2]]).reshape([B, hidden.shape[2]]) as tf.Tensor2D;
       return this.model.logits(lastHidden).dataSync() as Float32Array;
     });
@@ -536,7 +597,12 @@ export class TfjsEngine implements PolicyEngine {
     const result: number[][] = new Array(batch.length);
     for (const group of this.microBatches(batch, inferenceBytesPerToken(this.model.config), 'logprobs')) {
       const seqs = group.map((i) => batch[i]);
-      const flat = tf.tidy(() => responseLogprobs(this.model, seqs, temperature, this.options.padToken, this.chunks, { differentiable: false, checkpoint: false }).dataSync());
+      const flat = tf.tidy(() =>
+        responseLogprobs(this.model, seqs, temperature, this.options.padToken, this.chunks, {
+          differentiable: false,
+          checkpoint: false,
+        }).dataSync(),
+      );
       let at = 0;
       for (const i of group) {
         const n = scoredPositions(batch[i], '').length;
@@ -604,14 +670,18 @@ export class TfjsEngine implements PolicyEngine {
     for (const group of this.microBatches(batch, trainingBytesPerToken(this.model.config, lora), 'trainStep', budget)) {
       const seqs = group.map((i) => batch[i]);
       // Checkpointed layers cost a recomputation; only a micro-batch that would not fit otherwise pays it.
-      const checkpoint = this.options.checkpointLayers === 'always' || group.length * Math.max(...seqs.map(seqLen)) * plainPerToken > budget;
+      const checkpoint =
+        this.options.checkpointLayers === 'always' || group.length * Math.max(...seqs.map(seqLen)) * plainPerToken > budget;
       if (seqs.every((s) => scoredPositions(s, '').length === 0)) continue;
       let stats: tf.Tensor[] = [];
       this.model.training = true;
       let result: { value: tf.Scalar; grads: tf.NamedTensorMap };
       try {
         result = tf.variableGrads(() => {
-          const logp = responseLogprobs(this.model, seqs, temperature, this.options.padToken, this.chunks, { differentiable: true, checkpoint });
+          const logp = responseLogprobs(this.model, seqs, temperature, this.options.padToken, this.chunks, {
+            differentiable: true,
+            checkpoint,
+          });
           const flat = (pick: (s: TrainSequence) => number[]) => tf.tensor1d(seqs.flatMap(pick));
           const terms = objectiveTerms(
             {
@@ -620,7 +690,8 @@ export class TfjsEngine implements PolicyEngine {
               advantages: flat((s) => s.advantages),
               mask: flat((s) => s.mask),
               refLogp: objective.klCoef > 0 ? flat((s) => s.refLogprobs ?? s.oldLogprobs) : undefined,
-              lowProbScope: objective.lowProbDelta !== null ? flat((s) => s.advantages.map(() => (s.lowProbMask === false ? 0 : 1))) : undefined,
+              lowProbScope:
+                objective.lowProbDelta !== null ? flat((s) => s.advantages.map(() => (s.lowProbMask === false ? 0 : 1))) : undefined,
             },
             objective,
           );
@@ -652,7 +723,10 @@ export class TfjsEngine implements PolicyEngine {
     }
     // Token mean over the whole batch: the sums are exact, so divide once at the end.
     const denom = Math.max(1, tokens);
-    const gradNorm = gradSums.size === 0 ? 0 : tf.tidy(() => Math.sqrt(tf.addN([...gradSums.values()].map((g) => g.square().sum())).dataSync()[0]) / denom);
+    const gradNorm =
+      gradSums.size === 0
+        ? 0
+        : tf.tidy(() => Math.sqrt(tf.addN([...gradSums.values()].map((g) => g.square().sum())).dataSync()[0]) / denom);
     const scale = (this.options.maxGradNorm > 0 && gradNorm > this.options.maxGradNorm ? this.options.maxGradNorm / gradNorm : 1) / denom;
     try {
       if (tokens > 0) this.optimizer.apply(trainable, gradSums, lr, scale);
@@ -685,7 +759,10 @@ function seqLen(s: ScoredSequence): number {
 export function scoredPositions(s: ScoredSequence, where: string): number[] {
   const p = s.policyTokens;
   if (p === undefined) return s.response.map((_, j) => j);
-  if (!Array.isArray(p) || p.length !== s.response.length) throw new Error(`${where}: policyTokens has ${Array.isArray(p) ? p.length : typeof p} entries but the response has ${s.response.length} tokens`);
+  if (!Array.isArray(p) || p.length !== s.response.length)
+    throw new Error(
+      `${where}: policyTokens has ${Array.isArray(p) ? p.length : typeof p} entries but the response has ${s.response.length} tokens`,
+    );
   const out: number[] = [];
   p.forEach((x, j) => {
     if (x !== 0 && x !== 1) throw new Error(`${where}: policyTokens[${j}] is ${JSON.stringify(x)}, not 0 or 1`);
@@ -699,10 +776,15 @@ function checkTrainSequence(s: TrainSequence, i: number, objective: ObjectiveCon
   const where = `trainStep: sequence ${i}`;
   const n = scoredPositions(s, where).length;
   const unit = s.policyTokens ? 'policy token' : 'response token';
-  const arrays: [string, number[] | undefined][] = [['advantages', s.advantages], ['oldLogprobs', s.oldLogprobs], ['mask', s.mask]];
+  const arrays: [string, number[] | undefined][] = [
+    ['advantages', s.advantages],
+    ['oldLogprobs', s.oldLogprobs],
+    ['mask', s.mask],
+  ];
   if (objective.klCoef > 0 && s.refLogprobs) arrays.push(['refLogprobs', s.refLogprobs]);
   for (const [name, a] of arrays) {
-    if (!Array.isArray(a) || a.length !== n) throw new Error(`${where}: "${name}" has ${Array.isArray(a) ? a.length : 'no'} values, expected ${n} (one per ${unit})`);
+    if (!Array.isArray(a) || a.length !== n)
+      throw new Error(`${where}: "${name}" has ${Array.isArray(a) ? a.length : 'no'} values, expected ${n} (one per ${unit})`);
   }
 }
 
@@ -741,7 +823,13 @@ export function responseLogprobs(
   });
   const causal = new Float32Array(L * L);
   for (let q = 0; q < L; q++) for (let k = 0; k < L; k++) causal[q * L + k] = k <= q ? 0 : MASKED;
-  const hidden = model.hiddenStates(tf.tensor2d(ids, [B, L], 'int32'), tf.tensor2d(pos, [B, L], 'int32'), tf.tensor4d(causal, [1, 1, L, L]), chunks.attentionElements, pass);
+  const hidden = model.hiddenStates(
+    tf.tensor2d(ids, [B, L], 'int32'),
+    tf.tensor2d(pos, [B, L], 'int32'),
+    tf.tensor4d(causal, [1, 1, L, L]),
+    chunks.attentionElements,
+    pass,
+  );
   const d = hidden.shape[2];
   const picked = tf.gather(hidden.reshape([B * L, d]), tf.tensor1d(rowsOfHidden, 'int32')) as tf.Tensor2D;
   return model.tokenLogprobs(picked, targets, temperature, chunks.logitElements);

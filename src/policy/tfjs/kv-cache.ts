@@ -57,8 +57,10 @@ export interface KvCacheStats {
 }
 
 export function validateKvCacheLimits(l: KvCacheLimits, where = 'kvCache'): void {
-  if (!Number.isInteger(l.maxEntries) || l.maxEntries < 0) throw new Error(`${where}: "maxEntries" must be a non-negative integer (got ${JSON.stringify(l.maxEntries)})`);
-  if (typeof l.maxBytes !== 'number' || !(l.maxBytes >= 0) || !Number.isFinite(l.maxBytes)) throw new Error(`${where}: "maxBytes" must be a non-negative number (got ${JSON.stringify(l.maxBytes)})`);
+  if (!Number.isInteger(l.maxEntries) || l.maxEntries < 0)
+    throw new Error(`${where}: "maxEntries" must be a non-negative integer (got ${JSON.stringify(l.maxEntries)})`);
+  if (typeof l.maxBytes !== 'number' || !(l.maxBytes >= 0) || !Number.isFinite(l.maxBytes))
+    throw new Error(`${where}: "maxBytes" must be a non-negative number (got ${JSON.stringify(l.maxBytes)})`);
 }
 
 export class KvCacheStore {
@@ -165,9 +167,12 @@ export class KvCacheStore {
     for (const seg of entry.segments) {
       const take = Math.min(seg.length, length - seg.start);
       if (take <= 0) break;
-      for (const [kind, dst] of [[0, k], [1, v]] as const) {
+      for (const [kind, dst] of [
+        [0, k],
+        [1, v],
+      ] as const) {
         for (let h = 0; h < H; h++) {
-          const from = (((layer * 2 + kind) * H + h) * seg.length) * D;
+          const from = ((layer * 2 + kind) * H + h) * seg.length * D;
           const to = ((row * H + h) * width + seg.start) * D;
           dst.set(seg.data.subarray(from, from + take * D), to);
         }

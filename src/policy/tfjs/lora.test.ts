@@ -28,7 +28,12 @@ const tempDir = () => {
 
 beforeAll(async () => {
   await initBackend();
-  tokenizer = Tokenizer.fromJSON(trainByteLevelBPE(['open red box', 'take yellow hat', 'go to kitchen'], { vocabSize: 280, specialTokens: ['<|endoftext|>', '<|im_end|>'] }));
+  tokenizer = Tokenizer.fromJSON(
+    trainByteLevelBPE(['open red box', 'take yellow hat', 'go to kitchen'], {
+      vocabSize: 280,
+      specialTokens: ['<|endoftext|>', '<|im_end|>'],
+    }),
+  );
 });
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
@@ -37,21 +42,37 @@ const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.2, dualClip: null
 
 function config(): ModelConfig {
   return {
-    model_type: 'qwen2', vocab_size: tokenizer.vocabSize, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2,
-    num_attention_heads: 4, num_key_value_heads: 2, max_position_embeddings: 256, rms_norm_eps: 1e-6, rope_theta: 10000,
-    tie_word_embeddings: false, initializer_range: 0.3,
+    model_type: 'qwen2',
+    vocab_size: tokenizer.vocabSize,
+    hidden_size: 32,
+    intermediate_size: 64,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    max_position_embeddings: 256,
+    rms_norm_eps: 1e-6,
+    rope_theta: 10000,
+    tie_word_embeddings: false,
+    initializer_range: 0.3,
   };
 }
 
 function engine(model: Qwen2Model, lr = 5e-2): TfjsEngine {
-  return new TfjsEngine(model, tokenizer, { optimizer: { lr, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0.1 }, maxGradNorm: 0, microBatchTokens: 10_000, endTokens: [1], padToken: 0 });
+  return new TfjsEngine(model, tokenizer, {
+    optimizer: { lr, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0.1 },
+    maxGradNorm: 0,
+    microBatchTokens: 10_000,
+    endTokens: [1],
+    padToken: 0,
+  });
 }
 
 const SEQS = [
   { prompt: [5, 9, 30, 31], response: [40, 41, 42, 1] },
   { prompt: [7, 8], response: [50, 51, 1] },
 ];
-const batch = (old: number[][]): TrainSequence[] => SEQS.map((s, i) => ({ ...s, oldLogprobs: old[i], advantages: s.response.map(() => (i === 0 ? 1 : -1)), mask: s.response.map(() => 1) }));
+const batch = (old: number[][]): TrainSequence[] =>
+  SEQS.map((s, i) => ({ ...s, oldLogprobs: old[i], advantages: s.response.map(() => (i === 0 ? 1 : -1)), mask: s.response.map(() => 1) }));
 const scores = (m: Qwen2Model) => tf.tidy(() => Array.from(responseLogprobs(m, SEQS, 1, 0).dataSync()));
 const snapshot = (vars: Map<string, tf.Variable>) => new Map([...vars].map(([k, v]) => [k, Float32Array.from(v.dataSync())]));
 const maxDiff = (a: number[], b: number[]) => a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
@@ -68,8 +89,12 @@ describe('LoRA', () => {
     const before = scores(model);
     model.attachLora(LORA, 7);
     expect([...model.lora!.modules.keys()]).toEqual([
-      'model.layers.0.self_attn.q_proj', 'model.layers.0.self_attn.v_proj', 'model.layers.0.mlp.down_proj',
-      'model.layers.1.self_attn.q_proj', 'model.layers.1.self_attn.v_proj', 'model.layers.1.mlp.down_proj',
+      'model.layers.0.self_attn.q_proj',
+      'model.layers.0.self_attn.v_proj',
+      'model.layers.0.mlp.down_proj',
+      'model.layers.1.self_attn.q_proj',
+      'model.layers.1.self_attn.v_proj',
+      'model.layers.1.mlp.down_proj',
     ]);
     const q = model.lora!.modules.get('model.layers.0.self_attn.q_proj')!;
     expect(q.A.shape).toEqual([4, 32]);
@@ -90,7 +115,15 @@ describe('LoRA', () => {
 
   it('a train step changes only adapter tensors, and the optimiser holds state for the adapters alone', async () => {
     const model = Qwen2Model.random(config(), 2);
-    const e = new TfjsEngine(model, tokenizer, { optimizer: { lr: 5e-2, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0.1 }, maxGradNorm: 1, microBatchTokens: 10_000, endTokens: [1], padToken: 0, lora: LORA, loraSeed: 3 });
+    const e = new TfjsEngine(model, tokenizer, {
+      optimizer: { lr: 5e-2, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0.1 },
+      maxGradNorm: 1,
+      microBatchTokens: 10_000,
+      endTokens: [1],
+      padToken: 0,
+      lora: LORA,
+      loraSeed: 3,
+    });
     const base = snapshot(model.params);
     const adapters = snapshot(model.lora!.variables());
     const old = await e.logprobs(SEQS);
@@ -105,7 +138,12 @@ describe('LoRA', () => {
     expect(maxDiff(scores(model), old.flat())).toBeGreaterThan(1e-3);
     // The frozen base is still there for a reference policy: same scores to float32 rounding (one CI
     // run on a loaded machine differed in the 7th digit, 1e-6, so exact equality was too strict).
-    expect(maxDiff(model.withoutLora(() => scores(model)), old.flat())).toBeLessThan(1e-5);
+    expect(
+      maxDiff(
+        model.withoutLora(() => scores(model)),
+        old.flat(),
+      ),
+    ).toBeLessThan(1e-5);
     expect(model.lora).not.toBeNull();
     e.dispose();
   });
@@ -143,11 +181,20 @@ describe('LoRA', () => {
     const dir = tempDir();
     await saveModelDir(dir, model, tokenizer);
     expect(existsSync(join(dir, 'adapter', 'adapter_config.json'))).toBe(true);
-    const names = readSafetensorsHeader(join(dir, 'adapter', 'adapter_model.safetensors')).entries.map((x) => x.name).sort();
+    const names = readSafetensorsHeader(join(dir, 'adapter', 'adapter_model.safetensors'))
+      .entries.map((x) => x.name)
+      .sort();
     expect(names).toContain('base_model.model.model.layers.1.mlp.down_proj.lora_B.weight');
     expect(names).toHaveLength(12);
     const cfg = JSON.parse(readFileSync(join(dir, 'adapter', 'adapter_config.json'), 'utf8'));
-    expect(cfg).toMatchObject({ peft_type: 'LORA', r: 4, lora_alpha: 8, lora_dropout: 0, target_modules: ['down_proj', 'q_proj', 'v_proj'], bias: 'none' });
+    expect(cfg).toMatchObject({
+      peft_type: 'LORA',
+      r: 4,
+      lora_alpha: 8,
+      lora_dropout: 0,
+      target_modules: ['down_proj', 'q_proj', 'v_proj'],
+      bias: 'none',
+    });
 
     const loaded = loadModelDir(dir);
     expect(scores(loaded.model)).toEqual(scores(model));
@@ -170,8 +217,12 @@ describe('LoRA', () => {
     const model = Qwen2Model.random(config(), 6);
     expect(() => model.attachLora({ ...LORA, r: 0 }, 0)).toThrow('"r" must be a positive integer');
     expect(() => model.attachLora({ ...LORA, dropout: 1 }, 0)).toThrow('"dropout" must be in [0, 1)');
-    expect(() => model.attachLora({ ...LORA, targetModules: ['qproj'] }, 0)).toThrow('target module "qproj" is not a projection of this model');
-    expect(() => model.attachLora({ ...LORA, targetModules: [], targetRegex: 'model\\.layers\\.9\\..*' }, 0)).toThrow('matches none of the model');
+    expect(() => model.attachLora({ ...LORA, targetModules: ['qproj'] }, 0)).toThrow(
+      'target module "qproj" is not a projection of this model',
+    );
+    expect(() => model.attachLora({ ...LORA, targetModules: [], targetRegex: 'model\\.layers\\.9\\..*' }, 0)).toThrow(
+      'matches none of the model',
+    );
     expect(() => model.attachLora({ ...LORA, targetModules: [] }, 0)).toThrow('"targetModules" must be');
     expect(() => model.attachLora({ ...LORA, targetModules: ['all-linear', 'q_proj'] }, 0)).toThrow('"all-linear" must be the only entry');
     model.attachLora(LORA, 0);
@@ -180,7 +231,9 @@ describe('LoRA', () => {
     await saveLoraAdapter(dir, model);
 
     const other = Qwen2Model.random({ ...config(), hidden_size: 16, intermediate_size: 32 }, 6);
-    expect(() => loadLoraAdapter(dir, other)).toThrow(/adapter_model\.safetensors: tensor "base_model\.model\.model\.layers\.0\.self_attn\.q_proj\.lora_A\.weight" has shape \[4,32\] but r=4 and the base model imply \[4,16\]/);
+    expect(() => loadLoraAdapter(dir, other)).toThrow(
+      /adapter_model\.safetensors: tensor "base_model\.model\.model\.layers\.0\.self_attn\.q_proj\.lora_A\.weight" has shape \[4,32\] but r=4 and the base model imply \[4,16\]/,
+    );
     const cfgPath = join(dir, 'adapter_config.json');
     const cfg = JSON.parse(readFileSync(cfgPath, 'utf8'));
     writeFileSync(cfgPath, JSON.stringify({ ...cfg, target_modules: ['q_proj', 'v_proj', 'down_proj', 'k_proj'] }));

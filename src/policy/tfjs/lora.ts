@@ -49,17 +49,29 @@ export const ADAPTER_CONFIG_FILE = 'adapter_config.json';
 export const ADAPTER_WEIGHTS_FILE = 'adapter_model.safetensors';
 /** PEFT's prefix: PeftModel.base_model (LoraModel) .model (the transformers model). */
 const PEFT_PREFIX = 'base_model.model.';
-const LINEAR_SUFFIXES = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj'];
+const LINEAR_SUFFIXES = [
+  'self_attn.q_proj',
+  'self_attn.k_proj',
+  'self_attn.v_proj',
+  'self_attn.o_proj',
+  'mlp.gate_proj',
+  'mlp.up_proj',
+  'mlp.down_proj',
+];
 
 export function validateLoraConfig(c: LoraConfig, where = 'lora'): void {
   if (typeof c !== 'object' || c === null) throw new Error(`${where}: expected an object with r, alpha, dropout, targetModules`);
   if (!Number.isInteger(c.r) || c.r <= 0) throw new Error(`${where}: "r" must be a positive integer (got ${JSON.stringify(c.r)})`);
-  if (typeof c.alpha !== 'number' || !(c.alpha > 0)) throw new Error(`${where}: "alpha" must be a positive number (got ${JSON.stringify(c.alpha)})`);
-  if (typeof c.dropout !== 'number' || !(c.dropout >= 0 && c.dropout < 1)) throw new Error(`${where}: "dropout" must be in [0, 1) (got ${JSON.stringify(c.dropout)})`);
+  if (typeof c.alpha !== 'number' || !(c.alpha > 0))
+    throw new Error(`${where}: "alpha" must be a positive number (got ${JSON.stringify(c.alpha)})`);
+  if (typeof c.dropout !== 'number' || !(c.dropout >= 0 && c.dropout < 1))
+    throw new Error(`${where}: "dropout" must be in [0, 1) (got ${JSON.stringify(c.dropout)})`);
   const t = c.targetModules;
   if (c.targetRegex !== undefined) {
-    if (typeof c.targetRegex !== 'string' || c.targetRegex === '') throw new Error(`${where}: "targetRegex" must be a non-empty regular expression`);
-    if (t !== undefined && !(Array.isArray(t) && t.length === 0)) throw new Error(`${where}: give "targetModules" or "targetRegex", not both`);
+    if (typeof c.targetRegex !== 'string' || c.targetRegex === '')
+      throw new Error(`${where}: "targetRegex" must be a non-empty regular expression`);
+    if (t !== undefined && !(Array.isArray(t) && t.length === 0))
+      throw new Error(`${where}: give "targetModules" or "targetRegex", not both`);
   } else if (!Array.isArray(t) || t.length === 0 || !t.every((x) => typeof x === 'string' && x.length > 0)) {
     throw new Error(`${where}: "targetModules" must be a non-empty list of module names (got ${JSON.stringify(t)})`);
   } else if (t.includes('all-linear') && t.length > 1) throw new Error(`${where}: "all-linear" must be the only entry of "targetModules"`);
@@ -79,10 +91,15 @@ export function matchTargetModules(model: Qwen2Model, c: Pick<LoraConfig, 'targe
     try {
       re = new RegExp(`^(?:${c.targetRegex})$`);
     } catch (e) {
-      throw new Error(`${where}: "targetRegex" ${JSON.stringify(c.targetRegex)} is not a valid regular expression: ${(e as Error).message}`);
+      throw new Error(
+        `${where}: "targetRegex" ${JSON.stringify(c.targetRegex)} is not a valid regular expression: ${(e as Error).message}`,
+      );
     }
     const hit = linear.filter((m) => re.test(m));
-    if (hit.length === 0) throw new Error(`${where}: "targetRegex" ${JSON.stringify(c.targetRegex)} matches none of the model's projections (e.g. ${linear[0]})`);
+    if (hit.length === 0)
+      throw new Error(
+        `${where}: "targetRegex" ${JSON.stringify(c.targetRegex)} matches none of the model's projections (e.g. ${linear[0]})`,
+      );
     return hit;
   }
   const targets = c.targetModules;
@@ -169,7 +186,8 @@ export async function saveLoraAdapter(dir: string, model: Qwen2Model, opts: Save
   if (!lora) throw new Error('saveLoraAdapter: the model has no LoRA adapters');
   mkdirSync(dir, { recursive: true });
   const tensors = new Map<string, TensorToWrite>();
-  for (const [name, v] of lora.variables()) tensors.set(PEFT_PREFIX + name, { dtype: 'F32', shape: v.shape, data: (await v.data()) as Float32Array });
+  for (const [name, v] of lora.variables())
+    tensors.set(PEFT_PREFIX + name, { dtype: 'F32', shape: v.shape, data: (await v.data()) as Float32Array });
   writeSafetensors(join(dir, ADAPTER_WEIGHTS_FILE), tensors, { format: 'pt' });
   const c = lora.config;
   // Module names as PEFT records them: the last path component of every adapted Linear.
@@ -198,12 +216,30 @@ export async function saveLoraAdapter(dir: string, model: Qwen2Model, opts: Save
 
 /** Options of adapter_config.json that change the computation and that we do not implement. */
 function refuseUnsupported(raw: Record<string, unknown>, where: string): void {
-  const empty = (v: unknown) => v === undefined || v === null || v === false || (Array.isArray(v) && v.length === 0) || (typeof v === 'object' && v !== null && Object.keys(v).length === 0);
-  if (raw.peft_type !== undefined && raw.peft_type !== 'LORA') throw new Error(`${where}: "peft_type" ${JSON.stringify(raw.peft_type)} is not LORA`);
-  for (const key of ['use_dora', 'fan_in_fan_out', 'modules_to_save', 'layers_to_transform', 'rank_pattern', 'alpha_pattern', 'lora_bias', 'target_parameters', 'trainable_token_indices', 'exclude_modules']) {
+  const empty = (v: unknown) =>
+    v === undefined ||
+    v === null ||
+    v === false ||
+    (Array.isArray(v) && v.length === 0) ||
+    (typeof v === 'object' && v !== null && Object.keys(v).length === 0);
+  if (raw.peft_type !== undefined && raw.peft_type !== 'LORA')
+    throw new Error(`${where}: "peft_type" ${JSON.stringify(raw.peft_type)} is not LORA`);
+  for (const key of [
+    'use_dora',
+    'fan_in_fan_out',
+    'modules_to_save',
+    'layers_to_transform',
+    'rank_pattern',
+    'alpha_pattern',
+    'lora_bias',
+    'target_parameters',
+    'trainable_token_indices',
+    'exclude_modules',
+  ]) {
     if (!empty(raw[key])) throw new Error(`${where}: "${key}" ${JSON.stringify(raw[key])} is not implemented`);
   }
-  if (raw.bias !== undefined && raw.bias !== 'none') throw new Error(`${where}: "bias" ${JSON.stringify(raw.bias)} is not implemented (only "none")`);
+  if (raw.bias !== undefined && raw.bias !== 'none')
+    throw new Error(`${where}: "bias" ${JSON.stringify(raw.bias)} is not implemented (only "none")`);
 }
 
 /**
@@ -213,7 +249,8 @@ function refuseUnsupported(raw: Record<string, unknown>, where: string): void {
 export function loadLoraAdapter(dir: string, model: Qwen2Model, dropoutSeed = 0): LoraAdapters {
   const configPath = join(dir, ADAPTER_CONFIG_FILE);
   const weightsPath = join(dir, ADAPTER_WEIGHTS_FILE);
-  if (!existsSync(configPath)) throw new Error(`${configPath} is missing (a PEFT adapter directory needs ${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE})`);
+  if (!existsSync(configPath))
+    throw new Error(`${configPath} is missing (a PEFT adapter directory needs ${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE})`);
   if (!existsSync(weightsPath)) throw new Error(`${weightsPath} is missing`);
   let raw: Record<string, unknown>;
   try {
@@ -244,8 +281,10 @@ export function loadLoraAdapter(dir: string, model: Qwen2Model, dropoutSeed = 0)
         const name = `${PEFT_PREFIX}${module}.${part}.weight`;
         const t = tensors.get(name);
         if (!t) throw new Error(`${weightsPath}: no tensor "${name}" (${configPath} targets ${module})`);
-        if (t.dtype !== 'F32' && t.dtype !== 'F16' && t.dtype !== 'BF16') throw new Error(`${weightsPath}: tensor "${name}" has dtype ${t.dtype}; only F32, F16 and BF16 load`);
-        if (t.shape.join(',') !== shape.join(',')) throw new Error(`${weightsPath}: tensor "${name}" has shape [${t.shape}] but r=${config.r} and the base model imply [${shape}]`);
+        if (t.dtype !== 'F32' && t.dtype !== 'F16' && t.dtype !== 'BF16')
+          throw new Error(`${weightsPath}: tensor "${name}" has dtype ${t.dtype}; only F32, F16 and BF16 load`);
+        if (t.shape.join(',') !== shape.join(','))
+          throw new Error(`${weightsPath}: tensor "${name}" has shape [${t.shape}] but r=${config.r} and the base model imply [${shape}]`);
         used.add(name);
         const initial = tf.tensor(toFloat32(t), shape);
         const variable = tf.variable(initial, true);
@@ -256,7 +295,10 @@ export function loadLoraAdapter(dir: string, model: Qwen2Model, dropoutSeed = 0)
       modules.set(module, { A, B: load('lora_B', [out, config.r]) });
     }
     const extra = [...tensors.keys()].filter((n) => !used.has(n));
-    if (extra.length > 0) throw new Error(`${weightsPath}: tensor "${extra[0]}" belongs to no module that ${configPath} targets${extra.length > 1 ? ` (and ${extra.length - 1} more)` : ''}`);
+    if (extra.length > 0)
+      throw new Error(
+        `${weightsPath}: tensor "${extra[0]}" belongs to no module that ${configPath} targets${extra.length > 1 ? ` (and ${extra.length - 1} more)` : ''}`,
+      );
   } catch (e) {
     for (const { A, B } of modules.values()) tf.dispose([A, B]);
     throw e;

@@ -67,7 +67,11 @@ export function trainingBytesPerToken(c: ModelConfig, lora: { r: number; dropout
   return kept + oneLayer + dropout;
 }
 
-export const DEFAULT_CHUNKS: ChunkSizes = { attentionElements: ATTENTION_ELEMENTS, logitElements: LOGIT_ELEMENTS, prefillTokens: PREFILL_TOKENS };
+export const DEFAULT_CHUNKS: ChunkSizes = {
+  attentionElements: ATTENTION_ELEMENTS,
+  logitElements: LOGIT_ELEMENTS,
+  prefillTokens: PREFILL_TOKENS,
+};
 
 /**
  * Training without checkpoints, per token: every layer's activations kept for autograd, and

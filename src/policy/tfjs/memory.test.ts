@@ -18,7 +18,14 @@ import { TfjsEngine, type EngineOptions } from './engine.ts';
 import { AdamW } from './adamw.ts';
 import { loadModelDir, saveModelDir } from './checkpoint.ts';
 import { loadLoraAdapter, saveLoraAdapter, type LoraConfig } from './lora.ts';
-import { ATTENTION_ELEMENTS, HEAP_SAFETY, LOGIT_ELEMENTS, chunkReserveBytes, plainTrainingBytesPerToken, trainingBytesPerToken } from './memory-plan.ts';
+import {
+  ATTENTION_ELEMENTS,
+  HEAP_SAFETY,
+  LOGIT_ELEMENTS,
+  chunkReserveBytes,
+  plainTrainingBytesPerToken,
+  trainingBytesPerToken,
+} from './memory-plan.ts';
 import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
 import type { ObjectiveConfig } from '../../algo/objective.ts';
 import type { TrainSequence } from '../types.ts';
@@ -65,20 +72,42 @@ async function peakOf(f: () => Promise<unknown> | unknown): Promise<number> {
 beforeAll(async () => {
   await initBackend();
   heap = trackHeap();
-  tokenizer = Tokenizer.fromJSON(trainByteLevelBPE(['open red box', 'take yellow hat', 'go to kitchen'], { vocabSize: 280, specialTokens: ['<|endoftext|>', '<|im_end|>'] }));
+  tokenizer = Tokenizer.fromJSON(
+    trainByteLevelBPE(['open red box', 'take yellow hat', 'go to kitchen'], {
+      vocabSize: 280,
+      specialTokens: ['<|endoftext|>', '<|im_end|>'],
+    }),
+  );
 });
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
 function config(layers: number, o: Partial<ModelConfig> = {}): ModelConfig {
   return {
-    model_type: 'llama', vocab_size: tokenizer.vocabSize, hidden_size: 64, intermediate_size: 128, num_hidden_layers: layers,
-    num_attention_heads: 4, num_key_value_heads: 2, max_position_embeddings: 4096, rms_norm_eps: 1e-6, rope_theta: 10000,
-    tie_word_embeddings: true, initializer_range: 0.1, ...o,
+    model_type: 'llama',
+    vocab_size: tokenizer.vocabSize,
+    hidden_size: 64,
+    intermediate_size: 128,
+    num_hidden_layers: layers,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    max_position_embeddings: 4096,
+    rms_norm_eps: 1e-6,
+    rope_theta: 10000,
+    tie_word_embeddings: true,
+    initializer_range: 0.1,
+    ...o,
   };
 }
 
 function engine(model: Qwen2Model, o: Partial<EngineOptions> = {}): TfjsEngine {
-  return new TfjsEngine(model, tokenizer, { optimizer: { lr: 1e-3, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0 }, maxGradNorm: 1, microBatchTokens: 100_000, endTokens: [1], padToken: 0, ...o });
+  return new TfjsEngine(model, tokenizer, {
+    optimizer: { lr: 1e-3, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0 },
+    maxGradNorm: 1,
+    microBatchTokens: 100_000,
+    endTokens: [1],
+    padToken: 0,
+    ...o,
+  });
 }
 
 const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.3, dualClip: null, klCoef: 0, lowProbDelta: null };
@@ -86,7 +115,13 @@ const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.3, dualClip: null
 function trainBatch(rows: number, length: number, response = 8): TrainSequence[] {
   return Array.from({ length: rows }, (_, b) => {
     const all = Array.from({ length }, (_, i) => 2 + ((i * 31 + b * 7) % 270));
-    return { prompt: all.slice(0, length - response), response: all.slice(length - response), advantages: Array(response).fill(b % 2 ? 1 : -1), oldLogprobs: Array(response).fill(-5), mask: Array(response).fill(1) };
+    return {
+      prompt: all.slice(0, length - response),
+      response: all.slice(length - response),
+      advantages: Array(response).fill(b % 2 ? 1 : -1),
+      oldLogprobs: Array(response).fill(-5),
+      mask: Array(response).fill(1),
+    };
   });
 }
 
@@ -130,9 +165,15 @@ describe('buffers', () => {
 
   it('AdamW holds two moments per parameter after steps and after importing a checkpoint, nothing more', () => {
     const initial = [tf.ones([4, 4]), tf.zeros([4])];
-    const params = new Map([['w', tf.variable(initial[0])], ['b', tf.variable(initial[1])]]);
+    const params = new Map([
+      ['w', tf.variable(initial[0])],
+      ['b', tf.variable(initial[1])],
+    ]);
     tf.dispose(initial);
-    const grads = new Map([['w', tf.fill([4, 4], 0.5)], ['b', tf.fill([4], -0.5)]]);
+    const grads = new Map([
+      ['w', tf.fill([4, 4], 0.5)],
+      ['b', tf.fill([4], -0.5)],
+    ]);
     const start = tf.memory().numDataBuffers;
     const adam = new AdamW({ lr: 0.1, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0.1 });
     adam.apply(params, grads);
@@ -151,7 +192,7 @@ describe('buffers', () => {
 });
 
 describe('peak memory', () => {
-  it('a LoRA training step with checkpointed layers keeps one layer\'s activations: 8 layers peak little above 2, and within the plan', async () => {
+  it("a LoRA training step with checkpointed layers keeps one layer's activations: 8 layers peak little above 2, and within the plan", async () => {
     const peaks: number[] = [];
     const rows = 2;
     const length = 160;
@@ -182,7 +223,11 @@ describe('peak memory', () => {
     const rows = 2;
     const length = 160;
     const adapters: LoraConfig = { r: 4, alpha: 8, dropout: 0.1, targetModules: ['all-linear'] };
-    for (const [layers, lora] of [[2, null], [8, null], [8, adapters]] as [number, LoraConfig | null][]) {
+    for (const [layers, lora] of [
+      [2, null],
+      [8, null],
+      [8, adapters],
+    ] as [number, LoraConfig | null][]) {
       const model = Qwen2Model.random(config(layers), 6);
       const e = engine(model, lora ? { lora } : {});
       const batch = trainBatch(rows, length);
@@ -190,14 +235,17 @@ describe('peak memory', () => {
       const peak = await peakOf(() => e.trainStep(batch, objective));
       const c = model.config;
       const attention = rows * c.num_attention_heads * length * length;
-      const plan = rows * length * plainTrainingBytesPerToken(c, lora) + (6 * attention + 8 * rows * 8 * c.vocab_size) * 4 + (lora ? 0 : 3 * countParameters(c) * 4);
+      const plan =
+        rows * length * plainTrainingBytesPerToken(c, lora) +
+        (6 * attention + 8 * rows * 8 * c.vocab_size) * 4 +
+        (lora ? 0 : 3 * countParameters(c) * 4);
       expect(peak).toBeLessThan(plan);
       expect(peak).toBeGreaterThan(plan / 2);
       e.dispose();
     }
   });
 
-  it('scoring frees each layer\'s input once the layer has run: 8 layers peak as high as 2', async () => {
+  it("scoring frees each layer's input once the layer has run: 8 layers peak as high as 2", async () => {
     const peaks: number[] = [];
     const rows = 4;
     const length = 200;
@@ -243,7 +291,9 @@ describe('too large to fit', () => {
     for (const [k, v] of model.params) expect(Array.from(v.dataSync())).toEqual(Array.from(before.get(k)!));
     // Scoring needs less per token, so the same heap scores longer sequences, and still refuses too long ones.
     await e.logprobs(trainBatch(1, 140));
-    await expect(e.logprobs(trainBatch(1, 50_000))).rejects.toThrow(/^logprobs: sequence 0 has 50000 tokens, but the wasm heap has room for \d+ tokens per pass/);
+    await expect(e.logprobs(trainBatch(1, 50_000))).rejects.toThrow(
+      /^logprobs: sequence 0 has 50000 tokens, but the wasm heap has room for \d+ tokens per pass/,
+    );
     e.dispose();
   });
 });

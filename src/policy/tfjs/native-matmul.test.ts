@@ -6,12 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend, tf } from './backend.ts';
-import {
-  nativeMatMulStatus,
-  planBatchedProduct,
-  registerNativeMatMul,
-  unregisterNativeMatMul,
-} from './native-matmul.ts';
+import { nativeMatMulStatus, planBatchedProduct, registerNativeMatMul, unregisterNativeMatMul } from './native-matmul.ts';
 
 const TOLERANCE = 1e-4;
 
@@ -37,7 +32,12 @@ function bothKernels<T>(fn: () => T): { wasm: T; native: T } {
 
 /** Float64 triple loop over the broadcast batch, the ground truth for both kernels. */
 function referenceProduct(
-  a: Float32Array, aShape: number[], b: Float32Array, bShape: number[], transposeA: boolean, transposeB: boolean,
+  a: Float32Array,
+  aShape: number[],
+  b: Float32Array,
+  bShape: number[],
+  transposeA: boolean,
+  transposeB: boolean,
 ): Float64Array {
   const plan = planBatchedProduct(aShape, bShape, transposeA, transposeB);
   if (!plan) throw new Error(`reference: unsupported shapes ${aShape} x ${bShape}`);
@@ -82,16 +82,38 @@ function stored(batch: number[], rows: number, cols: number, transposed: boolean
 describe('planBatchedProduct', () => {
   it('maps transposes to leading dimensions and broadcast batches to zero strides', () => {
     expect(planBatchedProduct([5, 7], [9, 7], false, true)).toEqual({
-      outShape: [5, 9], batch: 1, m: 5, n: 9, k: 7, lda: 7, ldb: 7, strideA: 35, strideB: 63,
+      outShape: [5, 9],
+      batch: 1,
+      m: 5,
+      n: 9,
+      k: 7,
+      lda: 7,
+      ldb: 7,
+      strideA: 35,
+      strideB: 63,
     });
     expect(planBatchedProduct([2, 3, 7, 5], [7, 4], true, false)).toMatchObject({
-      outShape: [2, 3, 5, 4], batch: 6, m: 5, k: 7, n: 4, lda: 5, ldb: 4, strideA: 35, strideB: 0,
+      outShape: [2, 3, 5, 4],
+      batch: 6,
+      m: 5,
+      k: 7,
+      n: 4,
+      lda: 5,
+      ldb: 4,
+      strideA: 35,
+      strideB: 0,
     });
     expect(planBatchedProduct([1, 5, 7], [2, 3, 7, 4], false, false)).toMatchObject({
-      outShape: [2, 3, 5, 4], batch: 6, strideA: 0, strideB: 28,
+      outShape: [2, 3, 5, 4],
+      batch: 6,
+      strideA: 0,
+      strideB: 28,
     });
     expect(planBatchedProduct([3, 5, 7], [1, 3, 7, 4], false, false)).toMatchObject({
-      outShape: [1, 3, 5, 4], batch: 3, strideA: 35, strideB: 28,
+      outShape: [1, 3, 5, 4],
+      batch: 3,
+      strideA: 35,
+      strideB: 28,
     });
   });
 
@@ -151,7 +173,12 @@ describe.skipIf(!available)('native BatchMatMul vs the wasm kernel', () => {
             const what = `${m}x${k}x${n} ${JSON.stringify(native.shape)}`;
             expectClose(native.data, wasm.data, what);
             const exact = referenceProduct(
-              a.dataSync() as Float32Array, a.shape, b.dataSync() as Float32Array, b.shape, transposeA, transposeB,
+              a.dataSync() as Float32Array,
+              a.shape,
+              b.dataSync() as Float32Array,
+              b.shape,
+              transposeA,
+              transposeB,
             );
             expectClose(native.data, exact, `${what} vs float64 reference`);
             a.dispose();

@@ -20,9 +20,20 @@ type LibraryHandle = ReturnType<Koffi['load']>;
 
 /** `cblas_sgemm` with CBLAS's argument order; enums are the standard CBLAS values below. */
 type Sgemm = (
-  order: number, transA: number, transB: number, m: number, n: number, k: number,
-  alpha: number, a: Float32Array, lda: number, b: Float32Array, ldb: number,
-  beta: number, c: Float32Array, ldc: number,
+  order: number,
+  transA: number,
+  transB: number,
+  m: number,
+  n: number,
+  k: number,
+  alpha: number,
+  a: Float32Array,
+  lda: number,
+  b: Float32Array,
+  ldb: number,
+  beta: number,
+  c: Float32Array,
+  ldc: number,
 ) => void;
 
 const CBLAS_ROW_MAJOR = 101;
@@ -157,7 +168,10 @@ export interface GemmPlan {
  * "same batch shape" / "one side has a single matrix"); the wasm kernel then handles or rejects it.
  */
 export function planBatchedProduct(
-  aShape: readonly number[], bShape: readonly number[], transposeA: boolean, transposeB: boolean,
+  aShape: readonly number[],
+  bShape: readonly number[],
+  transposeA: boolean,
+  transposeB: boolean,
 ): GemmPlan | null {
   const aRank = aShape.length;
   const bRank = bShape.length;
@@ -216,9 +230,7 @@ function makeNativeBatchMatMul(sgemm: Sgemm, fallback: tf.KernelConfig): tf.Kern
   return (args) => {
     const { a, b } = args.inputs as { a: tf.TensorInfo; b: tf.TensorInfo };
     const { transposeA, transposeB } = args.attrs as unknown as { transposeA: boolean; transposeB: boolean };
-    const plan = a.dtype === 'float32' && b.dtype === 'float32'
-      ? planBatchedProduct(a.shape, b.shape, transposeA, transposeB)
-      : null;
+    const plan = a.dtype === 'float32' && b.dtype === 'float32' ? planBatchedProduct(a.shape, b.shape, transposeA, transposeB) : null;
     if (!plan) return fallback.kernelFunc(args);
 
     const backend = args.backend as BackendWasm;
@@ -242,9 +254,20 @@ function makeNativeBatchMatMul(sgemm: Sgemm, fallback: tf.KernelConfig): tf.Kern
     const strideOut = m * n;
     for (let i = 0; i < batch; i++) {
       sgemm(
-        CBLAS_ROW_MAJOR, transA, transB, m, n, k,
-        1, lhs.subarray(i * strideA), lda, rhs.subarray(i * strideB), ldb,
-        0, result.subarray(i * strideOut), n,
+        CBLAS_ROW_MAJOR,
+        transA,
+        transB,
+        m,
+        n,
+        k,
+        1,
+        lhs.subarray(i * strideA),
+        lda,
+        rhs.subarray(i * strideB),
+        ldb,
+        0,
+        result.subarray(i * strideOut),
+        n,
       );
     }
     return out;
@@ -341,7 +364,12 @@ function coreTypeFromCpuFlags(): string | null {
     const cpuinfo = readFileSync('/proc/cpuinfo', 'utf8');
     const line = cpuinfo.split('\n').find((l) => l.startsWith('flags'));
     if (!line) return null;
-    flags = new Set(line.slice(line.indexOf(':') + 1).trim().split(/\s+/));
+    flags = new Set(
+      line
+        .slice(line.indexOf(':') + 1)
+        .trim()
+        .split(/\s+/),
+    );
   } catch {
     return null;
   }

@@ -244,7 +244,10 @@ export class Qwen2Model {
     const k = this.applyRotary(this.linear(x, prefix + 'k_proj').reshape([B, T, nkv, hd]), cos, sin);
     const v = this.linear(x, prefix + 'v_proj').reshape([B, T, nkv, hd]);
     return {
-      q: q.reshape([B, T, nkv, rep, hd]).transpose([0, 2, 1, 3, 4]).reshape([B, nkv, T * rep, hd]) as tf.Tensor4D,
+      q: q
+        .reshape([B, T, nkv, rep, hd])
+        .transpose([0, 2, 1, 3, 4])
+        .reshape([B, nkv, T * rep, hd]) as tf.Tensor4D,
       k: k.transpose([0, 2, 1, 3]) as tf.Tensor4D,
       v: v.transpose([0, 2, 1, 3]) as tf.Tensor4D,
     };
@@ -256,7 +259,10 @@ export class Qwen2Model {
     const hd = headDim(c);
     const nkv = c.num_key_value_heads;
     const rep = c.num_attention_heads / nkv;
-    const merged = ctx.reshape([B, nkv, T, rep, hd]).transpose([0, 2, 1, 3, 4]).reshape([B, T, c.num_attention_heads * hd]);
+    const merged = ctx
+      .reshape([B, nkv, T, rep, hd])
+      .transpose([0, 2, 1, 3, 4])
+      .reshape([B, T, c.num_attention_heads * hd]);
     return this.linear(merged, `model.layers.${layer}.self_attn.o_proj`);
   }
 
@@ -275,7 +281,12 @@ export class Qwen2Model {
    * The plain computation: every layer's activations stay alive (autograd keeps them all), so it
    * is for small inputs and as the reference the engine's memory-bounded paths are tested against.
    */
-  forward(ids: tf.Tensor2D, positions: tf.Tensor2D, maskBias: tf.Tensor, cache?: LayerCache[]): { hidden: tf.Tensor3D; cache: LayerCache[] } {
+  forward(
+    ids: tf.Tensor2D,
+    positions: tf.Tensor2D,
+    maskBias: tf.Tensor,
+    cache?: LayerCache[],
+  ): { hidden: tf.Tensor3D; cache: LayerCache[] } {
     const [cos, sin] = this.rotary(positions);
     let h: tf.Tensor = this.embed(ids);
     const [B, T] = ids.shape;
@@ -310,7 +321,14 @@ export class Qwen2Model {
    * blocks and then to its own keys, under `maskBias` [B or 1, 1, T, Σ past widths + T]. Returns
    * the layer's output and this call's keys/values (the caller keeps them as a new block).
    */
-  layerStep(layer: number, h: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor, past: readonly LayerCache[]): { h: tf.Tensor3D; kv: LayerCache } {
+  layerStep(
+    layer: number,
+    h: tf.Tensor3D,
+    cos: tf.Tensor,
+    sin: tf.Tensor,
+    maskBias: tf.Tensor,
+    past: readonly LayerCache[],
+  ): { h: tf.Tensor3D; kv: LayerCache } {
     const [B, T] = h.shape;
     const prefix = `model.layers.${layer}.`;
     const { q, k, v } = this.projections(this.rmsNorm(h, prefix + 'input_layernorm.weight'), layer, cos, sin);
@@ -331,11 +349,20 @@ export class Qwen2Model {
    *   number of layers by one [B, T, hidden] tensor each; about a third more compute.
    * - Not `differentiable` (scoring): each layer's input is freed as soon as the layer has run.
    */
-  hiddenStates(ids: tf.Tensor2D, positions: tf.Tensor2D, maskBias: tf.Tensor, attentionElements: number, opts: { differentiable: boolean; checkpoint: boolean }): tf.Tensor3D {
+  hiddenStates(
+    ids: tf.Tensor2D,
+    positions: tf.Tensor2D,
+    maskBias: tf.Tensor,
+    attentionElements: number,
+    opts: { differentiable: boolean; checkpoint: boolean },
+  ): tf.Tensor3D {
     const [cos, sin] = this.rotary(positions);
     let h: tf.Tensor3D = this.embed(ids);
     for (let i = 0; i < this.config.num_hidden_layers; i++) {
-      const next = opts.differentiable && !opts.checkpoint ? this.layerForTraining(i, h, cos, sin, maskBias, attentionElements) : this.checkpointedLayer(i, h, cos, sin, maskBias, attentionElements);
+      const next =
+        opts.differentiable && !opts.checkpoint
+          ? this.layerForTraining(i, h, cos, sin, maskBias, attentionElements)
+          : this.checkpointedLayer(i, h, cos, sin, maskBias, attentionElements);
       if (!opts.differentiable) h.dispose();
       h = next;
     }
@@ -343,7 +370,14 @@ export class Qwen2Model {
   }
 
   /** Layer `i` over the whole batch, with attention in query chunks (memoryEfficientAttention). */
-  private layerForTraining(i: number, x: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor, attentionElements: number): tf.Tensor3D {
+  private layerForTraining(
+    i: number,
+    x: tf.Tensor3D,
+    cos: tf.Tensor,
+    sin: tf.Tensor,
+    maskBias: tf.Tensor,
+    attentionElements: number,
+  ): tf.Tensor3D {
     const [B, T] = x.shape;
     const prefix = `model.layers.${i}.`;
     const { q, k, v } = this.projections(this.rmsNorm(x, prefix + 'input_layernorm.weight'), i, cos, sin);
@@ -358,10 +392,18 @@ export class Qwen2Model {
     return [...this.params].filter(([name]) => name.startsWith(prefix)).map(([, v]) => v);
   }
 
-  private checkpointedLayer(i: number, h: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor, attentionElements: number): tf.Tensor3D {
+  private checkpointedLayer(
+    i: number,
+    h: tf.Tensor3D,
+    cos: tf.Tensor,
+    sin: tf.Tensor,
+    maskBias: tf.Tensor,
+    attentionElements: number,
+  ): tf.Tensor3D {
     const training = this.training;
     const dropoutFrom = this.lora?.dropoutCalls ?? 0;
-    const run = (x: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor) => this.layerForTraining(i, x, cos, sin, maskBias, attentionElements);
+    const run = (x: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor, maskBias: tf.Tensor) =>
+      this.layerForTraining(i, x, cos, sin, maskBias, attentionElements);
     const trainables = this.layerTrainables(i);
     const layer = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
       const save = args[args.length - 1] as tf.GradSaveFunc;
@@ -371,20 +413,24 @@ export class Qwen2Model {
       return {
         value: run(x, cos, sin, maskBias),
         gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) =>
-          recomputeGradients(() => {
-            // The recomputation must see the same LoRA dropout masks and mode as the forward pass.
-            const lora = this.lora;
-            const resumeAt = lora?.dropoutCalls ?? 0;
-            if (lora) lora.dropoutCalls = dropoutFrom;
-            const wasTraining = this.training;
-            this.training = training;
-            try {
-              return run(saved[0] as tf.Tensor3D, saved[1], saved[2], saved[3]);
-            } finally {
-              this.training = wasTraining;
-              if (lora) lora.dropoutCalls = resumeAt;
-            }
-          }, [saved[0], ...trainables], dy as tf.Tensor),
+          recomputeGradients(
+            () => {
+              // The recomputation must see the same LoRA dropout masks and mode as the forward pass.
+              const lora = this.lora;
+              const resumeAt = lora?.dropoutCalls ?? 0;
+              if (lora) lora.dropoutCalls = dropoutFrom;
+              const wasTraining = this.training;
+              this.training = training;
+              try {
+                return run(saved[0] as tf.Tensor3D, saved[1], saved[2], saved[3]);
+              } finally {
+                this.training = wasTraining;
+                if (lora) lora.dropoutCalls = resumeAt;
+              }
+            },
+            [saved[0], ...trainables],
+            dy as tf.Tensor,
+          ),
       };
     });
     return layer(h, ...trainables) as tf.Tensor3D;
@@ -420,7 +466,13 @@ export class Qwen2Model {
     const forwardChunk = (x: tf.Tensor2D, w: tf.Tensor2D, [a, b]: [number, number]) =>
       tf.tidy(() => {
         const z = scaledLogits(x.slice([a, 0], [b - a, -1]), w);
-        const picked = tf.gather(z.reshape([-1]), tf.tensor1d(targets.slice(a, b).map((t, j) => j * V + t), 'int32'));
+        const picked = tf.gather(
+          z.reshape([-1]),
+          tf.tensor1d(
+            targets.slice(a, b).map((t, j) => j * V + t),
+            'int32',
+          ),
+        );
         return picked.sub(tf.logSumExp(z, 1));
       });
     // The output weight is differentiated only when it trains (no LoRA); otherwise it is a constant.
@@ -430,7 +482,8 @@ export class Qwen2Model {
       const x = args[0] as tf.Tensor2D;
       const w = (weightTrains ? args[1] : W) as tf.Tensor2D;
       save(weightTrains ? [x, w] : [x]);
-      const value = chunks.length === 1 ? forwardChunk(x, w, chunks[0]) : tf.tidy(() => tf.concat(chunks.map((c) => forwardChunk(x, w, c))));
+      const value =
+        chunks.length === 1 ? forwardChunk(x, w, chunks[0]) : tf.tidy(() => tf.concat(chunks.map((c) => forwardChunk(x, w, c))));
       return {
         value,
         gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) =>
@@ -444,7 +497,10 @@ export class Qwen2Model {
                 const xc = xs.slice([a, 0], [b - a, -1]);
                 const z = scaledLogits(xc, ws);
                 const onehot = tf.oneHot(tf.tensor1d(targets.slice(a, b), 'int32'), V).toFloat();
-                const g = onehot.sub(tf.softmax(z, 1)).mul((dy as tf.Tensor).slice([a], [b - a]).reshape([b - a, 1])).div(temperature) as tf.Tensor2D;
+                const g = onehot
+                  .sub(tf.softmax(z, 1))
+                  .mul((dy as tf.Tensor).slice([a], [b - a]).reshape([b - a, 1]))
+                  .div(temperature) as tf.Tensor2D;
                 return weightTrains ? [tf.matMul(g, ws), tf.matMul(g, xc, true, false)] : [tf.matMul(g, ws)];
               });
               dxParts.push(dxc);
@@ -472,14 +528,28 @@ export class Qwen2Model {
 }
 
 export function validateConfig(c: ModelConfig, where = 'config.json'): void {
-  const need = ['vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'rms_norm_eps', 'rope_theta'] as const;
+  const need = [
+    'vocab_size',
+    'hidden_size',
+    'intermediate_size',
+    'num_hidden_layers',
+    'num_attention_heads',
+    'num_key_value_heads',
+    'rms_norm_eps',
+    'rope_theta',
+  ] as const;
   for (const key of need) {
     const v = (c as unknown as Record<string, unknown>)[key];
     if (typeof v !== 'number' || !(v > 0)) throw new Error(`${where}: "${key}" must be a positive number (got ${JSON.stringify(v)})`);
   }
-  if (c.model_type !== 'qwen2' && c.model_type !== 'llama') throw new Error(`${where}: "model_type" must be "qwen2" or "llama" (got ${JSON.stringify(c.model_type)})`);
-  if (c.num_attention_heads % c.num_key_value_heads !== 0) throw new Error(`${where}: num_attention_heads (${c.num_attention_heads}) must be a multiple of num_key_value_heads (${c.num_key_value_heads})`);
-  if (headDim(c) % 2 !== 0 || !Number.isInteger(headDim(c))) throw new Error(`${where}: head dimension must be an even integer (got ${headDim(c)})`);
+  if (c.model_type !== 'qwen2' && c.model_type !== 'llama')
+    throw new Error(`${where}: "model_type" must be "qwen2" or "llama" (got ${JSON.stringify(c.model_type)})`);
+  if (c.num_attention_heads % c.num_key_value_heads !== 0)
+    throw new Error(
+      `${where}: num_attention_heads (${c.num_attention_heads}) must be a multiple of num_key_value_heads (${c.num_key_value_heads})`,
+    );
+  if (headDim(c) % 2 !== 0 || !Number.isInteger(headDim(c)))
+    throw new Error(`${where}: head dimension must be an even integer (got ${headDim(c)})`);
 }
 
 /**
@@ -492,7 +562,13 @@ export function attendBlocks(q: tf.Tensor4D, blocks: readonly LayerCache[], mask
   const rep = rows / maskBias.shape[2]!;
   const widths = blocks.map((b) => b.k.shape[2]);
   const qs = q.mul(scale);
-  const scores = blocks.length === 1 ? tf.matMul(qs, blocks[0].k, false, true) : tf.concat(blocks.map((b) => tf.matMul(qs, b.k, false, true)), 3);
+  const scores =
+    blocks.length === 1
+      ? tf.matMul(qs, blocks[0].k, false, true)
+      : tf.concat(
+          blocks.map((b) => tf.matMul(qs, b.k, false, true)),
+          3,
+        );
   const probs = maskedSoftmax(scores, maskBias, rep);
   if (blocks.length === 1) return tf.matMul(probs, blocks[0].v) as tf.Tensor4D;
   const parts = tf.split(probs, widths, 3);
@@ -530,7 +606,14 @@ function maskedSoftmax(scores: tf.Tensor, maskBias: tf.Tensor, rep: number): tf.
  *   P = softmax(s·q·kᵀ + mask), O = P·v;  dv = Pᵀ·dO, dS = P ⊙ (dO·vᵀ − rowsum(dO ⊙ O)),
  *   dq = s·dS·k, dk = s·dSᵀ·q.
  */
-export function memoryEfficientAttention(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, maskBias: tf.Tensor, scale: number, elements: number): tf.Tensor4D {
+export function memoryEfficientAttention(
+  q: tf.Tensor4D,
+  k: tf.Tensor4D,
+  v: tf.Tensor4D,
+  maskBias: tf.Tensor,
+  scale: number,
+  elements: number,
+): tf.Tensor4D {
   const [B, nkv, rows, hd] = q.shape;
   const T = maskBias.shape[2]!;
   const rep = rows / T;
@@ -539,10 +622,12 @@ export function memoryEfficientAttention(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.T
   const chunks: [number, number][] = [];
   for (let a = 0; a < T; a += tc) chunks.push([a, Math.min(T, a + tc)]);
   const whole = chunks.length === 1;
-  const qChunk = (x: tf.Tensor4D, [a, b]: [number, number]) => (whole ? x : (x.slice([0, 0, a * rep, 0], [B, nkv, (b - a) * rep, hd]) as tf.Tensor4D));
+  const qChunk = (x: tf.Tensor4D, [a, b]: [number, number]) =>
+    whole ? x : (x.slice([0, 0, a * rep, 0], [B, nkv, (b - a) * rep, hd]) as tf.Tensor4D);
   const maskChunk = (mask: tf.Tensor, [a, b]: [number, number]) => (whole ? mask : mask.slice([0, 0, a, 0], [mask.shape[0], 1, b - a, S]));
   /** Probabilities of one chunk's (unscaled) queries. */
-  const probsOf = (qc: tf.Tensor4D, kk: tf.Tensor4D, mask: tf.Tensor, c: [number, number]) => maskedSoftmax(tf.matMul(qc.mul(scale), kk, false, true), maskChunk(mask, c), rep);
+  const probsOf = (qc: tf.Tensor4D, kk: tf.Tensor4D, mask: tf.Tensor, c: [number, number]) =>
+    maskedSoftmax(tf.matMul(qc.mul(scale), kk, false, true), maskChunk(mask, c), rep);
   const fn = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
     const [qq, kk, vv] = args as tf.Tensor4D[];
     // The mask is saved too: the forward pass's tensors are disposed before the backward pass runs.
@@ -601,7 +686,12 @@ export function memoryEfficientAttention(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.T
 export function recomputeGradients(f: () => tf.Tensor, xs: tf.Tensor[], dy: tf.Tensor): tf.Tensor[] {
   const engine = tf.engine() as unknown as {
     state: { activeTape: unknown };
-    gradients: (f: () => tf.Tensor, xs: tf.Tensor[], dy: tf.Tensor, allowNoGradients: boolean) => { value: tf.Tensor; grads: (tf.Tensor | undefined)[] };
+    gradients: (
+      f: () => tf.Tensor,
+      xs: tf.Tensor[],
+      dy: tf.Tensor,
+      allowNoGradients: boolean,
+    ) => { value: tf.Tensor; grads: (tf.Tensor | undefined)[] };
   };
   const outerTape = engine.state.activeTape;
   try {

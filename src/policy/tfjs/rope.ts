@@ -63,12 +63,16 @@ export function rotaryFrequencies(theta: number, headDim: number, scaling?: Rope
       const mscale = (scale: number, m = 1): number => (scale <= 1 ? 1 : 0.1 * m * Math.log(scale) + 1);
       let attentionScaling = scaling.attention_factor ?? undefined;
       if (attentionScaling === undefined) {
-        attentionScaling = scaling.mscale && scaling.mscale_all_dim ? mscale(factor, scaling.mscale) / mscale(factor, scaling.mscale_all_dim) : mscale(factor);
+        attentionScaling =
+          scaling.mscale && scaling.mscale_all_dim
+            ? mscale(factor, scaling.mscale) / mscale(factor, scaling.mscale_all_dim)
+            : mscale(factor);
       }
       const betaFast = scaling.beta_fast || 32;
       const betaSlow = scaling.beta_slow || 1;
       // The pair index at which a frequency completes `rotations` turns over the original context.
-      const correctionDim = (rotations: number): number => (headDim * Math.log(context / (rotations * 2 * Math.PI))) / (2 * Math.log(theta));
+      const correctionDim = (rotations: number): number =>
+        (headDim * Math.log(context / (rotations * 2 * Math.PI))) / (2 * Math.log(theta));
       let lowDim = correctionDim(betaFast);
       let highDim = correctionDim(betaSlow);
       if (scaling.truncate ?? true) {
@@ -95,12 +99,21 @@ type Json = Record<string, unknown>;
  * RopeScaling, or null for unscaled. `contextFallback` is what transformers uses when the entry
  * has no original_max_position_embeddings (the config's top-level one, else max_position_embeddings).
  */
-export function parseRopeScaling(entry: Json, key: string, where: string, contextFallback: number, maxPositions: number): RopeScaling | null {
+export function parseRopeScaling(
+  entry: Json,
+  key: string,
+  where: string,
+  contextFallback: number,
+  maxPositions: number,
+): RopeScaling | null {
   const type = entry.rope_type ?? entry.type ?? 'default';
   if (type === 'default') return null;
   const num = (field: string, fallback?: number): number => {
     const v = entry[field] ?? fallback;
-    if (typeof v !== 'number' || !Number.isFinite(v) || !(v > 0)) throw new Error(`${where}: "${key}.${field}" must be a positive number for rope_type ${JSON.stringify(type)} (got ${JSON.stringify(entry[field])})`);
+    if (typeof v !== 'number' || !Number.isFinite(v) || !(v > 0))
+      throw new Error(
+        `${where}: "${key}.${field}" must be a positive number for rope_type ${JSON.stringify(type)} (got ${JSON.stringify(entry[field])})`,
+      );
     return v;
   };
   const optionalNum = (field: string): number | undefined => {
@@ -119,13 +132,17 @@ export function parseRopeScaling(entry: Json, key: string, where: string, contex
         high_freq_factor: num('high_freq_factor'),
         original_max_position_embeddings: num('original_max_position_embeddings', contextFallback),
       };
-      if (!(scaling.high_freq_factor > scaling.low_freq_factor)) throw new Error(`${where}: "${key}.high_freq_factor" (${scaling.high_freq_factor}) must be greater than low_freq_factor (${scaling.low_freq_factor})`);
+      if (!(scaling.high_freq_factor > scaling.low_freq_factor))
+        throw new Error(
+          `${where}: "${key}.high_freq_factor" (${scaling.high_freq_factor}) must be greater than low_freq_factor (${scaling.low_freq_factor})`,
+        );
       return scaling;
     }
     case 'yarn': {
       const context = num('original_max_position_embeddings', contextFallback);
       const truncate = entry.truncate;
-      if (truncate !== undefined && truncate !== null && typeof truncate !== 'boolean') throw new Error(`${where}: "${key}.truncate" must be true or false (got ${JSON.stringify(truncate)})`);
+      if (truncate !== undefined && truncate !== null && typeof truncate !== 'boolean')
+        throw new Error(`${where}: "${key}.truncate" must be true or false (got ${JSON.stringify(truncate)})`);
       const scaling: RopeScaling = {
         rope_type: 'yarn',
         // transformers' rule for configs that leave the factor out (DeepSeek-V3 style).
@@ -140,6 +157,11 @@ export function parseRopeScaling(entry: Json, key: string, where: string, contex
       return scaling;
     }
     default:
-      throw new Error(`${where}: "${key}" rope_type ${JSON.stringify(type)} is not implemented; supported: "default", ${SCALED_ROPE_TYPES.map((t) => JSON.stringify(t)).join(', ')}` + (type === 'dynamic' || type === 'longrope' ? ' (its frequencies change with the sequence length, which would make cached generation and scoring disagree)' : ''));
+      throw new Error(
+        `${where}: "${key}" rope_type ${JSON.stringify(type)} is not implemented; supported: "default", ${SCALED_ROPE_TYPES.map((t) => JSON.stringify(t)).join(', ')}` +
+          (type === 'dynamic' || type === 'longrope'
+            ? ' (its frequencies change with the sequence length, which would make cached generation and scoring disagree)'
+            : ''),
+      );
   }
 }

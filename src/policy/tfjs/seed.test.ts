@@ -4,9 +4,21 @@ import { Qwen2Model } from './qwen2.ts';
 import type { ModelConfig } from './qwen2.ts';
 
 const config = {
-  model_type: 'qwen2', architectures: ['Qwen2ForCausalLM'], vocab_size: 50, hidden_size: 16, intermediate_size: 32, num_hidden_layers: 1,
-  num_attention_heads: 2, num_key_value_heads: 1, max_position_embeddings: 64, rms_norm_eps: 1e-6, rope_theta: 10000,
-  tie_word_embeddings: true, initializer_range: 0.02, bos_token_id: null, eos_token_id: 1,
+  model_type: 'qwen2',
+  architectures: ['Qwen2ForCausalLM'],
+  vocab_size: 50,
+  hidden_size: 16,
+  intermediate_size: 32,
+  num_hidden_layers: 1,
+  num_attention_heads: 2,
+  num_key_value_heads: 1,
+  max_position_embeddings: 64,
+  rms_norm_eps: 1e-6,
+  rope_theta: 10000,
+  tie_word_embeddings: true,
+  initializer_range: 0.02,
+  bos_token_id: null,
+  eos_token_id: 1,
 } as ModelConfig;
 
 const weights = (m: Qwen2Model) => [...m.params].map(([k, v]) => [k, Array.from(v.dataSync())] as const);

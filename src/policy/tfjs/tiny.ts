@@ -17,7 +17,10 @@ export interface TinyModelSettings {
 }
 
 export function buildTinyPolicy(corpus: string[], s: TinyModelSettings, seed: number): { model: Qwen2Model; tokenizer: Tokenizer } {
-  const tokenizer = Tokenizer.fromJSON(trainByteLevelBPE(corpus, { vocabSize: s.vocab_size, specialTokens: CHAT_SPECIAL_TOKENS }), 'default tokenizer');
+  const tokenizer = Tokenizer.fromJSON(
+    trainByteLevelBPE(corpus, { vocabSize: s.vocab_size, specialTokens: CHAT_SPECIAL_TOKENS }),
+    'default tokenizer',
+  );
   const config: ModelConfig = {
     model_type: 'qwen2',
     architectures: ['Qwen2ForCausalLM'],

@@ -30,9 +30,21 @@ const gate = pythonGate(['torch', 'transformers', 'peft']);
 
 const CORPUS = [
   'You are in the hall. You see a red box, a blue drawer and a door to the kitchen.',
-  'go to kitchen', 'go to hall', 'go to pantry', 'open red box', 'open blue drawer', 'take yellow hat',
-  'take red key', 'put yellow hat in red box', 'look around', 'inventory', 'turn on lamp', 'read note',
-  'The red box is open. Inside it: a yellow hat.', 'You take the yellow hat.', 'Task: Find the yellow hat and bring it to the pantry.',
+  'go to kitchen',
+  'go to hall',
+  'go to pantry',
+  'open red box',
+  'open blue drawer',
+  'take yellow hat',
+  'take red key',
+  'put yellow hat in red box',
+  'look around',
+  'inventory',
+  'turn on lamp',
+  'read note',
+  'The red box is open. Inside it: a yellow hat.',
+  'You take the yellow hat.',
+  'Task: Find the yellow hat and bring it to the pantry.',
 ];
 
 /** Tolerances (fp32 on both sides). Measured: log-probs 9e-6, loss 2e-6 relative, weights 4e-6. */
@@ -90,7 +102,14 @@ function makeModel(seed: number): Qwen2Model {
 }
 
 function tfjsOptions(o: Partial<EngineOptions> = {}): EngineOptions {
-  return { optimizer: OPTIMIZER, maxGradNorm: MAX_GRAD_NORM, microBatchTokens: 100_000, endTokens: [IM_END_ID, EOT_ID], padToken: EOT_ID, ...o };
+  return {
+    optimizer: OPTIMIZER,
+    maxGradNorm: MAX_GRAD_NORM,
+    microBatchTokens: 100_000,
+    endTokens: [IM_END_ID, EOT_ID],
+    padToken: EOT_ID,
+    ...o,
+  };
 }
 
 /** A TS engine on exactly the weights in modelDir (the file the worker loads too). */
@@ -118,7 +137,10 @@ const maxAbsDiff = (a: number[], b: number[]) => {
 async function trainBatch(reference: TfjsEngine): Promise<TrainSequence[]> {
   const seqs = [
     { prompt: prompt('go'), response: tokenizer.encode('open red box').concat(IM_END_ID) },
-    { prompt: prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'), response: tokenizer.encode('take yellow hat').concat(IM_END_ID) },
+    {
+      prompt: prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.'),
+      response: tokenizer.encode('take yellow hat').concat(IM_END_ID),
+    },
     { prompt: prompt('look'), response: tokenizer.encode('go to pantry') },
     { prompt: prompt('Task: Find the yellow hat.'), response: tokenizer.encode('inventory').concat(IM_END_ID) },
   ];
@@ -153,7 +175,10 @@ function maxWeightDiff(a: Map<string, Float32Array>, b: Map<string, Float32Array
   return m;
 }
 
-function expectStatsClose(a: { loss: number; tokens: number; clipFraction: number; meanRatio: number; kl: number; gradNorm: number }, b: typeof a): void {
+function expectStatsClose(
+  a: { loss: number; tokens: number; clipFraction: number; meanRatio: number; kl: number; gradNorm: number },
+  b: typeof a,
+): void {
   const rel = (x: number, y: number) => Math.abs(x - y) / Math.max(1e-6, Math.abs(x), Math.abs(y));
   expect(b.tokens).toBe(a.tokens);
   expect(rel(a.loss, b.loss)).toBeLessThan(LOSS_REL_TOL);
@@ -196,7 +221,14 @@ describe.skipIf(!gate.available)(`TorchEngine agrees with TfjsEngine (${gate.lab
   });
 
   it('reports the model it loaded', () => {
-    expect(torch.info).toMatchObject({ model_type: 'qwen2', vocab_size: tokenizer.vocabSize, device: 'cpu', dtype: 'float32', lora: false, world_size: 1 });
+    expect(torch.info).toMatchObject({
+      model_type: 'qwen2',
+      vocab_size: tokenizer.vocabSize,
+      device: 'cpu',
+      dtype: 'float32',
+      lora: false,
+      world_size: 1,
+    });
     expect(torch.info.trainable_parameters).toBe(torch.info.parameters);
   });
 
@@ -238,7 +270,9 @@ describe.skipIf(!gate.available)(`TorchEngine agrees with TfjsEngine (${gate.lab
     expect(maxWeightDiff(tfjsWeights(ts), savedWeights(dir))).toBeLessThan(WEIGHT_TOL);
     // The directory the worker wrote is a policy the TypeScript engine loads as is.
     const reloaded = loadModelDir(dir);
-    expect(maxWeightDiff(tfjsWeights(ts), new Map([...reloaded.model.params].map(([k, v]) => [k, v.dataSync() as Float32Array])))).toBeLessThan(WEIGHT_TOL);
+    expect(
+      maxWeightDiff(tfjsWeights(ts), new Map([...reloaded.model.params].map(([k, v]) => [k, v.dataSync() as Float32Array]))),
+    ).toBeLessThan(WEIGHT_TOL);
     reloaded.model.dispose();
   });
 
@@ -276,7 +310,7 @@ describe.skipIf(!gate.available)(`TorchEngine agrees with TfjsEngine (${gate.lab
     // current ones, advantages of both signs; lr 0 so every batch scores the same weights.
     const defaults: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: 1e-3 };
     let seed = 12345;
-    const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const rand = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
     const pool = batch.map((s) => ({ prompt: s.prompt, response: s.response }));
     const current = await ts.logprobs(pool);
     let differingBefore = 0;
@@ -292,14 +326,19 @@ describe.skipIf(!gate.available)(`TorchEngine agrees with TfjsEngine (${gate.lab
       const t = await torch.trainStep(b, defaults, 1, 0);
       expect(t.tokens, `batch ${k}`).toBe(a.tokens);
       expect(Math.abs(a.loss - t.loss) / Math.max(1e-6, Math.abs(a.loss)), `batch ${k}`).toBeLessThan(LOSS_REL_TOL);
-      const everyTokenMasked = await ts.trainStep(b.map((s) => ({ ...s, lowProbMask: true })), defaults, 1, 0);
+      const everyTokenMasked = await ts.trainStep(
+        b.map((s) => ({ ...s, lowProbMask: true })),
+        defaults,
+        1,
+        0,
+      );
       if (everyTokenMasked.tokens !== a.tokens) differingBefore++;
     }
     // The batches exercise the scope: masking every sample (the worker's old behaviour) changes the count.
     expect(differingBefore).toBeGreaterThan(0);
   });
 
-  it('sampling: seeded, reproducible, and the reported log-probs are the policy\'s own (temperature 0.9, top-p 0.9)', async () => {
+  it("sampling: seeded, reproducible, and the reported log-probs are the policy's own (temperature 0.9, top-p 0.9)", async () => {
     const prompts = [prompt('go'), prompt('You are in the hall. You see a red box.'), prompt('look')];
     const opts = { temperature: 0.9, topP: 0.9, maxTokens: 8, seed: 5 };
     const first = await torch.generate(prompts, opts);
@@ -307,7 +346,10 @@ describe.skipIf(!gate.available)(`TorchEngine agrees with TfjsEngine (${gate.lab
     expect(again.map((g) => g.tokens)).toEqual(first.map((g) => g.tokens));
     const other = await torch.generate(prompts, { ...opts, seed: 6 });
     expect(other.map((g) => g.tokens)).not.toEqual(first.map((g) => g.tokens));
-    const rescored = await torch.logprobs(prompts.map((p, i) => ({ prompt: p, response: first[i].tokens })), 0.9);
+    const rescored = await torch.logprobs(
+      prompts.map((p, i) => ({ prompt: p, response: first[i].tokens })),
+      0.9,
+    );
     first.forEach((g, i) => {
       expect(g.tokens.length).toBeGreaterThan(0);
       expect(g.tokens.every((t) => t >= 0 && t < tokenizer.vocabSize)).toBe(true);
@@ -330,20 +372,40 @@ describe.skipIf(!gate.available)(`TorchEngine agrees with TfjsEngine (${gate.lab
       expect(g.finish).toBe('stop');
       expect(g.tokens.at(-1)).toBe(IM_END_ID);
     }
-    const [stopped] = await torch.generate([prompt('go')], { temperature: 1, topP: 1, maxTokens: 20, seed: 3, allowedTexts: [['open red box']], stop: ['red'] });
+    const [stopped] = await torch.generate([prompt('go')], {
+      temperature: 1,
+      topP: 1,
+      maxTokens: 20,
+      seed: 3,
+      allowedTexts: [['open red box']],
+      stop: ['red'],
+    });
     expect(stopped.finish).toBe('stop');
     expect(stopped.text).toMatch(/^open red/);
     expect(stopped.text).not.toMatch(/box/);
   });
 
   it('a bad request gets an error naming the field, and the worker keeps serving', async () => {
-    await expect(torch.logprobs([{ prompt: [3], response: [1] }, { prompt: [], response: [1] }])).rejects.toThrow(/logprobs\.batch\[1\]\.prompt is empty/);
-    await expect(torch.logprobs([{ prompt: [3, 99_999], response: [1] }])).rejects.toThrow(/batch\[0\]\.prompt\[1\] = 99999 is outside the vocabulary \(0\.\.\d+\)/);
+    await expect(
+      torch.logprobs([
+        { prompt: [3], response: [1] },
+        { prompt: [], response: [1] },
+      ]),
+    ).rejects.toThrow(/logprobs\.batch\[1\]\.prompt is empty/);
+    await expect(torch.logprobs([{ prompt: [3, 99_999], response: [1] }])).rejects.toThrow(
+      /batch\[0\]\.prompt\[1\] = 99999 is outside the vocabulary \(0\.\.\d+\)/,
+    );
     const bad = { ...batch[0], advantages: [1] };
-    await expect(torch.trainStep([bad], OBJECTIVE)).rejects.toThrow(/train_step\.batch\[0\]\.advantages has 1 values but the response has \d+ tokens/);
-    await expect(torch.trainStep(batch, { ...OBJECTIVE, clipLow: 1.5 })).rejects.toThrow(/objective\.clip_low must be a number in \[0, 1\)/);
+    await expect(torch.trainStep([bad], OBJECTIVE)).rejects.toThrow(
+      /train_step\.batch\[0\]\.advantages has 1 values but the response has \d+ tokens/,
+    );
+    await expect(torch.trainStep(batch, { ...OBJECTIVE, clipLow: 1.5 })).rejects.toThrow(
+      /objective\.clip_low must be a number in \[0, 1\)/,
+    );
     const flagged = { ...batch[0], lowProbMask: 'yes' as unknown as boolean };
-    await expect(torch.trainStep([flagged], OBJECTIVE)).rejects.toThrow(/train_step\.batch\[0\]\.low_prob_mask must be true or false \(got "yes"\)/);
+    await expect(torch.trainStep([flagged], OBJECTIVE)).rejects.toThrow(
+      /train_step\.batch\[0\]\.low_prob_mask must be true or false \(got "yes"\)/,
+    );
     const a = await ts.logprobs(batch.slice(0, 1));
     const b = await torch.logprobs(batch.slice(0, 1));
     expect(maxAbsDiff(a[0], b[0])).toBeLessThan(LOGPROB_TOL);
@@ -393,7 +455,7 @@ describe.skipIf(!gate.available)(`a short run through each engine agrees step fo
 });
 
 describe.skipIf(!gate.available)(`LoRA through PEFT (${gate.label})`, () => {
-  it('only adapters train; the first step equals the full model\'s loss; adapter and merged saves', async () => {
+  it("only adapters train; the first step equals the full model's loss; adapter and merged saves", async () => {
     const lora = { r: 4, alpha: 8, dropout: 0, targetModules: ['q_proj', 'v_proj', 'down_proj'] };
     const torch = await TorchEngine.start(torchOptions({ lora, seed: 1 }));
     const ts = tfjsEngine();
@@ -443,7 +505,11 @@ describe.skipIf(!gate.available)(`LoRA through PEFT (${gate.label})`, () => {
 describe.skipIf(!gate.available)(`a long train step saved between micro-batches (${gate.label})`, () => {
   it('a worker killed inside a step: the next one goes on from the saved micro-batches and ends as the straight step, bit for bit (LoRA dropout 0.05); a file saved for another step is refused', async () => {
     // 8-token budget: every sequence is a micro-batch of its own, 16 in the step.
-    const options = torchOptions({ lora: { r: 4, alpha: 8, dropout: 0.05, targetModules: ['q_proj', 'v_proj'] }, seed: 3, microBatchTokens: 8 });
+    const options = torchOptions({
+      lora: { r: 4, alpha: 8, dropout: 0.05, targetModules: ['q_proj', 'v_proj'] },
+      seed: 3,
+      microBatchTokens: 8,
+    });
     const ts = tfjsEngine();
     const batch = [...(await trainBatch(ts)), ...(await trainBatch(ts)), ...(await trainBatch(ts)), ...(await trainBatch(ts))];
     ts.dispose();
@@ -482,9 +548,15 @@ describe.skipIf(!gate.available)(`a long train step saved between micro-batches 
       expect(await resumed.trainStep(batch, OBJECTIVE)).toEqual(expected[1]);
       expect((await adapterOf(resumed)).equals(expectedAdapter)).toBe(true);
       // The file now belongs to weights these have left, and to that batch only.
-      await expect(resumed.trainStep(batch, OBJECTIVE, 1, undefined, resume)).rejects.toThrow(`train_step.resume.file ${file} was saved for other starting weights; remove it to run the step from its start`);
-      await expect(resumed.trainStep(batch.slice(1), OBJECTIVE, 1, undefined, resume)).rejects.toThrow('was saved for another batch, objective or learning rate');
-      await expect(resumed.trainStep(batch, OBJECTIVE, 1, undefined, { file: join(tempDir(), 'missing', 'step.pt'), everySeconds: 0 })).rejects.toThrow(/train_step.resume.file .*missing\/step.pt: its folder does not exist/);
+      await expect(resumed.trainStep(batch, OBJECTIVE, 1, undefined, resume)).rejects.toThrow(
+        `train_step.resume.file ${file} was saved for other starting weights; remove it to run the step from its start`,
+      );
+      await expect(resumed.trainStep(batch.slice(1), OBJECTIVE, 1, undefined, resume)).rejects.toThrow(
+        'was saved for another batch, objective or learning rate',
+      );
+      await expect(
+        resumed.trainStep(batch, OBJECTIVE, 1, undefined, { file: join(tempDir(), 'missing', 'step.pt'), everySeconds: 0 }),
+      ).rejects.toThrow(/train_step.resume.file .*missing\/step.pt: its folder does not exist/);
     } finally {
       await resumed.close();
     }
@@ -493,8 +565,12 @@ describe.skipIf(!gate.available)(`a long train step saved between micro-batches 
 
 describe.skipIf(!gate.available)(`bf16 autocast on CPU (${gate.label})`, () => {
   it('float16 is refused with a clear message; bfloat16 runs where the CPU multiplies bf16 natively: log-probs near fp32, LoRA merged in fp32', async () => {
-    await expect(TorchEngine.start(torchOptions({ device: 'cpu', autocast: 'float16' }))).rejects.toThrow(/autocast 'float16' is for GPUs; on CPU use autocast 'bfloat16'/);
-    await expect(TorchEngine.start(torchOptions({ device: 'cpu', autocast: 'bfloat16', dtype: 'bfloat16' }))).rejects.toThrow(/autocast on CPU needs dtype 'float32'/);
+    await expect(TorchEngine.start(torchOptions({ device: 'cpu', autocast: 'float16' }))).rejects.toThrow(
+      /autocast 'float16' is for GPUs; on CPU use autocast 'bfloat16'/,
+    );
+    await expect(TorchEngine.start(torchOptions({ device: 'cpu', autocast: 'bfloat16', dtype: 'bfloat16' }))).rejects.toThrow(
+      /autocast on CPU needs dtype 'float32'/,
+    );
     const lora = { r: 4, alpha: 8, dropout: 0, targetModules: ['q_proj', 'v_proj', 'down_proj'] };
     let bf16: TorchEngine;
     try {
@@ -538,17 +614,23 @@ describe.skipIf(!gate.available)(`bf16 autocast on CPU (${gate.label})`, () => {
 
 describe('start-up failures are explained', () => {
   it('a missing interpreter names the path and the set-up command', async () => {
-    await expect(TorchEngine.start({ ...fallbackOptions(), python: '/nonexistent/bin/python' })).rejects.toThrow(/no Python at \/nonexistent\/bin\/python: run 'npm run setup:test'/);
+    await expect(TorchEngine.start({ ...fallbackOptions(), python: '/nonexistent/bin/python' })).rejects.toThrow(
+      /no Python at \/nonexistent\/bin\/python: run 'npm run setup:test'/,
+    );
   });
 
   it('a missing launcher (e.g. torchrun) is reported as not found', async () => {
-    await expect(TorchEngine.start({ ...fallbackOptions(), launcher: ['/nonexistent/torchrun', '--nproc_per_node=2'] })).rejects.toThrow(/cannot start \/nonexistent\/torchrun .*not found.*npm run setup:test/);
+    await expect(TorchEngine.start({ ...fallbackOptions(), launcher: ['/nonexistent/torchrun', '--nproc_per_node=2'] })).rejects.toThrow(
+      /cannot start \/nonexistent\/torchrun .*not found.*npm run setup:test/,
+    );
   });
 
   it('a Python without torch gets the set-up advice', async () => {
     const bare = spawnSync('python3', ['-c', 'import torch'], { encoding: 'utf8' });
     if (bare.error || bare.status === 0) return; // no torch-free Python on this machine to try it with
-    await expect(TorchEngine.start({ ...fallbackOptions(), python: 'python3', launcher: ['python3'] })).rejects.toThrow(/cannot import torch.*npm run setup:test/);
+    await expect(TorchEngine.start({ ...fallbackOptions(), python: 'python3', launcher: ['python3'] })).rejects.toThrow(
+      /cannot import torch.*npm run setup:test/,
+    );
   });
 
   it('a worker that does not come up in time is stopped with a clear message', async () => {
@@ -557,7 +639,9 @@ describe('start-up failures are explained', () => {
   });
 
   it('a model directory without tokenizer.json is refused before Python starts', async () => {
-    await expect(TorchEngine.start({ ...fallbackOptions(), modelDir: tempDir() })).rejects.toThrow(/tokenizer file not found: .*tokenizer\.json/);
+    await expect(TorchEngine.start({ ...fallbackOptions(), modelDir: tempDir() })).rejects.toThrow(
+      /tokenizer file not found: .*tokenizer\.json/,
+    );
   });
 });
 
@@ -589,11 +673,19 @@ describe.skipIf(!gate.available)(`the worker reports progress after each micro-b
   it('train_step and logprobs', async () => {
     const seen: string[] = [];
     // 12-token budget per forward pass: each of these sequences is a micro-batch of its own.
-    const engine = await TorchEngine.start(torchOptions({ microBatchTokens: 12, onProgress: (op, done, total) => seen.push(`${op} ${done}/${total}`) }));
+    const engine = await TorchEngine.start(
+      torchOptions({ microBatchTokens: 12, onProgress: (op, done, total) => seen.push(`${op} ${done}/${total}`) }),
+    );
     try {
       const seqs = ['go to kitchen', 'open red box', 'read note'].map((t) => {
         const response = tokenizer.encode(t);
-        return { prompt: tokenizer.encode('look'), response, advantages: response.map(() => 1), oldLogprobs: response.map(() => -2), mask: response.map(() => 1) };
+        return {
+          prompt: tokenizer.encode('look'),
+          response,
+          advantages: response.map(() => 1),
+          oldLogprobs: response.map(() => -2),
+          mask: response.map(() => 1),
+        };
       });
       await engine.logprobs(seqs);
       await engine.trainStep(seqs, { ...OBJECTIVE, klCoef: 0 }, 1);
@@ -617,7 +709,12 @@ describe('the call timeout bounds silence, not the length of a call', () => {
 
   it('a train_step that reports progress runs past the timeout to its answer', async () => {
     const seen: string[] = [];
-    const engine = await TorchEngine.start({ ...fallbackOptions(), launcher: fakeWorker(true, 8), callTimeoutMs: 600, onProgress: (op, done, total) => seen.push(`${op} ${done}/${total}`) });
+    const engine = await TorchEngine.start({
+      ...fallbackOptions(),
+      launcher: fakeWorker(true, 8),
+      callTimeoutMs: 600,
+      onProgress: (op, done, total) => seen.push(`${op} ${done}/${total}`),
+    });
     try {
       const t0 = Date.now();
       await expect(engine.trainStep([seq], OBJECTIVE, 1)).resolves.toMatchObject({ tokens: 1 });
@@ -631,7 +728,9 @@ describe('the call timeout bounds silence, not the length of a call', () => {
   it('a silent one is stopped with a message that says so', async () => {
     const engine = await TorchEngine.start({ ...fallbackOptions(), launcher: fakeWorker(false, 8), callTimeoutMs: 600 });
     try {
-      await expect(engine.trainStep([seq], OBJECTIVE, 1)).rejects.toThrow(/'train_step' did not answer or report progress within 0\.6s; the worker was stopped/);
+      await expect(engine.trainStep([seq], OBJECTIVE, 1)).rejects.toThrow(
+        /'train_step' did not answer or report progress within 0\.6s; the worker was stopped/,
+      );
     } finally {
       await engine.close();
     }
@@ -644,39 +743,44 @@ describe('the call timeout bounds silence, not the length of a call', () => {
   }, 30_000);
 });
 
-describe.skipIf(!gate.available || process.platform !== 'linux')(`a worker does not outlive the process that started it (${gate.label})`, () => {
-  it('its parent killed with SIGKILL while its stdin stays open: the worker exits too', async () => {
-    // sh starts the worker reading from a pipe that \`sleep\` holds open after sh is gone, so the
-    // worker cannot notice the end of its input; only the parent-death signal can stop it.
-    const sh = spawn('sh', ['-c', `sleep 60 | "$0" "$1" & wait`, projectPython(), TORCH_WORKER_SCRIPT], { stdio: ['ignore', 'pipe', 'ignore'] });
-    try {
-      const ready = await new Promise<{ pid: number }>((done, fail) => {
-        let out = '';
-        sh.stdout.on('data', (d: Buffer) => {
-          out += d.toString();
-          const line = out.split('\n').find((l) => l.includes('"ready"'));
-          if (line) done(JSON.parse(line));
-        });
-        sh.on('exit', () => fail(new Error(`sh exited before the worker was ready: ${out}`)));
+describe.skipIf(!gate.available || process.platform !== 'linux')(
+  `a worker does not outlive the process that started it (${gate.label})`,
+  () => {
+    it('its parent killed with SIGKILL while its stdin stays open: the worker exits too', async () => {
+      // sh starts the worker reading from a pipe that \`sleep\` holds open after sh is gone, so the
+      // worker cannot notice the end of its input; only the parent-death signal can stop it.
+      const sh = spawn('sh', ['-c', `sleep 60 | "$0" "$1" & wait`, projectPython(), TORCH_WORKER_SCRIPT], {
+        stdio: ['ignore', 'pipe', 'ignore'],
       });
-      const alive = () => {
-        try {
-          process.kill(ready.pid, 0);
-          return true;
-        } catch {
-          return false;
-        }
-      };
-      expect(alive()).toBe(true);
-      sh.kill('SIGKILL');
-      const t0 = Date.now();
-      while (alive() && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 100));
-      expect(alive()).toBe(false);
-    } finally {
-      sh.kill('SIGKILL');
-    }
-  }, 60_000);
-});
+      try {
+        const ready = await new Promise<{ pid: number }>((done, fail) => {
+          let out = '';
+          sh.stdout.on('data', (d: Buffer) => {
+            out += d.toString();
+            const line = out.split('\n').find((l) => l.includes('"ready"'));
+            if (line) done(JSON.parse(line));
+          });
+          sh.on('exit', () => fail(new Error(`sh exited before the worker was ready: ${out}`)));
+        });
+        const alive = () => {
+          try {
+            process.kill(ready.pid, 0);
+            return true;
+          } catch {
+            return false;
+          }
+        };
+        expect(alive()).toBe(true);
+        sh.kill('SIGKILL');
+        const t0 = Date.now();
+        while (alive() && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 100));
+        expect(alive()).toBe(false);
+      } finally {
+        sh.kill('SIGKILL');
+      }
+    }, 60_000);
+  },
+);
 
 /** Options for start-up tests, which fail before the model is used. */
 function fallbackOptions(): TorchEngineOptions {
@@ -687,6 +791,8 @@ function fallbackOptions(): TorchEngineOptions {
 /** Without the Python gate beforeAll builds nothing; these tests only need a tokenizer.json. */
 function writeFallbackModelDir(): string {
   const dir = tempDir();
-  Tokenizer.fromJSON(trainByteLevelBPE(CORPUS, { vocabSize: 300, specialTokens: CHAT_SPECIAL_TOKENS }), 'fallback').save(join(dir, 'tokenizer.json'));
+  Tokenizer.fromJSON(trainByteLevelBPE(CORPUS, { vocabSize: 300, specialTokens: CHAT_SPECIAL_TOKENS }), 'fallback').save(
+    join(dir, 'tokenizer.json'),
+  );
   return dir;
 }

@@ -15,7 +15,16 @@ import type { ObjectiveConfig } from '../../algo/objective.ts';
 import type { AdamWConfig } from '../tfjs/adamw.ts';
 import type { LoraConfig } from '../tfjs/lora.ts';
 import { Tokenizer } from '../tokenizer.ts';
-import type { Generation, GenerateOptions, PolicyEngine, ProgressListener, ScoredSequence, StepResumeOptions, TrainSequence, TrainStats } from '../types.ts';
+import type {
+  Generation,
+  GenerateOptions,
+  PolicyEngine,
+  ProgressListener,
+  ScoredSequence,
+  StepResumeOptions,
+  TrainSequence,
+  TrainStats,
+} from '../types.ts';
 import { PYTHON_SETUP_ADVICE, TORCH_WORKER_SCRIPT, projectPython, pythonProblem } from './python.ts';
 
 /** The TypeScript engine's LoRA settings, so one config object serves both engines. */
@@ -183,7 +192,10 @@ class WorkerConnection {
       this.resolveExit();
     });
     child.on('error', (err: NodeJS.ErrnoException) => {
-      const reason = err.code === 'ENOENT' ? `cannot start ${describe}: not found. ${PYTHON_SETUP_ADVICE}` : `torch worker (${describe}): ${err.message}`;
+      const reason =
+        err.code === 'ENOENT'
+          ? `cannot start ${describe}: not found. ${PYTHON_SETUP_ADVICE}`
+          : `torch worker (${describe}): ${err.message}`;
       this.exited = true;
       this.fail(new Error(reason));
       this.resolveExit(); // a process that never started emits no 'exit'
@@ -213,7 +225,11 @@ class WorkerConnection {
       const silent = () =>
         setTimeout(() => {
           this.pending.delete(id);
-          this.fail(new Error(`torch worker: '${op}' did not answer or report progress within ${timeoutMs / 1000}s; the worker was stopped because its state is unknown`));
+          this.fail(
+            new Error(
+              `torch worker: '${op}' did not answer or report progress within ${timeoutMs / 1000}s; the worker was stopped because its state is unknown`,
+            ),
+          );
           this.kill();
           reject(this.failure!);
         }, timeoutMs);
@@ -266,7 +282,11 @@ class WorkerConnection {
     if (msg.ok) p.resolve(msg.result);
     else {
       const err = msg.error as { kind: string; message: string };
-      p.reject(new Error(`torch worker: ${err.kind === 'bad_request' ? '' : `${err.kind} error in '${p.op}': `}${err.message}${err.kind === 'internal' ? this.tail() : ''}`));
+      p.reject(
+        new Error(
+          `torch worker: ${err.kind === 'bad_request' ? '' : `${err.kind} error in '${p.op}': `}${err.message}${err.kind === 'internal' ? this.tail() : ''}`,
+        ),
+      );
     }
   }
 
@@ -327,7 +347,8 @@ export class TorchEngine implements PolicyEngine {
     if (options.endTokens.length === 0) throw new Error('TorchEngine: at least one end token id is needed');
     const tokenizer = Tokenizer.fromFile(join(options.modelDir, 'tokenizer.json'));
     const python = options.python ?? projectPython();
-    const [command, ...args] = options.launcher && options.launcher.length > 0 ? [...options.launcher, TORCH_WORKER_SCRIPT] : [python, TORCH_WORKER_SCRIPT];
+    const [command, ...args] =
+      options.launcher && options.launcher.length > 0 ? [...options.launcher, TORCH_WORKER_SCRIPT] : [python, TORCH_WORKER_SCRIPT];
     if (!options.launcher) {
       const problem = pythonProblem(python);
       if (problem) throw new Error(`TorchEngine: ${problem}`);
@@ -349,7 +370,10 @@ export class TorchEngine implements PolicyEngine {
     const worker = new WorkerConnection(child, [command, ...args].join(' '), options.onLog, options.onProgress);
     try {
       const ready = await worker.waitReady(options.startTimeoutMs ?? 600_000);
-      if (ready.protocol !== WORKER_PROTOCOL) throw new Error(`torch worker (${TORCH_WORKER_SCRIPT}) speaks protocol ${String(ready.protocol)}, this engine ${WORKER_PROTOCOL}: the worker and the TypeScript side come from different versions of empo2`);
+      if (ready.protocol !== WORKER_PROTOCOL)
+        throw new Error(
+          `torch worker (${TORCH_WORKER_SCRIPT}) speaks protocol ${String(ready.protocol)}, this engine ${WORKER_PROTOCOL}: the worker and the TypeScript side come from different versions of empo2`,
+        );
       const info = await worker.call<WorkerInfo>(
         'init',
         {
@@ -360,7 +384,13 @@ export class TorchEngine implements PolicyEngine {
           gradient_checkpointing: options.gradientCheckpointing ?? null,
           attn_implementation: options.attnImplementation ?? 'sdpa',
           lora: options.lora
-            ? { r: options.lora.r, alpha: options.lora.alpha, dropout: options.lora.dropout, target_modules: peftTargetModules(options.lora), use_rslora: options.lora.useRslora ?? false }
+            ? {
+                r: options.lora.r,
+                alpha: options.lora.alpha,
+                dropout: options.lora.dropout,
+                target_modules: peftTargetModules(options.lora),
+                use_rslora: options.lora.useRslora ?? false,
+              }
             : null,
           adapter_dir: options.adapterDir ?? null,
           optimizer: {
@@ -381,7 +411,10 @@ export class TorchEngine implements PolicyEngine {
         },
         options.startTimeoutMs ?? 600_000,
       );
-      if (tokenizer.vocabSize > info.vocab_size) throw new Error(`${options.modelDir}: tokenizer has ${tokenizer.vocabSize} tokens but the model's vocabulary is ${info.vocab_size}`);
+      if (tokenizer.vocabSize > info.vocab_size)
+        throw new Error(
+          `${options.modelDir}: tokenizer has ${tokenizer.vocabSize} tokens but the model's vocabulary is ${info.vocab_size}`,
+        );
       return new TorchEngine(tokenizer, options, info, (ready.versions ?? {}) as Record<string, string>, worker, child.pid!);
     } catch (e) {
       await worker.shutdown(2000);
@@ -410,8 +443,13 @@ export class TorchEngine implements PolicyEngine {
           return texts && texts.length > 0 ? texts.map((t) => [...this.tokenizer.encode(t), endToken]) : null;
         })
       : null;
-    if (opts.cacheKeys && opts.cacheKeys.length !== prompts.length) throw new Error(`generate: ${opts.cacheKeys.length} cache keys for ${prompts.length} prompts`);
-    const { generations, prefill_tokens, reused_tokens } = await this.call<{ generations: WireGeneration[]; prefill_tokens: number; reused_tokens: number }>('generate', {
+    if (opts.cacheKeys && opts.cacheKeys.length !== prompts.length)
+      throw new Error(`generate: ${opts.cacheKeys.length} cache keys for ${prompts.length} prompts`);
+    const { generations, prefill_tokens, reused_tokens } = await this.call<{
+      generations: WireGeneration[];
+      prefill_tokens: number;
+      reused_tokens: number;
+    }>('generate', {
       prompts,
       max_tokens: opts.maxTokens,
       temperature: opts.temperature,
@@ -441,8 +479,22 @@ export class TorchEngine implements PolicyEngine {
     return logprobs;
   }
 
-  async trainStep(batch: TrainSequence[], objective: ObjectiveConfig, temperature = 1, lr?: number, resume?: StepResumeOptions): Promise<TrainStats> {
-    const r = await this.call<{ loss: number; tokens: number; clip_fraction: number; mean_ratio: number; kl: number; grad_norm: number; resumed_micro_batches?: number }>('train_step', {
+  async trainStep(
+    batch: TrainSequence[],
+    objective: ObjectiveConfig,
+    temperature = 1,
+    lr?: number,
+    resume?: StepResumeOptions,
+  ): Promise<TrainStats> {
+    const r = await this.call<{
+      loss: number;
+      tokens: number;
+      clip_fraction: number;
+      mean_ratio: number;
+      kl: number;
+      grad_norm: number;
+      resumed_micro_batches?: number;
+    }>('train_step', {
       batch: batch.map((s) => ({
         prompt: s.prompt,
         response: s.response,
@@ -464,7 +516,14 @@ export class TorchEngine implements PolicyEngine {
       lr: lr ?? null,
       resume: resume ? { file: resume.file, every_seconds: resume.everySeconds } : null,
     });
-    const stats: TrainStats = { loss: r.loss, tokens: r.tokens, clipFraction: r.clip_fraction, meanRatio: r.mean_ratio, kl: r.kl, gradNorm: r.grad_norm };
+    const stats: TrainStats = {
+      loss: r.loss,
+      tokens: r.tokens,
+      clipFraction: r.clip_fraction,
+      meanRatio: r.mean_ratio,
+      kl: r.kl,
+      gradNorm: r.grad_norm,
+    };
     if (r.resumed_micro_batches) stats.resumedMicroBatches = r.resumed_micro_batches;
     return stats;
   }

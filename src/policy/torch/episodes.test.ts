@@ -27,9 +27,18 @@ const gate = pythonGate(['torch', 'transformers']);
 
 const CORPUS = [
   'You are in the hall. You see a red box, a blue drawer and a door to the kitchen.',
-  'go to kitchen', 'go to hall', 'open red box', 'open blue drawer', 'take yellow hat', 'take red key',
-  'The red box is open. Inside it: a yellow hat.', 'You take the yellow hat.', 'Task: Find the yellow hat → café.',
-  '<tip>', '</tip>', 'Tip: the hat was in the box (score 0.5).',
+  'go to kitchen',
+  'go to hall',
+  'open red box',
+  'open blue drawer',
+  'take yellow hat',
+  'take red key',
+  'The red box is open. Inside it: a yellow hat.',
+  'You take the yellow hat.',
+  'Task: Find the yellow hat → café.',
+  '<tip>',
+  '</tip>',
+  'Tip: the hat was in the box (score 0.5).',
 ];
 
 /** With and without cached prefixes: the same computation in other matrix shapes (fp32 rounding). */
@@ -81,13 +90,20 @@ type Variant = 'extend' | 'tips' | 'window';
 function promptOf(e: EpisodeState, variant: Variant, step: number): number[] {
   const ids = enc(`<|im_start|>user\nTask: ${e.task}\nYou are in the hall.`);
   const turns = variant === 'window' ? e.turns.slice(-2) : e.turns;
-  for (const t of turns) ids.push(...enc('<|im_end|>\n<|im_start|>assistant\n'), ...t.response, ...enc(`\n<|im_start|>user\n${t.observation}`));
+  for (const t of turns)
+    ids.push(...enc('<|im_end|>\n<|im_start|>assistant\n'), ...t.response, ...enc(`\n<|im_start|>user\n${t.observation}`));
   if (variant === 'tips') ids.push(...enc(`\n\n<tip> Tip: take red key (score 0.${step % 10}). </tip>`));
   ids.push(...enc('<|im_end|>\n<|im_start|>assistant\n'));
   return ids;
 }
 
-const OBSERVATIONS = ['The red box is open. Inside it: a yellow hat.', 'You take the yellow hat.', 'You see a red box, a blue drawer.', 'go to kitchen', 'Nothing happens.'];
+const OBSERVATIONS = [
+  'The red box is open. Inside it: a yellow hat.',
+  'You take the yellow hat.',
+  'You see a red box, a blue drawer.',
+  'go to kitchen',
+  'Nothing happens.',
+];
 const ACTIONS = ['go to kitchen', 'open red box', 'take yellow hat', 'take red key', 'open blue drawer'];
 
 /**
@@ -96,7 +112,9 @@ const ACTIONS = ['go to kitchen', 'open red box', 'take yellow hat', 'take red k
  * largest log-prob difference and whether every token agreed.
  */
 async function compareEpisodes(engine: TorchEngine, variant: Variant, sampling: Pick<GenerateOptions, 'temperature' | 'topP'>, steps = 5) {
-  const episodes: EpisodeState[] = ['Find the yellow hat.', 'Open the blue drawer.', 'Go to the kitchen.', 'Take the red key → café.'].map((task) => ({ task, turns: [] }));
+  const episodes: EpisodeState[] = ['Find the yellow hat.', 'Open the blue drawer.', 'Go to the kitchen.', 'Take the red key → café.'].map(
+    (task) => ({ task, turns: [] }),
+  );
   const keys = episodes.map((_, i) => `${variant}-${sampling.temperature}-${i}`);
   let maxDiff = 0;
   let sameTokens = true;
@@ -120,7 +138,10 @@ async function compareEpisodes(engine: TorchEngine, variant: Variant, sampling: 
 beforeAll(async () => {
   if (!gate.available) return;
   await initBackend();
-  tokenizer = Tokenizer.fromJSON(trainByteLevelBPE(CORPUS, { vocabSize: 320, specialTokens: CHAT_SPECIAL_TOKENS }), 'episodes test tokenizer');
+  tokenizer = Tokenizer.fromJSON(
+    trainByteLevelBPE(CORPUS, { vocabSize: 320, specialTokens: CHAT_SPECIAL_TOKENS }),
+    'episodes test tokenizer',
+  );
   IM_END_ID = tokenizer.requireTokenId(IM_END);
   EOT_ID = tokenizer.requireTokenId(END_OF_TEXT);
   modelDir = tempDir();
@@ -160,7 +181,10 @@ describe.skipIf(!gate.available)(`prefix (KV) reuse across an episode's steps ($
   });
 
   for (const variant of ['extend', 'tips', 'window'] as const) {
-    for (const sampling of [{ temperature: 0, topP: 1 }, { temperature: 0.9, topP: 0.9 }]) {
+    for (const sampling of [
+      { temperature: 0, topP: 1 },
+      { temperature: 0.9, topP: 0.9 },
+    ]) {
       it(`${variant}, temperature ${sampling.temperature}: the same tokens, log-probs within ${REUSE_LOGPROB_TOL}, fewer tokens prefilled`, async () => {
         const p0 = engine.prefill.prefilledTokens;
         const r0 = engine.prefill.reusedTokens;
@@ -173,19 +197,28 @@ describe.skipIf(!gate.available)(`prefix (KV) reuse across an episode's steps ($
         expect(prefilled + reused).toBe(2 * promptTokens);
         // 'extend' reuses all but the new turn, 'tips' all but the last tip block and what followed
         // it, 'window' the task and, once the window slides, nothing after it.
-        console.log(`[${variant} T=${sampling.temperature}] reused ${reused} of ${promptTokens} prompt tokens, max |Δ logprob| ${maxDiff.toExponential(2)}`);
+        console.log(
+          `[${variant} T=${sampling.temperature}] reused ${reused} of ${promptTokens} prompt tokens, max |Δ logprob| ${maxDiff.toExponential(2)}`,
+        );
         expect(reused).toBeGreaterThan({ extend: 0.6, tips: 0.35, window: 0.3 }[variant] * promptTokens);
       }, 60_000);
     }
   }
 
   it('one call mixing rows with long and short new parts (an episode joins, one was evicted) equals the call without keys', async () => {
-    const base = (task: string) => enc(`<|im_start|>user\nTask: ${task}\nYou are in the hall. You see a red box, a blue drawer and a door to the kitchen.<|im_end|>\n<|im_start|>assistant\n`);
+    const base = (task: string) =>
+      enc(
+        `<|im_start|>user\nTask: ${task}\nYou are in the hall. You see a red box, a blue drawer and a door to the kitchen.<|im_end|>\n<|im_start|>assistant\n`,
+      );
     const prompts = ['Find the yellow hat.', 'Open the blue drawer.', 'Go to the kitchen.'].map(base);
     const opts: GenerateOptions = { temperature: 0.9, topP: 1, maxTokens: 5, seed: 2, cacheKeys: ['m0', 'm1', 'm2'] };
     const first = await engine.generate(prompts, opts);
     engine.releaseCache(['m1']);
-    const next = prompts.map((p, i) => [...p, ...first[i].tokens, ...enc(`\n<|im_start|>user\n${OBSERVATIONS[i]}<|im_end|>\n<|im_start|>assistant\n`)]);
+    const next = prompts.map((p, i) => [
+      ...p,
+      ...first[i].tokens,
+      ...enc(`\n<|im_start|>user\n${OBSERVATIONS[i]}<|im_end|>\n<|im_start|>assistant\n`),
+    ]);
     next.push(base('Take the red key and open the red box, then go to the kitchen.'));
     const keys = ['m0', 'm1', 'm2', 'm3'];
     const r0 = engine.prefill.reusedTokens;
@@ -204,19 +237,32 @@ describe.skipIf(!gate.available)(`prefix (KV) reuse across an episode's steps ($
   }, 60_000);
 
   it('releaseCache drops the keys; a train step drops every cache (its keys and values are of the old weights)', async () => {
-    const prompts = [enc('<|im_start|>user\nTask: Find the yellow hat.<|im_end|>\n<|im_start|>assistant\n'), enc('<|im_start|>user\ngo to hall<|im_end|>\n<|im_start|>assistant\n')];
+    const prompts = [
+      enc('<|im_start|>user\nTask: Find the yellow hat.<|im_end|>\n<|im_start|>assistant\n'),
+      enc('<|im_start|>user\ngo to hall<|im_end|>\n<|im_start|>assistant\n'),
+    ];
     const opts: GenerateOptions = { temperature: 0, topP: 1, maxTokens: 4, seed: 1, cacheKeys: ['a', 'b'] };
     await engine.generate(prompts, opts);
     expect((await engine.cacheInfo()).keys).toBe(2);
     engine.releaseCache(['a']);
     expect((await engine.cacheInfo()).keys).toBe(1);
     const first = await engine.generate(prompts, opts);
-    const seqs: TrainSequence[] = first.map((g, i) => ({ prompt: prompts[i], response: g.tokens, advantages: g.tokens.map(() => (i === 0 ? 1 : -1)), oldLogprobs: g.logprobs, mask: g.tokens.map(() => 1) }));
+    const seqs: TrainSequence[] = first.map((g, i) => ({
+      prompt: prompts[i],
+      response: g.tokens,
+      advantages: g.tokens.map(() => (i === 0 ? 1 : -1)),
+      oldLogprobs: g.logprobs,
+      mask: g.tokens.map(() => 1),
+    }));
     const stats = await engine.trainStep(seqs, { clipLow: 0.2, clipHigh: 0.28, dualClip: null, klCoef: 0, lowProbDelta: null }, 1, 0.05);
     expect(stats.gradNorm).toBeGreaterThan(0);
     expect((await engine.cacheInfo()).keys).toBe(0);
     const reusedBefore = engine.prefill.reusedTokens;
-    const extended = prompts.map((p, i) => [...p, ...first[i].tokens, ...enc('\n<|im_start|>user\nYou take the yellow hat.<|im_end|>\n<|im_start|>assistant\n')]);
+    const extended = prompts.map((p, i) => [
+      ...p,
+      ...first[i].tokens,
+      ...enc('\n<|im_start|>user\nYou take the yellow hat.<|im_end|>\n<|im_start|>assistant\n'),
+    ]);
     const keyed = await engine.generate(extended, opts);
     expect(engine.prefill.reusedTokens).toBe(reusedBefore);
     const plain = await engine.generate(extended, { ...opts, cacheKeys: undefined });
@@ -229,8 +275,12 @@ describe.skipIf(!gate.available)(`prefix (KV) reuse across an episode's steps ($
 
   it('bad keys are refused with the field named', async () => {
     const p = enc('<|im_start|>user\ngo<|im_end|>\n');
-    await expect(engine.generate([p, p], { temperature: 0, topP: 1, maxTokens: 2, seed: 0, cacheKeys: ['x', 'x'] })).rejects.toThrow(/generate\.cache_keys\[1\] repeats "x" \(also cache_keys\[0\]\)/);
-    await expect(engine.generate([p, p], { temperature: 0, topP: 1, maxTokens: 2, seed: 0, cacheKeys: ['x'] })).rejects.toThrow(/1 cache keys for 2 prompts/);
+    await expect(engine.generate([p, p], { temperature: 0, topP: 1, maxTokens: 2, seed: 0, cacheKeys: ['x', 'x'] })).rejects.toThrow(
+      /generate\.cache_keys\[1\] repeats "x" \(also cache_keys\[0\]\)/,
+    );
+    await expect(engine.generate([p, p], { temperature: 0, topP: 1, maxTokens: 2, seed: 0, cacheKeys: ['x'] })).rejects.toThrow(
+      /1 cache keys for 2 prompts/,
+    );
   });
 });
 
@@ -245,7 +295,9 @@ describe.skipIf(!gate.available)(`the kept caches are bounded (${gate.label})`, 
       expect(sameTokens).toBe(true);
       expect(maxDiff).toBeLessThan(REUSE_LOGPROB_TOL);
       // Four episodes of ~100-200 tokens do not fit in ~120 tokens' worth: some were evicted.
-      const prompts = [0, 1, 2, 3].map((i) => enc(`<|im_start|>user\nTask: ${OBSERVATIONS[i]} ${OBSERVATIONS[i + 1]}<|im_end|>\n<|im_start|>assistant\n`));
+      const prompts = [0, 1, 2, 3].map((i) =>
+        enc(`<|im_start|>user\nTask: ${OBSERVATIONS[i]} ${OBSERVATIONS[i + 1]}<|im_end|>\n<|im_start|>assistant\n`),
+      );
       await engine.generate(prompts, { temperature: 0, topP: 1, maxTokens: 3, seed: 0, cacheKeys: ['p', 'q', 'r', 's'] });
       const info = await engine.cacheInfo();
       expect(info.bytes).toBeLessThanOrEqual(info.max_bytes);
@@ -281,7 +333,13 @@ async function packedCase(engine: TorchEngine): Promise<PackedCase> {
     const body: number[] = [];
     const policy: number[] = [];
     for (let t = 0; t < 3; t++) {
-      const [g]: Generation[] = await engine.generate([prompt], { temperature: 0, topP: 1, maxTokens: 5, seed: 0, allowedTexts: [ACTIONS] });
+      const [g]: Generation[] = await engine.generate([prompt], {
+        temperature: 0,
+        topP: 1,
+        maxTokens: 5,
+        seed: 0,
+        allowedTexts: [ACTIONS],
+      });
       const n = g.tokens.length;
       steps.push({
         prompt,
@@ -306,7 +364,15 @@ async function packedCase(engine: TorchEngine): Promise<PackedCase> {
     }
     perStep.push(steps);
     const cat = (pick: (s: TrainSequence) => number[]) => steps.flatMap(pick);
-    packed.push({ prompt: first, response: body, policyTokens: policy, advantages: cat((s) => s.advantages), oldLogprobs: cat((s) => s.oldLogprobs), mask: cat((s) => s.mask), refLogprobs: cat((s) => s.refLogprobs!) });
+    packed.push({
+      prompt: first,
+      response: body,
+      policyTokens: policy,
+      advantages: cat((s) => s.advantages),
+      oldLogprobs: cat((s) => s.oldLogprobs),
+      mask: cat((s) => s.mask),
+      refLogprobs: cat((s) => s.refLogprobs!),
+    });
   }
   return { perStep: perStep.flat(), packed };
 }
@@ -326,7 +392,9 @@ describe.skipIf(!gate.available)(`packed episodes (${gate.label})`, () => {
       expect(a).toHaveLength(b.length);
       expect(Math.max(...a.map((x, i) => Math.abs(x - b[i])))).toBeLessThan(PACKED_REL_TOL);
       const bad = { ...packed[0], policyTokens: packed[0].policyTokens!.slice(1) };
-      await expect(engine.logprobs([bad])).rejects.toThrow(/logprobs\.batch\[0\]\.policy_tokens has \d+ flags but the response has \d+ tokens/);
+      await expect(engine.logprobs([bad])).rejects.toThrow(
+        /logprobs\.batch\[0\]\.policy_tokens has \d+ flags but the response has \d+ tokens/,
+      );
       await expect(engine.trainStep([{ ...packed[1], advantages: packed[1].response.map(() => 1) }], OBJECTIVE)).rejects.toThrow(
         /train_step\.batch\[0\]\.advantages has \d+ values but the sequence has \d+ policy tokens/,
       );
@@ -347,7 +415,8 @@ describe.skipIf(!gate.available)(`packed episodes (${gate.label})`, () => {
       const b = await perStepEngine.trainStep(perStep, OBJECTIVE, 0.9);
       expect(a.tokens).toBe(b.tokens);
       expect(a.tokens).toBeLessThan(perStep.reduce((n, s) => n + s.mask.reduce((x, y) => x + y, 0), 0)); // the δ mask dropped some
-      for (const k of ['loss', 'clipFraction', 'meanRatio', 'kl', 'gradNorm'] as const) expect(rel(a[k], b[k]), k).toBeLessThan(PACKED_REL_TOL);
+      for (const k of ['loss', 'clipFraction', 'meanRatio', 'kl', 'gradNorm'] as const)
+        expect(rel(a[k], b[k]), k).toBeLessThan(PACKED_REL_TOL);
       expect(a.clipFraction).toBeGreaterThan(0);
       const [dirA, dirB] = [tempDir(), tempDir()];
       await packedEngine.save(dirA);
@@ -397,7 +466,9 @@ describe.skipIf(!gate.available)(`training memory on CPU (${gate.label})`, () =>
           expect(rel(a[k], b[k]), k).toBeLessThan(PACKED_REL_TOL);
           expect(rel(a[k], c[k]), `${k} (checkpointing switched on)`).toBeLessThan(PACKED_REL_TOL);
         }
-        await expect(tooSmall.trainStep(packed, OBJECTIVE, 0.9)).rejects.toThrow(/train_step: a \d+-token sequence needs about .* GiB of activations, over the .* budget \(activation_mb\); set model.torch.gradient_checkpointing: true/);
+        await expect(tooSmall.trainStep(packed, OBJECTIVE, 0.9)).rejects.toThrow(
+          /train_step: a \d+-token sequence needs about .* GiB of activations, over the .* budget \(activation_mb\); set model.torch.gradient_checkpointing: true/,
+        );
         // The worker stays usable after the refusal.
         expect((await tooSmall.logprobs(packed.slice(0, 1), 1))[0].length).toBeGreaterThan(0);
       } finally {
@@ -430,10 +501,15 @@ describe.skipIf(!gate.available)(`stop strings (${gate.label})`, () => {
   it('a response stops at the first token after which its text contains a stop string, multi-byte ones included', async () => {
     const engine = await TorchEngine.start(options());
     try {
-      const prompts = ['go', 'look', 'Task: café →', 'open red box', 'You take the yellow hat.', 'go to kitchen'].map((t) => enc(`<|im_start|>user\n${t}<|im_end|>\n<|im_start|>assistant\n`));
+      const prompts = ['go', 'look', 'Task: café →', 'open red box', 'You take the yellow hat.', 'go to kitchen'].map((t) =>
+        enc(`<|im_start|>user\n${t}<|im_end|>\n<|im_start|>assistant\n`),
+      );
       // Free text: stop strings taken from what the same prompts produce without them, so they occur.
       const free = await engine.generate(prompts, { temperature: 1.6, topP: 1, maxTokens: 24, seed: 9 });
-      const pieces = free.map((g) => g.text).join('').replace(/[^a-z]+/g, '');
+      const pieces = free
+        .map((g) => g.text)
+        .join('')
+        .replace(/[^a-z]+/g, '');
       const stops = [pieces.slice(5, 7), pieces.slice(20, 22), pieces.slice(40, 42)];
       let stopped = 0;
       for (const seed of [9, 10, 11, 12]) {
@@ -444,7 +520,14 @@ describe.skipIf(!gate.available)(`stop strings (${gate.label})`, () => {
       // Constrained to texts with 2- and 3-byte characters (split over byte tokens or not).
       const allowed = ['go to café → now', 'take the café key', 'open → box'];
       for (const stop of [['é'], ['→'], ['é →', 'key'], ['é k']]) {
-        const gens = await engine.generate(prompts.slice(0, 3), { temperature: 1, topP: 1, maxTokens: 30, seed: 3, stop, allowedTexts: [allowed, allowed, allowed] });
+        const gens = await engine.generate(prompts.slice(0, 3), {
+          temperature: 1,
+          topP: 1,
+          maxTokens: 30,
+          seed: 3,
+          stop,
+          allowedTexts: [allowed, allowed, allowed],
+        });
         for (const g of gens) {
           const full = allowed.find((a) => a.startsWith(g.text.slice(0, 4)))!;
           expect(expectStoppedAtFirstMatch(g, stop)).toBe(stop.some((s) => full.includes(s)));

@@ -75,10 +75,12 @@ function purchasesFor(w: World, source: GoalSource, i: number): Case[] {
     out.push({ source, goalIndex: i, kind, purchased, goal: g, price: p, options });
   // Human goals list option values without names: choose each wanted value where the product offers it.
   const wanted: Record<string, string> = Array.isArray(goal.goal_options)
-    ? Object.fromEntries(Object.entries(target.options).flatMap(([n, vs]) => {
-      const v = (goal.goal_options as string[]).find((o) => vs.includes(o));
-      return v === undefined ? [] : [[n, v]];
-    }))
+    ? Object.fromEntries(
+        Object.entries(target.options).flatMap(([n, vs]) => {
+          const v = (goal.goal_options as string[]).find((o) => vs.includes(o));
+          return v === undefined ? [] : [[n, v]];
+        }),
+      )
     : { ...goal.goal_options };
   const full = Object.fromEntries(Object.entries(target.options).map(([n, vs]) => [n, wanted[n] ?? vs[0]]));
   add('exact', goal.asin, wanted);
@@ -88,7 +90,10 @@ function purchasesFor(w: World, source: GoalSource, i: number): Case[] {
     for (const other of values) if (other !== full[name]) add(`wrong-${name}`, goal.asin, { ...full, [name]: other });
   }
   add('over-price', goal.asin, { ...wanted }, { ...goal, price_upper: Math.max(1, Math.floor(price) - 1) });
-  for (const hit of w.search.search(goal.instruction_text, 6).filter((h) => h.asin !== goal.asin).slice(0, 4)) {
+  for (const hit of w.search
+    .search(goal.instruction_text, 6)
+    .filter((h) => h.asin !== goal.asin)
+    .slice(0, 4)) {
     const p = w.catalogue.byAsin.get(hit.asin)!;
     const options = Object.fromEntries(Object.entries(p.options).map(([n, vs]) => [n, vs[0]]));
     add('other-product', p.asin, options, goal, w.prices.get(p.asin)!);
@@ -102,10 +107,9 @@ const cases: Case[] = [
   ...humanWorld.goals.flatMap((_, i) => purchasesFor(humanWorld, 'human', i)),
 ];
 const product = (c: Case) => worldOf(c.source).catalogue.byAsin.get(c.purchased)!;
-const tsRewards = Object.fromEntries(REWARD_REVISIONS.map((rev) => [
-  rev,
-  cases.map((c) => computeReward(product(c), c.goal, c.price, c.options, rev)),
-])) as Record<RewardRevision, ReturnType<typeof computeReward>[]>;
+const tsRewards = Object.fromEntries(
+  REWARD_REVISIONS.map((rev) => [rev, cases.map((c) => computeReward(product(c), c.goal, c.price, c.options, rev))]),
+) as Record<RewardRevision, ReturnType<typeof computeReward>[]>;
 
 // Every fuzzy comparison v2-6ba9969's reward makes for these cases (master's are pairs of the same values).
 const pairSet = new Map<string, [string, string]>();
@@ -113,7 +117,8 @@ for (const c of cases) {
   const p = product(c);
   for (const g of c.goal.attributes) for (const a of p.Attributes) pairSet.set(JSON.stringify([a, g]), [a, g]);
   const wanted = goalOptionValues(c.goal).map(normalizeColor);
-  for (const v of Object.values(c.options)) for (const w of wanted) pairSet.set(JSON.stringify([w, normalizeColor(v)]), [w, normalizeColor(v)]);
+  for (const v of Object.values(c.options))
+    for (const w of wanted) pairSet.set(JSON.stringify([w, normalizeColor(v)]), [w, normalizeColor(v)]);
 }
 const pairs = [...pairSet.values()];
 const tsRatios = pairs.map(([a, b]) => tokenSetRatio(a, b));
@@ -130,12 +135,15 @@ for (const c of cases) nouns[c.goal.name] = nounWords(c.goal.name);
 const work = mkdtempSync(join(tmpdir(), 'webshop-parity-'));
 process.on('exit', () => rmSync(work, { recursive: true, force: true }));
 const casesPath = join(work, 'cases.json');
-writeFileSync(casesPath, JSON.stringify({
-  products,
-  cases: cases.map((c) => ({ purchased: c.purchased, goal: c.goal, price: c.price, options: c.options })),
-  pairs,
-  nouns,
-}));
+writeFileSync(
+  casesPath,
+  JSON.stringify({
+    products,
+    cases: cases.map((c) => ({ purchased: c.purchased, goal: c.goal, price: c.price, options: c.options })),
+    pairs,
+    nouns,
+  }),
+);
 interface OriginalOutput {
   rewards: Array<{ reward: number; info: { r_type: number } }>;
   ratios: number[];
@@ -144,13 +152,20 @@ interface OriginalOutput {
 const runOriginal = (revision: RewardRevision, nounsFrom: 'given' | 'spacy'): OriginalOutput => {
   const out = join(work, `out-${revision}-${nounsFrom}.json`);
   const spacy = args['spacy-model'] ? ['--spacy-model', args['spacy-model']] : [];
-  execFileSync(args.python!, [join(here, 'original.py'), '--webshop', join(originalDir, revision), casesPath, out, '--nouns', nounsFrom, ...spacy], { stdio: ['ignore', 'ignore', 'inherit'] });
+  execFileSync(
+    args.python!,
+    [join(here, 'original.py'), '--webshop', join(originalDir, revision), casesPath, out, '--nouns', nounsFrom, ...spacy],
+    { stdio: ['ignore', 'ignore', 'inherit'] },
+  );
   return JSON.parse(readFileSync(out, 'utf8')) as OriginalOutput;
 };
 
 const same = (a: number, b: number) => Math.abs(a - b) < 1e-12;
 const byKind = (list: Case[]) => list.reduce<Record<string, number>>((acc, c) => ((acc[c.kind] = (acc[c.kind] ?? 0) + 1), acc), {});
-const original = Object.fromEntries(REWARD_REVISIONS.map((rev) => [rev, runOriginal(rev, 'given')])) as Record<RewardRevision, OriginalOutput>;
+const original = Object.fromEntries(REWARD_REVISIONS.map((rev) => [rev, runOriginal(rev, 'given')])) as Record<
+  RewardRevision,
+  OriginalOutput
+>;
 const perRevision: Record<string, unknown> = {};
 for (const rev of REWARD_REVISIONS) {
   const ref = original[rev].rewards.map((r) => r.reward);
@@ -168,7 +183,7 @@ const revisionsSuccessFlip = cases.filter((_, k) => (masterRef[k] === 1) !== (v2
 
 const v2Ratios = original['v2-6ba9969'].ratios;
 const ratioMismatch = pairs.filter((_, k) => tsRatios[k] !== v2Ratios[k]);
-const thresholdFlip = pairs.filter((_, k) => (tsRatios[k] > 85) !== (v2Ratios[k] > 85));
+const thresholdFlip = pairs.filter((_, k) => tsRatios[k] > 85 !== v2Ratios[k] > 85);
 
 const summary: Record<string, unknown> = {
   catalogue: world.catalogue.files.products.split('/').pop(),
@@ -178,12 +193,20 @@ const summary: Record<string, unknown> = {
   original: 'princeton-nlp/WebShop web_agent_site/engine/goal.py, imported unchanged (parity/fetch-original.sh)',
   reward: {
     cases: cases.length,
-    casesBySource: { synthetic: cases.filter((c) => c.source === 'synthetic').length, human: cases.filter((c) => c.source === 'human').length },
+    casesBySource: {
+      synthetic: cases.filter((c) => c.source === 'synthetic').length,
+      human: cases.filter((c) => c.source === 'human').length,
+    },
     casesByKind: byKind(cases),
     revisions: perRevision,
     masterVsV2: { differ: revisionsDiffer.length, successFlips: revisionsSuccessFlip.length, differByKind: byKind(revisionsDiffer) },
   },
-  fuzzy: { pairs: pairs.length, ratioMismatches: ratioMismatch.length, thresholdFlips: thresholdFlip.length, examples: ratioMismatch.slice(0, 5) },
+  fuzzy: {
+    pairs: pairs.length,
+    ratioMismatches: ratioMismatch.length,
+    thresholdFlips: thresholdFlip.length,
+    examples: ratioMismatch.slice(0, 5),
+  },
 };
 
 if (args['spacy-model']) {
@@ -193,7 +216,9 @@ if (args['spacy-model']) {
   const rewardMismatch = cases.filter((_, k) => !same(ts[k].reward, spacy.rewards[k].reward));
   const names = Object.values(products).map((p) => p.name);
   const nounListDiffers = names.filter((n) => JSON.stringify(nouns[n]) !== JSON.stringify(spacy.nouns[n]));
-  const nounSetDiffers = names.filter((n) => JSON.stringify([...new Set(nouns[n])].sort()) !== JSON.stringify([...new Set(spacy.nouns[n])].sort()));
+  const nounSetDiffers = names.filter(
+    (n) => JSON.stringify([...new Set(nouns[n])].sort()) !== JSON.stringify([...new Set(spacy.nouns[n])].sort()),
+  );
   summary.tagger = {
     spacyModel: args['spacy-model'],
     rewardMismatches: rewardMismatch.length,
@@ -212,13 +237,27 @@ if (args['lucene-cp'] && args['lucene-classes']) {
   const queriesPath = join(work, 'queries.txt');
   const outPath = join(work, 'lucene.tsv');
   const clean = (s: string) => s.replace(/[\t\r\n]/g, ' ');
-  writeFileSync(docsPath, world.catalogue.products.map((p) => `${p.asin}\t${clean(world.catalogue.searchText.get(p.asin)!)}`).join('\n') + '\n');
+  writeFileSync(
+    docsPath,
+    world.catalogue.products.map((p) => `${p.asin}\t${clean(world.catalogue.searchText.get(p.asin)!)}`).join('\n') + '\n',
+  );
   // WebShop lower-cases the query before searching
   const queries = goals.map((g) => clean(g.instruction_text.toLowerCase()));
   writeFileSync(queriesPath, queries.join('\n') + '\n');
-  execFileSync('java', ['-cp', `${args['lucene-cp']}:${args['lucene-classes']}`, 'LuceneReference', docsPath, queriesPath, outPath, '50'], { stdio: ['ignore', 'ignore', 'inherit'] });
-  const lucene = readFileSync(outPath, 'utf8').split('\n').slice(0, queries.length).map((l) => (l ? l.split(' ').map((x) => x.split(':')[0]) : []));
-  let top1 = 0, top10Same = 0, top50Same = 0, overlap10 = 0, goalRankSame = 0, foundSame = 0, testTop10Same = 0;
+  execFileSync('java', ['-cp', `${args['lucene-cp']}:${args['lucene-classes']}`, 'LuceneReference', docsPath, queriesPath, outPath, '50'], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const lucene = readFileSync(outPath, 'utf8')
+    .split('\n')
+    .slice(0, queries.length)
+    .map((l) => (l ? l.split(' ').map((x) => x.split(':')[0]) : []));
+  let top1 = 0,
+    top10Same = 0,
+    top50Same = 0,
+    overlap10 = 0,
+    goalRankSame = 0,
+    foundSame = 0,
+    testTop10Same = 0;
   queries.forEach((q, i) => {
     const ours = world.search.search(q, 50).map((h) => h.asin);
     const ref = lucene[i];
@@ -258,8 +297,13 @@ if (args['write-fixture']) {
   // original's reward under each revision (same nouns), for the unit test.
   const fixture = cases
     .map((c, k) => ({
-      source: c.source, goalIndex: c.goalIndex, kind: c.kind, purchased: c.purchased, price: c.price,
-      priceUpper: c.goal.price_upper, options: c.options,
+      source: c.source,
+      goalIndex: c.goalIndex,
+      kind: c.kind,
+      purchased: c.purchased,
+      price: c.price,
+      priceUpper: c.goal.price_upper,
+      options: c.options,
       reward: Object.fromEntries(REWARD_REVISIONS.map((rev) => [rev, original[rev].rewards[k].reward])),
     }))
     .filter((c, k) => k % 10 === 0 || c.source === 'human' || !same(masterRef[k], v2Ref[k]));
