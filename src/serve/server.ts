@@ -14,12 +14,13 @@
  * tokens and stops when its clients hang up (queue.ts). Web pages cannot drive it (access.ts).
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { isIP, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { realpathSync } from 'node:fs';
 import { isAbsolute, relative, resolve, sep } from 'node:path';
 import type { Generation, PolicyEngine, TextTokenizer } from '../policy/types.ts';
 import { checkAccess, checkJsonContentType, type AccessRules } from './access.ts';
+import { allowedHostNames } from '../util/host-check.ts';
 import { EngineQueue, QueueFullError, type ServedEngine } from './queue.ts';
 import { messageText, renderChatML } from './chat.ts';
 import {
@@ -106,9 +107,8 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     { maxBatchTokens: maxRequestTokens, maxPending: o.maxQueuedRequests ?? 256 },
   );
   const created = Math.floor(Date.now() / 1000);
-  const allowedHosts = new Set((o.allowedHosts ?? []).map((h) => h.toLowerCase()));
   // A host given by name (`--host myhost.lan`) is one of the names the server answers to.
-  if (o.host && !isIP(o.host)) allowedHosts.add(o.host.toLowerCase());
+  const allowedHosts = allowedHostNames(o.host, o.allowedHosts);
   const ctx: Ctx = {
     ...o,
     queue,
