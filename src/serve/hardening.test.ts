@@ -185,160 +185,156 @@ describe('empo2 serve: work per request', () => {
       await small.close();
     }
   });
-});
 
-describe('empo2 serve: items per request and allowed texts', () => {
-  let f: ServedFixture;
-  beforeAll(async () => {
-    f = await startServedFixture('tiny');
-  }, 60_000);
-  afterAll(async () => f?.close());
-  afterEach(() => vi.restoreAllMocks());
-
-  /**
-   * Sends `body` while asking GET /v1/models every 50 ms until it is answered. The server runs in
-   * this thread, so a stalled event loop shows as a long wait between two /v1/models answers
-   * (whether or not one was in flight): returns the longest.
-   */
-  async function whileAsking(path: string, body: unknown): Promise<{ status: number; json: any; longestWaitMs: number; models: number }> {
-    let done = false;
-    // A connection the server drops is an answer too (status 0), not an unhandled rejection.
-    const big = post(f.server.url, path, body)
-      .catch((e: Error) => ({ status: 0, json: { error: { message: e.message } } }))
-      .finally(() => (done = true));
-    let last = performance.now();
-    let longest = 0;
-    let models = 0;
-    while (!done) {
-      expect((await fetch(f.server.url + '/v1/models')).status).toBe(200);
-      longest = Math.max(longest, performance.now() - last);
-      last = performance.now();
-      models++;
-      await new Promise((r) => setTimeout(r, 50));
+  describe('items per request and allowed texts', () => {
+    /**
+     * Sends `body` while asking GET /v1/models every 50 ms until it is answered. The server runs in
+     * this thread, so a stalled event loop shows as a long wait between two /v1/models answers
+     * (whether or not one was in flight): returns the longest.
+     */
+    async function whileAsking(path: string, body: unknown): Promise<{ status: number; json: any; longestWaitMs: number; models: number }> {
+      let done = false;
+      // A connection the server drops is an answer too (status 0), not an unhandled rejection.
+      const big = post(f.server.url, path, body)
+        .catch((e: Error) => ({ status: 0, json: { error: { message: e.message } } }))
+        .finally(() => (done = true));
+      let last = performance.now();
+      let longest = 0;
+      let models = 0;
+      while (!done) {
+        expect((await fetch(f.server.url + '/v1/models')).status).toBe(200);
+        longest = Math.max(longest, performance.now() - last);
+        last = performance.now();
+        models++;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const answer = await big;
+      return { ...answer, longestWaitMs: Math.max(longest, performance.now() - last), models };
     }
-    const answer = await big;
-    return { ...answer, longestWaitMs: Math.max(longest, performance.now() - last), models };
-  }
 
-  it('refuses more prompts, messages or allowed texts than it takes, before looking at them, naming the limit', async () => {
-    const cases: [string, string, unknown, string, RegExp][] = [
-      [
-        '150,000 one-token prompts',
-        '/v1/completions',
-        { prompt: Array.from({ length: 150_000 }, () => [1]), max_tokens: 1 },
-        'prompt',
-        /"prompt" holds 150000 prompts; empo2 serve takes at most 4096 per request/,
-      ],
-      [
-        '1,000,000 prompt strings',
-        '/v1/completions',
-        { prompt: Array.from({ length: 1_000_000 }, () => 'a'), max_tokens: 1 },
-        'prompt',
-        /"prompt" holds 1000000 prompts; empo2 serve takes at most 4096/,
-      ],
-      [
-        '130,000 empty chat messages',
-        '/v1/chat/completions',
-        { messages: Array.from({ length: 130_000 }, () => ({ role: 'user', content: '' })), max_tokens: 1 },
-        'messages',
-        /"messages" holds 130000 messages; empo2 serve takes at most 4096/,
-      ],
-      [
-        '100,000 empty content parts',
-        '/v1/chat/completions',
-        { messages: [{ role: 'user', content: Array.from({ length: 100_000 }, () => ({ type: 'text', text: '' })) }], max_tokens: 1 },
-        'messages',
-        /"messages" holds 100000 content parts; empo2 serve takes at most 4096/,
-      ],
-      [
-        '300,000 allowed texts',
-        '/v1/chat/completions',
-        { messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, allowed_texts: Array.from({ length: 300_000 }, () => 'a') },
-        'allowed_texts',
-        /"allowed_texts" holds 300000 texts; empo2 serve takes at most 262144/,
-      ],
-      [
-        '2 × 150,000 allowed texts, one list per prompt',
-        '/v1/completions',
-        {
-          prompt: [[5], [6]],
-          max_tokens: 4,
-          allowed_texts: [Array.from({ length: 150_000 }, () => 'a'), Array.from({ length: 150_000 }, () => 'b')],
-        },
-        'allowed_texts',
-        /"allowed_texts" holds 300000 texts; empo2 serve takes at most 262144/,
-      ],
-    ];
-    for (const [what, path, body, param, message] of cases) {
-      const started = performance.now();
-      const { status, json } = await post(f.server.url, path, body);
-      expect(status, what).toBe(400);
-      expect(json.error.param, what).toBe(param);
-      expect(json.error.message, what).toMatch(message);
-      expect(performance.now() - started, what).toBeLessThan(5_000);
-    }
-    expect(f.server.queue.stats.generateCalls).toBe(0);
-  }, 60_000);
+    it('refuses more prompts, messages or allowed texts than it takes, before looking at them, naming the limit', async () => {
+      const callsBefore = f.server.queue.stats.generateCalls;
+      const cases: [string, string, unknown, string, RegExp][] = [
+        [
+          '150,000 one-token prompts',
+          '/v1/completions',
+          { prompt: Array.from({ length: 150_000 }, () => [1]), max_tokens: 1 },
+          'prompt',
+          /"prompt" holds 150000 prompts; empo2 serve takes at most 4096 per request/,
+        ],
+        [
+          '1,000,000 prompt strings',
+          '/v1/completions',
+          { prompt: Array.from({ length: 1_000_000 }, () => 'a'), max_tokens: 1 },
+          'prompt',
+          /"prompt" holds 1000000 prompts; empo2 serve takes at most 4096/,
+        ],
+        [
+          '130,000 empty chat messages',
+          '/v1/chat/completions',
+          { messages: Array.from({ length: 130_000 }, () => ({ role: 'user', content: '' })), max_tokens: 1 },
+          'messages',
+          /"messages" holds 130000 messages; empo2 serve takes at most 4096/,
+        ],
+        [
+          '100,000 empty content parts',
+          '/v1/chat/completions',
+          { messages: [{ role: 'user', content: Array.from({ length: 100_000 }, () => ({ type: 'text', text: '' })) }], max_tokens: 1 },
+          'messages',
+          /"messages" holds 100000 content parts; empo2 serve takes at most 4096/,
+        ],
+        [
+          '300,000 allowed texts',
+          '/v1/chat/completions',
+          { messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, allowed_texts: Array.from({ length: 300_000 }, () => 'a') },
+          'allowed_texts',
+          /"allowed_texts" holds 300000 texts; empo2 serve takes at most 262144/,
+        ],
+        [
+          '2 × 150,000 allowed texts, one list per prompt',
+          '/v1/completions',
+          {
+            prompt: [[5], [6]],
+            max_tokens: 4,
+            allowed_texts: [Array.from({ length: 150_000 }, () => 'a'), Array.from({ length: 150_000 }, () => 'b')],
+          },
+          'allowed_texts',
+          /"allowed_texts" holds 300000 texts; empo2 serve takes at most 262144/,
+        ],
+      ];
+      for (const [what, path, body, param, message] of cases) {
+        const started = performance.now();
+        const { status, json } = await post(f.server.url, path, body);
+        expect(status, what).toBe(400);
+        expect(json.error.param, what).toBe(param);
+        expect(json.error.message, what).toMatch(message);
+        expect(performance.now() - started, what).toBeLessThan(5_000);
+      }
+      expect(f.server.queue.stats.generateCalls).toBe(callsBefore);
+    }, 60_000);
 
-  it('answers /v1/models at once while it refuses 500,000 prompts', async () => {
-    // Parsing the 2 MB body takes a tenth of a second; validating its prompts took seconds.
-    const r = await whileAsking('/v1/completions', { prompt: Array.from({ length: 500_000 }, () => [1]), max_tokens: 0 });
-    expect(r.status).toBe(400);
-    expect(r.json.error.message).toMatch(/"prompt" holds 500000 prompts/);
-    expect(r.longestWaitMs).toBeLessThan(1_000);
-  }, 60_000);
+    it('answers /v1/models at once while it refuses 500,000 prompts', async () => {
+      // Parsing the 2 MB body takes a tenth of a second; validating its prompts took seconds.
+      const r = await whileAsking('/v1/completions', { prompt: Array.from({ length: 500_000 }, () => [1]), max_tokens: 0 });
+      expect(r.status).toBe(400);
+      expect(r.json.error.message).toMatch(/"prompt" holds 500000 prompts/);
+      expect(r.longestWaitMs).toBeLessThan(1_000);
+    }, 60_000);
 
-  it('refuses token-id prompts over the work bound from their lengths, before validating every id', async () => {
-    const { status, json } = await post(f.server.url, '/v1/completions', {
-      prompt: [[5, 6], Array.from({ length: 300_000 }, () => 'x')],
-      max_tokens: 1,
+    it('refuses token-id prompts over the work bound from their lengths, before validating every id', async () => {
+      const { status, json } = await post(f.server.url, '/v1/completions', {
+        prompt: [[5, 6], Array.from({ length: 300_000 }, () => 'x')],
+        max_tokens: 1,
+      });
+      // The ids are not even numbers: the work bound is checked on the lengths first.
+      expect(status).toBe(400);
+      expect(json.error.message).toMatch(/2 prompts × \(300000 prompt tokens \+ 1 max_tokens\) = 600002 tokens of work/);
     });
-    // The ids are not even numbers: the work bound is checked on the lengths first.
-    expect(status).toBe(400);
-    expect(json.error.message).toMatch(/2 prompts × \(300000 prompt tokens \+ 1 max_tokens\) = 600002 tokens of work/);
+
+    it('measures allowed texts by their bytes before tokenising them, and answers /v1/models meanwhile', async () => {
+      const encode = vi.spyOn(f.server.queue.current.engine.tokenizer, 'encode');
+      const hi = [{ role: 'user', content: 'hi' }];
+      const huge = await whileAsking('/v1/chat/completions', { messages: hi, max_tokens: 4, allowed_texts: ['a'.repeat(15 << 20)] });
+      expect(huge.status).toBe(400);
+      expect(huge.json.error.param).toBe('allowed_texts');
+      expect(huge.json.error.message).toMatch(
+        /"allowed_texts" holds 15728640 bytes of text; empo2 serve takes at most 8388608 per request/,
+      );
+      expect(huge.longestWaitMs).toBeLessThan(1_000);
+
+      const long = await post(f.server.url, '/v1/chat/completions', {
+        messages: hi,
+        max_tokens: 4,
+        allowed_texts: ['look', 'a'.repeat(4_000_000)],
+      });
+      expect(long.status).toBe(400);
+      expect(long.json.error.param).toBe('allowed_texts[1]');
+      expect(long.json.error.message).toMatch(
+        /"allowed_texts\[1\]" is 4000000 bytes, at least \d+ tokens \(no token is longer than \d+ bytes\): it cannot be generated within max_tokens \(4\)/,
+      );
+      const perPrompt = await post(f.server.url, '/v1/completions', {
+        prompt: [[5], [6]],
+        max_tokens: 2,
+        allowed_texts: [null, ['go', 'the longest allowed text of them all']],
+      });
+      expect(perPrompt.status).toBe(400);
+      expect(perPrompt.json.error.param).toBe('allowed_texts[1][1]');
+      expect(encode).not.toHaveBeenCalled();
+    }, 60_000);
+
+    it('tokenises 20,000 allowed texts without holding up other requests', async () => {
+      const allowed = Array.from({ length: 20_000 }, (_, i) => `go to the ${i}th door of the long corridor and open it `.padEnd(100, '.'));
+      const r = await whileAsking('/v1/chat/completions', {
+        messages: [{ role: 'user', content: 'which door?' }],
+        max_tokens: 200,
+        allowed_texts: allowed,
+      });
+      expect(r.status).toBe(200);
+      expect(allowed).toContain(r.json.choices[0].message.content);
+      expect(r.models).toBeGreaterThan(1);
+      expect(r.longestWaitMs).toBeLessThan(1_000);
+    }, 120_000);
   });
-
-  it('measures allowed texts by their bytes before tokenising them, and answers /v1/models meanwhile', async () => {
-    const encode = vi.spyOn(f.server.queue.current.engine.tokenizer, 'encode');
-    const hi = [{ role: 'user', content: 'hi' }];
-    const huge = await whileAsking('/v1/chat/completions', { messages: hi, max_tokens: 4, allowed_texts: ['a'.repeat(15 << 20)] });
-    expect(huge.status).toBe(400);
-    expect(huge.json.error.param).toBe('allowed_texts');
-    expect(huge.json.error.message).toMatch(/"allowed_texts" holds 15728640 bytes of text; empo2 serve takes at most 8388608 per request/);
-    expect(huge.longestWaitMs).toBeLessThan(1_000);
-
-    const long = await post(f.server.url, '/v1/chat/completions', {
-      messages: hi,
-      max_tokens: 4,
-      allowed_texts: ['look', 'a'.repeat(4_000_000)],
-    });
-    expect(long.status).toBe(400);
-    expect(long.json.error.param).toBe('allowed_texts[1]');
-    expect(long.json.error.message).toMatch(
-      /"allowed_texts\[1\]" is 4000000 bytes, at least \d+ tokens \(no token is longer than \d+ bytes\): it cannot be generated within max_tokens \(4\)/,
-    );
-    const perPrompt = await post(f.server.url, '/v1/completions', {
-      prompt: [[5], [6]],
-      max_tokens: 2,
-      allowed_texts: [null, ['go', 'the longest allowed text of them all']],
-    });
-    expect(perPrompt.status).toBe(400);
-    expect(perPrompt.json.error.param).toBe('allowed_texts[1][1]');
-    expect(encode).not.toHaveBeenCalled();
-  }, 60_000);
-
-  it('tokenises 20,000 allowed texts without holding up other requests', async () => {
-    const allowed = Array.from({ length: 20_000 }, (_, i) => `go to the ${i}th door of the long corridor and open it `.padEnd(100, '.'));
-    const r = await whileAsking('/v1/chat/completions', {
-      messages: [{ role: 'user', content: 'which door?' }],
-      max_tokens: 200,
-      allowed_texts: allowed,
-    });
-    expect(r.status).toBe(200);
-    expect(allowed).toContain(r.json.choices[0].message.content);
-    expect(r.models).toBeGreaterThan(1);
-    expect(r.longestWaitMs).toBeLessThan(1_000);
-  }, 120_000);
 });
 
 describe('EngineQueue limits', () => {

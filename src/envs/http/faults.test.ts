@@ -146,14 +146,20 @@ describe('a server that answers garbage', () => {
     });
   }
 
-  it('503 means the server did not take the request: a step is sent again', async () => {
+  it('503 means the server did not take the request: a step is sent again, and the retry is said', async () => {
     const server = await serve();
-    const env = await envFor(server);
+    const warnings: string[] = [];
+    const env = await envFor(server, {}, warnings);
     await env.reset('find', 0);
     server.queueFault('/step', 'status_503');
     const result = await env.step('look');
     expect(result.done).toBe(false);
     expect(count(server, '/step')).toBe(2);
+    expect(env.stats.retries).toBe(1);
+    // Said, with the failure and the wait: a slow evaluation should not have to be guessed at.
+    expect(warnings).toEqual([
+      expect.stringMatching(new RegExp(`^http env: POST ${server.url}/step answered HTTP 503: .*; retry 1/3 in 20 ms$`)),
+    ]);
   });
 
   it('a wrongly shaped create answer, or one too long, fails the reset on every attempt', async () => {
@@ -183,7 +189,7 @@ describe('a server that answers garbage', () => {
   });
 });
 
-describe('redirects and retries', () => {
+describe('redirects', () => {
   const fronts: Server[] = [];
   afterEach(async () => {
     await Promise.all(fronts.splice(0).map((f) => new Promise((r) => f.close(r))));
@@ -218,13 +224,7 @@ describe('redirects and retries', () => {
     const server = await serve();
     const elsewhere = await serve();
     const base = await front(server, (path) => (path === '/create' ? `${elsewhere.url}/create` : null));
-    const warnings: string[] = [];
-    const env = await createHttpEnv(
-      { base_url: base, tasks: ['find'], variations: { train: '0-39', test: '40-49' }, max_steps: 6, ...FAST, reset_attempts: 1 },
-      {},
-      { warn: (l) => warnings.push(l) },
-    );
-    envs.push(env);
+    const env = await envFor(server, { base_url: base, reset_attempts: 1 });
     const t0 = performance.now();
     const first = await env.reset('find', 0);
     expect(performance.now() - t0).toBeLessThan(1_000);
@@ -238,28 +238,10 @@ describe('redirects and retries', () => {
   it('follows a redirect within the base URL (a trailing slash added), keeping the method and body', async () => {
     const server = await serve();
     const base = await front(server, (path) => (path.endsWith('/') || path.includes('?') || path === '/' ? null : `${path}/`));
-    const env = await createHttpEnv(
-      { base_url: base, tasks: ['find'], variations: { train: '0-39', test: '40-49' }, max_steps: 6, ...FAST },
-      {},
-      { warn: () => {} },
-    );
-    envs.push(env);
+    const env = await envFor(server, { base_url: base });
     await env.reset('find', 1);
     for (const a of [`go to ${new FindGame(1).target}`, `take ${new FindGame(1).item}`]) await env.step(a);
     expect(env.score()).toBe(100);
-  });
-
-  it('says each retry, with the failure and the wait', async () => {
-    const server = await serve();
-    const warnings: string[] = [];
-    const env = await envFor(server, {}, warnings);
-    await env.reset('find', 0);
-    server.queueFault('/step', 'status_503');
-    expect((await env.step('look')).done).toBe(false);
-    expect(env.stats.retries).toBe(1);
-    expect(warnings).toEqual([
-      expect.stringMatching(new RegExp(`^http env: POST ${server.url}/step answered HTTP 503: .*; retry 1/3 in 20 ms$`)),
-    ]);
   });
 });
 
