@@ -45,22 +45,35 @@ export function metricsFile(runDir: string): string {
   return join(runDir, 'metrics.jsonl');
 }
 
+export interface ParseOptions {
+  /**
+   * A damaged line (not JSON, or not the shape of its type) is an error (the comparison's numbers
+   * must not silently miss one), or, for a reader that shows what is there, skipped with a
+   * warning. A truncated last line is always skipped with a warning.
+   */
+  damaged?: 'error' | 'skip';
+}
+
 /**
  * Parses `<runDir>/metrics.jsonl`; null when the file does not exist. A run resumed from a
  * checkpoint re-logs the iterations after that checkpoint, so for each (type, iteration) the last
  * line is the one that belongs to the run's final history.
  */
-export function readRunMetrics(runDir: string): RunMetrics | null {
+export function readRunMetrics(runDir: string, opts: ParseOptions = {}): RunMetrics | null {
   const file = metricsFile(runDir);
   if (!existsSync(file)) return null;
-  return parseMetrics(readFileSync(file, 'utf8'), file);
+  return parseMetrics(readFileSync(file, 'utf8'), file, opts);
 }
 
-export function parseMetrics(text: string, file: string): RunMetrics {
+export function parseMetrics(text: string, file: string, opts: ParseOptions = {}): RunMetrics {
   const lines = text.split('\n');
   const evals = new Map<number, EvalLine>();
   const train = new Map<number, TrainLine>();
   const warnings: string[] = [];
+  const damaged = (where: string, why: string): void => {
+    if (opts.damaged !== 'skip') throw new Error(`${where}: ${why}`);
+    warnings.push(`${where}: skipped: ${why}`);
+  };
   let lastNonEmpty = lines.length - 1;
   while (lastNonEmpty >= 0 && lines[lastNonEmpty].trim() === '') lastNonEmpty--;
   lines.forEach((line, i) => {
@@ -75,25 +88,20 @@ export function parseMetrics(text: string, file: string): RunMetrics {
         warnings.push(`${where}: ignored a truncated last line (the run was probably killed while writing it)`);
         return;
       }
-      throw new Error(`${where}: not valid JSON (${(e as Error).message})`);
+      return damaged(where, `not valid JSON (${(e as Error).message})`);
     }
     const type = (value as { type?: unknown } | null)?.type;
-    if (type === 'eval') {
-      const e = checked(EvalLineSchema, value, where);
-      evals.set(e.iteration, e);
-    } else if (type === 'train') {
-      const t = checked(TrainLineSchema, value, where);
-      train.set(t.iteration, t);
-    }
+    const schema = type === 'eval' ? EvalLineSchema : type === 'train' ? TrainLineSchema : null;
     // Other line types (none today) are not the comparison's business.
+    if (!schema) return;
+    const r = schema.safeParse(value);
+    if (!r.success) {
+      const problems = r.error.issues.map((issue) => `${issue.path.join('.') || '(line)'}: ${issue.message}`).join('; ');
+      return damaged(where, `unexpected ${type} line (${problems})`);
+    }
+    if (r.data.type === 'eval') evals.set(r.data.iteration, r.data);
+    else train.set(r.data.iteration, r.data);
   });
   const byIteration = <T extends { iteration: number }>(m: Map<number, T>) => [...m.values()].sort((a, b) => a.iteration - b.iteration);
   return { file, evals: byIteration(evals), train: byIteration(train), warnings };
-}
-
-function checked<T extends z.ZodType>(schema: T, value: unknown, where: string): z.infer<T> {
-  const r = schema.safeParse(value);
-  if (r.success) return r.data;
-  const problems = r.error.issues.map((i) => `${i.path.join('.') || '(line)'}: ${i.message}`).join('; ');
-  throw new Error(`${where}: unexpected ${(value as { type: string }).type} line (${problems})`);
 }

@@ -75,6 +75,18 @@ describe('loadConfig', () => {
     expect(() => loadConfig(null, ['rollout.group_size=16', 'rollout.tasks_per_batch=1024'])).not.toThrow();
   });
 
+  it('episode step limits and memory sizes beyond any use are refused up front, naming the key', () => {
+    expect(errorOf(() => loadConfig(null, ['env.max_steps=1e9'])).message).toMatch(/env\.max_steps: .*<=\s*1000/);
+    expect(errorOf(() => loadConfig(null, ['memory.capacity=1e12'])).message).toMatch(/memory\.capacity: .*<=\s*100000/);
+    expect(errorOf(() => loadConfig(null, ['memory.dim=1e9'])).message).toMatch(/memory\.dim: .*<=\s*16384/);
+    // Each within bounds, together a quarter of a gigabyte of keys in every memory slot.
+    expect(errorOf(() => loadConfig(null, ['memory.capacity=100000', 'memory.dim=4096'])).message).toContain(
+      'memory.capacity: 100,000 entries x memory.dim 4,096 = 1,638 MB of keys in each memory slot; at most 256 MB',
+    );
+    expect(() => loadConfig(null, ['memory.capacity=100000', 'memory.embedder=minilm'])).not.toThrow();
+    expect(() => loadConfig(null, ['env.max_steps=1000', 'memory.capacity=50000'])).not.toThrow();
+  });
+
   it('a default model whose heads do not divide its width is refused, naming the keys', () => {
     expect(errorOf(() => loadConfig(null, ['model.hidden_size=100', 'model.num_attention_heads=3'])).message).toContain(
       'model.hidden_size: 100 is not a multiple of model.num_attention_heads (3)',

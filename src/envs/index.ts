@@ -2,7 +2,7 @@
  * Environment factory by family name. Families other than the built-in one load lazily, so their
  * dependencies (a Java simulator, a product catalogue) cost nothing unless used.
  */
-import type { Env } from './types.ts';
+import type { Env, Split } from './types.ts';
 
 export interface EnvSettings {
   name: string;
@@ -58,4 +58,23 @@ export async function environmentCorpus(s: EnvSettings): Promise<string[]> {
     return httpEnvironmentCorpus(s.options, { tasks: s.tasks, maxSteps: s.max_steps });
   }
   throw new Error(`no text corpus for environment "${s.name}": give model.path with a tokenizer.json`);
+}
+
+/**
+ * What env.eval_variations leaves out: null when every task's split holds that many variations,
+ * else a line for the start of a run saying that those tasks are played whole (a split is never
+ * padded) and how many episodes an evaluation then plays.
+ */
+export function evalVariationsNote(env: Env, tasks: readonly string[], split: Split, wanted: number): string | null {
+  const counts = tasks.map((task) => ({ task, n: env.variations(task, split).length }));
+  const short = counts.filter((c) => c.n < wanted);
+  if (short.length === 0) return null;
+  const shown = short.slice(0, 5).map((c) => `${c.task} ${c.n}`);
+  if (short.length > shown.length) shown.push(`${short.length - shown.length} more`);
+  const episodes = counts.reduce((sum, c) => sum + Math.min(c.n, wanted), 0);
+  const all = short.length === tasks.length;
+  return (
+    `env.eval_variations is ${wanted.toLocaleString('en')}, more than the ${split} split holds (${shown.join(', ')}): ` +
+    `${all ? 'every task is' : `${short.length} of ${tasks.length} tasks are`} evaluated on all of it, ${episodes.toLocaleString('en')} episodes per evaluation`
+  );
 }

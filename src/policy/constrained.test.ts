@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { TokenTrie } from './constrained.ts';
+import { buildTries, TokenTrie } from './constrained.ts';
 
 const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
 
@@ -63,5 +63,41 @@ describe('TokenTrie', () => {
     walk([]);
     const expected = texts.map((s) => [...encode(s), END].join(','));
     expect(paths.map((p) => p.join(',')).sort()).toEqual(expected.sort());
+  });
+});
+
+describe('buildTries', () => {
+  const encode = (text: string) => [...text].map((c) => c.charCodeAt(0));
+
+  it('builds one trie per distinct list, shared by the rows given it, and null for rows without texts', async () => {
+    let encoded = 0;
+    const shared = ['go', 'look'];
+    const tries = await buildTries([shared, null, shared, [], ['take']], (t) => (encoded++, encode(t)), 0);
+    expect(tries[0]).toBe(tries[2]);
+    expect(tries[1]).toBeNull();
+    expect(tries[3]).toBeNull();
+    expect(tries[4]!.allowedAfter([])).toEqual(encode('t'));
+    expect(encoded).toBe(3);
+  });
+
+  it('lets other work run while it tokenises a slow list, and stops once aborted', async () => {
+    // An encoder that takes 1 ms a text: 300 texts are 0.3 s of work.
+    const slow = (t: string) => {
+      const until = performance.now() + 1;
+      while (performance.now() < until);
+      return encode(t);
+    };
+    const texts = Array.from({ length: 300 }, (_, i) => `action ${i}`);
+    let ticks = 0;
+    const timer = setInterval(() => ticks++, 1);
+    try {
+      await buildTries([texts], slow, 0);
+    } finally {
+      clearInterval(timer);
+    }
+    expect(ticks).toBeGreaterThan(5);
+    const stop = new AbortController();
+    setTimeout(() => stop.abort(new Error('the client has gone')), 20);
+    await expect(buildTries([texts], slow, 0, stop.signal)).rejects.toThrow('the client has gone');
   });
 });

@@ -11,17 +11,19 @@ export interface TrieNode {
 export class TokenTrie {
   readonly root: TrieNode = { children: new Map() };
 
-  constructor(sequences: number[][]) {
-    for (const seq of sequences) {
-      let node = this.root;
-      for (const id of seq) {
-        let next = node.children.get(id);
-        if (!next) {
-          next = { children: new Map() };
-          node.children.set(id, next);
-        }
-        node = next;
+  constructor(sequences: number[][] = []) {
+    for (const seq of sequences) this.add(seq);
+  }
+
+  add(seq: readonly number[]): void {
+    let node = this.root;
+    for (const id of seq) {
+      let next = node.children.get(id);
+      if (!next) {
+        next = { children: new Map() };
+        node.children.set(id, next);
       }
+      node = next;
     }
   }
 
@@ -38,4 +40,45 @@ export class TokenTrie {
     }
     return [...node.children.keys()];
   }
+}
+
+/** How long tokenising allowed texts may hold the event loop before it lets other work run. */
+const SLICE_MS = 10;
+
+/**
+ * One trie per row (null for a row without texts), tokenising a few milliseconds at a time so that
+ * a long list (tens of thousands of valid actions) does not hold up the event loop: a server
+ * goes on answering other requests meanwhile. Rows given the same list share one trie. Stops with
+ * the signal's reason once it is aborted.
+ */
+export async function buildTries(
+  lists: readonly (readonly string[] | null | undefined)[],
+  encode: (text: string) => number[],
+  endToken: number,
+  signal?: AbortSignal,
+): Promise<(TokenTrie | null)[]> {
+  const built = new Map<readonly string[], TokenTrie>();
+  let sliceStart = performance.now();
+  const out: (TokenTrie | null)[] = [];
+  for (const texts of lists) {
+    if (!texts || texts.length === 0) {
+      out.push(null);
+      continue;
+    }
+    let trie = built.get(texts);
+    if (!trie) {
+      trie = new TokenTrie();
+      for (const text of texts) {
+        if (performance.now() - sliceStart > SLICE_MS) {
+          await new Promise<void>((resolve) => setImmediate(resolve));
+          signal?.throwIfAborted();
+          sliceStart = performance.now();
+        }
+        trie.add([...encode(text), endToken]);
+      }
+      built.set(texts, trie);
+    }
+    out.push(trie);
+  }
+  return out;
 }

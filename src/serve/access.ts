@@ -3,46 +3,37 @@
  * loopback: "simple" cross-origin POSTs (text/plain bodies) need no CORS preflight, and with DNS
  * rebinding the page's own host name resolves to the server, so it can read the replies too. So:
  * POST bodies must be declared JSON (which a cross-origin page cannot send without a preflight this
- * server never grants), the Host header (and Origin, when sent) must name this server, and an
- * optional bearer token must match.
+ * server never grants), the Host header (and Origin, when sent) must name this server
+ * (util/host-check.ts), and an optional bearer token must match.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import { isIP } from 'node:net';
+import { foreignHeader, isLoopback, type HostRules } from '../util/host-check.ts';
 import { RequestError } from './protocol.ts';
 
-export interface AccessRules {
-  /** The address the server is bound to (`0.0.0.0` or `::` for every interface). */
-  boundAddress: string;
-  /** Host names clients may use besides IP addresses (and localhost on a loopback server). */
-  allowedHosts: ReadonlySet<string>;
+export interface AccessRules extends HostRules {
   /** When set, every request must carry `Authorization: Bearer <apiKey>`. */
   apiKey?: string;
 }
 
 /** Throws the RequestError that refuses `req`, if any rule does. */
 export function checkAccess(rules: AccessRules, req: IncomingMessage): void {
-  const host = req.headers.host;
-  const hostName = host === undefined ? null : hostnameOf(`http://${host}`);
-  if (hostName === null || !hostAllowed(rules, hostName)) {
+  const foreign = foreignHeader(rules, req.headers);
+  if (foreign?.header === 'host') {
     throw new RequestError(
       403,
-      `Host ${JSON.stringify(host ?? '')} does not name this server (bound to ${rules.boundAddress}); use its IP address${isLoopback(rules.boundAddress) ? ' or localhost' : ''}, or start it with --allowed-host NAME`,
+      `Host ${JSON.stringify(foreign.value)} does not name this server (bound to ${rules.boundAddress}); use its IP address${isLoopback(rules.boundAddress) ? ' or localhost' : ''}, or start it with --allowed-host NAME`,
       null,
       'permission_error',
     );
   }
-  const origin = req.headers.origin;
-  if (origin !== undefined) {
-    const originHost = hostnameOf(origin);
-    if (originHost === null || !hostAllowed(rules, originHost)) {
-      throw new RequestError(
-        403,
-        `requests from web pages of another origin (${JSON.stringify(origin)}) are refused`,
-        null,
-        'permission_error',
-      );
-    }
+  if (foreign?.header === 'origin') {
+    throw new RequestError(
+      403,
+      `requests from web pages of another origin (${JSON.stringify(foreign.value)}) are refused`,
+      null,
+      'permission_error',
+    );
   }
   if (rules.apiKey !== undefined) {
     const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
@@ -68,29 +59,6 @@ export function checkJsonContentType(req: IncomingMessage): void {
       null,
     );
   }
-}
-
-function hostnameOf(url: string): string | null {
-  try {
-    const name = new URL(url).hostname.toLowerCase();
-    return name.startsWith('[') ? name.slice(1, -1) : name.replace(/\.$/, '');
-  } catch {
-    return null;
-  }
-}
-
-function hostAllowed(rules: AccessRules, name: string): boolean {
-  if (rules.allowedHosts.has(name)) return true;
-  const bound = rules.boundAddress;
-  const everyInterface = bound === '0.0.0.0' || bound === '::';
-  // An IP literal is never a rebound name: a page can only reach it from its own origin.
-  if (isIP(name)) return everyInterface || name === bound || (isLoopback(bound) && isLoopback(name));
-  return name === 'localhost' && (everyInterface || isLoopback(bound));
-}
-
-function isLoopback(address: string): boolean {
-  // URL parsing writes an IPv4-mapped loopback address in hex (::ffff:7f00:1).
-  return /^127\./.test(address) || address === '::1' || /^::ffff:(127\.|7f)/i.test(address);
 }
 
 function sameSecret(given: string, expected: string): boolean {

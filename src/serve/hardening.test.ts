@@ -7,7 +7,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { request } from 'node:http';
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { loadConfig } from '../config/load.ts';
@@ -77,13 +77,13 @@ describe('empo2 serve: work per request', () => {
 
   it('measures text prompts by their bytes before tokenising them', async () => {
     const encode = vi.spyOn(f.server.queue.current.engine.tokenizer, 'encode');
-    // Even without generating, tokenising 100,000 texts is work: each is at least a few tokens.
+    // Tokenising 4096 texts is work: each is at least a few tokens.
     const many = await post(f.server.url, '/v1/completions', {
-      prompt: Array.from({ length: 100_000 }, () => 'go to the kitchen and open the red box and look around'),
-      max_tokens: 0,
+      prompt: Array.from({ length: 4096 }, () => 'go to the kitchen and open the red box and look around'),
+      max_tokens: 64,
     });
     expect(many.status).toBe(400);
-    expect(many.json.error.message).toMatch(/100000 prompts × \(\d+ prompt tokens \+ 0 max_tokens\)/);
+    expect(many.json.error.message).toMatch(/4096 prompts × \(\d+ prompt tokens \+ 64 max_tokens\)/);
     const huge = await post(f.server.url, '/v1/completions', { prompt: ['look', 'x'.repeat(1 << 20)], max_tokens: 4 });
     expect(huge.status).toBe(400);
     expect(huge.json.error.param).toBe('prompt[1]');
@@ -184,6 +184,156 @@ describe('empo2 serve: work per request', () => {
       // The engine belongs to the fixture: close the server only.
       await small.close();
     }
+  });
+
+  describe('items per request and allowed texts', () => {
+    /**
+     * Sends `body` while asking GET /v1/models every 50 ms until it is answered. The server runs in
+     * this thread, so a stalled event loop shows as a long wait between two /v1/models answers
+     * (whether or not one was in flight): returns the longest.
+     */
+    async function whileAsking(path: string, body: unknown): Promise<{ status: number; json: any; longestWaitMs: number; models: number }> {
+      let done = false;
+      // A connection the server drops is an answer too (status 0), not an unhandled rejection.
+      const big = post(f.server.url, path, body)
+        .catch((e: Error) => ({ status: 0, json: { error: { message: e.message } } }))
+        .finally(() => (done = true));
+      let last = performance.now();
+      let longest = 0;
+      let models = 0;
+      while (!done) {
+        expect((await fetch(f.server.url + '/v1/models')).status).toBe(200);
+        longest = Math.max(longest, performance.now() - last);
+        last = performance.now();
+        models++;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const answer = await big;
+      return { ...answer, longestWaitMs: Math.max(longest, performance.now() - last), models };
+    }
+
+    it('refuses more prompts, messages or allowed texts than it takes, before looking at them, naming the limit', async () => {
+      const callsBefore = f.server.queue.stats.generateCalls;
+      const cases: [string, string, unknown, string, RegExp][] = [
+        [
+          '150,000 one-token prompts',
+          '/v1/completions',
+          { prompt: Array.from({ length: 150_000 }, () => [1]), max_tokens: 1 },
+          'prompt',
+          /"prompt" holds 150000 prompts; empo2 serve takes at most 4096 per request/,
+        ],
+        [
+          '1,000,000 prompt strings',
+          '/v1/completions',
+          { prompt: Array.from({ length: 1_000_000 }, () => 'a'), max_tokens: 1 },
+          'prompt',
+          /"prompt" holds 1000000 prompts; empo2 serve takes at most 4096/,
+        ],
+        [
+          '130,000 empty chat messages',
+          '/v1/chat/completions',
+          { messages: Array.from({ length: 130_000 }, () => ({ role: 'user', content: '' })), max_tokens: 1 },
+          'messages',
+          /"messages" holds 130000 messages; empo2 serve takes at most 4096/,
+        ],
+        [
+          '100,000 empty content parts',
+          '/v1/chat/completions',
+          { messages: [{ role: 'user', content: Array.from({ length: 100_000 }, () => ({ type: 'text', text: '' })) }], max_tokens: 1 },
+          'messages',
+          /"messages" holds 100000 content parts; empo2 serve takes at most 4096/,
+        ],
+        [
+          '300,000 allowed texts',
+          '/v1/chat/completions',
+          { messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, allowed_texts: Array.from({ length: 300_000 }, () => 'a') },
+          'allowed_texts',
+          /"allowed_texts" holds 300000 texts; empo2 serve takes at most 262144/,
+        ],
+        [
+          '2 × 150,000 allowed texts, one list per prompt',
+          '/v1/completions',
+          {
+            prompt: [[5], [6]],
+            max_tokens: 4,
+            allowed_texts: [Array.from({ length: 150_000 }, () => 'a'), Array.from({ length: 150_000 }, () => 'b')],
+          },
+          'allowed_texts',
+          /"allowed_texts" holds 300000 texts; empo2 serve takes at most 262144/,
+        ],
+      ];
+      for (const [what, path, body, param, message] of cases) {
+        const started = performance.now();
+        const { status, json } = await post(f.server.url, path, body);
+        expect(status, what).toBe(400);
+        expect(json.error.param, what).toBe(param);
+        expect(json.error.message, what).toMatch(message);
+        expect(performance.now() - started, what).toBeLessThan(5_000);
+      }
+      expect(f.server.queue.stats.generateCalls).toBe(callsBefore);
+    }, 60_000);
+
+    it('answers /v1/models at once while it refuses 500,000 prompts', async () => {
+      // Parsing the 2 MB body takes a tenth of a second; validating its prompts took seconds.
+      const r = await whileAsking('/v1/completions', { prompt: Array.from({ length: 500_000 }, () => [1]), max_tokens: 0 });
+      expect(r.status).toBe(400);
+      expect(r.json.error.message).toMatch(/"prompt" holds 500000 prompts/);
+      expect(r.longestWaitMs).toBeLessThan(1_000);
+    }, 60_000);
+
+    it('refuses token-id prompts over the work bound from their lengths, before validating every id', async () => {
+      const { status, json } = await post(f.server.url, '/v1/completions', {
+        prompt: [[5, 6], Array.from({ length: 300_000 }, () => 'x')],
+        max_tokens: 1,
+      });
+      // The ids are not even numbers: the work bound is checked on the lengths first.
+      expect(status).toBe(400);
+      expect(json.error.message).toMatch(/2 prompts × \(300000 prompt tokens \+ 1 max_tokens\) = 600002 tokens of work/);
+    });
+
+    it('measures allowed texts by their bytes before tokenising them, and answers /v1/models meanwhile', async () => {
+      const encode = vi.spyOn(f.server.queue.current.engine.tokenizer, 'encode');
+      const hi = [{ role: 'user', content: 'hi' }];
+      const huge = await whileAsking('/v1/chat/completions', { messages: hi, max_tokens: 4, allowed_texts: ['a'.repeat(15 << 20)] });
+      expect(huge.status).toBe(400);
+      expect(huge.json.error.param).toBe('allowed_texts');
+      expect(huge.json.error.message).toMatch(
+        /"allowed_texts" holds 15728640 bytes of text; empo2 serve takes at most 8388608 per request/,
+      );
+      expect(huge.longestWaitMs).toBeLessThan(1_000);
+
+      const long = await post(f.server.url, '/v1/chat/completions', {
+        messages: hi,
+        max_tokens: 4,
+        allowed_texts: ['look', 'a'.repeat(4_000_000)],
+      });
+      expect(long.status).toBe(400);
+      expect(long.json.error.param).toBe('allowed_texts[1]');
+      expect(long.json.error.message).toMatch(
+        /"allowed_texts\[1\]" is 4000000 bytes, at least \d+ tokens \(no token is longer than \d+ bytes\): it cannot be generated within max_tokens \(4\)/,
+      );
+      const perPrompt = await post(f.server.url, '/v1/completions', {
+        prompt: [[5], [6]],
+        max_tokens: 2,
+        allowed_texts: [null, ['go', 'the longest allowed text of them all']],
+      });
+      expect(perPrompt.status).toBe(400);
+      expect(perPrompt.json.error.param).toBe('allowed_texts[1][1]');
+      expect(encode).not.toHaveBeenCalled();
+    }, 60_000);
+
+    it('tokenises 20,000 allowed texts without holding up other requests', async () => {
+      const allowed = Array.from({ length: 20_000 }, (_, i) => `go to the ${i}th door of the long corridor and open it `.padEnd(100, '.'));
+      const r = await whileAsking('/v1/chat/completions', {
+        messages: [{ role: 'user', content: 'which door?' }],
+        max_tokens: 200,
+        allowed_texts: allowed,
+      });
+      expect(r.status).toBe(200);
+      expect(allowed).toContain(r.json.choices[0].message.content);
+      expect(r.models).toBeGreaterThan(1);
+      expect(r.longestWaitMs).toBeLessThan(1_000);
+    }, 120_000);
   });
 });
 
@@ -374,6 +524,21 @@ describe('empo2 serve: weight updates', () => {
     expect(server.queue.current.vocabSize).toBe(512);
     const noKey = await post(server.url, '/v1/empo2/load_weights', { path: join(weights, 'small') });
     expect(noKey.status).toBe(401);
+  });
+
+  it('refuses a model whose config.json claims a billion layers at once, naming the first missing tensor', async () => {
+    const absurd = join(weights, 'absurd');
+    cpSync(join(weights, 'small'), absurd, { recursive: true });
+    const configPath = join(absurd, 'config.json');
+    writeFileSync(configPath, JSON.stringify({ ...JSON.parse(readFileSync(configPath, 'utf8')), num_hidden_layers: 1e9 }));
+    const started = performance.now();
+    const r = await post(server.url, '/v1/empo2/load_weights', { path: absurd }, { headers: auth });
+    expect(r.status).toBe(400);
+    expect(performance.now() - started).toBeLessThan(3_000);
+    expect(log.at(-1)).toMatch(
+      /no tensor "model\.layers\.1\.input_layernorm\.weight" \(needed by config\.json\); config\.json says num_hidden_layers 1000000000 but the weight files hold 1$/,
+    );
+    expect(server.queue.current.vocabSize).toBe(512);
   });
 
   it('refreshes the vocabulary and context limits with every swap, also for requests already waiting', async () => {

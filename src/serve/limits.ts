@@ -6,6 +6,10 @@
  * Texts are checked by their UTF-8 length before they are tokenised: every token stands for at
  * most `longestTokenBytes` bytes, so a text of b bytes is at least ceil(b / longest) tokens, and a
  * text that cannot fit is refused without spending seconds (and gigabytes) tokenising it.
+ *
+ * How many items a request holds (prompts, messages, allowed texts) is checked on the parsed body
+ * before anything looks at the items: validating two million prompts blocked the server for
+ * seconds, and spreading them into Math.max overflowed the stack.
  */
 import type { TextTokenizer } from '../policy/types.ts';
 import { RequestError } from './protocol.ts';
@@ -13,6 +17,17 @@ import type { ServedEngine } from './queue.ts';
 
 /** 64 prompts of 4096 tokens. */
 export const DEFAULT_MAX_REQUEST_TOKENS = 262_144;
+
+/** Prompts in one completions request. */
+export const MAX_PROMPTS = 4096;
+/** Messages in one chat request, and text parts over all its messages. */
+export const MAX_MESSAGES = 4096;
+/**
+ * Allowed texts in one request (a list shared by every prompt counts once), and their UTF-8 bytes.
+ * Generous: a batch of 64 ScienceWorld states offers tens of thousands of valid actions.
+ */
+export const MAX_ALLOWED_TEXTS = 262_144;
+export const MAX_ALLOWED_TEXT_BYTES = 8 << 20;
 
 const longestByTokenizer = new WeakMap<TextTokenizer, number>();
 
@@ -85,4 +100,93 @@ export function checkPrompt(served: ServedEngine, ids: number[], param: (j: numb
       'max_tokens',
     );
   }
+}
+
+function checkCount(n: number, limit: number, what: string, param: string, advice: string): void {
+  if (n > limit)
+    throw new RequestError(400, `"${param}" holds ${n} ${what}; empo2 serve takes at most ${limit} per request: ${advice}`, param);
+}
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** The allowed texts a body holds, counted from the list lengths alone: one list, or one (or null) per prompt. */
+function countAllowedTexts(a: unknown): void {
+  if (!Array.isArray(a)) return;
+  const advice = 'send fewer, or split the prompts over several requests';
+  checkCount(a.length, MAX_ALLOWED_TEXTS, 'texts', 'allowed_texts', advice);
+  if (!Array.isArray(a[0]) && a[0] !== null) return;
+  let n = 0;
+  for (const list of a) if (Array.isArray(list)) n += list.length;
+  checkCount(n, MAX_ALLOWED_TEXTS, 'texts', 'allowed_texts', advice);
+}
+
+/**
+ * A /v1/completions body's item counts and, for token-id prompts, its work from the prompts'
+ * lengths, before the body is validated (which looks at every item). What is not the right shape
+ * is left to validation.
+ */
+export function checkCompletionCounts(body: unknown, defaultMaxTokens: number, maxRequestTokens: number): void {
+  if (!isRecord(body)) return;
+  const m = body.max_tokens;
+  // An invalid max_tokens is refused by validation; until then it counts as 0, the least work.
+  const maxTokens = m === undefined || m === null ? defaultMaxTokens : Number.isInteger(m) && (m as number) >= 0 ? (m as number) : 0;
+  const p = body.prompt;
+  if (Array.isArray(p)) {
+    if (typeof p[0] === 'number') {
+      checkWork(1, p.length, maxTokens, maxRequestTokens, 'prompt'); // one prompt of token ids
+    } else {
+      checkCount(p.length, MAX_PROMPTS, 'prompts', 'prompt', 'send them as several requests');
+      let longest = 0;
+      for (const ids of p) if (Array.isArray(ids)) longest = Math.max(longest, ids.length);
+      if (longest > 0) checkWork(p.length, longest, maxTokens, maxRequestTokens, 'prompt');
+    }
+  }
+  countAllowedTexts(body.allowed_texts);
+}
+
+/** A /v1/chat/completions body's item counts, before it is validated. */
+export function checkChatCounts(body: unknown): void {
+  if (!isRecord(body)) return;
+  const messages = body.messages;
+  if (Array.isArray(messages)) {
+    const advice = 'a conversation that long cannot fit in the context';
+    checkCount(messages.length, MAX_MESSAGES, 'messages', 'messages', advice);
+    let parts = 0;
+    for (const msg of messages) if (isRecord(msg) && Array.isArray(msg.content)) parts += msg.content.length;
+    checkCount(parts, MAX_MESSAGES, 'content parts', 'messages', advice);
+  }
+  countAllowedTexts(body.allowed_texts);
+}
+
+/**
+ * Before tokenising allowed texts: their bytes within MAX_ALLOWED_TEXT_BYTES, and each short
+ * enough to be generated within `maxTokens`. `lists` are the distinct lists of the request;
+ * `param(i, j)` names text j of list i.
+ */
+export function checkAllowedTexts(
+  served: ServedEngine,
+  lists: readonly (readonly string[])[],
+  maxTokens: number,
+  param: (i: number, j: number) => string,
+): void {
+  const bytes = lists.map((list) => list.map((t) => Buffer.byteLength(t, 'utf8')));
+  const total = bytes.reduce((n, list) => list.reduce((m, b) => m + b, n), 0);
+  if (total > MAX_ALLOWED_TEXT_BYTES)
+    throw new RequestError(
+      400,
+      `"allowed_texts" holds ${total} bytes of text; empo2 serve takes at most ${MAX_ALLOWED_TEXT_BYTES} per request: send fewer or shorter texts`,
+      'allowed_texts',
+    );
+  const longest = longestTokenBytes(served.engine.tokenizer);
+  bytes.forEach((list, i) =>
+    list.forEach((b, j) => {
+      const least = Math.ceil(b / longest);
+      if (least > maxTokens)
+        throw new RequestError(
+          400,
+          `"${param(i, j)}" is ${b} bytes, at least ${least} tokens (no token is longer than ${longest} bytes): it cannot be generated within max_tokens (${maxTokens})`,
+          param(i, j),
+        );
+    }),
+  );
 }

@@ -252,7 +252,7 @@ export class EngineQueue {
 }
 
 function longestPrompt(t: GenerateTask): number {
-  return Math.max(...t.prompts.map((p) => p.length));
+  return t.prompts.reduce((m, p) => Math.max(m, p.length), 0);
 }
 
 function batchKey(t: GenerateTask): string {

@@ -14,15 +14,25 @@
  * tokens and stops when its clients hang up (queue.ts). Web pages cannot drive it (access.ts).
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { isIP, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { realpathSync } from 'node:fs';
 import { isAbsolute, relative, resolve, sep } from 'node:path';
 import type { Generation, PolicyEngine, TextTokenizer } from '../policy/types.ts';
 import { checkAccess, checkJsonContentType, type AccessRules } from './access.ts';
+import { allowedHostNames } from '../util/host-check.ts';
 import { EngineQueue, QueueFullError, type ServedEngine } from './queue.ts';
 import { messageText, renderChatML } from './chat.ts';
-import { DEFAULT_MAX_REQUEST_TOKENS, checkPrompt, checkTextFits, checkWork, longestTokenBytes } from './limits.ts';
+import {
+  DEFAULT_MAX_REQUEST_TOKENS,
+  checkAllowedTexts,
+  checkChatCounts,
+  checkCompletionCounts,
+  checkPrompt,
+  checkTextFits,
+  checkWork,
+  longestTokenBytes,
+} from './limits.ts';
 import {
   ChatRequestSchema,
   CompletionRequestSchema,
@@ -97,9 +107,8 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     { maxBatchTokens: maxRequestTokens, maxPending: o.maxQueuedRequests ?? 256 },
   );
   const created = Math.floor(Date.now() / 1000);
-  const allowedHosts = new Set((o.allowedHosts ?? []).map((h) => h.toLowerCase()));
   // A host given by name (`--host myhost.lan`) is one of the names the server answers to.
-  if (o.host && !isIP(o.host)) allowedHosts.add(o.host.toLowerCase());
+  const allowedHosts = allowedHostNames(o.host, o.allowedHosts);
   const ctx: Ctx = {
     ...o,
     queue,
@@ -228,8 +237,23 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
         };
       },
     },
-    '/v1/completions': { method: 'POST', run: async () => completions(ctx, parseRequest(CompletionRequestSchema, await body()), signal) },
-    '/v1/chat/completions': { method: 'POST', run: async () => chat(ctx, parseRequest(ChatRequestSchema, await body()), signal) },
+    // Item counts are checked before validation, which looks at every item.
+    '/v1/completions': {
+      method: 'POST',
+      run: async () => {
+        const b = await body();
+        checkCompletionCounts(b, COMPLETION_DEFAULT_MAX_TOKENS, ctx.maxRequestTokens);
+        return completions(ctx, parseRequest(CompletionRequestSchema, b), signal);
+      },
+    },
+    '/v1/chat/completions': {
+      method: 'POST',
+      run: async () => {
+        const b = await body();
+        checkChatCounts(b);
+        return chat(ctx, parseRequest(ChatRequestSchema, b), signal);
+      },
+    },
     '/v1/empo2/load_weights': { method: 'POST', run: async () => loadWeights(ctx, await body()) },
   };
   const route = routes[path];
@@ -308,6 +332,11 @@ function cutAtStop(text: string, stop: string[]): string {
   return text.slice(0, end);
 }
 
+/** The largest of `values` (0 for none), without spreading a request-sized array into Math.max. */
+function longestOf(values: readonly number[]): number {
+  return values.reduce((m, v) => Math.max(m, v), 0);
+}
+
 function tokenLabel(tok: TextTokenizer, id: number, asIds: boolean): string {
   return asIds ? `token_id:${id}` : tok.decode([id]);
 }
@@ -337,6 +366,20 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
   const served = ctx.queue.current;
   const tok = served.engine.tokenizer;
   const maxTokens = r.max_tokens ?? COMPLETION_DEFAULT_MAX_TOKENS;
+  const a = r.allowed_texts;
+  // Measured before anything is tokenised; with max_tokens 0 nothing is generated and they are not used.
+  if (a && maxTokens > 0) {
+    if (typeof a[0] === 'string') checkAllowedTexts(served, [a as string[]], maxTokens, (_, j) => `allowed_texts[${j}]`);
+    else {
+      const given = (a as (string[] | null)[]).flatMap((list, i) => (list ? [{ list, i }] : []));
+      checkAllowedTexts(
+        served,
+        given.map((g) => g.list),
+        maxTokens,
+        (k, j) => `allowed_texts[${given[k].i}][${j}]`,
+      );
+    }
+  }
   const p = r.prompt;
   // Normalise the four prompt shapes to token ids, remembering how to name an element in errors.
   // Texts are measured before they are tokenised: one that cannot fit is not worth the time.
@@ -345,7 +388,7 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
   let param: (i: number, j: number | null) => string;
   const encodeAll = (all: string[], name: (i: number) => string): number[][] => {
     const least = all.map((t, i) => checkTextFits(served, t, maxTokens, name(i)));
-    checkWork(all.length, Math.max(...least), maxTokens, ctx.maxRequestTokens, 'prompt');
+    checkWork(all.length, longestOf(least), maxTokens, ctx.maxRequestTokens, 'prompt');
     return all.map((t) => tok.encode(t));
   };
   if (typeof p === 'string') {
@@ -365,13 +408,12 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
     texts = prompts.map(() => null);
     param = (i, j) => (j === null ? `prompt[${i}]` : `prompt[${i}][${j}]`);
   }
-  checkWork(prompts.length, Math.max(...prompts.map((ids) => ids.length)), maxTokens, ctx.maxRequestTokens, 'prompt');
+  checkWork(prompts.length, longestOf(prompts.map((ids) => ids.length)), maxTokens, ctx.maxRequestTokens, 'prompt');
   // Checked now for a prompt answer, and again by the engine that runs it (a weight swap may come first).
   const check = (s: ServedEngine) => prompts.forEach((ids, i) => checkPrompt(s, ids, (j) => param(i, j), maxTokens));
   check(served);
 
   let allowedTexts: (string[] | null)[] | undefined;
-  const a = r.allowed_texts;
   if (a) {
     if (typeof a[0] === 'string') allowedTexts = prompts.map(() => a as string[]);
     else if (a.length !== prompts.length)
@@ -440,9 +482,12 @@ async function chat(ctx: Ctx, r: ChatRequest, signal: AbortSignal) {
   const served = ctx.queue.current;
   const tok = served.engine.tokenizer;
   const explicitMax = r.max_completion_tokens ?? r.max_tokens ?? null;
-  // Before tokenising: the longest message alone must be able to fit.
+  // Before tokenising: the allowed texts within their bounds (with the most max_tokens can be)...
+  if (r.allowed_texts)
+    checkAllowedTexts(served, [r.allowed_texts], explicitMax ?? ctx.defaultChatMaxTokens, (_, j) => `allowed_texts[${j}]`);
+  // ...and the longest message alone able to fit.
   const lengths = r.messages.map((m) => Buffer.byteLength(messageText(m), 'utf8'));
-  const longest = lengths.indexOf(Math.max(...lengths));
+  const longest = lengths.indexOf(longestOf(lengths));
   checkTextFits(served, messageText(r.messages[longest]), explicitMax ?? 1, `messages[${longest}].content`);
   const rendered = renderChatML(r.messages);
   checkTextFits(served, rendered, explicitMax ?? 1, 'messages');

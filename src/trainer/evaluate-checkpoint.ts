@@ -6,7 +6,7 @@ import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { ConfigError } from '../config/load.ts';
 import { resolveAlgo, type Config } from '../config/schema.ts';
-import { createEnv } from '../envs/index.ts';
+import { createEnv, evalVariationsNote } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { writeJsonAtomic } from '../policy/tfjs/json-file.ts';
 import type { PolicyEngine } from '../policy/types.ts';
@@ -68,6 +68,8 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
   const envs: Env[] = [probe];
   try {
     while (envs.length < environmentCount(cfg, evaluationEpisodes(probe, tasks, cfg))) envs.push(await createEnv(cfg.env));
+    const evalNote = evalVariationsNote(probe, tasks, cfg.env.eval_split, cfg.env.eval_variations);
+    if (evalNote) console.log(evalNote);
     const memory = cfg.train.eval_with_memory ? await checkpointMemory(cfg, engine, output.modelDir) : undefined;
     if (memory) console.log(`showing tips from ${join(output.modelDir, MEMORY_FILE)} (${memory.tips.size()} tips; read, not written)`);
     const writer = output.trajectories

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { stringify as toYaml } from 'yaml';
 import { ConfigError, loadConfig } from '../config/load.ts';
 import { RESUMABLE_OPTIONS, resolveAlgo, resumeConflicts, type Config, type ResolvedAlgo } from '../config/schema.ts';
-import { createEnv } from '../envs/index.ts';
+import { createEnv, evalVariationsNote } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { nativeMatMulStatus } from '../policy/tfjs/native-matmul.ts';
@@ -136,6 +136,8 @@ async function openLockedRun(
   const envs: Env[] = [probe];
   while (envs.length < environmentCount(cfg, Math.max(batchSize, evaluationEpisodes(probe, tasks, cfg))))
     envs.push(await createEnv(cfg.env));
+  const evalNote = evalVariationsNote(probe, tasks, cfg.env.eval_split, cfg.env.eval_variations);
+  if (evalNote) log(evalNote);
 
   if (!restoreFrom && cfg.experimental.tip_warmup_examples > 0) {
     const ws = tipWarmupSettings(cfg);

@@ -250,7 +250,12 @@ describe('train() end to end', () => {
     const dir = join(root, 'all-variations');
     const cfg = loadConfig(null, [...tinyConfigOverrides(dir, 1), 'env.eval_variations=1000000000', 'env.max_steps=2']);
     const started = performance.now();
-    await train(cfg, { resume: false, log: () => {} });
+    const lines: string[] = [];
+    await train(cfg, { resume: false, log: (l) => lines.push(l) });
+    // Said at the start, not left to be found out from the evaluation's size.
+    expect(lines.slice(0, 3)).toContain(
+      'env.eval_variations is 1,000,000,000, more than the test split holds (fetch 50): every task is evaluated on all of it, 50 episodes per evaluation',
+    );
     const evals = metrics(dir).filter((m) => m.type === 'eval');
     expect(evals.map((m) => m.episodes)).toEqual([50, 50]); // the built-in test split holds 50 variations of fetch
     expect(performance.now() - started).toBeLessThan(60_000);

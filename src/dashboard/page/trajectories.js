@@ -191,7 +191,12 @@ export function trajectoriesView(root, ctx) {
               { dataset: { episode: ref }, class: ref === current ? 'chosen' : '', onclick: () => go({ episode: ref }) },
               h('td', { class: 'nowrap', title: answer.files[e.file]?.path ?? '' }, playedAt(e)),
               h('td', { class: 'nowrap' }, `${e.task} #${e.variation}`),
-              h('td', {}, modeBadge(e.mode)),
+              h(
+                'td',
+                {},
+                modeBadge(e.mode),
+                playedWithEmptyMemory(e, e.tipped_steps) ? h('div', { class: 'muted memory-note' }, 'memory was empty') : null,
+              ),
               h('td', { class: `num ${e.success ? 'success' : ''}` }, fmt(e.score)),
               h('td', { class: 'num' }, e.steps),
               h('td', { class: 'num' }, e.tipped_steps),
@@ -247,6 +252,16 @@ export function trajectoriesView(root, ctx) {
   };
 }
 
+/**
+ * Whether a rollout meant to be shown tips was shown none because the memory was empty: tips are
+ * written after each training iteration, so the first iteration, and an evaluation before it,
+ * play with an empty memory. (Later, no tips may also mean none was similar enough: not said.)
+ */
+function playedWithEmptyMemory(e, tippedSteps) {
+  if (!['tips-on-policy', 'tips-off-policy', 'tips'].includes(e.mode) || tippedSteps > 0) return false;
+  return (e.source === 'train' && e.iteration === 1) || (e.source === 'eval' && e.iteration === 0);
+}
+
 /** Where an episode was played, in a few characters: the iteration, an evaluation, or an adapt trial. */
 function playedAt(e) {
   if (e.source === 'adapt') return `trial ${e.trial}`;
@@ -263,6 +278,7 @@ function episodeChat(e, file, line, sourceId) {
         : `evaluation at iteration ${e.iteration ?? '?'}${e.checkpoint ? ` (${e.checkpoint})` : ''}`;
   const tipped = e.steps.filter((s) => s.tips.length > 0).length;
   const followed = e.steps.filter((s) => s.followed_tip === true).length;
+  const emptyMemory = playedWithEmptyMemory(e, tipped);
   const head = h(
     'div',
     { class: 'episode-head' },
@@ -279,9 +295,16 @@ function episodeChat(e, file, line, sourceId) {
       { class: 'muted' },
       `${e.source} · ${where}${e.env_steps !== null ? ` · ${e.env_steps} env steps` : ''} · ${e.steps.length} steps · ${tipped} shown tips · ${followed} followed a tip · ${file}:${line}`,
     ),
+    emptyMemory
+      ? h(
+          'p',
+          { class: 'muted', id: 'memory-note' },
+          'The memory was empty when this episode was played (tips are written after each training iteration): no tips to show.',
+        )
+      : null,
     h('p', { class: 'task' }, e.description),
   );
-  const rows = e.steps.map((s, t) => stepRow(e, s, t, sourceId));
+  const rows = e.steps.map((s, t) => stepRow(e, s, t, sourceId, emptyMemory));
   const end = h(
     'div',
     { class: 'step final' },
@@ -314,7 +337,7 @@ function episodeChat(e, file, line, sourceId) {
   return h('div', {}, head, plans, h('div', { class: 'steps' }, rows, end));
 }
 
-function stepRow(e, s, t, sourceId) {
+function stepRow(e, s, t, sourceId, emptyMemory) {
   const before = t > 0 ? e.steps[t - 1].score : 0;
   const gained = s.score - before;
   const marker =
@@ -364,7 +387,11 @@ function stepRow(e, s, t, sourceId) {
       ? h(
           'aside',
           { class: 'tips none' },
-          h('span', { class: 'muted' }, e.mode === 'plain' ? 'plain rollout: no tips shown' : 'no tips shown'),
+          h(
+            'span',
+            { class: 'muted' },
+            e.mode === 'plain' ? 'plain rollout: no tips shown' : emptyMemory ? 'no tips shown: the memory was empty' : 'no tips shown',
+          ),
           retrieveLink,
         )
       : h(

@@ -87,8 +87,12 @@ export class HttpEnv implements Env {
     readonly config: HttpEnvConfig,
     hooks: HttpEnvHooks = {},
   ) {
-    this.server = new ServerProtocol(config, () => this.stats.retries++);
     this.warn = hooks.warn ?? ((line) => process.stderr.write(`${line}\n`));
+    // Every retry is said: a slow evaluation should not have to be guessed at.
+    this.server = new ServerProtocol(config, (message) => {
+      this.stats.retries++;
+      this.warn(`http env: ${message}`);
+    });
   }
 
   tasks(): string[] {

@@ -4,7 +4,9 @@
  * error naming the call; nothing is sent twice that the server may already have carried out; and
  * after 200 episodes with faults injected at random the server holds no open instance.
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Rng } from '../../util/rng.ts';
 import { createHttpEnv, HttpEnv, openInstanceCount } from './index.ts';
 import { FindGame, TestEnvServer, type Fault } from '../../../test/support/http-env-server.ts';
@@ -144,14 +146,20 @@ describe('a server that answers garbage', () => {
     });
   }
 
-  it('503 means the server did not take the request: a step is sent again', async () => {
+  it('503 means the server did not take the request: a step is sent again, and the retry is said', async () => {
     const server = await serve();
-    const env = await envFor(server);
+    const warnings: string[] = [];
+    const env = await envFor(server, {}, warnings);
     await env.reset('find', 0);
     server.queueFault('/step', 'status_503');
     const result = await env.step('look');
     expect(result.done).toBe(false);
     expect(count(server, '/step')).toBe(2);
+    expect(env.stats.retries).toBe(1);
+    // Said, with the failure and the wait: a slow evaluation should not have to be guessed at.
+    expect(warnings).toEqual([
+      expect.stringMatching(new RegExp(`^http env: POST ${server.url}/step answered HTTP 503: .*; retry 1/3 in 20 ms$`)),
+    ]);
   });
 
   it('a wrongly shaped create answer, or one too long, fails the reset on every attempt', async () => {
@@ -178,6 +186,62 @@ describe('a server that answers garbage', () => {
     server.queueFault('/step', 'endless');
     const result = await env.step('look');
     expect(String(result.info?.simulatorError)).toMatch(/POST .*\/step sent an answer longer than the 1000000 bytes allowed/);
+  });
+});
+
+describe('redirects', () => {
+  const fronts: Server[] = [];
+  afterEach(async () => {
+    await Promise.all(fronts.splice(0).map((f) => new Promise((r) => f.close(r))));
+  });
+
+  /** A server in front of `target` that answers some requests with a redirect and passes the rest on. */
+  async function front(target: TestEnvServer, redirect: (path: string) => string | null): Promise<string> {
+    const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+      const to = redirect(req.url ?? '/');
+      if (to !== null) {
+        res.writeHead(307, { Location: to }).end();
+        return;
+      }
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', async () => {
+        const body = chunks.length ? Buffer.concat(chunks) : undefined;
+        const answer = await fetch(target.url + (req.url ?? '/').replace(/\/(?=$|\?)/, ''), {
+          method: req.method,
+          headers: { 'Content-Type': 'application/json' },
+          body,
+        });
+        res.writeHead(answer.status, { 'Content-Type': 'application/json' }).end(await answer.text());
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    fronts.push(server);
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }
+
+  it('does not follow a redirect to another port: the episode fails at once, naming where it pointed', async () => {
+    const server = await serve();
+    const elsewhere = await serve();
+    const base = await front(server, (path) => (path === '/create' ? `${elsewhere.url}/create` : null));
+    const env = await envFor(server, { base_url: base, reset_attempts: 1 });
+    const t0 = performance.now();
+    const first = await env.reset('find', 0);
+    expect(performance.now() - t0).toBeLessThan(1_000);
+    expect(first.info).toMatchObject({ outcome: 'simulator_error' });
+    expect(String(first.info?.simulatorError)).toContain(
+      `POST ${base}/create answered HTTP 307, a redirect to ${elsewhere.url}/create, outside the configured base URL ${base} (env.options.base_url): not followed`,
+    );
+    expect(elsewhere.requests).toEqual([]);
+  });
+
+  it('follows a redirect within the base URL (a trailing slash added), keeping the method and body', async () => {
+    const server = await serve();
+    const base = await front(server, (path) => (path.endsWith('/') || path.includes('?') || path === '/' ? null : `${path}/`));
+    const env = await envFor(server, { base_url: base });
+    await env.reset('find', 1);
+    for (const a of [`go to ${new FindGame(1).target}`, `take ${new FindGame(1).item}`]) await env.step(a);
+    expect(env.score()).toBe(100);
   });
 });
 

@@ -22,12 +22,16 @@ export { openInstanceCount } from './instances.ts';
 export async function createHttpEnv(options: unknown, overrides: EnvOverrides = {}, hooks: HttpEnvHooks = {}): Promise<HttpEnv> {
   const config = parseHttpEnvOptions(options, overrides);
   // GET / is answered at once by a live server; a long step deadline would only delay the verdict.
-  await checkReachable(config.baseUrl, {
-    timeoutMs: Math.min(config.timeoutMs, 10_000),
-    retries: config.retries,
-    backoffMs: config.retryBackoffMs,
-    maxResponseBytes: config.maxResponseBytes,
-  });
+  await checkReachable(
+    {
+      baseUrl: config.baseUrl,
+      timeoutMs: Math.min(config.timeoutMs, 10_000),
+      retries: config.retries,
+      backoffMs: config.retryBackoffMs,
+      maxResponseBytes: config.maxResponseBytes,
+    },
+    (m) => (hooks.warn ?? ((line: string) => process.stderr.write(`${line}\n`)))(`http env: ${m}`),
+  );
   return new HttpEnv(config, hooks);
 }
 

@@ -101,6 +101,7 @@ export class ServerProtocol {
   async close(id: InstanceId, timeoutMs: number, retries: number): Promise<void> {
     const call: JsonCall = { method: 'POST', url: this.url('close'), body: { [this.protocol.idField]: id } };
     const s: CallSettings = {
+      baseUrl: this.cfg.baseUrl,
       timeoutMs,
       retries: 0,
       backoffMs: this.cfg.retryBackoffMs,
@@ -150,6 +151,7 @@ export class ServerProtocol {
 
   private async send(call: JsonCall, timeoutMs: number, idempotent: boolean): Promise<unknown> {
     const s: CallSettings = {
+      baseUrl: this.cfg.baseUrl,
       timeoutMs,
       retries: this.cfg.retries,
       backoffMs: this.cfg.retryBackoffMs,

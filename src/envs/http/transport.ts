@@ -4,7 +4,10 @@
  * again whatever it is, while a time-out, a reset connection or another 5xx is retried only for
  * calls that are safe to repeat (reset, observation, available actions, close), because the
  * server may already have carried out a step or created an instance. 4xx answers, answers that
- * are not JSON and the servers' own {"error": ...} answers are never retried.
+ * are not JSON and the servers' own {"error": ...} answers are never retried. Each retry is told
+ * (onRetry), with the failure and the wait. Redirects are followed only within the configured base
+ * URL: one to another host or port (a dead one cost seconds of silent retries) is an error naming
+ * where it pointed.
  */
 
 export type FailureKind =
@@ -34,6 +37,8 @@ export class EnvServerError extends Error {
 }
 
 export interface CallSettings {
+  /** env.options.base_url: redirects are followed only to URLs under it. */
+  baseUrl: string;
   timeoutMs: number;
   /** Extra attempts after the first, for failures that allow one. */
   retries: number;
@@ -52,6 +57,66 @@ export interface JsonCall {
 
 const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
 const MAX_BACKOFF_MS = 10_000;
+const MAX_REDIRECTS = 5;
+const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+
+/** Whether `url` is the base URL or under it (same scheme, host and port; its path below the base's). */
+export function underBase(url: URL, baseUrl: string): boolean {
+  const base = new URL(baseUrl);
+  const path = base.pathname.replace(/\/+$/, '');
+  return url.origin === base.origin && (url.pathname === path || url.pathname.startsWith(`${path}/`));
+}
+
+function parseUrl(url: string, base: string): URL | null {
+  try {
+    return new URL(url, base);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * fetch with redirects followed only under the base URL, as fetch itself would follow them (303,
+ * and 301/302 after a POST, go on as a GET without the body). Throws an EnvServerError for a
+ * redirect elsewhere or too many of them.
+ */
+async function fetchUnderBase(
+  url: string,
+  init: RequestInit & { method: string },
+  s: CallSettings,
+  name: string,
+  sent: string,
+): Promise<Response> {
+  let at = url;
+  let request = init;
+  for (let hop = 0; ; hop++) {
+    const res = await fetch(at, { ...request, redirect: 'manual' });
+    if (!REDIRECTS.has(res.status)) return res;
+    await res.body?.cancel().catch(() => undefined);
+    const location = res.headers.get('location');
+    const target = location === null ? null : parseUrl(location, at);
+    if (target === null || !underBase(target, s.baseUrl)) {
+      throw new EnvServerError(
+        name,
+        'status',
+        `${name} answered HTTP ${res.status}, a redirect to ${target?.href ?? `${JSON.stringify(location)} (not a URL)`}, outside the configured base URL ${s.baseUrl} (env.options.base_url): not followed (${sent})`,
+        res.status,
+      );
+    }
+    if (hop + 1 >= MAX_REDIRECTS)
+      throw new EnvServerError(
+        name,
+        'status',
+        `${name} was redirected ${MAX_REDIRECTS} times (last to ${target.href}) (${sent})`,
+        res.status,
+      );
+    if (res.status === 303 || ((res.status === 301 || res.status === 302) && request.method === 'POST')) {
+      const { body: _body, ...rest } = request;
+      request = { ...rest, method: 'GET', headers: { Accept: 'application/json' } };
+    }
+    at = target.href;
+  }
+}
 
 export function retryable(e: EnvServerError, idempotent: boolean): boolean {
   if (e.kind === 'unreachable') return true;
@@ -99,13 +164,19 @@ async function attemptOnce(call: JsonCall, s: CallSettings): Promise<unknown> {
   let text: string;
   let status: number;
   try {
-    const res = await fetch(call.url, {
-      method: call.method,
-      headers:
-        call.body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
-      body: call.body === undefined ? undefined : JSON.stringify(call.body),
-      signal,
-    });
+    const res = await fetchUnderBase(
+      call.url,
+      {
+        method: call.method,
+        headers:
+          call.body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
+        body: call.body === undefined ? undefined : JSON.stringify(call.body),
+        signal,
+      },
+      s,
+      name,
+      sent,
+    );
     status = res.status;
     text = await readCapped(res, s.maxResponseBytes, name);
   } catch (e) {
@@ -177,19 +248,25 @@ function networkFailure(e: unknown, name: string, timeoutMs: number, sent: strin
 
 /**
  * Fails fast, with a message saying what to do, when nothing listens at the server's address:
- * any HTTP answer to GET {base}/ will do (AgentGym's servers name themselves there).
+ * any HTTP answer to GET {base}/ will do (AgentGym's servers name themselves there), a redirect
+ * too (it is not followed).
  */
-export async function checkReachable(baseUrl: string, s: Omit<CallSettings, 'idempotent'>): Promise<void> {
+export async function checkReachable(s: Omit<CallSettings, 'idempotent'>, onRetry?: (message: string) => void): Promise<void> {
+  const baseUrl = s.baseUrl;
   const name = `GET ${baseUrl}/`;
   let last: EnvServerError | undefined;
   for (let attempt = 1; attempt <= s.retries + 1; attempt++) {
     try {
-      const res = await fetch(`${baseUrl}/`, { signal: AbortSignal.timeout(s.timeoutMs) });
+      const res = await fetch(`${baseUrl}/`, { signal: AbortSignal.timeout(s.timeoutMs), redirect: 'manual' });
       await res.body?.cancel();
       return;
     } catch (e) {
       last = networkFailure(e, name, s.timeoutMs, 'no body');
-      if (attempt <= s.retries) await new Promise((r) => setTimeout(r, Math.min(MAX_BACKOFF_MS, s.backoffMs * 2 ** (attempt - 1))));
+      if (attempt <= s.retries) {
+        const wait = Math.min(MAX_BACKOFF_MS, s.backoffMs * 2 ** (attempt - 1));
+        onRetry?.(`${last.message}; retry ${attempt}/${s.retries} in ${wait} ms`);
+        await new Promise((r) => setTimeout(r, wait));
+      }
     }
   }
   throw new Error(`cannot reach the environment server at ${baseUrl} (env.options.base_url): ${last!.message}; is it running?`);

@@ -2,11 +2,13 @@
  * `empo2 webshop serve`: a local web page where a person shops in the same simulated shop the
  * agents use (same engine, same observations, same reward): pick a goal, search, open products,
  * choose options, buy, and see the reward and its parts. Plain node:http, no external assets, so it
- * works offline; it listens on loopback unless told otherwise.
+ * works offline; it listens on loopback unless told otherwise. Only its own pages drive it: a Host
+ * or Origin that does not name it (DNS rebinding, a form posted from another site) gets a 403.
  */
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { allowedHostNames, foreignHeader, isLoopback, type HostRules } from '../../util/host-check.ts';
 import type { Split, StepResult } from '../types.ts';
 import { WEBSHOP_TASK, WebShopEnv, type WebShopEnvOptions } from './env.ts';
 import type { RewardInfo } from './reward.ts';
@@ -19,6 +21,8 @@ export interface WebShopServerOptions extends WebShopEnvOptions {
   port?: number;
   /** Oldest sessions are forgotten beyond this many (default 500). */
   maxSessions?: number;
+  /** Host names the page may be opened under, besides its IP addresses (and localhost on loopback) and a `host` given by name. */
+  allowedHosts?: string[];
 }
 
 export interface RunningWebShopServer {
@@ -275,7 +279,17 @@ export async function startWebShopServer(opts: WebShopServerOptions = {}): Promi
   const catalogueEnv = new WebShopEnv(opts); // loads data once; sessions reuse the cached world
   const sessions = new Map<string, ShopperSession>();
 
+  const rules: HostRules = { boundAddress: host, allowedHosts: allowedHostNames(host, opts.allowedHosts) };
+
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const foreign = foreignHeader(rules, req.headers);
+    if (foreign) {
+      const why =
+        foreign.header === 'host'
+          ? `Host ${JSON.stringify(foreign.value)} does not name this server (bound to ${rules.boundAddress}); open it by its IP address${isLoopback(rules.boundAddress) ? ' or as localhost' : ''}`
+          : `forms from pages of another origin (${JSON.stringify(foreign.value)}) are refused: shop from this server's own page`;
+      return send(res, 403, page('Refused', `<p class="error">${escapeHtml(why)}.</p>`));
+    }
     const url = new URL(req.url ?? '/', 'http://localhost');
     const path = url.pathname;
     if (req.method === 'GET' && path === '/') {
@@ -286,8 +300,10 @@ export async function startWebShopServer(opts: WebShopServerOptions = {}): Promi
     }
     if (req.method === 'POST' && path === '/start') {
       const form = await readForm(req);
-      const goalIndex = Number(form.get('goal'));
-      if (!Number.isInteger(goalIndex) || goalIndex < 0 || goalIndex >= catalogueEnv.world.goals.length) {
+      // Digits only: Number() reads an empty or missing goal as 0, and takes " 1", "1e0", "-0" and "0x1".
+      const given = form.get('goal') ?? '';
+      const goalIndex = /^\d+$/.test(given) ? Number(given) : NaN;
+      if (!Number.isInteger(goalIndex) || goalIndex >= catalogueEnv.world.goals.length) {
         return send(
           res,
           400,
@@ -380,7 +396,9 @@ export async function startWebShopServer(opts: WebShopServerOptions = {}): Promi
     );
     server.listen(port, host, () => resolve());
   });
-  const actualPort = (server.address() as AddressInfo).port;
+  const address = server.address() as AddressInfo;
+  rules.boundAddress = address.address;
+  const actualPort = address.port;
   const shownHost = host.includes(':') ? `[${host}]` : host;
   return {
     url: `http://${shownHost}:${actualPort}/`,

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { parseHfConfig } from './config.ts';
 import { initBackend, tf } from '../tfjs/backend.ts';
 import { loadModelDir, saveModelDir } from '../tfjs/checkpoint.ts';
-import { Qwen2Model, type ModelConfig } from '../tfjs/qwen2.ts';
+import { Qwen2Model, countParameters, parameterShapes, type ModelConfig } from '../tfjs/qwen2.ts';
 import { readSafetensors, writeSafetensors, type TensorToWrite } from '../safetensors.ts';
 import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
 
@@ -320,6 +320,41 @@ describe('model directories', () => {
       .replace('"dtype":"F32"', '"dtype":"X32"'); // same length: offsets stay valid
     writeFileSync(file, Buffer.concat([bytes.subarray(0, 8), Buffer.from(header), bytes.subarray(8 + headerLength)]));
     expect(() => loadModelDir(d)).toThrow(new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: tensor ".*": unknown dtype "X32"`));
+  });
+
+  it('a config.json claiming a billion layers is refused at the first missing tensor, without listing the rest', () => {
+    const d = tempDir();
+    for (const f of ['config.json', 'tokenizer.json', 'model.safetensors']) copyFileSync(join(single, f), join(d, f));
+    const cfg = JSON.parse(readFileSync(join(d, 'config.json'), 'utf8'));
+    writeFileSync(join(d, 'config.json'), JSON.stringify({ ...cfg, num_hidden_layers: 1e9 }));
+    const started = performance.now();
+    expect(() => loadModelDir(d)).toThrow(
+      `${join(d, 'model.safetensors')}: no tensor "model.layers.2.input_layernorm.weight" (needed by config.json); config.json says num_hidden_layers 1000000000 but the weight files hold 2`,
+    );
+    expect(performance.now() - started).toBeLessThan(1_000);
+  });
+
+  it('countParameters counts what parameterShapes lists, for every layout', () => {
+    const base = {
+      vocab_size: 300,
+      hidden_size: 32,
+      intermediate_size: 48,
+      num_hidden_layers: 3,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+    };
+    const common = { max_position_embeddings: 128, rms_norm_eps: 1e-6, rope_theta: 1e4 };
+    const layouts: ModelConfig[] = [
+      { model_type: 'qwen2', ...base, ...common, tie_word_embeddings: true },
+      { model_type: 'qwen2', ...base, ...common, tie_word_embeddings: false, head_dim: 16 },
+      { model_type: 'llama', ...base, ...common, tie_word_embeddings: false },
+      { model_type: 'llama', ...base, ...common, tie_word_embeddings: true, attention_bias: true, mlp_bias: true },
+    ];
+    for (const c of layouts) {
+      let listed = 0;
+      for (const shape of parameterShapes(c).values()) listed += shape.reduce((a, b) => a * b, 1);
+      expect(countParameters(c), JSON.stringify(c)).toBe(listed);
+    }
   });
 
   it('a config.json refusal surfaces through loadModelDir with the file path', () => {

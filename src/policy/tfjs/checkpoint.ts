@@ -9,9 +9,16 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tf } from './backend.ts';
-import { Qwen2Model, parameterShapes, type ModelConfig } from './qwen2.ts';
+import { Qwen2Model, parameterEntries, parameterShapes, type ModelConfig } from './qwen2.ts';
 import { parseHfConfig } from '../hf/config.ts';
-import { modelWeightFiles, readSafetensors, toFloat32, writeSafetensors, type TensorToWrite } from '../safetensors.ts';
+import {
+  modelWeightFiles,
+  readSafetensors,
+  readSafetensorsHeader,
+  toFloat32,
+  writeSafetensors,
+  type TensorToWrite,
+} from '../safetensors.ts';
 import { Tokenizer } from '../tokenizer.ts';
 import type { TextTokenizer } from '../types.ts';
 import { ADAPTER_CONFIG_FILE, loadLoraAdapter, saveLoraAdapter, type LoraConfig } from './lora.ts';
@@ -62,8 +69,9 @@ export interface LoadOptions {
  * bytes are in memory next to the fp32 variables).
  */
 function loadWeights(dir: string, config: ModelConfig): Map<string, tf.Variable> {
-  const wanted = parameterShapes(config);
   const files = modelWeightFiles(dir);
+  checkNamesFirst(dir, config, files);
+  const wanted = parameterShapes(config);
   const params = new Map<string, tf.Variable>();
   const foundIn = new Map<string, string>();
   try {
@@ -89,8 +97,7 @@ function loadWeights(dir: string, config: ModelConfig): Map<string, tf.Variable>
     }
     for (const name of wanted.keys()) {
       if (!params.has(name)) {
-        const where = files.size === 1 ? [...files.keys()][0] : join(dir, INDEX_FILE);
-        throw new Error(`${where}: no tensor "${name}" (needed by config.json)`);
+        throw new Error(`${missingWhere(dir, files)}: no tensor "${name}" (needed by config.json)`);
       }
     }
   } catch (e) {
@@ -98,6 +105,33 @@ function loadWeights(dir: string, config: ModelConfig): Map<string, tf.Variable>
     throw e;
   }
   return params;
+}
+
+/**
+ * Before any weight is read: every tensor config.json implies is named in the weight files'
+ * headers. The config's names are checked in order and the first missing one is named at once,
+ * so a config claiming a billion layers is refused without listing them (that took 39 s, then
+ * "Map maximum size exceeded").
+ */
+function checkNamesFirst(dir: string, c: ModelConfig, files: Map<string, string[]>): void {
+  const held = new Set<string>();
+  for (const file of files.keys()) for (const entry of readSafetensorsHeader(file).entries) held.add(entry.name);
+  for (const [name] of parameterEntries(c)) {
+    if (held.has(name)) continue;
+    let layers = 0;
+    for (const h of held) {
+      const m = /^model\.layers\.(\d+)\./.exec(h);
+      if (m) layers = Math.max(layers, Number(m[1]) + 1);
+    }
+    const why =
+      layers < c.num_hidden_layers ? `; config.json says num_hidden_layers ${c.num_hidden_layers} but the weight files hold ${layers}` : '';
+    throw new Error(`${missingWhere(dir, files)}: no tensor "${name}" (needed by config.json)${why}`);
+  }
+}
+
+/** Where a missing tensor should have been: the one weight file, or the index of the shards. */
+function missingWhere(dir: string, files: Map<string, string[]>): string {
+  return files.size === 1 ? [...files.keys()][0] : join(dir, INDEX_FILE);
 }
 
 export function loadModelDir(dir: string, opts: LoadOptions = {}): LoadedPolicy {

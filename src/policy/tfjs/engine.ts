@@ -41,7 +41,7 @@ import {
   plainTrainingBytesPerToken,
   trainingBytesPerToken,
 } from './memory-plan.ts';
-import { TokenTrie } from '../constrained.ts';
+import { buildTries, type TokenTrie } from '../constrained.ts';
 import { sampleToken } from '../sampling.ts';
 import { objectiveTerms, type ObjectiveConfig } from '../../algo/objective.ts';
 import { Rng } from '../../util/rng.ts';
@@ -169,9 +169,7 @@ export class TfjsEngine implements PolicyEngine {
     const base = new Rng(opts.seed);
     const rngs = prompts.map((_, b) => (b === 0 ? new Rng(opts.seed) : base.fork(b)));
     const endToken = this.options.endTokens[0];
-    const tries = (opts.allowedTexts ?? []).map((texts) =>
-      texts && texts.length > 0 ? TokenTrie.fromTexts(texts, (t) => this.tokenizer.encode(t), endToken) : null,
-    );
+    const tries = await buildTries(opts.allowedTexts ?? [], (t) => this.tokenizer.encode(t), endToken, opts.signal);
     const out: RowState[] = prompts.map(() => ({ tokens: [], logprobs: [], done: false, finish: 'length' }));
     if (opts.maxTokens === 0) return out.map(() => ({ tokens: [], logprobs: [], text: '', finish: 'length' }));
     const sample = (b: number, logits: Float32Array) => this.sampleInto(out[b], logits, opts, rngs[b], tries[b] ?? null);

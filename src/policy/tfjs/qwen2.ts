@@ -48,47 +48,68 @@ export function headDim(c: ModelConfig): number {
 
 /** Shapes of every parameter, by Hugging Face name. */
 export function parameterShapes(c: ModelConfig): Map<string, number[]> {
+  return new Map(parameterEntries(c));
+}
+
+/** parameterShapes one at a time, in the same order: a config may claim a billion layers. */
+export function* parameterEntries(c: ModelConfig): Generator<[string, number[]]> {
   const d = c.hidden_size;
   const hd = headDim(c);
   const qOut = c.num_attention_heads * hd;
   const kvOut = c.num_key_value_heads * hd;
-  const shapes = new Map<string, number[]>();
-  shapes.set('model.embed_tokens.weight', [c.vocab_size, d]);
+  yield ['model.embed_tokens.weight', [c.vocab_size, d]];
   const qkvBias = c.model_type === 'qwen2' || !!c.attention_bias;
   const oBias = c.model_type === 'llama' && !!c.attention_bias;
   const mlpBias = c.model_type === 'llama' && !!c.mlp_bias;
   for (let i = 0; i < c.num_hidden_layers; i++) {
     const p = `model.layers.${i}.`;
-    shapes.set(p + 'input_layernorm.weight', [d]);
-    shapes.set(p + 'self_attn.q_proj.weight', [qOut, d]);
-    shapes.set(p + 'self_attn.k_proj.weight', [kvOut, d]);
-    shapes.set(p + 'self_attn.v_proj.weight', [kvOut, d]);
+    yield [p + 'input_layernorm.weight', [d]];
+    yield [p + 'self_attn.q_proj.weight', [qOut, d]];
+    yield [p + 'self_attn.k_proj.weight', [kvOut, d]];
+    yield [p + 'self_attn.v_proj.weight', [kvOut, d]];
     if (qkvBias) {
-      shapes.set(p + 'self_attn.q_proj.bias', [qOut]);
-      shapes.set(p + 'self_attn.k_proj.bias', [kvOut]);
-      shapes.set(p + 'self_attn.v_proj.bias', [kvOut]);
+      yield [p + 'self_attn.q_proj.bias', [qOut]];
+      yield [p + 'self_attn.k_proj.bias', [kvOut]];
+      yield [p + 'self_attn.v_proj.bias', [kvOut]];
     }
-    shapes.set(p + 'self_attn.o_proj.weight', [d, qOut]);
-    if (oBias) shapes.set(p + 'self_attn.o_proj.bias', [d]);
-    shapes.set(p + 'post_attention_layernorm.weight', [d]);
-    shapes.set(p + 'mlp.gate_proj.weight', [c.intermediate_size, d]);
-    shapes.set(p + 'mlp.up_proj.weight', [c.intermediate_size, d]);
-    shapes.set(p + 'mlp.down_proj.weight', [d, c.intermediate_size]);
+    yield [p + 'self_attn.o_proj.weight', [d, qOut]];
+    if (oBias) yield [p + 'self_attn.o_proj.bias', [d]];
+    yield [p + 'post_attention_layernorm.weight', [d]];
+    yield [p + 'mlp.gate_proj.weight', [c.intermediate_size, d]];
+    yield [p + 'mlp.up_proj.weight', [c.intermediate_size, d]];
+    yield [p + 'mlp.down_proj.weight', [d, c.intermediate_size]];
     if (mlpBias) {
-      shapes.set(p + 'mlp.gate_proj.bias', [c.intermediate_size]);
-      shapes.set(p + 'mlp.up_proj.bias', [c.intermediate_size]);
-      shapes.set(p + 'mlp.down_proj.bias', [d]);
+      yield [p + 'mlp.gate_proj.bias', [c.intermediate_size]];
+      yield [p + 'mlp.up_proj.bias', [c.intermediate_size]];
+      yield [p + 'mlp.down_proj.bias', [d]];
     }
   }
-  shapes.set('model.norm.weight', [d]);
-  if (!c.tie_word_embeddings) shapes.set('lm_head.weight', [c.vocab_size, d]);
-  return shapes;
+  yield ['model.norm.weight', [d]];
+  if (!c.tie_word_embeddings) yield ['lm_head.weight', [c.vocab_size, d]];
 }
 
+/**
+ * The parameters parameterShapes lists, counted without listing them (a config.json may claim a
+ * billion layers).
+ */
 export function countParameters(c: ModelConfig): number {
-  let n = 0;
-  for (const s of parameterShapes(c).values()) n += s.reduce((a, b) => a * b, 1);
-  return n;
+  const d = c.hidden_size;
+  const hd = headDim(c);
+  const qOut = c.num_attention_heads * hd;
+  const kvOut = c.num_key_value_heads * hd;
+  const ff = c.intermediate_size;
+  const qkvBias = c.model_type === 'qwen2' || !!c.attention_bias;
+  const oBias = c.model_type === 'llama' && !!c.attention_bias;
+  const mlpBias = c.model_type === 'llama' && !!c.mlp_bias;
+  const perLayer =
+    2 * d + // the two norms
+    (qOut + 2 * kvOut) * d +
+    (qkvBias ? qOut + 2 * kvOut : 0) +
+    d * qOut +
+    (oBias ? d : 0) +
+    3 * ff * d +
+    (mlpBias ? 2 * ff + d : 0);
+  return c.vocab_size * d * (c.tie_word_embeddings ? 1 : 2) + d + c.num_hidden_layers * perLayer;
 }
 
 export interface ModelOptions {
