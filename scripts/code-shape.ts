@@ -1,0 +1,107 @@
+/**
+ * The shape of src/, for notes on refactors: per folder, its source files, the imports between them
+ * (arrows) and the longest chain of those imports (levels), then the longest functions.
+ *
+ *   npx tsx scripts/code-shape.ts [root] [--over N] [--folders a,b]
+ *
+ * root: a checkout (default: this one). --over: list every function longer than N lines (default 80)
+ * in --folders (default trainer, run, adapt, algo; missing folders are skipped).
+ */
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import ts from 'typescript';
+
+const args = process.argv.slice(2);
+const flag = (name: string) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args.splice(i, 2)[1] : undefined;
+};
+const over = Number(flag('--over') ?? 80);
+const folders = (flag('--folders') ?? 'trainer,run,adapt,algo').split(',');
+const root = resolve(args[0] ?? join(import.meta.dirname, '..'));
+const src = join(root, 'src');
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) return sourceFiles(path);
+    return e.name.endsWith('.ts') && !e.name.endsWith('.test.ts') ? [path] : [];
+  });
+}
+
+const importsOf = (text: string) => [...text.matchAll(/(?:\bfrom\s+|\bimport\s*\(\s*|^\s*import\s+)'(\.[^']*)'/gm)].map((m) => m[1]);
+
+/** Functions, methods and arrow functions with their length in lines (first line to last, inclusive). */
+function functionsOf(file: string): { name: string; lines: number }[] {
+  const text = readFileSync(file, 'utf8');
+  const sf = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
+  const out: { name: string; lines: number }[] = [];
+  const line = (pos: number) => sf.getLineAndCharacterOfPosition(pos).line;
+  const visit = (node: ts.Node) => {
+    if (ts.isFunctionLike(node) && 'body' in node && node.body) {
+      let name = node.name && ts.isIdentifier(node.name) ? node.name.text : '';
+      if (!name && ts.isVariableDeclaration(node.parent) && ts.isIdentifier(node.parent.name)) name = node.parent.name.text;
+      if (!name && ts.isPropertyAssignment(node.parent) && ts.isIdentifier(node.parent.name)) name = node.parent.name.text;
+      if (ts.isConstructorDeclaration(node)) name = 'constructor';
+      out.push({ name: name || '(anonymous)', lines: line(node.getEnd()) - line(node.getStart()) + 1 });
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(sf);
+  return out;
+}
+
+const files = sourceFiles(src);
+const byFolder = new Map<string, string[]>();
+for (const f of files) {
+  const folder = relative(src, f).split('/')[0];
+  if (folder.endsWith('.ts')) continue;
+  byFolder.set(folder, [...(byFolder.get(folder) ?? []), f]);
+}
+
+console.log('folder: files, arrows between them, levels (longest import chain inside the folder), longest function');
+for (const [folder, list] of [...byFolder].sort()) {
+  const inFolder = new Set(list);
+  const next = new Map(
+    list.map((f) => [
+      f,
+      [...new Set(importsOf(readFileSync(f, 'utf8')).map((s) => resolve(dirname(f), s)))].filter((t) => inFolder.has(t) && t !== f),
+    ]),
+  );
+  const arrows = [...next.values()].reduce((n, t) => n + t.length, 0);
+  const depth = new Map<string, number>();
+  const levels = (f: string, seen: Set<string>): number => {
+    if (depth.has(f)) return depth.get(f)!;
+    if (seen.has(f)) return 0;
+    seen.add(f);
+    const d = 1 + Math.max(0, ...next.get(f)!.map((t) => levels(t, seen)));
+    seen.delete(f);
+    depth.set(f, d);
+    return d;
+  };
+  const deepest = Math.max(...list.map((f) => levels(f, new Set())));
+  const longest = list.flatMap((f) => functionsOf(f).map((fn) => ({ ...fn, file: relative(src, f) }))).sort((a, b) => b.lines - a.lines)[0];
+  console.log(
+    `${folder}: ${list.length} files, ${arrows} arrows, ${deepest} levels, longest ${longest ? `${longest.file} ${longest.name} ${longest.lines}` : '-'}`,
+  );
+}
+
+console.log(`\nfunctions over ${over} lines in ${folders.join(', ')}:`);
+let count = 0;
+for (const folder of folders) {
+  if (!existsSync(join(src, folder))) continue;
+  for (const f of byFolder.get(folder) ?? [])
+    for (const fn of functionsOf(f))
+      if (fn.lines > over) {
+        count++;
+        console.log(`  ${relative(src, f)} ${fn.name}: ${fn.lines}`);
+      }
+}
+console.log(`  ${count} in all`);
+
+const all = files
+  .flatMap((f) => functionsOf(f).map((fn) => ({ ...fn, file: relative(root, f) })))
+  .sort((a, b) => b.lines - a.lines)
+  .slice(0, 12);
+console.log('\nlongest functions in src/:');
+for (const fn of all) console.log(`  ${fn.file} ${fn.name}: ${fn.lines}`);
