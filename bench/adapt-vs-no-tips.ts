@@ -23,7 +23,7 @@ import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
 import { parseSeeds, runChild } from '../src/compare/runner.ts';
 import { formatPairedDifference, pairedDifference, summarize } from '../src/compare/stats.ts';
-import type { TrialResult } from '../src/trainer/adapt.ts';
+import type { TrialResult } from '../src/adapt/tips.ts';
 
 const { values: a } = parseArgs({
   options: {

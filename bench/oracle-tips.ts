@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
 import { runChild } from '../src/compare/runner.ts';
-import type { TrialResult } from '../src/trainer/adapt.ts';
+import type { TrialResult } from '../src/adapt/tips.ts';
 
 const { values: a } = parseArgs({
   options: {

@@ -9,18 +9,18 @@
  */
 import { spawnSync } from 'node:child_process';
 import { ConfigSchema } from '../src/config/schema.ts';
-import { createEnv } from '../src/envs/index.ts';
+import { createEnv, environmentCorpus } from '../src/envs/index.ts';
 import { Rng } from '../src/util/rng.ts';
 import { initBackend, tf } from '../src/policy/tfjs/backend.ts';
 import { countParameters } from '../src/policy/tfjs/qwen2.ts';
-import { createEngine } from '../src/trainer/engines.ts';
+import { createEngine } from '../src/policy/engines.ts';
 import { rolloutSettings, runEpisodes } from '../src/trainer/rollout.ts';
 import { nativeMatMulStatus } from '../src/policy/tfjs/native-matmul.ts';
 import { promptSettings } from '../src/trainer/prompt-style.ts';
 
 const backend = await initBackend();
 const cfg = ConfigSchema.parse({ run_dir: '/tmp/empo2-bench' });
-const { engine } = await createEngine(cfg, 'fresh');
+const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
 const params = countParameters(engine.model.config);
 console.log(
   `backend ${backend} | native matmul: ${JSON.stringify(nativeMatMulStatus())} | default model ${params.toLocaleString()} parameters`,

@@ -18,9 +18,10 @@ import { TfjsEngine } from '../src/policy/tfjs/engine.ts';
 import { countParameters } from '../src/policy/tfjs/qwen2.ts';
 import { nativeMatMulStatus } from '../src/policy/tfjs/native-matmul.ts';
 import { TorchEngine } from '../src/policy/torch/engine.ts';
-import { createEngine } from '../src/trainer/engines.ts';
+import { createEngine } from '../src/policy/engines.ts';
 import type { PolicyEngine, TrainSequence } from '../src/policy/types.ts';
 import type { ObjectiveConfig } from '../src/algo/objective.ts';
+import { environmentCorpus } from '../src/envs/index.ts';
 
 const args = process.argv.slice(2);
 const flag = (name: string, fallback: number) => {
@@ -37,7 +38,7 @@ const givenDir = args[0];
 
 const backend = await initBackend();
 const cfg = ConfigSchema.parse({ run_dir: '/tmp/empo2-bench-torch' });
-const { engine: base } = await createEngine(cfg, 'fresh');
+const { engine: base } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
 const scratch = mkdtempSync(join(tmpdir(), 'empo2-bench-torch-'));
 const modelDir = givenDir ?? join(scratch, 'model');
 if (!givenDir) await saveModelDir(modelDir, base.model, base.tokenizer);

@@ -17,14 +17,16 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { applyOverride, validateConfig } from '../src/config/load.ts';
 import { ConfigSchema, type Config } from '../src/config/schema.ts';
-import { createEnv } from '../src/envs/index.ts';
+import { createEnv, environmentCorpus } from '../src/envs/index.ts';
 import type { Env } from '../src/envs/types.ts';
 import { initBackend } from '../src/policy/tfjs/backend.ts';
 import type { PolicyEngine } from '../src/policy/types.ts';
 import { Rng } from '../src/util/rng.ts';
-import { EpisodeProgress } from '../src/trainer/progress.ts';
-import { environmentCount, rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob } from '../src/trainer/rollout.ts';
-import { createTrainingEngine } from '../src/trainer/engines.ts';
+import { EpisodeProgress } from '../src/run/progress.ts';
+import { rolloutSettings, runEpisodesInChunks } from '../src/trainer/rollout.ts';
+import { environmentCount } from '../src/run/env-pool.ts';
+import { type Episode, type RolloutJob } from '../src/run/records.ts';
+import { createTrainingEngine } from '../src/policy/engines.ts';
 
 const { values: a } = parseArgs({
   options: {
@@ -98,7 +100,7 @@ let engine = null as { engine: PolicyEngine; close(): Promise<void> } | null;
 async function policyEngine(cfg: Config): Promise<PolicyEngine> {
   if (!engine) {
     await initBackend();
-    engine = await createTrainingEngine(cfg, 'fresh');
+    engine = await createTrainingEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
   }
   return engine.engine;
 }

@@ -10,7 +10,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { initBackend } from '../src/policy/tfjs/backend.ts';
-import { latestCheckpoint, loadCheckpoint } from '../src/trainer/checkpoint.ts';
+import { latestCheckpoint, loadTrainerState } from '../src/run/checkpoint.ts';
+import { loadTrainingPolicy } from '../src/policy/tfjs/checkpoint.ts';
 import { TINY_MODEL } from './support/tiny.ts';
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -140,8 +141,8 @@ describe('empo2 CLI', () => {
     // The checkpoint written on the way out is complete and loads.
     const dir = latestCheckpoint(runDir)!;
     expect(dir).toBe(join(runDir, 'checkpoints', `iter-${String(stoppedAt).padStart(6, '0')}`));
-    const loaded = loadCheckpoint(dir);
-    expect(loaded.state.iteration).toBe(stoppedAt);
+    expect(loadTrainerState(dir).iteration).toBe(stoppedAt);
+    const loaded = loadTrainingPolicy(dir);
     expect(loaded.model.config.hidden_size).toBe(32);
     loaded.model.dispose();
     const trainLines = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')

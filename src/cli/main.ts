@@ -94,13 +94,13 @@ withConfig(
   .action(async (given: string, opts) => {
     if (opts.json) checkOutputFile(opts.json, '--json');
     if (opts.trajectories) checkOutputFile(opts.trajectories, '--trajectories');
-    const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
+    const { latestCheckpoint } = await import('../run/checkpoint.ts');
     const path = await modelArgument(given);
     const runConfig = join(path, 'config.yaml');
     const cfg = configFrom(opts, existsSync(runConfig) ? runConfig : undefined);
     const modelDir = existsSync(join(path, 'checkpoints')) ? latestCheckpoint(path) : path;
     if (!modelDir) throw new Error(`${path} has no checkpoint`);
-    const { defaultEvalTrajectories } = await import('../trainer/evaluate-checkpoint.ts');
+    const { defaultEvalTrajectories } = await import('../adapt/checkpoint-eval.ts');
     const trajectories: string | undefined = opts.trajectories ?? defaultEvalTrajectories(modelDir) ?? undefined;
     if (opts.remote) {
       const timeout = Number(opts.remoteTimeout);
@@ -310,7 +310,7 @@ withConfig(
   .option('--reflections <k>', 'with --method reflexion: plans of a variation shown in its next trial (default 3, as Reflexion)')
   .option('--reflection-max-tokens <n>', 'with --method reflexion: most tokens of one plan (default 256, as Reflexion)')
   .action(async (opts) => {
-    const { latestCheckpoint } = await import('../trainer/checkpoint.ts');
+    const { latestCheckpoint } = await import('../run/checkpoint.ts');
     const path = await modelArgument(opts.checkpoint);
     const isRun = existsSync(join(path, 'checkpoints'));
     const runConfig = isRun ? join(path, 'config.yaml') : join(path, '..', '..', 'config.yaml');

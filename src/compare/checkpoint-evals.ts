@@ -13,8 +13,8 @@
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { checkpointsDir } from '../trainer/checkpoint.ts';
-import { loadTrainerState } from '../trainer/trainer-state.ts';
+import { checkpointsDir } from '../run/checkpoint.ts';
+import { loadTrainerState } from '../run/trainer-state.ts';
 import { readEvalRecord, type FinalEval } from './final-eval.ts';
 import type { EvalLine } from './metrics.ts';
 import { interpolateAt } from './stats.ts';

@@ -7,7 +7,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { z } from 'zod';
-import { latestCheckpoint } from '../trainer/checkpoint.ts';
+import { latestCheckpoint } from '../run/checkpoint.ts';
 import { TaskScoreSchema } from './metrics.ts';
 
 export const FINAL_EVAL = 'final-eval.json';

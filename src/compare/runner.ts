@@ -13,8 +13,8 @@ import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { ConfigError, loadConfig } from '../config/load.ts';
 import { inertInBoth, type Config } from '../config/schema.ts';
-import { writeJsonAtomic } from '../policy/tfjs/json-file.ts';
-import { latestCheckpoint } from '../trainer/checkpoint.ts';
+import { writeJsonAtomic } from '../util/atomic-write.ts';
+import { latestCheckpoint } from '../run/checkpoint.ts';
 import { aggregate, type Comparison, type RunRecord, type RunStatus } from './aggregate.ts';
 import {
   bracketingCheckpoints,

@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { loadConfig, validateConfig } from '../config/load.ts';
 import type { Config } from '../config/schema.ts';
 import { findMemoryFile } from '../memory/memory-file.ts';
-import { MemoryRuntime } from '../trainer/memory.ts';
-import type { ShownTip } from '../trainer/rollout.ts';
+import { MemoryRuntime } from '../trainer/memory-runtime.ts';
+import type { ShownTip } from '../run/records.ts';
 import { DataError, readAdaptReport } from './run-data.ts';
 import type { Source } from './sources.ts';
 

@@ -19,8 +19,8 @@ import { TrajectorySummaryReflector } from '../memory/reflector.ts';
 import { TipMemory } from '../memory/store.ts';
 import type { EpisodeRecord } from '../trajectory/format.ts';
 import { TrajectoryWriter } from '../trajectory/writer.ts';
-import { MemoryRuntime } from '../trainer/memory.ts';
-import type { Episode } from '../trainer/rollout.ts';
+import { MemoryRuntime } from '../trainer/memory-runtime.ts';
+import type { Episode } from '../run/records.ts';
 import { startDashboard, type RunningDashboard } from './server.ts';
 import { discoverSources } from './sources.ts';
 

@@ -13,12 +13,13 @@ import { join, resolve } from 'node:path';
 import { loadConfig } from '../config/load.ts';
 import type { GenerateOptions, Generation, PolicyEngine } from '../policy/types.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
-import { createEngine } from '../trainer/engines.ts';
+import { createEngine } from '../policy/engines.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 import { loadServedModel, type ServedModel } from './load.ts';
 import { EngineQueue, QueueFullError } from './queue.ts';
 import { startServer, type RunningServer } from './server.ts';
 import { startServedFixture, type ServedFixture } from '../../test/support/served-fixture.ts';
+import { environmentCorpus } from '../envs/index.ts';
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
@@ -460,7 +461,7 @@ describe('empo2 serve: weight updates', () => {
       `model.vocab_size=${vocab}`,
       'env.tasks=[fetch]',
     ]);
-    const { engine } = await createEngine(cfg, 'fresh');
+    const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
     await engine.save(dir);
     engine.dispose();
     if (context) {

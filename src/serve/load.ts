@@ -9,7 +9,7 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { resolveModelPath } from '../policy/gguf/model-path.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
-import { latestCheckpoint } from '../trainer/checkpoint.ts';
+import { latestCheckpoint } from '../run/checkpoint.ts';
 import { END_OF_TEXT, IM_END, endTokenIds } from '../policy/chat-tokens.ts';
 
 export function resolveModelDir(path: string): string {

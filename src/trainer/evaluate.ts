@@ -5,35 +5,25 @@
 import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import { EpisodeProgress } from './progress.ts';
-import { rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob, type TipSource } from './rollout.ts';
+import { EpisodeProgress } from '../run/progress.ts';
+import type { EvalResult, Episode, RolloutJob, TaskResult } from '../run/records.ts';
+import { rolloutSettings, runEpisodesInChunks, type TipSource } from './rollout.ts';
 
-export interface TaskResult {
-  task: string;
-  episodes: number;
-  mean_score: number;
-  success_rate: number;
-}
-
-export interface EvalResult {
+export interface EvaluateOptions {
+  tasks: readonly string[];
+  /** The training iteration evaluated after (recorded in the result). */
   iteration: number;
-  perTask: TaskResult[];
-  summary: { episodes: number; mean_score: number; success_rate: number; env_steps: number; seconds: number };
+  /** Show tips during evaluation (off by default: the paper evaluates without memory). */
+  memory?: { tipSource(): TipSource };
+  /** Show progress under this label (episodes, steps, elapsed, ETA). */
+  progressLabel?: string;
+  /** Given the episodes played, in job order (trajectory records). */
+  played?: (episodes: readonly Episode[]) => void;
 }
 
-/** `memory`: show tips during evaluation (off by default: the paper evaluates without memory). */
-export async function evaluate(
-  engine: PolicyEngine,
-  envs: Env[],
-  tasks: string[],
-  cfg: Config,
-  iteration: number,
-  memory?: { tipSource(): TipSource },
-  /** Show progress under this label (episodes, steps, elapsed, ETA). */
-  progressLabel?: string,
-  /** Given the episodes played, in job order (trajectory records). */
-  played?: (episodes: readonly Episode[]) => void,
-): Promise<EvalResult> {
+/** One episode per (task, variation) of the evaluation split, capped at env.eval_variations per task. */
+export async function evaluate(engine: PolicyEngine, envs: Env[], cfg: Config, o: EvaluateOptions): Promise<EvalResult> {
+  const { tasks, iteration, memory, progressLabel, played } = o;
   const t0 = performance.now();
   const jobs: RolloutJob[] = [];
   for (const task of tasks) {
@@ -75,6 +65,11 @@ export async function evaluate(
   };
 }
 
+/** Episodes of one held-out evaluation: env.eval_variations caps each task's split, it does not pad it. */
+export function evaluationEpisodes(env: Env, tasks: readonly string[], cfg: Config): number {
+  return tasks.reduce((n, t) => n + Math.min(cfg.env.eval_variations, env.variations(t, cfg.env.eval_split).length), 0);
+}
+
 function mean(xs: number[]): number {
   return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0;
 }
@@ -101,9 +96,4 @@ export function formatEvalTable(final: EvalResult, initial: EvalResult | null): 
 
 function pct(x: number): string {
   return `${(x * 100).toFixed(1)}%`;
-}
-
-/** Wall time of an evaluation, per episode and per step: what a real model costs on this machine. */
-export function timing(s: EvalResult['summary']): string {
-  return `${s.episodes} episodes, ${s.env_steps} steps in ${s.seconds.toFixed(1)} s: ${(s.seconds / Math.max(1, s.episodes)).toFixed(2)} s per episode, ${(s.seconds / Math.max(1, s.env_steps)).toFixed(3)} s per step`;
 }

@@ -1,5 +1,5 @@
 /**
- * GiGPO in the trainer: per-step advantages through grpoUpdate and packing (hand-made episodes against
+ * GiGPO in the trainer: per-step advantages through updatePolicy and packing (hand-made episodes against
  * a recording engine), its configuration, and two iterations of `algo.name: gigpo` end to end on the
  * built-in environment with the tiny model.
  */
@@ -15,8 +15,8 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
 import type { GenerateOptions, Generation, PolicyEngine, ScoredSequence, TrainSequence, TrainStats } from '../policy/types.ts';
 import { Rng } from '../util/rng.ts';
-import { grpoUpdate, type GrpoSettings, type UpdateEpisode } from './grpo.ts';
-import type { StepRecord } from './rollout.ts';
+import { updatePolicy, type UpdateSettings, type UpdateEpisode } from './update.ts';
+import type { StepRecord } from '../run/records.ts';
 import { train } from './trainer.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
@@ -38,7 +38,7 @@ class RecordingEngine implements PolicyEngine {
   dispose(): void {}
 }
 
-const settings = (o: Partial<GrpoSettings> = {}): GrpoSettings => ({
+const settings = (o: Partial<UpdateSettings> = {}): UpdateSettings => ({
   objective: { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: null },
   seqMinLogprob: null,
   minibatches: 1,
@@ -86,10 +86,10 @@ const closeAll = (actual: number[], wanted: number[]) => {
 const firstOf = (batch: TrainSequence[], ep: UpdateEpisode) =>
   batch.find((x) => x.prompt.join() === ep.steps[0].prompt.join() || x.prompt.join() === ep.steps[1].prompt.join())!;
 
-describe('grpoUpdate with the GiGPO step advantage', () => {
+describe('updatePolicy with the GiGPO step advantage', () => {
   it('each step gets its own advantage on every one of its tokens; a step with A = 0 is left out', async () => {
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(engine, [a, b, c], settings(), new Rng(1));
+    const stats = await updatePolicy(engine, [a, b, c], settings(), new Rng(1));
     const batch = engine.batches[0];
     const of = (st: StepRecord) => batch.find((x) => x.prompt.join() === st.prompt.join());
     a.steps.forEach((st, t) => closeAll(of(st)!.advantages, [expected.a[t], expected.a[t]]));
@@ -103,7 +103,7 @@ describe('grpoUpdate with the GiGPO step advantage', () => {
 
   it("packed: one sequence per episode carrying each step's advantage on its own policy tokens, in order", async () => {
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(engine, [a, b, c], settings({ pack: true }), new Rng(1));
+    const stats = await updatePolicy(engine, [a, b, c], settings({ pack: true }), new Rng(1));
     const batch = engine.batches[0];
     expect(batch).toHaveLength(3);
     const packedA = firstOf(batch, a);
@@ -135,7 +135,7 @@ describe('grpoUpdate with the GiGPO step advantage', () => {
     const c0 = 1 / 12 / s0;
     const c2 = -1 / 6 / (Math.sqrt(1 / 12) + ADVANTAGE_EPS);
     const engine = new RecordingEngine();
-    await grpoUpdate(engine, [a, b, loop], settings({ pack: true }), new Rng(1));
+    await updatePolicy(engine, [a, b, loop], settings({ pack: true }), new Rng(1));
     const packed = firstOf(engine.batches[0], loop);
     expect(packed.prompt).toEqual(loop.steps[0].prompt);
     // r0 r0' | ctx r1 r1' ctx | r2 r2': the left-out step's response only conditions the next one.
@@ -149,7 +149,7 @@ describe('grpoUpdate with the GiGPO step advantage', () => {
   it("decoupled off-policy on a packed episode weights each step's own advantage (not the first step's)", async () => {
     const engine = new RecordingEngine();
     const offA = { ...a, mode: 'tips-off-policy' as const };
-    await grpoUpdate(engine, [offA, b, c], settings({ pack: true, offPolicyRatio: 'decoupled', offPolicyWeightCap: null }), new Rng(1));
+    await updatePolicy(engine, [offA, b, c], settings({ pack: true, offPolicyRatio: 'decoupled', offPolicyWeightCap: null }), new Rng(1));
     const packedA = firstOf(engine.batches[0], offA);
     // cap null: w = 1, so the advantages are unchanged and old log-probs are the tip-free scores.
     closeAll(
@@ -162,8 +162,8 @@ describe('grpoUpdate with the GiGPO step advantage', () => {
   it('ω = 0 trains exactly what GRPO trains', async () => {
     const gigpo = new RecordingEngine();
     const grpo = new RecordingEngine();
-    await grpoUpdate(gigpo, [a, b, c], settings({ gigpo: { omega: 0, gamma: 0.95, mode: 'mean_std_norm' } }), new Rng(1));
-    await grpoUpdate(grpo, [a, b, c], settings({ gigpo: null }), new Rng(1));
+    await updatePolicy(gigpo, [a, b, c], settings({ gigpo: { omega: 0, gamma: 0.95, mode: 'mean_std_norm' } }), new Rng(1));
+    await updatePolicy(grpo, [a, b, c], settings({ gigpo: null }), new Rng(1));
     expect(gigpo.batches).toEqual(grpo.batches);
   });
 });

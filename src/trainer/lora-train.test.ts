@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { loadConfig } from '../config/load.ts';
 import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
-import { latestCheckpoint } from './checkpoint.ts';
+import { latestCheckpoint } from '../run/checkpoint.ts';
 import { train } from './trainer.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 

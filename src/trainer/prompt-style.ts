@@ -5,8 +5,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
-import { ChatTemplate } from '../policy/chat-template.ts';
-import { ggufCacheDir, isGgufPath } from '../policy/gguf/model-path.ts';
+import { ChatTemplate, ggufCacheDir, isGgufPath } from '../policy/index.ts';
 import { INSTRUCT_SYSTEM_PROMPT, type PromptSettings } from './prompt.ts';
 
 const templates = new Map<string, ChatTemplate | null>();

@@ -11,9 +11,10 @@ import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { loadServedModel } from '../serve/load.ts';
 import { startServer, type RunningServer } from '../serve/server.ts';
-import { latestCheckpoint } from './checkpoint.ts';
+import { latestCheckpoint } from '../run/checkpoint.ts';
 import { train } from './trainer.ts';
-import { createEngine } from './engines.ts';
+import { createEngine } from '../policy/engines.ts';
+import { environmentCorpus } from '../envs/index.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-remote-rollouts-'));
 let server: RunningServer;
@@ -50,7 +51,7 @@ beforeAll(async () => {
     'model.vocab_size=300',
     'env.tasks=[fetch]',
   ]);
-  const { engine } = await createEngine(tiny, 'fresh');
+  const { engine } = await createEngine(tiny, 'fresh', () => environmentCorpus(tiny.env));
   await engine.save(modelDir);
   engine.dispose();
   const served = await loadServedModel(modelDir);

@@ -11,8 +11,10 @@ import { resolveAlgo } from '../config/schema.ts';
 import { createEnv } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import type { GenerateOptions, Generation, PolicyEngine } from '../policy/types.ts';
-import { MemoryRuntime } from './memory.ts';
-import { environmentCount, rolloutSettings, runEpisodesInChunks, type RolloutJob, type TipQuery } from './rollout.ts';
+import { MemoryRuntime } from './memory-runtime.ts';
+import { rolloutSettings, runEpisodesInChunks, type TipQuery } from './rollout.ts';
+import { environmentCount } from '../run/env-pool.ts';
+import { type RolloutJob } from '../run/records.ts';
 
 const cfg = loadConfig(null, ['env.tasks=[fetch,power]', 'env.max_steps=5', 'rollout.constrained=true']);
 

@@ -5,63 +5,11 @@
 import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import { SUCCESS_SCORE } from '../envs/types.ts';
-import type { PastReflection } from '../memory/reflexion.ts';
 import type { PolicyEngine } from '../policy/types.ts';
+import type { ProgressSink } from '../run/progress.ts';
+import type { Episode, RolloutJob, RolloutStats, ShownTip, StepRecord } from '../run/records.ts';
 import { parseAction, startDialogue, type Dialogue, type PromptSettings, type Turn } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
-
-export interface RolloutJob {
-  task: string;
-  variation: number;
-  /** Episodes of the same group share (task, variation) and are normalised together. */
-  group: number;
-  /** Reflexion: plans from this variation's earlier failed trials, shown in every prompt of the episode. */
-  reflections?: readonly PastReflection[];
-}
-
-/** A tip as one step was shown it: the memory's score and cosine similarity, and the action a per-step tip names. */
-export interface ShownTip {
-  text: string;
-  /** The entry's score (an oracle tip's claimed points); null where the source has none. */
-  score: number | null;
-  /** Cosine similarity of the entry's state to the current one; null for tips not retrieved by similarity (oracle). */
-  similarity: number | null;
-  /** The action a per-step tip is about (null for per-episode tips). */
-  action: string | null;
-}
-
-export interface StepRecord {
-  /** Observation the action was chosen from (the state text the memory keys on). */
-  observation: string;
-  /**
-   * What the step was shown besides the observation, for trajectory records: its tips in prompt order
-   * and the first `RolloutSettings.keptValidActions` valid actions with their count. Rollouts fill
-   * these; steps built by hand for an update may leave them out.
-   */
-  tips?: readonly ShownTip[];
-  validActions?: readonly string[];
-  validActionCount?: number;
-  /** Prompt ids as sampled (with tips when the episode used memory). */
-  prompt: number[];
-  /** Where the tip block sits in `prompt`, if tips were shown. */
-  tipSpan: [number, number] | null;
-  response: number[];
-  /** log πold of each response token, from the sampler. */
-  logprobs: number[];
-  action: string;
-  reward: number;
-  score: number;
-}
-
-export interface Episode extends RolloutJob {
-  /** Task description as the environment stated it. */
-  description: string;
-  steps: StepRecord[];
-  /** Observation after the last action. */
-  finalObservation: string;
-  score: number;
-  success: boolean;
-}
 
 /**
  * Tips for the current state of each episode that rolls out with memory; called once per step with
@@ -100,27 +48,6 @@ export interface RolloutSettings {
    * step of a batch is held until the update); 0 or absent keeps none, only their count.
    */
   keptValidActions?: number;
-}
-
-/** Told as episodes run (`empo2 eval` / `adapt` progress); episode indices are positions in the jobs. */
-export interface ProgressSink {
-  /** An episode started; it ends after at most `limit` steps. */
-  started(episode: number, limit: number): void;
-  /** These episodes each took one step. */
-  stepped(episodes: readonly number[]): void;
-  ended(episode: number, score: number): void;
-}
-
-export interface RolloutStats {
-  envSteps: number;
-  generatedTokens: number;
-  promptTokens: number;
-  policySeconds: number;
-  envSeconds: number;
-  /** Time spent embedding states and retrieving tips during the rollout. */
-  memorySeconds: number;
-  /** Prompt tokens the engine actually ran (the rest came from kept KV caches); 0 when it does not say. */
-  prefilledTokens: number;
 }
 
 function emptyStats(): RolloutStats {
@@ -310,11 +237,6 @@ export async function runEpisodesInChunks(
     for (const key of Object.keys(stats) as (keyof RolloutStats)[]) stats[key] += part.stats[key];
   }
   return { episodes, stats };
-}
-
-/** How many environment instances to keep open for batches of `wanted` episodes (env.max_instances caps it). */
-export function environmentCount(cfg: Config, wanted: number): number {
-  return Math.max(1, Math.min(wanted, cfg.env.max_instances ?? wanted));
 }
 
 export function rolloutSettings(cfg: Config, evaluation: boolean, seed: number): RolloutSettings {

@@ -4,13 +4,13 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../config/load.ts';
-import { createEnv } from '../envs/index.ts';
+import { createEnv, environmentCorpus } from '../envs/index.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { Rng } from '../util/rng.ts';
 import { TIPS_HEADER, TIP_CLOSE, TIP_OPEN } from './prompt.ts';
 import { train } from './trainer.ts';
-import { createEngine } from './engines.ts';
+import { createEngine } from '../policy/engines.ts';
 import { buildWarmupExamples, makeExample, measureTipFollowing, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
 import { warmupModelDir } from '../cli/commands/warmup.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
@@ -41,7 +41,7 @@ function shownTips(text: string): { action: string; score: number }[] {
 
 describe('warm-up examples', () => {
   it('target: the best tip when it scored, else an action no tip names; tips ordered by experimental.tip_order', async () => {
-    const { engine } = await createEngine(cfg, 'fresh');
+    const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
     const env = await createEnv(cfg.env);
     const tok = engine.tokenizer;
     const state = {
@@ -96,7 +96,7 @@ describe('warm-up examples', () => {
   });
 
   it('experimental.step_tip_reflection false: the made-up tips carry no summary, as the memory would write them', async () => {
-    const { engine } = await createEngine(cfg, 'fresh');
+    const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
     const tok = engine.tokenizer;
     const state = {
       task: 'unlock',
@@ -125,7 +125,7 @@ describe('warm-up examples', () => {
   });
 
   it('builds deterministic examples from train-split random episodes', async () => {
-    const { engine } = await createEngine(cfg, 'fresh');
+    const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
     const env = await createEnv(cfg.env);
     const s = tipWarmupSettings(cfg);
     const a = await buildWarmupExamples(env, ['unlock'], engine.tokenizer, s);
@@ -141,7 +141,7 @@ describe('warm-up examples', () => {
 
 describe('warm-up training', () => {
   it('lowers the target NLL, and measureTipFollowing agrees with a direct softmax over valid actions', async () => {
-    const { engine } = await createEngine(cfg, 'fresh');
+    const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
     const env = await createEnv(cfg.env);
     const s = { ...tipWarmupSettings(cfg), examples: 96, epochs: 3, lr: 1e-2 };
     const examples = await buildWarmupExamples(env, ['unlock'], engine.tokenizer, s);
@@ -197,7 +197,7 @@ describe('tip rehearsal (experimental.tip_rehearsal)', () => {
   const rcfg = { ...cfg, experimental: { ...cfg.experimental, tip_rehearsal: 16, tip_rehearsal_lr: 1e-2 } };
 
   it('replays only prompts with tips, the same batch for the same iteration, and lowers their NLL', async () => {
-    const { engine } = await createEngine(rcfg, 'fresh');
+    const { engine } = await createEngine(rcfg, 'fresh', () => environmentCorpus(rcfg.env));
     const env = await createEnv(rcfg.env);
     const r = await TipRehearsal.build(env, ['unlock'], engine.tokenizer, rcfg);
     // About 75% of warm-up examples show tips; the rest are left out.

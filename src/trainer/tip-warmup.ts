@@ -23,7 +23,7 @@ import { turnEventLoop } from '../util/event-loop.ts';
 import { summarise, stepTipText, type StepCredit, type Trajectory } from '../memory/reflector.ts';
 import type { PolicyEngine, TrainSequence } from '../policy/types.ts';
 import { Rng } from '../util/rng.ts';
-import { endTokenIds } from '../policy/chat-tokens.ts';
+import { endTokenIds } from '../policy/index.ts';
 import { encodePrompt, type PromptSettings, type Turn } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
 

@@ -1,6 +1,6 @@
 /**
  * The training loop end to end on the built-in environment with a tiny model (hidden 32, one
- * layer, vocabulary 300, one task, groups of 3, episodes cut at 6 steps), plus grpoUpdate on
+ * layer, vocabulary 300, one task, groups of 3, episodes cut at 6 steps), plus updatePolicy on
  * hand-made episodes against a recording engine.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -26,11 +26,18 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import type { GenerateOptions, Generation, PolicyEngine, ScoredSequence, TrainSequence, TrainStats } from '../policy/types.ts';
 import type { ObjectiveConfig } from '../algo/objective.ts';
 import { Rng } from '../util/rng.ts';
-import { latestCheckpoint, loadCheckpoint } from './checkpoint.ts';
-import { grpoUpdate, prepareUpdate, runOptimiserSteps, type GrpoSettings, type OptimiserProgress, type PreparedUpdate } from './grpo.ts';
-import type { Episode, StepRecord } from './rollout.ts';
+import { latestCheckpoint, loadTrainerState } from '../run/checkpoint.ts';
+import {
+  updatePolicy,
+  prepareUpdate,
+  runOptimiserSteps,
+  type UpdateSettings,
+  type OptimiserProgress,
+  type PreparedUpdate,
+} from './update.ts';
+import type { Episode, StepRecord } from '../run/records.ts';
 import { train } from './trainer.ts';
-import { checkTinyModelFits, createEngine } from './engines.ts';
+import { checkTinyModelFits, createEngine } from '../policy/engines.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-trainer-'));
@@ -139,7 +146,8 @@ describe('train() end to end', () => {
   it('the engine loaded from a checkpoint holds exactly the saved weights and optimiser state', async () => {
     const dir = latestCheckpoint(runDir)!;
     const { engine, loaded } = await createEngine(tinyConfig(runDir, 2), dir);
-    expect(loaded!.state.iteration).toBe(2);
+    expect(loadTrainerState(dir).iteration).toBe(2);
+    expect(loaded).toBeDefined();
     const saved = weightsOf(dir);
     expectSameWeights(saved, new Map([...engine.model.params].map(([k, v]) => [k, Float32Array.from(v.dataSync())])));
     const opt = readSafetensors(join(dir, 'optimizer.safetensors'));
@@ -334,11 +342,11 @@ describe('train() end to end', () => {
   it('a checkpoint missing its trainer state is reported as incomplete', () => {
     const dir = join(root, 'corrupt-pointer', 'checkpoints', 'iter-000001');
     rmSync(join(dir, 'trainer_state.json'));
-    expect(() => loadCheckpoint(dir)).toThrow(`checkpoint ${dir} is incomplete: ${join(dir, 'trainer_state.json')} is missing`);
+    expect(() => loadTrainerState(dir)).toThrow(`checkpoint ${dir} is incomplete: ${join(dir, 'trainer_state.json')} is missing`);
   });
 });
 
-describe('grpoUpdate on hand-made episodes', () => {
+describe('updatePolicy on hand-made episodes', () => {
   /** Records every trainStep batch; scores nothing. */
   class RecordingEngine implements PolicyEngine {
     readonly tokenizer = { encode: () => [], decode: () => '', vocabSize: 0, tokenToId: () => undefined };
@@ -381,7 +389,7 @@ describe('grpoUpdate on hand-made episodes', () => {
     success: false,
   });
 
-  const settings = (o: Partial<GrpoSettings> = {}): GrpoSettings => ({
+  const settings = (o: Partial<UpdateSettings> = {}): UpdateSettings => ({
     objective: { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: null },
     seqMinLogprob: null,
     minibatches: 1,
@@ -417,19 +425,20 @@ describe('grpoUpdate on hand-made episodes', () => {
     const rngWhole = new Rng(7);
     const prepared = await prepareUpdate(whole, Object.values(handEpisodes()), s);
     const heard: OptimiserProgress[] = [];
-    const expected = await runOptimiserSteps(
-      whole,
-      prepared,
-      s,
-      rngWhole,
-      null,
-      async (p) => void heard.push(JSON.parse(JSON.stringify(p))),
-    );
+    const expected = await runOptimiserSteps(whole, prepared, {
+      settings: s,
+      rng: rngWhole,
+      onStep: async (p) => void heard.push(JSON.parse(JSON.stringify(p))),
+    });
     expect(heard).toHaveLength(6);
     for (let k = 0; k < heard.length; k++) {
       const rest = new RecordingEngine();
       const rng = new Rng(12345); // whatever the stream holds, the saved state replaces it
-      const stats = await runOptimiserSteps(rest, JSON.parse(JSON.stringify(prepared)) as PreparedUpdate, s, rng, heard[k]);
+      const stats = await runOptimiserSteps(rest, JSON.parse(JSON.stringify(prepared)) as PreparedUpdate, {
+        settings: s,
+        rng,
+        from: heard[k],
+      });
       expect(rest.batches).toEqual(whole.batches.slice(k + 1));
       expect(stats).toEqual(expected);
       expect(rng.getState()).toBe(rngWhole.getState());
@@ -439,7 +448,7 @@ describe('grpoUpdate on hand-made episodes', () => {
   it("gives every token of every step its rollout's group-normalised return and skips zero-advantage groups", async () => {
     const e = handEpisodes();
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(engine, Object.values(e), settings(), new Rng(1));
+    const stats = await updatePolicy(engine, Object.values(e), settings(), new Rng(1));
     expect(engine.batches).toHaveLength(1);
     const samples = engine.batches[0];
     const byPrompt = new Map(samples.map((s) => [s.prompt[0], s]));
@@ -472,7 +481,7 @@ describe('grpoUpdate on hand-made episodes', () => {
   it('with skip_zero_advantage off, zero-advantage steps are trained with A = 0', async () => {
     const e = handEpisodes();
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(engine, Object.values(e), settings({ skipZeroAdvantage: false }), new Rng(1));
+    const stats = await updatePolicy(engine, Object.values(e), settings({ skipZeroAdvantage: false }), new Rng(1));
     expect(stats.sequences).toBe(8);
     const g0 = engine.batches[0].filter((s) => [...e.g0a.steps, ...e.g0b.steps].some((st) => st.prompt[0] === s.prompt[0]));
     expect(g0).toHaveLength(3);
@@ -482,7 +491,12 @@ describe('grpoUpdate on hand-made episodes', () => {
   it('a KL penalty keeps zero-advantage steps (they still carry the KL gradient)', async () => {
     const engine = new RecordingEngine();
     const s = settings();
-    const stats = await grpoUpdate(engine, Object.values(handEpisodes()), { ...s, objective: { ...s.objective, klCoef: 0.1 } }, new Rng(1));
+    const stats = await updatePolicy(
+      engine,
+      Object.values(handEpisodes()),
+      { ...s, objective: { ...s.objective, klCoef: 0.1 } },
+      new Rng(1),
+    );
     expect(stats.sequences).toBe(8);
   });
 
@@ -490,7 +504,7 @@ describe('grpoUpdate on hand-made episodes', () => {
     const lowStep = step(100, 3, -6);
     const eps = [episode(5, [lowStep, step(0)]), episode(5, [step(0)])];
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(engine, eps, settings({ seqMinLogprob: -5, maskScope: 'all' }), new Rng(1));
+    const stats = await updatePolicy(engine, eps, settings({ seqMinLogprob: -5, maskScope: 'all' }), new Rng(1));
     expect(stats.droppedLowProb).toBe(1);
     const dropped = engine.batches[0].find((x) => x.prompt[0] === lowStep.prompt[0])!;
     expect(dropped.mask).toEqual([0, 0, 0]);
@@ -500,7 +514,7 @@ describe('grpoUpdate on hand-made episodes', () => {
   it('masks apply to off-policy samples only by default (EMPO²): a plain rollout keeps its low-probability step', async () => {
     const lowStep = step(100, 3, -6);
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(
+    const stats = await updatePolicy(
       engine,
       [episode(5, [lowStep]), episode(5, [step(0)])],
       settings({ seqMinLogprob: -5, objective: { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: 0.01 } }),
@@ -517,7 +531,7 @@ describe('grpoUpdate on hand-made episodes', () => {
     const withTips: StepRecord = { ...step(100, 2, -0.7), prompt: [1, 2, 90, 91, 92, 3], tipSpan: [2, 5] };
     const other: StepRecord = { ...step(0, 2, -0.7), prompt: [1, 2, 93, 3], tipSpan: [2, 3] };
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(
+    const stats = await updatePolicy(
       engine,
       [
         { ...episode(7, [withTips]), mode: 'tips-off-policy' },
@@ -552,7 +566,7 @@ describe('grpoUpdate on hand-made episodes', () => {
     const lose: StepRecord = { ...step(0), prompt: [1, 92, 2], tipSpan: [1, 2], logprobs: sampled };
     const plain = step(0);
     const engine = new ScoringEngine();
-    const stats = await grpoUpdate(
+    const stats = await updatePolicy(
       engine,
       [
         { ...episode(4, [win]), mode: 'tips-off-policy' },
@@ -587,7 +601,7 @@ describe('grpoUpdate on hand-made episodes', () => {
   it('the paper ratio (default) scores nothing extra and reports no weight', async () => {
     const withTips: StepRecord = { ...step(100), prompt: [1, 90, 2], tipSpan: [1, 2] };
     const engine = new RecordingEngine(); // its logprobs() throws
-    const stats = await grpoUpdate(
+    const stats = await updatePolicy(
       engine,
       [
         { ...episode(6, [withTips]), mode: 'tips-off-policy' },
@@ -603,7 +617,7 @@ describe('grpoUpdate on hand-made episodes', () => {
   it('on-policy with tips: the update prompt is the sampled prompt, tips included', async () => {
     const withTips: StepRecord = { ...step(100), prompt: [1, 90, 2], tipSpan: [1, 2] };
     const engine = new RecordingEngine();
-    await grpoUpdate(engine, [{ ...episode(8, [withTips]), mode: 'tips-on-policy' }, episode(8, [step(0)])], settings(), new Rng(1));
+    await updatePolicy(engine, [{ ...episode(8, [withTips]), mode: 'tips-on-policy' }, episode(8, [step(0)])], settings(), new Rng(1));
     expect(engine.batches[0].some((x) => x.prompt.join() === '1,90,2')).toBe(true);
   });
 
@@ -612,7 +626,7 @@ describe('grpoUpdate on hand-made episodes', () => {
     const guided: StepRecord = { ...step(100), prompt: [5, 90, 91, 6], tipSpan: [1, 3] };
     const plain: StepRecord = { ...step(0), prompt: [5, 6] };
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(
+    const stats = await updatePolicy(
       engine,
       [
         { ...episode(3, [guided]), mode: 'tips-off-policy' },
@@ -639,7 +653,7 @@ describe('grpoUpdate on hand-made episodes', () => {
     const engine = new RecordingEngine();
     const a = episode(9, [step(0), step(0)]);
     const b = episode(9, [step(0)]);
-    await grpoUpdate(
+    await updatePolicy(
       engine,
       [
         { ...a, intrinsic: [0.3, 0.2] },
@@ -656,7 +670,7 @@ describe('grpoUpdate on hand-made episodes', () => {
   it('minibatches × epochs optimiser steps, each epoch covering every sample exactly once', async () => {
     const e = handEpisodes();
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(engine, Object.values(e), settings({ minibatches: 2, epochs: 2 }), new Rng(3));
+    const stats = await updatePolicy(engine, Object.values(e), settings({ minibatches: 2, epochs: 2 }), new Rng(3));
     expect(stats.optimizerSteps).toBe(4);
     expect(engine.batches.map((b) => b.length)).toEqual([3, 2, 3, 2]);
     for (const epoch of [0, 1]) {
@@ -678,7 +692,7 @@ describe('grpoUpdate on hand-made episodes', () => {
 
   it('a batch where every group is uniform takes no optimiser step', async () => {
     const engine = new RecordingEngine();
-    const stats = await grpoUpdate(engine, [episode(0, [step(10)]), episode(0, [step(10)])], settings(), new Rng(1));
+    const stats = await updatePolicy(engine, [episode(0, [step(10)]), episode(0, [step(10)])], settings(), new Rng(1));
     expect(engine.batches).toHaveLength(0);
     expect(stats.optimizerSteps).toBe(0);
     expect(stats.sequences).toBe(0);

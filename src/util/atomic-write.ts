@@ -6,3 +6,8 @@ export function writeTextAtomic(path: string, text: string): void {
   writeFileSync(tmp, text);
   renameSync(tmp, path);
 }
+
+/** `value` as indented JSON, written as writeTextAtomic writes, so a reader never sees half a file. */
+export function writeJsonAtomic(path: string, value: unknown): void {
+  writeTextAtomic(path, JSON.stringify(value, null, 2) + '\n');
+}

@@ -11,7 +11,7 @@
  * disposed (`disposed` printed) and calls go on, as the trainer closes its run after the loop.
  */
 import { readSync } from 'node:fs';
-import { InterruptHandling, policyCalls } from '../../src/trainer/interrupt.ts';
+import { InterruptHandling, policyCalls } from '../../src/run/interrupt.ts';
 import type { PolicyEngine } from '../../src/policy/types.ts';
 
 const [kind, arg] = (process.env.EMPO2_CALLS ?? 'stdin').split(':');

@@ -10,10 +10,11 @@ import { loadConfig } from '../../src/config/load.ts';
 import type { Config } from '../../src/config/schema.ts';
 import { initBackend } from '../../src/policy/tfjs/backend.ts';
 import type { TfjsEngine } from '../../src/policy/tfjs/engine.ts';
-import { createEngine } from '../../src/trainer/engines.ts';
+import { createEngine } from '../../src/policy/engines.ts';
 import { loadServedModel } from '../../src/serve/load.ts';
 import { startServer, type RunningServer, type ServeOptions } from '../../src/serve/server.ts';
 import { TINY_MODEL } from './tiny.ts';
+import { environmentCorpus } from '../../src/envs/index.ts';
 
 export interface ServedFixture {
   cfg: Config;
@@ -34,7 +35,7 @@ export async function startServedFixture(modelName = 'tiny', options: Partial<Se
   const root = mkdtempSync(join(tmpdir(), 'empo2-serve-'));
   const cfg = tinyConfig(join(root, 'run'));
   const modelDir = join(root, 'model');
-  const { engine: built } = await createEngine(cfg, 'fresh');
+  const { engine: built } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
   await built.save(modelDir);
   built.dispose();
   const served = await loadServedModel(modelDir);

@@ -4,7 +4,7 @@
  */
 import type { Config } from '../../config/schema.ts';
 import type { PolicyEngine } from '../../policy/types.ts';
-import type { TrialOptions } from '../../trainer/trials.ts';
+import type { TrialOptions } from '../../adapt/trials.ts';
 
 export interface AdaptCommandOptions {
   method: 'tips' | 'reflexion';
@@ -27,15 +27,15 @@ export async function adaptCommand(dir: string, cfg: Config, o: AdaptCommandOpti
   } else {
     const { initBackend } = await import('../../policy/tfjs/backend.ts');
     await initBackend();
-    const { createPlayingEngine } = await import('../../trainer/engines.ts');
+    const { createPlayingEngine } = await import('../../policy/engines.ts');
     engine = (await createPlayingEngine(cfg, dir)).engine;
   }
   try {
     if (o.method === 'reflexion') {
-      const { reflexion } = await import('../../trainer/reflexion.ts');
+      const { reflexion } = await import('../../adapt/reflexion.ts');
       await reflexion(engine, cfg, { ...o.trials, ...o.reflexion });
     } else {
-      const { adapt } = await import('../../trainer/adapt.ts');
+      const { adapt } = await import('../../adapt/tips.ts');
       await adapt(engine, cfg, { ...o.trials, memoryFrom: o.memoryFrom });
     }
   } finally {

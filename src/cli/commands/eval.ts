@@ -4,13 +4,13 @@
  */
 import type { Config } from '../../config/schema.ts';
 import { remoteEngineFromDir, type RemoteEngineOptions } from '../../policy/remote/index.ts';
-import { evaluateEngine } from '../../trainer/evaluate-checkpoint.ts';
-import type { EvalResult } from '../../trainer/evaluate.ts';
+import { evaluateEngine } from '../../adapt/checkpoint-eval.ts';
+import type { EvalResult } from '../../run/records.ts';
 
 export async function evaluateModelDir(dir: string, cfg: Config, opts: { json?: string; trajectories?: string } = {}): Promise<EvalResult> {
   // Loaded here, not at the top, so `eval --remote` does not load TensorFlow.js or the training code.
   const { initBackend } = await import('../../policy/tfjs/backend.ts');
-  const { createPlayingEngine } = await import('../../trainer/engines.ts');
+  const { createPlayingEngine } = await import('../../policy/engines.ts');
   await initBackend();
   const { engine, description } = await createPlayingEngine(cfg, dir);
   console.error(`empo2 eval | ${dir} | ${description}`);

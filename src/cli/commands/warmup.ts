@@ -1,10 +1,10 @@
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from '../../config/schema.ts';
-import { createEnv } from '../../envs/index.ts';
+import { createEnv, environmentCorpus } from '../../envs/index.ts';
 import { initBackend } from '../../policy/tfjs/backend.ts';
 import { saveModelDir } from '../../policy/tfjs/checkpoint.ts';
-import { createEngine } from '../../trainer/engines.ts';
+import { createEngine } from '../../policy/engines.ts';
 import {
   buildWarmupExamples,
   measureTipFollowing,
@@ -23,7 +23,7 @@ export async function warmupModelDir(cfg: Config, outDir: string, log: (line: st
   if (existsSync(join(outDir, 'config.json'))) throw new Error(`${outDir} already holds a model; choose another --out`);
   if (cfg.experimental.tip_warmup_examples <= 0) throw new Error('experimental.tip_warmup_examples must be positive for a warm-up');
   await initBackend();
-  const { engine } = await createEngine(cfg, 'fresh');
+  const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
   const env = await createEnv({ ...cfg.env, tasks: null });
   try {
     const tasks = cfg.env.tasks ?? env.tasks();

@@ -11,12 +11,13 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigSchema } from '../../config/schema.ts';
 import { initBackend } from '../../policy/tfjs/backend.ts';
 import { train } from '../../trainer/trainer.ts';
-import { createEngine } from '../../trainer/engines.ts';
+import { createEngine } from '../../policy/engines.ts';
 import { rolloutSettings, runEpisodes } from '../../trainer/rollout.ts';
 import type { Env, StepResult } from '../types.ts';
 import { createScienceWorldEnv } from './factory.ts';
 import type { ScienceWorldEnv } from './env.ts';
 import { scienceWorldGate } from './liveSetup.ts';
+import { environmentCorpus } from '../index.ts';
 
 const gate = scienceWorldGate();
 
@@ -77,7 +78,7 @@ describe.skipIf(!gate.available)(`ScienceWorld in training (${gate.label})`, () 
   it('a simulator killed mid-episode fails that episode only; the env carries on with a fresh simulator', async () => {
     await initBackend();
     const cfg = config(tempRun(), 1);
-    const { engine } = await createEngine(cfg, 'fresh');
+    const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
     const victim = new KillBeforeStep(createScienceWorldEnv({ tasks: ['boil'] }), 1);
     const bystander = new KillBeforeStep(createScienceWorldEnv({ tasks: ['boil'] }), null);
     try {

@@ -13,7 +13,7 @@ import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from
 import { basename, dirname, join, resolve } from 'node:path';
 import { parseHfConfig } from '../hf/config.ts';
 import { parameterShapes } from '../tfjs/qwen2.ts';
-import { writeJsonAtomic } from '../tfjs/json-file.ts';
+import { writeJsonAtomic } from '../../util/atomic-write.ts';
 import { writeSafetensors, type TensorToWrite } from '../safetensors.ts';
 import { Tokenizer } from '../tokenizer.ts';
 import { configFromGguf } from './config.ts';

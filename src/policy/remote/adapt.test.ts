@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startServedFixture, type ServedFixture } from '../../../test/support/served-fixture.ts';
-import { adapt } from '../../trainer/adapt.ts';
+import { adapt } from '../../adapt/tips.ts';
 import { remoteEngineFromDir } from './index.ts';
 
 let fx: ServedFixture;

@@ -126,8 +126,8 @@ describe('RemoteEngine against empo2 serve', () => {
     const envs: Env[] = [];
     for (let i = 0; i < 2; i++) envs.push(await createEnv(f.cfg.env));
     const tasks = f.cfg.env.tasks!;
-    const viaServer = await evaluate(remote, envs, tasks, f.cfg, 0);
-    const inProcess = await evaluate(f.local, envs, tasks, f.cfg, 0);
+    const viaServer = await evaluate(remote, envs, f.cfg, { tasks, iteration: 0 });
+    const inProcess = await evaluate(f.local, envs, f.cfg, { tasks, iteration: 0 });
     // Everything but the wall time matches.
     const untimed = (r: typeof viaServer) => ({ ...r, summary: { ...r.summary, seconds: 0 } });
     expect(untimed(viaServer)).toEqual(untimed(inProcess));
@@ -139,7 +139,7 @@ describe('RemoteEngine against empo2 serve', () => {
   it('empo2 eval --remote prints the same table as evaluating in process', async () => {
     const envs: Env[] = [];
     for (let i = 0; i < 2; i++) envs.push(await createEnv(f.cfg.env));
-    const inProcess = await evaluate(f.local, envs, f.cfg.env.tasks!, f.cfg, 0);
+    const inProcess = await evaluate(f.local, envs, f.cfg, { tasks: f.cfg.env.tasks!, iteration: 0 });
     await Promise.all(envs.map((e) => e.close()));
     const rows = formatEvalTable(inProcess, null)
       .split('\n')

@@ -22,9 +22,7 @@ import {
 import { Tokenizer } from '../tokenizer.ts';
 import type { TextTokenizer } from '../types.ts';
 import { ADAPTER_CONFIG_FILE, loadLoraAdapter, saveLoraAdapter, type LoraConfig } from './lora.ts';
-import { writeJsonAtomic } from './json-file.ts';
-
-export { writeJsonAtomic };
+import { writeJsonAtomic } from '../../util/atomic-write.ts';
 
 /** Where saveModelDir puts a LoRA model's adapters, relative to the model directory. */
 export const ADAPTER_SUBDIR = 'adapter';
@@ -166,4 +164,45 @@ export function loadModelDir(dir: string, opts: LoadOptions = {}): LoadedPolicy 
     throw e;
   }
   return { model, tokenizer };
+}
+
+/** The AdamW moments of a training checkpoint, beside the policy (PyTorch's `optimizer.pt` is the worker's). */
+const OPTIMIZER_FILE = 'optimizer.safetensors';
+
+/** What a training checkpoint holds for the tfjs engine: the policy in the Hugging Face layout and the optimiser's state. */
+export async function saveTrainingPolicy(dir: string, engine: TrainablePolicy): Promise<void> {
+  await saveModelDir(dir, engine.model, engine.tokenizer);
+  const opt = engine.optimizer.exportState();
+  writeSafetensors(
+    join(dir, OPTIMIZER_FILE),
+    new Map([...opt.tensors].map(([k, t]) => [k, { dtype: 'F32' as const, shape: t.shape, data: t.data }])),
+    { step: String(opt.step) },
+  );
+}
+
+/** The engine's parts a training checkpoint saves (TfjsEngine has them). */
+export interface TrainablePolicy {
+  model: Qwen2Model;
+  tokenizer: TextTokenizer;
+  optimizer: { exportState(): { step: number; tensors: Map<string, { shape: number[]; data: Float32Array }> } };
+}
+
+export interface LoadedTrainingPolicy extends LoadedPolicy {
+  optimizer: { step: number; tensors: Map<string, { shape: number[]; data: Float32Array }> };
+}
+
+/** A training checkpoint saveTrainingPolicy wrote (its trainer state is read by ../../run/trainer-state.ts). */
+export function loadTrainingPolicy(dir: string): LoadedTrainingPolicy {
+  const optPath = join(dir, OPTIMIZER_FILE);
+  if (!existsSync(optPath)) throw new Error(`checkpoint ${dir} is incomplete: ${optPath} is missing`);
+  let policy: LoadedPolicy;
+  try {
+    policy = loadModelDir(dir);
+  } catch (e) {
+    throw new Error(`checkpoint ${dir} cannot be loaded: ${(e as Error).message}`);
+  }
+  const opt = readSafetensors(optPath);
+  const tensors = new Map<string, { shape: number[]; data: Float32Array }>();
+  for (const [k, t] of opt.tensors) tensors.set(k, { shape: t.shape, data: toFloat32(t) });
+  return { ...policy, optimizer: { step: Number(opt.metadata.step ?? 0), tensors } };
 }

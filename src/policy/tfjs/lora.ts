@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { tf } from './backend.ts';
 import type { Qwen2Model } from './qwen2.ts';
 import { readSafetensors, toFloat32, writeSafetensors, type TensorToWrite } from '../safetensors.ts';
-import { writeJsonAtomic } from './json-file.ts';
+import { writeJsonAtomic } from '../../util/atomic-write.ts';
 
 /**
  * LoRA settings. The same shape as the PyTorch worker's LoraSettings, so one config object serves

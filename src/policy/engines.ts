@@ -1,25 +1,24 @@
 /**
  * Engine construction for training, evaluation and adaptation: the TensorFlow.js engine or the
  * PyTorch worker (./engine-choice.ts decides), from a fresh tiny model, a model directory or a
- * checkpoint, and the remote engine for rollouts through a server.
+ * checkpoint, and the remote engine for rollouts through a server. The layers above build engines
+ * only here (through ./index.ts), so which engine runs, and how it saves itself, stays inside policy/.
  */
 import { existsSync, renameSync, rmSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ConfigError } from '../config/load.ts';
 import type { Config } from '../config/schema.ts';
-import { environmentCorpus } from '../envs/index.ts';
-import { requireEndTokenIds, endTokenIds } from '../policy/chat-tokens.ts';
-import { resolveModelPath } from '../policy/gguf/model-path.ts';
-import { tf } from '../policy/tfjs/backend.ts';
-import { ADAPTER_SUBDIR, loadModelDir, saveModelDir } from '../policy/tfjs/checkpoint.ts';
-import { TfjsEngine } from '../policy/tfjs/engine.ts';
-import { countParameters, type ModelConfig } from '../policy/tfjs/qwen2.ts';
-import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
-import { Tokenizer } from '../policy/tokenizer.ts';
-import type { TorchEngineOptions } from '../policy/torch/engine.ts';
-import type { PolicyEngine } from '../policy/types.ts';
-import { loadCheckpoint, loadTrainerState, type TrainerState } from './checkpoint.ts';
+import { requireEndTokenIds, endTokenIds } from './chat-tokens.ts';
+import { resolveModelPath } from './gguf/model-path.ts';
+import { tf } from './tfjs/backend.ts';
+import { ADAPTER_SUBDIR, loadModelDir, loadTrainingPolicy, saveModelDir, saveTrainingPolicy } from './tfjs/checkpoint.ts';
+import { TfjsEngine } from './tfjs/engine.ts';
+import { countParameters, type ModelConfig } from './tfjs/qwen2.ts';
+import { buildTinyPolicy } from './tfjs/tiny.ts';
+import { Tokenizer } from './tokenizer.ts';
+import type { TorchEngineOptions } from './torch/engine.ts';
+import type { PolicyEngine } from './types.ts';
 import { chooseEngine } from './engine-choice.ts';
 
 /** The config's AdamW settings and LoRA settings, in the engines' option shapes (both engines take the same). */
@@ -65,10 +64,19 @@ export function checkTinyModelFits(cfg: Config): void {
   );
 }
 
+/**
+ * Where a fresh default tiny model gets its tokenizer's training text: the environment's (envs/
+ * `environmentCorpus`), which the caller supplies, since the policy does not know the environments.
+ * Asked only when the tiny model is built.
+ */
+export type TinyCorpus = () => Promise<string[]>;
+
+/** A TensorFlow.js engine: from a checkpoint (weights and optimiser state), or fresh from model.path or the default tiny model. */
 export async function createEngine(
   cfg: Config,
   from: 'fresh' | string,
-): Promise<{ engine: TfjsEngine; loaded?: ReturnType<typeof loadCheckpoint> }> {
+  corpus?: TinyCorpus,
+): Promise<{ engine: TfjsEngine; loaded?: ReturnType<typeof loadTrainingPolicy> }> {
   const engineOptions = (endTokens: number[], pad: number) => ({
     optimizer: optimizerSettings(cfg),
     maxGradNorm: cfg.optim.max_grad_norm,
@@ -79,39 +87,51 @@ export async function createEngine(
     loraSeed: cfg.seed,
   });
   if (from !== 'fresh') {
-    const loaded = loadCheckpoint(from);
+    const loaded = loadTrainingPolicy(from);
     const e = endTokenIds(loaded.tokenizer);
     const engine = new TfjsEngine(loaded.model, loaded.tokenizer, engineOptions(e, e[e.length - 1]));
     engine.optimizer.importState(loaded.optimizer.step, loaded.optimizer.tensors);
     return { engine, loaded };
   }
   if (!cfg.model.path) checkTinyModelFits(cfg);
-  const { model, tokenizer } = cfg.model.path
-    ? loadModelDir(await resolveModelPath(cfg.model.path))
-    : buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
+  const { model, tokenizer } = cfg.model.path ? loadModelDir(await resolveModelPath(cfg.model.path)) : await buildTiny(cfg, corpus);
   const e = requireEndTokenIds(tokenizer, 'the tokenizer');
   return { engine: new TfjsEngine(model, tokenizer, engineOptions(e, e[e.length - 1])) };
 }
 
-/** An engine for training plus how to checkpoint it and one line describing it. */
+async function buildTiny(cfg: Config, corpus: TinyCorpus | undefined) {
+  if (!corpus) throw new Error('the default tiny model needs a corpus to build its tokenizer from (or give model.path)');
+  return buildTinyPolicy(await corpus(), cfg.model, cfg.seed);
+}
+
+/** An engine for training, how it saves itself into a checkpoint, and one line describing it. */
 export interface TrainingEngine {
   engine: PolicyEngine;
-  state?: TrainerState;
-  checkpointWriter: TfjsEngine | { writePolicy: (dir: string) => Promise<void> };
+  /** Writes the policy and its optimiser state into a checkpoint folder (the trainer adds its own state beside them). */
+  writePolicy(dir: string): Promise<void>;
   description: string;
+  /**
+   * Whether the engine's calls hold this process's thread (TensorFlow.js runs here; the worker in a
+   * process of its own): a Ctrl-C cannot be handled in the middle of such a call.
+   */
+  holdsTheThread: boolean;
+  /** Starts the optimiser's moments afresh, as RL does after the tip warm-up; absent where the engine has no call for it (the worker). */
+  resetOptimizer?(): void;
   close(): Promise<void>;
 }
 
-export async function createTrainingEngine(cfg: Config, from: 'fresh' | string): Promise<TrainingEngine> {
+/** The engine a run trains, fresh (`from` 'fresh') or from a checkpoint folder; `corpus` is asked only for a fresh tiny model. */
+export async function createTrainingEngine(cfg: Config, from: 'fresh' | string, corpus?: TinyCorpus): Promise<TrainingEngine> {
   const choice = chooseEngine(cfg, cfg.model.path && (await resolveModelPath(cfg.model.path)));
   const why = choice.reason ? ` [${choice.reason}]` : '';
   if (choice.engine === 'tfjs') {
-    const { engine, loaded } = await createEngine(cfg, from);
+    const { engine } = await createEngine(cfg, from, corpus);
     return {
       engine,
-      state: loaded?.state,
-      checkpointWriter: engine,
+      writePolicy: (dir) => saveTrainingPolicy(dir, engine),
       description: `tfjs engine, ${countParameters(engine.model.config).toLocaleString()} parameters${cfg.model.lora ? ` (LoRA r=${cfg.model.lora.r})` : ''}${why}`,
+      holdsTheThread: true,
+      resetOptimizer: () => engine.optimizer.importState(0, new Map()),
       close: async () => engine.dispose(),
     };
   }
@@ -121,7 +141,7 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
     baseDir = join(cfg.run_dir, 'initial-model');
     if (!existsSync(join(baseDir, 'config.json'))) {
       checkTinyModelFits(cfg);
-      const tiny = buildTinyPolicy(await environmentCorpus(cfg.env), cfg.model, cfg.seed);
+      const tiny = await buildTiny(cfg, corpus);
       // Written aside and renamed, so a kill in the middle never leaves a directory that looks complete.
       const tmp = `${baseDir}.tmp-${process.pid}`;
       rmSync(tmp, { recursive: true, force: true });
@@ -144,16 +164,16 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string):
   const info = engine.info;
   return {
     engine,
-    state: from === 'fresh' ? undefined : loadTrainerState(from),
-    checkpointWriter: { writePolicy: (dir) => engine.save(lora ? join(dir, 'adapter') : dir, { optimizer: true }) },
+    writePolicy: (dir) => engine.save(lora ? join(dir, 'adapter') : dir, { optimizer: true }),
     description: `torch worker on ${info.device} (${info.dtype}), ${info.parameters.toLocaleString()} parameters, ${info.trainable_parameters.toLocaleString()} trainable${why}`,
+    holdsTheThread: false,
     close: () => engine.close(),
   };
 }
 
 /** The PyTorch worker on `modelDir` with the config's optimiser and worker settings, plus `extra`. */
 async function startTorchWorker(cfg: Config, modelDir: string, extra: Partial<TorchEngineOptions>) {
-  const { TorchEngine } = await import('../policy/torch/engine.ts');
+  const { TorchEngine } = await import('./torch/engine.ts');
   const ends = requireEndTokenIds(Tokenizer.fromFile(join(modelDir, 'tokenizer.json')), `${modelDir}/tokenizer.json`);
   const t = cfg.model.torch;
   return TorchEngine.start({
@@ -226,8 +246,8 @@ export async function createRemoteRollouts(
   engine: PolicyEngine,
 ): Promise<{ engine: PolicyEngine; sync: () => Promise<void> }> {
   const r = cfg.rollout.remote!;
-  const { RemoteEngine } = await import('../policy/remote/index.ts');
-  const { requestJson } = await import('../policy/remote/http.ts');
+  const { RemoteEngine } = await import('./remote/index.ts');
+  const { requestJson } = await import('./remote/http.ts');
   const ends = endTokenIds(engine.tokenizer);
   const remote = new RemoteEngine({
     baseUrl: r.base_url,

@@ -6,7 +6,7 @@
  * "before" of the run's before/after table however often it is resumed.
  */
 import { appendFileSync, existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import type { EvalResult } from './evaluate.ts';
+import type { EvalResult } from './records.ts';
 
 export interface MetricsLine {
   type: 'train' | 'eval';

@@ -7,16 +7,17 @@
  */
 import { join } from 'node:path';
 import { resolveAlgo, type Config } from '../config/schema.ts';
-import { TrajectoryWriter } from '../trajectory/writer.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import { MemoryRuntime } from './memory.ts';
-import type { Episode } from './rollout.ts';
-import { recordEpisodes } from './trajectories.ts';
+import { recordEpisodes } from '../run/episode-log.ts';
+import type { Episode } from '../run/records.ts';
+import { MemoryRuntime } from '../trainer/memory-runtime.ts';
+import type { TrajectoryWriter } from '../trajectory/writer.ts';
 import {
   checkTrialOptions,
   loadTrialState,
   markdownTable,
   openTrialBed,
+  openTrialRecorder,
   pct,
   playTrial,
   removeTrialState,
@@ -26,6 +27,8 @@ import {
   TRIAL_STATE_FILE,
   trialScores,
   trialSeed,
+  type TrialBed,
+  type TrialKey,
   type TrialOptions,
   type TrialScores,
   type TrialState,
@@ -98,9 +101,6 @@ export function tipUse(
   };
 }
 
-/** Where adapt records every episode of every trial, in its output folder. */
-export const ADAPT_TRAJECTORIES = 'trajectories.jsonl';
-
 /** One step of one episode in a trial: adapt gives every variation its own group. */
 export function stepKey(group: number, step: number): string {
   return `${group}:${step}`;
@@ -113,29 +113,21 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
   // memory settings, since retrieval filters (not in the paper) change what every trial is shown.
   const memCfg: Config = { ...cfg, algo: { ...cfg.algo, name: 'empo2', p: 1, intrinsic: 'none' } };
   const bed = await openTrialBed(cfg, o);
-  const { jobs, variations, hasSolver } = bed;
+  const { variations } = bed;
+  const key: TrialKey = { method: 'tips', cfg, o, variations };
   let memory: MemoryRuntime;
   let resumed: TrialState<TrialResult, object> | null;
   try {
     // Resumed, the memory is the one the last finished trial left (the reflector is seeded alike every call).
-    resumed = loadTrialState<TrialResult, object>('tips', cfg, o, variations);
-    memory = await MemoryRuntime.create(
-      memCfg,
-      resolveAlgo(memCfg),
-      engine,
-      o.memoryFrom,
-      resumed ? { memory: resumed.carry, where: join(o.outDir, TRIAL_STATE_FILE) } : undefined,
-    );
+    resumed = loadTrialState<TrialResult, object>(key);
+    const saved = resumed ? { memory: resumed.carry, where: join(o.outDir, TRIAL_STATE_FILE) } : undefined;
+    memory = await MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, o.memoryFrom, saved);
   } catch (e) {
     await bed.close();
     throw e;
   }
   const results: TrialResult[] = resumed?.results ?? [];
-  const writerOptions = { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log };
-  const trajectories = join(o.outDir, ADAPT_TRAJECTORIES);
-  const recorder = resumed
-    ? TrajectoryWriter.resume(trajectories, results.length, writerOptions, 'trial')
-    : TrajectoryWriter.fresh(trajectories, writerOptions);
+  const recorder = openTrialRecorder(cfg, o.outDir, resumed ? results.length : null, log);
   log(
     `adapt: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, memory on (${memory.embedder.name}, ${memory.reflector.name} reflector, top ${cfg.memory.top_k})`,
   );
@@ -143,41 +135,9 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
     log(`resuming after trial ${results.length} (${join(o.outDir, TRIAL_STATE_FILE)}, ${results.at(-1)!.memory_size} tips in memory)`);
   try {
     for (let trial = results.length + 1; trial <= o.trials; trial++) {
-      let tipsShown = 0;
-      let steps = 0;
-      const shown = new Map<string, ShownTips>();
-      const source = memory.tipSource((q, tipActions) =>
-        shown.set(stepKey(q.job.group, q.taken.length), { tipActions, solver: hasSolver ? q.oracleAction() : undefined }),
-      );
-      const counted = async (queries: Parameters<typeof source>[0]) => {
-        const tips = await source(queries);
-        tipsShown += tips.reduce((a, t) => a + t.length, 0);
-        steps += queries.length;
-        return tips;
-      };
-      const episodes = await playTrial(
-        bed,
-        engine,
-        cfg,
-        jobs,
-        { trial, trials: o.trials, seed: trialSeed(cfg, trial, o.sameSeed !== false) },
-        { tips: counted, uses: () => true },
-      );
-      const { reflections } = await memory.writeTips(episodes);
-      recordEpisodes(recorder, episodes, [...episodes.keys()], { source: 'adapt', trial }, (i) => ({
-        mode: 'tips',
-        slot: memory.slotOf(episodes[i]),
-        reflection: reflections[i],
-      }));
-      const r: TrialResult = {
-        ...trialScores(trial, episodes),
-        // Entries in the slots this adaptation uses (one per task, or one per variation).
-        memory_size: [...new Set(jobs.map((j) => memory.slotOf(j)))].reduce((n, slot) => n + memory.tips.size(slot), 0),
-        tips_shown_per_step: tipsShown / Math.max(1, steps),
-        ...tipUse(episodes, shown, hasSolver),
-      };
+      const r = await tipTrial({ bed, engine, cfg, o, memory, recorder }, trial);
       results.push(r);
-      saveTrialState('tips', cfg, o, variations, { results, carry: memory.toJSON() });
+      saveTrialState(key, { results, carry: memory.toJSON() });
       const solverNote = r.best_tip_is_solver === null ? '' : ` | best tip = solver's action ${pct(r.best_tip_is_solver)}`;
       log(
         `trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.tips_shown_per_step.toFixed(1)} tips per step | tips followed ${pct(r.tips_followed)}${solverNote} | ${r.memory_size} tips in memory`,
@@ -189,8 +149,64 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
   } finally {
     await bed.close();
   }
+  saveTrialReport(o.outDir, {
+    report: {
+      method: 'tips',
+      task: o.task,
+      split: o.split,
+      variations,
+      memory: cfg.memory,
+      experimental: cfg.experimental,
+      trials: results,
+    },
+    table: tipTable(results, bed.hasSolver),
+    log,
+    extra: { 'memory.json': JSON.stringify(memory.toJSON()) },
+  });
+  removeTrialState(o.outDir);
+  memory.dispose();
+  return results;
+}
+
+/**
+ * One trial: the variations played with tips retrieved at every step (what each step was shown kept
+ * for tipUse), then reflected on and written to the memory, and recorded.
+ */
+async function tipTrial(
+  a: { bed: TrialBed; engine: PolicyEngine; cfg: Config; o: AdaptOptions; memory: MemoryRuntime; recorder: TrajectoryWriter },
+  trial: number,
+): Promise<TrialResult> {
+  const { bed, cfg, o, memory } = a;
+  let tipsShown = 0;
+  let steps = 0;
+  const shown = new Map<string, ShownTips>();
+  const source = memory.tipSource((q, tipActions) =>
+    shown.set(stepKey(q.job.group, q.taken.length), { tipActions, solver: bed.hasSolver ? q.oracleAction() : undefined }),
+  );
+  const counted = async (queries: Parameters<typeof source>[0]) => {
+    const tips = await source(queries);
+    tipsShown += tips.reduce((n, t) => n + t.length, 0);
+    steps += queries.length;
+    return tips;
+  };
+  const seed = trialSeed(cfg, trial, o.sameSeed !== false);
+  const memoryUse = { tips: counted, uses: () => true };
+  const episodes = await playTrial(bed, a.engine, cfg, { jobs: bed.jobs, trial, trials: o.trials, seed, memory: memoryUse });
+  const { reflections } = await memory.writeTips(episodes);
+  recordEpisodes(a.recorder, episodes, { source: 'adapt', trial }, { mode: 'tips', slots: memory, reflections });
+  return {
+    ...trialScores(trial, episodes),
+    // Entries in the slots this adaptation uses (one per task, or one per variation).
+    memory_size: [...new Set(bed.jobs.map((j) => memory.slotOf(j)))].reduce((n, slot) => n + memory.tips.size(slot), 0),
+    tips_shown_per_step: tipsShown / Math.max(1, steps),
+    ...tipUse(episodes, shown, bed.hasSolver),
+  };
+}
+
+/** The trials' table: scores, tips shown and followed, and (with a solver) whether the tips named its actions. */
+function tipTable(results: readonly TrialResult[], hasSolver: boolean): string {
   const solverColumns = hasSolver ? ["best tip = solver's action", "solver's action taken (with / without tips)"] : [];
-  const table = markdownTable(
+  return markdownTable(
     ['trial', 'mean score', 'success', 'tips per step', 'tips followed', ...solverColumns, 'memory entries'],
     results.map((r) => {
       const solver = r.solver_action_share
@@ -199,14 +215,4 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
       return [...scoreCells(r), r.tips_shown_per_step.toFixed(1), pct(r.tips_followed), ...solver, String(r.memory_size)];
     }),
   );
-  saveTrialReport(
-    o.outDir,
-    { method: 'tips', task: o.task, split: o.split, variations, memory: cfg.memory, experimental: cfg.experimental, trials: results },
-    table,
-    log,
-    { 'memory.json': JSON.stringify(memory.toJSON()) },
-  );
-  removeTrialState(o.outDir);
-  memory.dispose();
-  return results;
 }

@@ -18,6 +18,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import pidtree from 'pidtree';
 import { loadConfig } from '../config/load.ts';
+import { environmentCorpus } from '../envs/index.ts';
 import { pythonGate, REPO_ROOT } from '../../test/support/python.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 import { loadTrainerState } from './trainer-state.ts';
@@ -235,13 +236,11 @@ interface Serve {
 
 /** `empo2 serve` on a new tiny model, in its own process group (the trainers' Ctrl-C does not reach it). */
 async function startServe(name: string): Promise<Serve> {
-  const [{ initBackend }, { createEngine }] = await Promise.all([import('../policy/tfjs/backend.ts'), import('./engines.ts')]);
+  const [{ initBackend }, { createEngine }] = await Promise.all([import('../policy/tfjs/backend.ts'), import('../policy/engines.ts')]);
   await initBackend();
   const modelDir = join(root, name);
-  const { engine } = await createEngine(
-    loadConfig(null, [`run_dir=${join(root, `${name}-unused`)}`, 'seed=3', ...TINY_MODEL, 'env.tasks=[fetch]']),
-    'fresh',
-  );
+  const cfg = loadConfig(null, [`run_dir=${join(root, `${name}-unused`)}`, 'seed=3', ...TINY_MODEL, 'env.tasks=[fetch]']);
+  const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
   await engine.save(modelDir);
   engine.dispose();
   const child = spawn(process.execPath, [BIN, 'serve', modelDir, '--port', '0', '--served-model-name', 'tiny'], {

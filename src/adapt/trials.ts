@@ -9,12 +9,14 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import { join } from 'node:path';
 import { validateConfig } from '../config/load.ts';
 import { resumeConflicts, type Config } from '../config/schema.ts';
-import { createEnv } from '../envs/index.ts';
 import type { Env, Split } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
+import { openEnvPool } from '../run/env-pool.ts';
+import { EpisodeProgress } from '../run/progress.ts';
+import type { Episode, RolloutJob } from '../run/records.ts';
+import { rolloutSettings, runEpisodesInChunks, type TipSource } from '../trainer/rollout.ts';
+import { TrajectoryWriter } from '../trajectory/writer.ts';
 import { writeTextAtomic } from '../util/atomic-write.ts';
-import { EpisodeProgress } from './progress.ts';
-import { environmentCount, rolloutSettings, runEpisodesInChunks, type Episode, type RolloutJob, type TipSource } from './rollout.ts';
 
 export interface TrialOptions {
   task: string;
@@ -62,25 +64,25 @@ export function checkTrialOptions(o: Pick<TrialOptions, 'trials' | 'variations'>
  * variations, and makes the output folder first, so an unwritable one fails before any trial is played.
  */
 export async function openTrialBed(cfg: Config, o: Pick<TrialOptions, 'task' | 'split' | 'variations' | 'outDir'>): Promise<TrialBed> {
-  const probe = await createEnv({ ...cfg.env, tasks: null });
-  if (!probe.tasks().includes(o.task)) {
-    await probe.close();
-    throw new Error(`unknown task "${o.task}" for environment ${cfg.env.name} (tasks: ${probe.tasks().join(', ')})`);
-  }
-  const variations = probe.variations(o.task, o.split).slice(0, o.variations);
-  const envs: Env[] = [probe];
-  try {
-    mkdirSync(o.outDir, { recursive: true });
-    while (envs.length < environmentCount(cfg, variations.length)) envs.push(await createEnv({ ...cfg.env, tasks: null }));
-  } catch (e) {
-    await Promise.all(envs.map((env) => env.close()));
-    throw e;
-  }
+  let variations: number[] = [];
+  let hasSolver = false;
+  const envs = await openEnvPool(
+    cfg,
+    (probe) => {
+      if (!probe.tasks().includes(o.task))
+        throw new Error(`unknown task "${o.task}" for environment ${cfg.env.name} (tasks: ${probe.tasks().join(', ')})`);
+      variations = probe.variations(o.task, o.split).slice(0, o.variations);
+      hasSolver = typeof probe.oracleAction === 'function';
+      mkdirSync(o.outDir, { recursive: true });
+      return variations.length;
+    },
+    { ...cfg.env, tasks: null },
+  );
   return {
     envs,
     variations,
     jobs: variations.map((variation, i) => ({ task: o.task, variation, group: i })),
-    hasSolver: typeof probe.oracleAction === 'function',
+    hasSolver,
     close: async () => void (await Promise.all(envs.map((env) => env.close()))),
   };
 }
@@ -90,27 +92,43 @@ export function trialSeed(cfg: Config, trial: number, sameSeed = true): number {
   return 424_242 + cfg.seed + (sameSeed ? 0 : 7919 * trial);
 }
 
-/** Plays `jobs` once at the evaluation temperature, with a progress line labelled by the trial. */
+/** Plays `jobs` once at the evaluation temperature with `seed`, with a progress line labelled by the trial. */
 export async function playTrial(
   bed: TrialBed,
   engine: PolicyEngine,
   cfg: Config,
-  jobs: RolloutJob[],
-  at: { trial: number; trials: number; seed: number },
-  memory?: { tips: TipSource; uses: (episode: number) => boolean },
+  t: {
+    jobs: RolloutJob[];
+    trial: number;
+    trials: number;
+    seed: number;
+    memory?: { tips: TipSource; uses: (episode: number) => boolean };
+  },
 ): Promise<Episode[]> {
-  if (jobs.length === 0) return [];
-  const progress = new EpisodeProgress(jobs, { label: `trial ${at.trial}/${at.trials}` });
+  if (t.jobs.length === 0) return [];
+  const progress = new EpisodeProgress(t.jobs, { label: `trial ${t.trial}/${t.trials}` });
   const { episodes } = await runEpisodesInChunks(
     bed.envs,
     engine,
-    jobs,
-    (start) => rolloutSettings(cfg, true, at.seed + start),
-    memory,
+    t.jobs,
+    (start) => rolloutSettings(cfg, true, t.seed + start),
+    t.memory,
     progress,
   );
   progress.finish();
   return episodes;
+}
+
+/** Where adapt records every episode of every trial, in its output folder. */
+export const ADAPT_TRAJECTORIES = 'trajectories.jsonl';
+
+/** Where every episode of every trial is recorded (ADAPT_TRAJECTORIES), continued after the trials a resumed adaptation finished. */
+export function openTrialRecorder(cfg: Config, outDir: string, trialsDone: number | null, log: (line: string) => void): TrajectoryWriter {
+  const writerOptions = { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log };
+  const path = join(outDir, ADAPT_TRAJECTORIES);
+  return trialsDone !== null
+    ? TrajectoryWriter.resume(path, trialsDone, writerOptions, 'trial')
+    : TrajectoryWriter.fresh(path, writerOptions);
 }
 
 /** A trial's mean score and success rate over its variations' outcomes. */
@@ -140,16 +158,14 @@ export function markdownTable(headers: readonly string[], rows: readonly (readon
  */
 export function saveTrialReport(
   outDir: string,
-  report: object,
-  table: string,
-  log: (line: string) => void,
-  extra: Record<string, string> = {},
+  r: { report: object; table: string; log: (line: string) => void; extra?: Record<string, string> },
 ): void {
+  const { table, extra = {} } = r;
   mkdirSync(outDir, { recursive: true });
-  writeFileSync(join(outDir, 'adapt.json'), JSON.stringify(report, null, 2) + '\n');
+  writeFileSync(join(outDir, 'adapt.json'), JSON.stringify(r.report, null, 2) + '\n');
   writeFileSync(join(outDir, 'adapt.md'), table + '\n');
   for (const [name, text] of Object.entries(extra)) writeFileSync(join(outDir, name), text);
-  log('\n' + table + `\n(saved in ${outDir}: ${['adapt.json', 'adapt.md', ...Object.keys(extra)].join(', ')})`);
+  r.log('\n' + table + `\n(saved in ${outDir}: ${['adapt.json', 'adapt.md', ...Object.keys(extra)].join(', ')})`);
 }
 
 export function pct(x: number | null): string {
@@ -166,7 +182,16 @@ export interface TrialState<R extends TrialScores, C> {
 }
 
 /** What a saved state must match to be continued: the same method and its settings, task, variations, draws, config and checkpoint. */
-function trialIdentity(method: string, cfg: Config, o: TrialOptions, variations: readonly number[], settings: object) {
+export interface TrialKey {
+  method: string;
+  cfg: Config;
+  o: TrialOptions;
+  variations: readonly number[];
+  /** The method's own settings (Reflexion's window and plan length). */
+  settings?: object;
+}
+
+function trialIdentity({ method, cfg, o, variations, settings = {} }: TrialKey) {
   return {
     method,
     settings,
@@ -200,13 +225,8 @@ function configConflicts(saved: Record<string, unknown>, cfg: Config, path: stri
  * trial 1). Without `o.resume`, a state file there is refused rather than overwritten: it holds
  * hours of a real model's trials. A state written for other options is refused, naming what differs.
  */
-export function loadTrialState<R extends TrialScores, C>(
-  method: string,
-  cfg: Config,
-  o: TrialOptions,
-  variations: readonly number[],
-  settings: object = {},
-): TrialState<R, C> | null {
+export function loadTrialState<R extends TrialScores, C>(key: TrialKey): TrialState<R, C> | null {
+  const { cfg, o } = key;
   const path = join(o.outDir, TRIAL_STATE_FILE);
   if (!existsSync(path)) return null;
   if (!o.resume)
@@ -221,7 +241,7 @@ export function loadTrialState<R extends TrialScores, C>(
   }
   if (!saved.identity || !Array.isArray(saved.results) || saved.results.length === 0)
     throw new Error(`${path}: not an adaptation state (identity or results missing); delete it to start again`);
-  const { config: _, ...want } = trialIdentity(method, cfg, o, variations, settings);
+  const { config: _, ...want } = trialIdentity(key);
   const differs = Object.entries(want)
     .filter(([k, v]) => JSON.stringify(saved.identity![k]) !== JSON.stringify(v))
     .map(([k]) => k);
@@ -237,18 +257,8 @@ export function loadTrialState<R extends TrialScores, C>(
 }
 
 /** Saves the finished trials (atomically: a kill leaves the previous state or this one). */
-export function saveTrialState<R extends TrialScores, C>(
-  method: string,
-  cfg: Config,
-  o: TrialOptions,
-  variations: readonly number[],
-  state: TrialState<R, C>,
-  settings: object = {},
-): void {
-  writeTextAtomic(
-    join(o.outDir, TRIAL_STATE_FILE),
-    JSON.stringify({ identity: trialIdentity(method, cfg, o, variations, settings), ...state }) + '\n',
-  );
+export function saveTrialState<R extends TrialScores, C>(key: TrialKey, state: TrialState<R, C>): void {
+  writeTextAtomic(join(key.o.outDir, TRIAL_STATE_FILE), JSON.stringify({ identity: trialIdentity(key), ...state }) + '\n');
 }
 
 /** Once the report is written the state is no longer needed. */

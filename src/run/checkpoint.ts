@@ -6,12 +6,18 @@
  */
 import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { saveModelDir, loadModelDir, writeJsonAtomic, type LoadedPolicy } from '../policy/tfjs/checkpoint.ts';
-import { readSafetensors, writeSafetensors, toFloat32 } from '../policy/safetensors.ts';
-import type { TfjsEngine } from '../policy/tfjs/engine.ts';
-import { loadTrainerState, type TrainerState } from './trainer-state.ts';
+import { writeJsonAtomic } from '../util/atomic-write.ts';
+import type { TrainerState } from './trainer-state.ts';
 
-export { loadTrainerState, type TrainerState };
+export { loadTrainerState, type TrainerState } from './trainer-state.ts';
+
+/** The tip memory's file in a checkpoint (and in an iteration saved part-way), where the run keeps one. */
+export const MEMORY_FILE = 'memory.json';
+
+/** What writes the policy (and its optimiser state) into a checkpoint folder: the engine's (../policy TrainingEngine). */
+export interface PolicyWriter {
+  writePolicy(dir: string): Promise<void>;
+}
 
 export function checkpointsDir(runDir: string): string {
   return join(runDir, 'checkpoints');
@@ -26,21 +32,24 @@ const MODEL_SIDE_FILES = [
   'generation_config.json',
 ];
 
-/**
- * `extraFiles`: more files (name → contents) saved inside the checkpoint, e.g. the tip memory.
- * `baseModelDir`: the model trained from; its chat template and other side files are copied where the
- * policy writer did not write them, so a checkpoint is a complete model directory on its own.
- */
-export async function saveCheckpoint(
-  runDir: string,
-  engine: TfjsEngine | { writePolicy: (dir: string) => Promise<void> },
-  state: TrainerState,
-  keep: number,
-  extraFiles: Record<string, string> = {},
-  baseModelDir: string | null = null,
-): Promise<string> {
+/** What a checkpoint folder holds besides the policy's own files. */
+export interface CheckpointContents {
+  writer: PolicyWriter;
+  state: TrainerState;
+  /** More files (name → contents) saved inside the checkpoint, e.g. the tip memory. */
+  extraFiles?: Record<string, string>;
+  /**
+   * The model trained from; its chat template and other side files are copied where the policy writer
+   * did not write them, so a checkpoint is a complete model directory on its own.
+   */
+  baseModelDir?: string | null;
+}
+
+/** Saves the checkpoint of `contents.state.iteration`, points `latest.json` at it and keeps the last `keep`. */
+export async function saveCheckpoint(runDir: string, contents: CheckpointContents, keep: number): Promise<string> {
+  const { state } = contents;
   const name = `iter-${String(state.iteration).padStart(6, '0')}`;
-  const final = await writeCheckpointDir(runDir, name, engine, state, extraFiles, baseModelDir);
+  const final = await writeCheckpointDir(runDir, name, contents);
   const root = checkpointsDir(runDir);
   writeJsonAtomic(join(root, 'latest.json'), { checkpoint: name });
   pruneCheckpoints(root, keep, name);
@@ -52,28 +61,13 @@ export async function saveCheckpoint(
 }
 
 /** A checkpoint folder `checkpoints/<name>`, written under a temporary name and renamed when complete. */
-export async function writeCheckpointDir(
-  runDir: string,
-  name: string,
-  engine: TfjsEngine | { writePolicy: (dir: string) => Promise<void> },
-  state: TrainerState,
-  extraFiles: Record<string, string> = {},
-  baseModelDir: string | null = null,
-): Promise<string> {
+export async function writeCheckpointDir(runDir: string, name: string, contents: CheckpointContents): Promise<string> {
+  const { writer, state, extraFiles = {}, baseModelDir = null } = contents;
   const root = checkpointsDir(runDir);
   mkdirSync(root, { recursive: true });
   const tmp = join(root, `${name}.tmp-${process.pid}`);
   rmSync(tmp, { recursive: true, force: true });
-  if ('writePolicy' in engine) await engine.writePolicy(tmp);
-  else {
-    await saveModelDir(tmp, engine.model, engine.tokenizer);
-    const opt = engine.optimizer.exportState();
-    writeSafetensors(
-      join(tmp, 'optimizer.safetensors'),
-      new Map([...opt.tensors].map(([k, t]) => [k, { dtype: 'F32' as const, shape: t.shape, data: t.data }])),
-      { step: String(opt.step) },
-    );
-  }
+  await writer.writePolicy(tmp);
   if (baseModelDir)
     for (const f of MODEL_SIDE_FILES)
       if (existsSync(join(baseModelDir, f)) && !existsSync(join(tmp, f))) copyFileSync(join(baseModelDir, f), join(tmp, f));
@@ -152,25 +146,4 @@ export function latestCheckpoint(runDir: string): string | null {
   const dir = join(checkpointsDir(runDir), name);
   if (!existsSync(dir)) throw new Error(`${pointer} names ${name}, which does not exist`);
   return dir;
-}
-
-export interface LoadedCheckpoint extends LoadedPolicy {
-  state: TrainerState;
-  optimizer: { step: number; tensors: Map<string, { shape: number[]; data: Float32Array }> };
-}
-
-export function loadCheckpoint(dir: string): LoadedCheckpoint {
-  const optPath = join(dir, 'optimizer.safetensors');
-  const state = loadTrainerState(dir);
-  if (!existsSync(optPath)) throw new Error(`checkpoint ${dir} is incomplete: ${optPath} is missing`);
-  let policy: LoadedPolicy;
-  try {
-    policy = loadModelDir(dir);
-  } catch (e) {
-    throw new Error(`checkpoint ${dir} cannot be loaded: ${(e as Error).message}`);
-  }
-  const opt = readSafetensors(optPath);
-  const tensors = new Map<string, { shape: number[]; data: Float32Array }>();
-  for (const [k, t] of opt.tensors) tensors.set(k, { shape: t.shape, data: toFloat32(t) });
-  return { ...policy, state, optimizer: { step: Number(opt.metadata.step ?? 0), tensors } };
 }

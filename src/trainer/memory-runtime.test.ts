@@ -10,8 +10,9 @@ import { HashedNgramEmbedder } from '../memory/hashed.ts';
 import { NoveltyList } from '../memory/novelty.ts';
 import { TrajectorySummaryReflector } from '../memory/reflector.ts';
 import { TipMemory } from '../memory/store.ts';
-import { MemoryRuntime, ORACLE_TIP_SUMMARY } from './memory.ts';
-import type { Episode, StepRecord, TipQuery } from './rollout.ts';
+import { MemoryRuntime, ORACLE_TIP_SUMMARY } from './memory-runtime.ts';
+import type { TipQuery } from './rollout.ts';
+import type { Episode, StepRecord } from '../run/records.ts';
 
 function step(observation: string, action: string, reward: number, score: number): StepRecord {
   return { observation, prompt: [], tipSpan: null, response: [], logprobs: [], action, reward, score };

@@ -86,13 +86,7 @@ describe('update progress (engines that report it)', () => {
     const engine = { setProgressListener: (l: ProgressListener | null) => (listener = l) } as unknown as PolicyEngine;
     let clock = 0;
     const lines: string[] = [];
-    const stop = watchUpdate(
-      engine,
-      'iter 5 update',
-      (l) => lines.push(l),
-      120_000,
-      () => clock,
-    );
+    const stop = watchUpdate(engine, 'iter 5 update', (l) => lines.push(l), { intervalMs: 120_000, now: () => clock });
     const report = (op: string, done: number, total: number, at: number) => {
       clock = at;
       listener!(op, done, total);
@@ -119,8 +113,7 @@ describe('update progress (engines that report it)', () => {
       policyCalls(worker, () => null),
       'iter 5 update',
       (l) => lines.push(l),
-      120_000,
-      () => clock,
+      { intervalMs: 120_000, now: () => clock },
     );
     clock = 130_000;
     listener!('train_step', 1, 18);
@@ -134,14 +127,7 @@ describe('update progress (engines that report it)', () => {
     const engine = { setProgressListener: (l: ProgressListener | null) => (listener = l) } as unknown as PolicyEngine;
     let clock = 0;
     const lines: string[] = [];
-    const stop = watchUpdate(
-      engine,
-      'iter 5 update',
-      (l) => lines.push(l),
-      120_000,
-      () => clock,
-      1,
-    );
+    const stop = watchUpdate(engine, 'iter 5 update', (l) => lines.push(l), { intervalMs: 120_000, now: () => clock, stepsDone: 1 });
     const report = (done: number, total: number, at: number, resumed = false) => {
       clock = at;
       listener!('train_step', done, total, resumed);

@@ -12,14 +12,15 @@ import { SUCCESS_SCORE } from '../envs/types.ts';
 import { reflexionQuery, type PastReflection } from '../memory/reflexion.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { Tokenizer } from '../policy/tokenizer.ts';
-import { reflectionRender } from './memory.ts';
-import { INSTRUCT_SYSTEM_PROMPT, REFLECTIONS_HEADER, renderReflections, startDialogue } from './prompt.ts';
-import { promptSettings } from './prompt-style.ts';
+import { reflectionRender } from '../trainer/memory-runtime.ts';
+import { INSTRUCT_SYSTEM_PROMPT, REFLECTIONS_HEADER, renderReflections, startDialogue } from '../trainer/prompt.ts';
+import { promptSettings } from '../trainer/prompt-style.ts';
 import { reflexion, type ReflexionTrialResult } from './reflexion.ts';
 import { TRIAL_STATE_FILE } from './trials.ts';
-import { createEngine } from './engines.ts';
+import { createEngine } from '../policy/engines.ts';
 import { REPO_ROOT } from '../../test/support/python.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
+import { environmentCorpus } from '../envs/index.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-reflexion-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -53,7 +54,7 @@ describe('empo2 adapt --method reflexion', () => {
   const lines: string[] = [];
 
   beforeAll(async () => {
-    const { engine } = await createEngine(cfg, 'fresh');
+    const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
     const generate = vi.spyOn(engine, 'generate');
     results = await reflexion(engine, cfg, {
       task: TASK,
@@ -217,7 +218,7 @@ describe('empo2 adapt --method reflexion', () => {
 
 describe('reflexion resumed after a trial', () => {
   it('goes on from the saved trials and ends as a run never stopped: same rows, plans and solved variations', async () => {
-    const { engine } = await createEngine(cfg, 'fresh');
+    const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
     const base = {
       task: TASK,
       trials: 3,
@@ -249,7 +250,7 @@ describe('reflexion resumed after a trial', () => {
 
 describe('reflexion refuses bad options', () => {
   it('names the option and the value', async () => {
-    const { engine } = await createEngine(cfg, 'fresh');
+    const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
     const base = { task: TASK, trials: 1, variations: 1, split: 'test' as const, outDir: join(root, 'bad'), log: () => {} };
     await expect(reflexion(engine, cfg, { ...base, window: 0 })).rejects.toThrow('--reflections must be a positive integer, got 0');
     await expect(reflexion(engine, cfg, { ...base, reflectionMaxTokens: 2.5 })).rejects.toThrow(

@@ -6,11 +6,9 @@
 import type { Mode } from '../algo/modes.ts';
 import type { Config, ResolvedAlgo } from '../config/schema.ts';
 import { formatDuration } from '../util/duration.ts';
-import { timing, type EvalResult } from './evaluate.ts';
-import type { UpdateStats } from './grpo.ts';
+import { followedTip } from '../trajectory/format.ts';
 import type { MetricsLine } from './metrics-log.ts';
-import type { Episode, RolloutStats } from './rollout.ts';
-import { sampledTokenEntropy, tipFollowRate } from './trajectories.ts';
+import type { Episode, EvalResult, RolloutStats, UpdateStats } from './records.ts';
 
 /** One finished iteration, as the loop saw it. */
 export interface IterationReport {
@@ -217,4 +215,42 @@ export function describeModes(modes: readonly Mode[], groupSize: number, perRoll
     .filter(([, n]) => n > 0)
     .map(([m, n]) => `${MODE_SHORT[m as Mode]} ${n}`)
     .join(', ');
+}
+
+/** Of the steps whose tips named an action, the share whose action was one of them (null: no such step). */
+export function tipFollowRate(episodes: readonly Episode[]): number | null {
+  let named = 0;
+  let followed = 0;
+  for (const e of episodes) {
+    for (const s of e.steps) {
+      const f = followedTip(s.action, s.tips ?? []);
+      if (f === null) continue;
+      named++;
+      if (f) followed++;
+    }
+  }
+  return named ? followed / named : null;
+}
+
+/**
+ * Mean −log π of the sampled action tokens at the sampling temperature: a Monte Carlo estimate of the
+ * policy's entropy per token (with constrained decoding, of the distribution before the constraint).
+ */
+export function sampledTokenEntropy(episodes: readonly Episode[]): number | null {
+  let sum = 0;
+  let n = 0;
+  for (const e of episodes) {
+    for (const s of e.steps) {
+      for (const lp of s.logprobs) {
+        sum -= lp;
+        n++;
+      }
+    }
+  }
+  return n ? sum / n : null;
+}
+
+/** Wall time of an evaluation, per episode and per step: what a real model costs on this machine. */
+export function timing(s: EvalResult['summary']): string {
+  return `${s.episodes} episodes, ${s.env_steps} steps in ${s.seconds.toFixed(1)} s: ${(s.seconds / Math.max(1, s.episodes)).toFixed(2)} s per episode, ${(s.seconds / Math.max(1, s.env_steps)).toFixed(3)} s per step`;
 }

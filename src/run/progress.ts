@@ -5,8 +5,17 @@
  * (a real model's training rollouts take minutes, and a log that is silent for them looks hung).
  */
 import { formatDuration } from '../util/duration.ts';
-import type { ProgressSink, RolloutJob } from './rollout.ts';
+import type { RolloutJob } from './records.ts';
 import type { PolicyEngine } from '../policy/types.ts';
+
+/** Told as episodes run (`empo2 eval` / `adapt` progress); episode indices are positions in the jobs. */
+export interface ProgressSink {
+  /** An episode started; it ends after at most `limit` steps. */
+  started(episode: number, limit: number): void;
+  /** These episodes each took one step. */
+  stepped(episodes: readonly number[]): void;
+  ended(episode: number, score: number): void;
+}
 
 export interface ProgressOptions {
   /** What is running, e.g. "eval" or "trial 2/5". */
@@ -124,10 +133,9 @@ export function watchUpdate(
   engine: PolicyEngine,
   label: string,
   log: (line: string) => void,
-  intervalMs = 120_000,
-  now: () => number = () => performance.now(),
-  stepsDone = 0,
+  o: { intervalMs?: number; now?: () => number; stepsDone?: number } = {},
 ): () => void {
+  const { intervalMs = 120_000, now = () => performance.now(), stepsDone = 0 } = o;
   if (!engine.setProgressListener) return () => {};
   const t0 = now();
   let last = t0;

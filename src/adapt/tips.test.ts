@@ -9,11 +9,12 @@ import { showMemory } from '../cli/commands/memory-show.ts';
 import { readSafetensors, toFloat32 } from '../policy/safetensors.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { EpisodeRecordSchema } from '../trajectory/format.ts';
-import { ADAPT_TRAJECTORIES, adapt, stepKey, tipUse, type ShownTips } from './adapt.ts';
-import { latestCheckpoint } from './checkpoint.ts';
+import { adapt, stepKey, tipUse, type ShownTips } from './tips.ts';
+import { ADAPT_TRAJECTORIES } from './trials.ts';
+import { latestCheckpoint } from '../run/checkpoint.ts';
 import { TRIAL_STATE_FILE } from './trials.ts';
-import { train } from './trainer.ts';
-import { createEngine } from './engines.ts';
+import { train } from '../trainer/trainer.ts';
+import { createEngine } from '../policy/engines.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-adapt-'));

@@ -12,13 +12,12 @@ import { NoveltyList } from '../memory/novelty.ts';
 import { PolicyReflector, TrajectorySummaryReflector, stepTipText, type Reflector, type Trajectory } from '../memory/reflector.ts';
 import { TipMemory, type RetrievedTip } from '../memory/store.ts';
 import type { Embedder } from '../memory/types.ts';
+import { IM_END, IM_START, type ChatMessage } from '../policy/index.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import { IM_END, IM_START } from '../policy/chat-tokens.ts';
+import { MEMORY_FILE } from '../run/checkpoint.ts';
+import type { Episode, RolloutJob, ShownTip } from '../run/records.ts';
 import { promptSettings } from './prompt-style.ts';
-import type { ChatMessage } from '../policy/chat-template.ts';
-import type { Episode, RolloutJob, ShownTip, TipQuery, TipSource } from './rollout.ts';
-
-export const MEMORY_FILE = 'memory.json';
+import type { TipQuery, TipSource } from './rollout.ts';
 
 export async function createEmbedder(cfg: Config): Promise<Embedder> {
   if (cfg.memory.embedder === 'hashed') return new HashedNgramEmbedder({ dim: cfg.memory.dim });

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
 import { followedTip, type EpisodeRecord, type TrajectoryMode, type TrajectorySource } from '../trajectory/format.ts';
 import { TrajectoryWriter } from '../trajectory/writer.ts';
-import type { Episode } from './rollout.ts';
+import type { Episode, RolloutJob } from './records.ts';
 
 export const TRAJECTORIES_DIR = 'trajectories';
 
@@ -83,45 +83,14 @@ export function spreadSample(n: number, k: number): number[] {
   return [...Array(k).keys()].map((i) => Math.floor((i * n) / k));
 }
 
-/** Of the steps whose tips named an action, the share whose action was one of them (null: no such step). */
-export function tipFollowRate(episodes: readonly Episode[]): number | null {
-  let named = 0;
-  let followed = 0;
-  for (const e of episodes) {
-    for (const s of e.steps) {
-      const f = followedTip(s.action, s.tips ?? []);
-      if (f === null) continue;
-      named++;
-      if (f) followed++;
-    }
-  }
-  return named ? followed / named : null;
-}
-
-/**
- * Mean −log π of the sampled action tokens at the sampling temperature: a Monte Carlo estimate of the
- * policy's entropy per token (with constrained decoding, of the distribution before the constraint).
- */
-export function sampledTokenEntropy(episodes: readonly Episode[]): number | null {
-  let sum = 0;
-  let n = 0;
-  for (const e of episodes) {
-    for (const s of e.steps) {
-      for (const lp of s.logprobs) {
-        sum -= lp;
-        n++;
-      }
-    }
-  }
-  return n ? sum / n : null;
+/** A training run's two files (null where the config records none). */
+export interface RunRecorders {
+  train: TrajectoryWriter | null;
+  eval: TrajectoryWriter | null;
 }
 
 /** Writers of a training run's two files, opened fresh or continued after the resumed checkpoint. */
-export function openRunRecorders(
-  cfg: Config,
-  resumedAt: number | null,
-  log: (line: string) => void,
-): { train: TrajectoryWriter | null; eval: TrajectoryWriter | null } {
+export function openRunRecorders(cfg: Config, resumedAt: number | null, log: (line: string) => void): RunRecorders {
   const options = { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log };
   const open = (source: 'train' | 'eval') => {
     const path = runTrajectoryFile(cfg.run_dir, source);
@@ -133,16 +102,32 @@ export function openRunRecorders(
   };
 }
 
-/** Writes the episodes at `indices` of a batch; stops quietly once the writer's cap is reached. */
-export function recordEpisodes(
-  writer: TrajectoryWriter | null,
-  episodes: readonly Episode[],
-  indices: readonly number[],
-  at: PlayedAt,
-  context: (index: number) => Omit<EpisodeContext, 'index'>,
-): void {
+/** What is recorded of each episode of a batch besides the episode itself. */
+export interface RecordOptions {
+  /** Episodes recorded, spread over the batch (spreadSample); null or absent: all of them. */
+  count?: number | null;
+  /** How the episodes used the memory: one mode for all, or one per episode. */
+  mode: TrajectoryMode | readonly TrajectoryMode[];
+  /** The memory the episodes' tips came from, naming each one's slot (none: no slot recorded). */
+  slots?: { slotOf(job: RolloutJob): string } | null;
+  /** The reflection written after each episode (null where none was). */
+  reflections?: readonly (string | null)[] | null;
+  /** Reflexion: the plans in each episode's prompts. */
+  plansShown?: (index: number) => readonly string[];
+}
+
+/** Writes episodes of a batch played `at`; stops quietly once the writer's cap is reached. */
+export function recordEpisodes(writer: TrajectoryWriter | null, episodes: readonly Episode[], at: PlayedAt, o: RecordOptions): void {
   if (!writer) return;
+  const indices = o.count === null || o.count === undefined ? [...episodes.keys()] : spreadSample(episodes.length, o.count);
   for (const i of indices) {
-    if (!writer.append(episodeRecord(episodes[i], at, { index: i, ...context(i) }))) return;
+    const context: EpisodeContext = {
+      index: i,
+      mode: typeof o.mode === 'string' ? o.mode : o.mode[i],
+      slot: o.slots ? o.slots.slotOf(episodes[i]) : null,
+      reflection: o.reflections?.[i] ?? null,
+      ...(o.plansShown ? { plansShown: o.plansShown(i) } : {}),
+    };
+    if (!writer.append(episodeRecord(episodes[i], at, context))) return;
   }
 }

@@ -1,5 +1,6 @@
 /**
- * One multi-step GRPO update with EMPO²'s update modes, top to bottom (docs/EMPO2.md §4, §7–§8):
+ * The policy update of one iteration, top to bottom: GRPO's, with GiGPO's step advantage where
+ * configured and EMPO²'s update modes (docs/EMPO2.md §4, §7–§8):
  *   1. return of each rollout = sum of its scaled step rewards + its weighted intrinsic rewards;
  *   2. advantage = return normalised within its group (same task and variation); with the GiGPO
  *      step term (algo.step_advantage: gigpo, ../algo/gigpo.ts) plus ω times the step's discounted
@@ -21,7 +22,7 @@ import { resolveAlgo, type Config } from '../config/schema.ts';
 import type { PolicyEngine, StepResumeOptions, TrainSequence, TrainStats } from '../policy/types.ts';
 import type { Rng } from '../util/rng.ts';
 import type { Mode } from '../algo/modes.ts';
-import type { Episode } from './rollout.ts';
+import type { Episode, UpdateStats } from '../run/records.ts';
 import { removeTips } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
 import { packEpisodeSteps } from './packing.ts';
@@ -33,7 +34,7 @@ export interface UpdateEpisode extends Episode {
   intrinsic?: number[];
 }
 
-export interface GrpoSettings {
+export interface UpdateSettings {
   objective: ObjectiveConfig;
   /** Reference's sequence-level mask: drop responses whose minimum old log-prob is below this. */
   seqMinLogprob: number | null;
@@ -55,26 +56,8 @@ export interface GrpoSettings {
   gigpo?: GigpoSettings | null;
 }
 
-export interface UpdateStats extends TrainStats {
-  sequences: number;
-  optimizerSteps: number;
-  meanReturn: number;
-  droppedLowProb: number;
-  /** Samples scored on a tip-free prompt (off-policy mode). */
-  offPolicySequences: number;
-  /** Decoupled off-policy ratio: mean importance weight w over off-policy tokens (null otherwise). */
-  offPolicyMeanWeight: number | null;
-  /** Tokens the optimiser steps ran through the model (prompts and responses of every sequence, every epoch). */
-  sequenceTokens: number;
-  /** Steps trained (before packing), and how many of them went into a packed sequence with another step. */
-  steps: number;
-  packedSteps: number;
-  /** GiGPO only: how the anchor states grouped, and the share of rollouts of 2+ steps whose steps got different advantages. */
-  stepGroups: (StepGroupSummary & { variedRollouts: number }) | null;
-}
-
 /** The config's update settings (algo.*, and the rollout temperature the log-probs are taken at). */
-export function updateSettings(cfg: Config): GrpoSettings {
+export function updateSettings(cfg: Config): UpdateSettings {
   const algo = resolveAlgo(cfg);
   return {
     objective: {
@@ -131,11 +114,11 @@ export interface OptimiserProgress {
 }
 
 /** Steps 1–6 in one call: the update of one iteration's episodes. */
-export async function grpoUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: GrpoSettings, rng: Rng): Promise<UpdateStats> {
-  return runOptimiserSteps(engine, await prepareUpdate(engine, episodes, s), s, rng);
+export async function updatePolicy(engine: PolicyEngine, episodes: UpdateEpisode[], s: UpdateSettings, rng: Rng): Promise<UpdateStats> {
+  return runOptimiserSteps(engine, await prepareUpdate(engine, episodes, s), { settings: s, rng });
 }
 
-export async function prepareUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: GrpoSettings): Promise<PreparedUpdate> {
+export async function prepareUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: UpdateSettings): Promise<PreparedUpdate> {
   const stepRewards = episodes.map((e) => e.steps.map((st, t) => st.reward * s.rewardScale + (e.intrinsic?.[t] ?? 0)));
   const returns = stepRewards.map(rolloutReturn);
   let advantages: number[][];
@@ -217,21 +200,23 @@ export async function prepareUpdate(engine: PolicyEngine, episodes: UpdateEpisod
   return { samples, returns, droppedLowProb, offPolicySequences, offPolicyMeanWeight, steps, packedSteps, stepGroups };
 }
 
-/**
- * Step 6: `minibatches` optimiser steps for `epochs` passes over the prepared samples, each pass in a
- * fresh random order. `from` continues an update at the point `onStep` was told of (the weights and
- * optimiser must then be those saved at that point); `onStep` hears after every optimiser step.
- * `stepResume`, asked before each step, says where the engine may save that step between micro-batches.
- */
-export async function runOptimiserSteps(
-  engine: PolicyEngine,
-  prepared: PreparedUpdate,
-  s: GrpoSettings,
-  rng: Rng,
-  from: OptimiserProgress | null = null,
-  onStep?: (progress: OptimiserProgress) => Promise<void>,
-  stepResume?: () => StepResumeOptions | undefined,
-): Promise<UpdateStats> {
+/** How step 6 runs: the settings and random stream, and, for an update saved between optimiser steps, where it stands. */
+export interface OptimiserOptions {
+  settings: UpdateSettings;
+  /** Shuffles each epoch's order (an update continued `from` a point restores the state it had there). */
+  rng: Rng;
+  /** Continues an update at the point `onStep` was told of (the weights and optimiser must then be those saved at that point). */
+  from?: OptimiserProgress | null;
+  /** Hears after every optimiser step. */
+  onStep?: (progress: OptimiserProgress) => Promise<void>;
+  /** Asked before each step: where the engine may save that step between micro-batches. */
+  stepResume?: () => StepResumeOptions | undefined;
+}
+
+/** Step 6: `minibatches` optimiser steps for `epochs` passes over the prepared samples, each pass in a fresh random order. */
+export async function runOptimiserSteps(engine: PolicyEngine, prepared: PreparedUpdate, o: OptimiserOptions): Promise<UpdateStats> {
+  const { settings: s, rng, onStep, stepResume } = o;
+  const from = o.from ?? null;
   const all = prepared.samples;
   const totals = from ? { ...from.totals } : { loss: 0, tokens: 0, clipFraction: 0, meanRatio: 0, kl: 0, gradNorm: 0 };
   let optimizerSteps = from?.optimizerSteps ?? 0;

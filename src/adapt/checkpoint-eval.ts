@@ -6,16 +6,18 @@ import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { ConfigError } from '../config/load.ts';
 import { resolveAlgo, type Config } from '../config/schema.ts';
-import { createEnv, evalVariationsNote } from '../envs/index.ts';
-import type { Env } from '../envs/types.ts';
-import { writeJsonAtomic } from '../policy/tfjs/json-file.ts';
+import { evalVariationsNote } from '../envs/index.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import { loadTrainerState } from './trainer-state.ts';
-import { evaluate, formatEvalTable, timing, type EvalResult } from './evaluate.ts';
-import { MEMORY_FILE, MemoryRuntime } from './memory.ts';
-import { environmentCount, type Episode } from './rollout.ts';
+import { MEMORY_FILE } from '../run/checkpoint.ts';
+import { openEnvPool } from '../run/env-pool.ts';
+import { recordEpisodes, TRAJECTORIES_DIR } from '../run/episode-log.ts';
+import { timing } from '../run/iteration-log.ts';
+import type { Episode, EvalResult } from '../run/records.ts';
+import { loadTrainerState } from '../run/trainer-state.ts';
+import { evaluate, evaluationEpisodes, formatEvalTable } from '../trainer/evaluate.ts';
+import { MemoryRuntime } from '../trainer/memory-runtime.ts';
 import { TrajectoryWriter } from '../trajectory/writer.ts';
-import { recordEpisodes, spreadSample, TRAJECTORIES_DIR } from './trajectories.ts';
+import { writeJsonAtomic } from '../util/atomic-write.ts';
 
 /** What `empo2 eval --json` writes: the result plus what was evaluated and how, so a reader can tell a stale file. */
 export interface EvalRecord {
@@ -63,12 +65,13 @@ export function defaultEvalTrajectories(modelDir: string): string | null {
 /** Evaluates `engine` on the config's held-out variations (at most env.max_instances environments open at once), prints and optionally saves the result. */
 export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: EvalOutput): Promise<EvalResult> {
   const t0 = performance.now();
-  const probe = await createEnv(cfg.env);
-  const tasks = cfg.env.tasks ?? probe.tasks();
-  const envs: Env[] = [probe];
+  let tasks: string[] = [];
+  const envs = await openEnvPool(cfg, (first) => {
+    tasks = cfg.env.tasks ?? first.tasks();
+    return evaluationEpisodes(first, tasks, cfg);
+  });
   try {
-    while (envs.length < environmentCount(cfg, evaluationEpisodes(probe, tasks, cfg))) envs.push(await createEnv(cfg.env));
-    const evalNote = evalVariationsNote(probe, tasks, cfg.env.eval_split, cfg.env.eval_variations);
+    const evalNote = evalVariationsNote(envs[0], tasks, cfg.env.eval_split, cfg.env.eval_variations);
     if (evalNote) console.log(evalNote);
     const memory = cfg.train.eval_with_memory ? await checkpointMemory(cfg, engine, output.modelDir) : undefined;
     if (memory) console.log(`showing tips from ${join(output.modelDir, MEMORY_FILE)} (${memory.tips.size()} tips; read, not written)`);
@@ -81,47 +84,38 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
       envSteps: checkpointSteps(output.modelDir).train_env_steps ?? null,
       checkpoint: basename(output.modelDir),
     };
-    const played = (episodes: readonly Episode[]) => {
-      const k = cfg.trajectories.eval_per_evaluation ?? episodes.length;
-      recordEpisodes(writer, episodes, spreadSample(episodes.length, k), at, (i) => ({
-        mode: memory ? 'tips' : 'plain',
-        slot: memory ? memory.slotOf(episodes[i]) : null,
-        reflection: null,
-      }));
-    };
-    const result = await evaluate(engine, envs, tasks, cfg, 0, memory, 'eval', played);
+    const played = (episodes: readonly Episode[]) =>
+      recordEpisodes(writer, episodes, at, { count: cfg.trajectories.eval_per_evaluation, mode: memory ? 'tips' : 'plain', slots: memory });
+    const result = await evaluate(engine, envs, cfg, { tasks, iteration: 0, memory, progressLabel: 'eval', played });
     if (writer)
       console.log(
         `episodes recorded in ${output.trajectories} (read them with: empo2 dashboard ${dashboardArgument(output.trajectories!)})`,
       );
     console.log(formatEvalTable(result, null).replace(/iter 0/g, output.column));
     console.log(timing(result.summary));
-    if (output.json) {
-      const record: EvalRecord = {
-        checkpoint: basename(output.modelDir),
-        ...checkpointSteps(output.modelDir),
-        eval_split: cfg.env.eval_split,
-        eval_variations: cfg.env.eval_variations,
-        eval_temperature: cfg.rollout.eval_temperature,
-        seed: cfg.seed,
-        seconds: (performance.now() - t0) / 1000,
-        per_task: result.perTask,
-        episodes: result.summary.episodes,
-        mean_score: result.summary.mean_score,
-        success_rate: result.summary.success_rate,
-        ...(memory ? { with_memory: { tips: memory.tips.size() } } : {}),
-      };
-      writeJsonAtomic(output.json, record);
-    }
+    if (output.json) writeJsonAtomic(output.json, evalRecordOf(result, cfg, { modelDir: output.modelDir, t0, memory }));
     return result;
   } finally {
     await Promise.all(envs.map((e) => e.close()));
   }
 }
 
-/** Episodes of one held-out evaluation: env.eval_variations caps each task's split, it does not pad it. */
-export function evaluationEpisodes(env: Env, tasks: readonly string[], cfg: Config): number {
-  return tasks.reduce((n, t) => n + Math.min(cfg.env.eval_variations, env.variations(t, cfg.env.eval_split).length), 0);
+/** What `empo2 eval --json` writes of `result`. */
+function evalRecordOf(result: EvalResult, cfg: Config, o: { modelDir: string; t0: number; memory: MemoryRuntime | undefined }): EvalRecord {
+  return {
+    checkpoint: basename(o.modelDir),
+    ...checkpointSteps(o.modelDir),
+    eval_split: cfg.env.eval_split,
+    eval_variations: cfg.env.eval_variations,
+    eval_temperature: cfg.rollout.eval_temperature,
+    seed: cfg.seed,
+    seconds: (performance.now() - o.t0) / 1000,
+    per_task: result.perTask,
+    episodes: result.summary.episodes,
+    mean_score: result.summary.mean_score,
+    success_rate: result.summary.success_rate,
+    ...(o.memory ? { with_memory: { tips: o.memory.tips.size() } } : {}),
+  };
 }
 
 /**

@@ -11,12 +11,13 @@ import { loadConfig } from '../config/load.ts';
 import type { Config } from '../config/schema.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { EpisodeRecordSchema, type EpisodeRecord } from '../trajectory/format.ts';
-import type { Episode, StepRecord } from './rollout.ts';
+import type { Episode, StepRecord } from './records.ts';
 import { latestCheckpoint } from './checkpoint.ts';
-import { defaultEvalTrajectories, evaluateEngine } from './evaluate-checkpoint.ts';
-import { train } from './trainer.ts';
-import { createEngine } from './engines.ts';
-import { episodeRecord, runTrajectoryFile, sampledTokenEntropy, spreadSample, tipFollowRate } from './trajectories.ts';
+import { defaultEvalTrajectories, evaluateEngine } from '../adapt/checkpoint-eval.ts';
+import { train } from '../trainer/trainer.ts';
+import { createEngine } from '../policy/engines.ts';
+import { episodeRecord, runTrajectoryFile, spreadSample } from './episode-log.ts';
+import { sampledTokenEntropy, tipFollowRate } from './iteration-log.ts';
 import { TINY_RUN } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-trajectories-'));

@@ -15,50 +15,34 @@
  */
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Mode } from '../algo/modes.ts';
-import { checkpointsDir, loadTrainerState, PARTIAL, writeCheckpointDir, type TrainerState } from './checkpoint.ts';
-import type { OptimiserProgress, PreparedUpdate } from './grpo.ts';
-import type { Episode, RolloutJob, RolloutStats } from './rollout.ts';
+import { checkpointsDir, loadTrainerState, PARTIAL, writeCheckpointDir, type CheckpointContents } from './checkpoint.ts';
 
 export const BATCH_FILE = 'batch.json';
 /** The optimiser step under way, saved between its micro-batches by engines whose steps are long (workers/torch/step_resume.py). */
 export const STEP_FILE = 'train-step.pt';
 
-export interface PartialBatch {
+/**
+ * What the run reads of an iteration's batch saved part-way; the trainer's batch (../trainer/trainer.ts
+ * IterationBatch: rollouts, modes, intrinsic rewards, the prepared update) carries the rest.
+ */
+export interface PartialHeader {
   format: 'empo2-partial-iteration';
   version: 1;
   iteration: number;
-  jobs: RolloutJob[];
-  modes: Mode[];
-  episodes: Episode[];
-  stats: RolloutStats;
-  intrinsic: number[][] | null;
-  prepared: PreparedUpdate;
-  /** The trainer's random stream after the iteration's draws (before the update's shuffles). */
-  rngAfterDraws: number;
   /** Where the update stands; null before its first optimiser step. */
-  progress: OptimiserProgress | null;
-  /** Seconds the iteration has run so far, by phase (the resumed iteration's log and metrics add to them). */
-  seconds: { rollout: number; optimizer: number };
+  progress: { optimizerSteps: number } | null;
 }
 
 export const partialName = (iteration: number): string => `partial-iter-${String(iteration).padStart(6, '0')}`;
 
-/** Writes iteration `batch.iteration` part-way (the state and memory are those before it); removes older ones. */
-export async function savePartial(
-  runDir: string,
-  writer: { writePolicy: (dir: string) => Promise<void> } | Parameters<typeof writeCheckpointDir>[2],
-  state: TrainerState,
-  batch: PartialBatch,
-  memoryJson: string | null,
-  baseModelDir: string | null,
-): Promise<string> {
+/** Writes iteration `batch.iteration` part-way (the state and memory in `contents` are those before it); removes older ones. */
+export async function savePartial(runDir: string, contents: CheckpointContents, batch: PartialHeader): Promise<string> {
+  const { state } = contents;
   if (state.iteration !== batch.iteration - 1)
     throw new Error(`savePartial: iteration ${batch.iteration} saved over the state of iteration ${state.iteration}`);
-  const files: Record<string, string> = { [BATCH_FILE]: JSON.stringify(batch) };
-  if (memoryJson !== null) files['memory.json'] = memoryJson;
+  const extraFiles = { [BATCH_FILE]: JSON.stringify(batch), ...contents.extraFiles };
   const name = partialName(batch.iteration);
-  const dir = await writeCheckpointDir(runDir, name, writer, state, files, baseModelDir);
+  const dir = await writeCheckpointDir(runDir, name, { ...contents, extraFiles });
   const root = checkpointsDir(runDir);
   for (const n of readdirSync(root)) if (PARTIAL.test(n) && n !== name) rmSync(join(root, n), { recursive: true, force: true });
   return dir;
@@ -69,7 +53,10 @@ export async function savePartial(
  * `partial-iter-K` with K after that checkpoint's iteration. Its folder stands in for the checkpoint
  * (policy, optimiser, memory, trainer state); a corrupt one is an error, not silently skipped.
  */
-export function partialToResume(runDir: string, checkpointIteration: number): { dir: string; batch: PartialBatch } | null {
+export function partialToResume<B extends PartialHeader = PartialHeader>(
+  runDir: string,
+  checkpointIteration: number,
+): { dir: string; batch: B } | null {
   const root = checkpointsDir(runDir);
   if (!existsSync(root)) return null;
   const names = readdirSync(root)
@@ -81,9 +68,9 @@ export function partialToResume(runDir: string, checkpointIteration: number): { 
   const path = join(dir, BATCH_FILE);
   if (!existsSync(path))
     throw new Error(`${dir} is incomplete: ${BATCH_FILE} is missing (remove the folder to resume from the checkpoint instead)`);
-  let batch: PartialBatch;
+  let batch: B;
   try {
-    batch = JSON.parse(readFileSync(path, 'utf8')) as PartialBatch;
+    batch = JSON.parse(readFileSync(path, 'utf8')) as B;
   } catch (e) {
     throw new Error(`${path} is corrupt (${(e as Error).message}); remove ${dir} to resume from the checkpoint instead`);
   }

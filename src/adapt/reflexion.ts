@@ -17,15 +17,15 @@ import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
 import { ReflexionMemory, ReflexionReflector, REFLEXION_WINDOW } from '../memory/reflexion.ts';
 import type { PolicyEngine } from '../policy/types.ts';
-import { TrajectoryWriter } from '../trajectory/writer.ts';
-import { ADAPT_TRAJECTORIES } from './adapt.ts';
-import { reflectionRender, trajectoryOf } from './memory.ts';
-import { recordEpisodes } from './trajectories.ts';
+import { recordEpisodes } from '../run/episode-log.ts';
+import { reflectionRender, trajectoryOf } from '../trainer/memory-runtime.ts';
+import type { TrajectoryWriter } from '../trajectory/writer.ts';
 import {
   checkTrialOptions,
   loadTrialState,
   markdownTable,
   openTrialBed,
+  openTrialRecorder,
   pct,
   playTrial,
   removeTrialState,
@@ -35,6 +35,8 @@ import {
   TRIAL_STATE_FILE,
   trialScores,
   trialSeed,
+  type TrialBed,
+  type TrialKey,
   type TrialOptions,
   type TrialScores,
   type TrialState,
@@ -77,10 +79,11 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
   const reflector = new ReflexionReflector(engine, reflectionRender(cfg), { maxTokens, temperature: cfg.rollout.eval_temperature });
   const settings = { window, reflection_max_tokens: maxTokens, temperature: cfg.rollout.eval_temperature };
   const bed = await openTrialBed(cfg, o);
-  const { jobs, variations } = bed;
+  const { variations } = bed;
+  const key: TrialKey = { method: 'reflexion', cfg, o, variations, settings };
   let resumed: TrialState<ReflexionTrialResult, Outcomes> | null;
   try {
-    resumed = loadTrialState<ReflexionTrialResult, Outcomes>('reflexion', cfg, o, variations, settings);
+    resumed = loadTrialState<ReflexionTrialResult, Outcomes>(key);
   } catch (e) {
     await bed.close();
     throw e;
@@ -90,49 +93,16 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
   const outcome = new Map<number, { score: number; success: boolean }>(resumed?.carry ?? []);
   // A resumed memory is the plans the finished trials wrote, in order (the window keeps the last k).
   for (const r of results) for (const { variation, plan } of r.reflections) memory.add(variation, { trial: r.trial, plan });
-  const writerOptions = { maxBytes: cfg.trajectories.max_megabytes * 2 ** 20, log };
-  const trajectories = join(o.outDir, ADAPT_TRAJECTORIES);
-  const recorder = resumed
-    ? TrajectoryWriter.resume(trajectories, results.length, writerOptions, 'trial')
-    : TrajectoryWriter.fresh(trajectories, writerOptions);
+  const recorder = openTrialRecorder(cfg, o.outDir, resumed ? results.length : null, log);
   log(
     `adapt --method reflexion: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, the last ${window} plans of a variation in its prompts (plans of up to ${maxTokens} tokens)`,
   );
   if (resumed) log(`resuming after trial ${results.length} (${join(o.outDir, TRIAL_STATE_FILE)}, ${memory.size()} plans held)`);
   try {
     for (let trial = results.length + 1; trial <= o.trials; trial++) {
-      const unsolved = jobs
-        .filter((j) => !outcome.get(j.variation)?.success)
-        .map((j) => ({ ...j, reflections: memory.recent(j.variation) }));
-      const seed = trialSeed(cfg, trial, o.sameSeed !== false);
-      const episodes = await playTrial(bed, engine, cfg, unsolved, { trial, trials: o.trials, seed });
-      for (const e of episodes) outcome.set(e.variation, { score: e.score, success: e.success });
-      const failed = episodes.filter((e) => !e.success);
-      const plans = await reflector.reflect(
-        failed.map((e) => ({ trajectory: trajectoryOf(e), past: memory.recent(e.variation) })),
-        seed,
-      );
-      const shownTo = new Map(unsolved.map((j) => [j.variation, j.reflections.map((r) => r.plan)]));
-      const planOf = new Map(failed.map((e, i) => [e.variation, plans[i]]));
-      recordEpisodes(recorder, episodes, [...episodes.keys()], { source: 'adapt', trial }, (i) => ({
-        mode: 'reflexion',
-        slot: null,
-        reflection: planOf.get(episodes[i].variation) ?? null,
-        plansShown: shownTo.get(episodes[i].variation) ?? [],
-      }));
-      failed.forEach((e, i) => memory.add(e.variation, { trial, plan: plans[i] }));
-      const r: ReflexionTrialResult = {
-        ...trialScores(
-          trial,
-          variations.map((v) => outcome.get(v)!),
-        ),
-        played: unsolved.length,
-        reflections_shown_per_episode: unsolved.reduce((n, j) => n + j.reflections.length, 0) / Math.max(1, unsolved.length),
-        reflections: failed.map((e, i) => ({ variation: e.variation, plan: plans[i] })),
-        memory_size: memory.size(),
-      };
+      const r = await reflexionTrial({ bed, engine, cfg, o, memory, reflector, outcome, recorder }, trial);
       results.push(r);
-      saveTrialState('reflexion', cfg, o, variations, { results, carry: [...outcome] }, settings);
+      saveTrialState(key, { results, carry: [...outcome] });
       log(
         `trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.played} variations played | ${r.reflections_shown_per_episode.toFixed(1)} plans per episode | ${r.reflections.length} plans written`,
       );
@@ -150,12 +120,62 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
       String(r.memory_size),
     ]),
   );
-  saveTrialReport(
-    o.outDir,
-    { method: 'reflexion', task: o.task, split: o.split, variations, reflexion: settings, trials: results },
-    table,
-    log,
-  );
+  const report = { method: 'reflexion', task: o.task, split: o.split, variations, reflexion: settings, trials: results };
+  saveTrialReport(o.outDir, { report, table, log });
   removeTrialState(o.outDir);
   return results;
+}
+
+/**
+ * One trial: the variations not solved yet played with their last plans in every prompt, a plan written
+ * for each one failed, the outcomes and plans kept, and the episodes recorded.
+ */
+async function reflexionTrial(
+  a: {
+    bed: TrialBed;
+    engine: PolicyEngine;
+    cfg: Config;
+    o: ReflexionOptions;
+    memory: ReflexionMemory;
+    reflector: ReflexionReflector;
+    outcome: Map<number, { score: number; success: boolean }>;
+    recorder: TrajectoryWriter;
+  },
+  trial: number,
+): Promise<ReflexionTrialResult> {
+  const { memory, outcome } = a;
+  const unsolved = a.bed.jobs
+    .filter((j) => !outcome.get(j.variation)?.success)
+    .map((j) => ({ ...j, reflections: memory.recent(j.variation) }));
+  const seed = trialSeed(a.cfg, trial, a.o.sameSeed !== false);
+  const episodes = await playTrial(a.bed, a.engine, a.cfg, { jobs: unsolved, trial, trials: a.o.trials, seed });
+  for (const e of episodes) outcome.set(e.variation, { score: e.score, success: e.success });
+  const failed = episodes.filter((e) => !e.success);
+  const plans = await a.reflector.reflect(
+    failed.map((e) => ({ trajectory: trajectoryOf(e), past: memory.recent(e.variation) })),
+    seed,
+  );
+  const shownTo = new Map(unsolved.map((j) => [j.variation, j.reflections.map((r) => r.plan)]));
+  const planOf = new Map(failed.map((e, i) => [e.variation, plans[i]]));
+  recordEpisodes(
+    a.recorder,
+    episodes,
+    { source: 'adapt', trial },
+    {
+      mode: 'reflexion',
+      reflections: episodes.map((e) => planOf.get(e.variation) ?? null),
+      plansShown: (i) => shownTo.get(episodes[i].variation) ?? [],
+    },
+  );
+  failed.forEach((e, i) => memory.add(e.variation, { trial, plan: plans[i] }));
+  return {
+    ...trialScores(
+      trial,
+      a.bed.variations.map((v) => outcome.get(v)!),
+    ),
+    played: unsolved.length,
+    reflections_shown_per_episode: unsolved.reduce((n, j) => n + j.reflections.length, 0) / Math.max(1, unsolved.length),
+    reflections: failed.map((e, i) => ({ variation: e.variation, plan: plans[i] })),
+    memory_size: memory.size(),
+  };
 }

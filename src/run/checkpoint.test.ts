@@ -20,13 +20,13 @@ describe('saveCheckpoint', () => {
       },
     };
     const state = { iteration: 1, envSteps: 10, rngState: [1, 2, 3, 4], elapsedSeconds: 1 };
-    const dir = await saveCheckpoint(run, writer, state as never, 3, {}, base);
+    const dir = await saveCheckpoint(run, { writer, state: state as never, baseModelDir: base }, 3);
     expect(latestCheckpoint(run)).toBe(dir);
     expect(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')).toContain('chat_template');
     expect(readFileSync(join(dir, 'generation_config.json'), 'utf8')).toContain('writer');
     expect(existsSync(join(dir, 'chat_template.jinja'))).toBe(false);
     // Without a base model (the tiny default) nothing is copied.
-    const tiny = await saveCheckpoint(join(root, 'tiny'), writer, state as never, 3, {});
+    const tiny = await saveCheckpoint(join(root, 'tiny'), { writer, state: state as never }, 3);
     expect(existsSync(join(tiny, 'tokenizer_config.json'))).toBe(false);
   });
 });

@@ -10,9 +10,9 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
-import { parseHfConfig } from '../policy/hf/config.ts';
-import { countParameters } from '../policy/tfjs/qwen2.ts';
-import { PYTHON_SETUP_ADVICE, projectPython } from '../policy/torch/python.ts';
+import { parseHfConfig } from './hf/config.ts';
+import { countParameters } from './tfjs/qwen2.ts';
+import { PYTHON_SETUP_ADVICE, projectPython } from './torch/python.ts';
 
 /** From this many parameters on, `auto` prefers the PyTorch worker. */
 export const REAL_MODEL_PARAMETERS = 20_000_000;
