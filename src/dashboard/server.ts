@@ -24,6 +24,7 @@ import type { EpisodeSummary } from '../trajectory/reader.ts';
 import { MemoryRequestError, MemoryViews } from './memory-view.ts';
 import { DataError, readAdaptReport, readCompare, readConfig, readMetrics, summariseRun, TrajectoryFiles } from './run-data.ts';
 import { discoverSources, SourceError, type Source } from './sources.ts';
+import { isPort } from '../util/port.ts';
 
 export interface DashboardOptions {
   /** Folders (or trajectory .jsonl files) to show; none: ./runs. */
@@ -87,7 +88,7 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
     );
   }
   const port = o.port ?? DEFAULT_DASHBOARD_PORT;
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new SourceError(`--port must be an integer from 0 to 65535, got ${port}`);
+  if (!isPort(port)) throw new SourceError(`--port must be an integer from 0 to 65535, got ${port}`);
   const cwd = o.cwd ?? process.cwd();
   const log = o.log ?? (() => {});
   const vendor = vendorFiles();

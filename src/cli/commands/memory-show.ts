@@ -1,7 +1,22 @@
 /** `empo2 memory show`: a run's tip memory as text (or JSON), per slot, newest entries first. */
+import type { Command } from 'commander';
 import { readFileSync } from 'node:fs';
 import { findMemoryFile } from '../../memory/memory-file.ts';
 import { TipMemory } from '../../memory/store.ts';
+
+export function register(program: Command): void {
+  const memoryCommand = program.command('memory').description('inspect a tip memory');
+  memoryCommand
+    .command('show')
+    .description("print a run's tip memory: entries per slot, newest first")
+    .argument('<path>', 'a run directory (its latest checkpoint), a checkpoint directory, or a memory.json file')
+    .option('--task <name>', 'only this slot (a task, or task#variation with per-variation slots)')
+    .option('--limit <n>', 'entries shown per slot', '10')
+    .option('--json', 'print the entries as JSON')
+    .action(async (path: string, opts) => {
+      console.log(showMemory(path, { task: opts.task, limit: Number(opts.limit), json: !!opts.json }));
+    });
+}
 
 export function showMemory(path: string, o: { task?: string; limit: number; json: boolean }): string {
   if (!Number.isInteger(o.limit) || o.limit < 1) throw new Error(`--limit must be a positive integer, got ${o.limit}`);

@@ -1,18 +1,34 @@
+import type { Command } from 'commander';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { ConfigError } from '../../config/load.ts';
 import type { Config } from '../../config/schema.ts';
 import { createEnv, environmentCorpus } from '../../envs/index.ts';
-import { initBackend } from '../../policy/tfjs/backend.ts';
-import { saveModelDir } from '../../policy/tfjs/checkpoint.ts';
-import { createEngine } from '../../policy/engines.ts';
-import {
-  buildWarmupExamples,
-  measureTipFollowing,
-  runTipWarmup,
-  tipWarmupSettings,
-  type TipFollowing,
-  type WarmupExample,
-} from '../../trainer/tip-warmup.ts';
+import type { TipFollowing, WarmupExample } from '../../trainer/tip-warmup.ts';
+import { checkOutputDir } from '../output-paths.ts';
+import { configFrom, withConfig } from '../options.ts';
+
+export function register(program: Command): void {
+  withConfig(
+    program
+      .command('warmup')
+      .description(
+        'tiny model: build it and teach it to read tips (supervised, on synthetic prompts) before RL; saves a model directory for model.path',
+      ),
+    'YAML or JSON config file (env, model, prompt and memory settings are used)',
+  )
+    .option('--seed <n>', 'shortcut for --set seed=<n>')
+    .requiredOption('--out <dir>', 'directory to write the model to (config.json, model.safetensors, tokenizer.json, warmup.json)')
+    .option('--examples <n>', 'synthetic prompts (default: experimental.tip_warmup_examples, or 6000 when that is 0)')
+    .action(async (opts) => {
+      const cfg = configFrom(opts);
+      const examples = opts.examples !== undefined ? Number(opts.examples) : cfg.experimental.tip_warmup_examples || 6000;
+      if (!Number.isInteger(examples) || examples <= 0)
+        throw new ConfigError(`--examples: expected a positive integer, got "${opts.examples}"`);
+      checkOutputDir(opts.out, '--out');
+      await warmupModelDir({ ...cfg, experimental: { ...cfg.experimental, tip_warmup_examples: examples } }, opts.out);
+    });
+}
 
 /**
  * `empo2 warmup`: build the tiny model, warm it up and save it in the Hugging Face layout, with
@@ -22,6 +38,9 @@ import {
 export async function warmupModelDir(cfg: Config, outDir: string, log: (line: string) => void = console.log): Promise<object> {
   if (existsSync(join(outDir, 'config.json'))) throw new Error(`${outDir} already holds a model; choose another --out`);
   if (cfg.experimental.tip_warmup_examples <= 0) throw new Error('experimental.tip_warmup_examples must be positive for a warm-up');
+  // Loaded here, not at the top: the command line starts without TensorFlow.js.
+  const { createEngine, initBackend } = await import('../../policy/index.ts');
+  const { buildWarmupExamples, measureTipFollowing, runTipWarmup, tipWarmupSettings } = await import('../../trainer/tip-warmup.ts');
   await initBackend();
   const { engine } = await createEngine(cfg, 'fresh', () => environmentCorpus(cfg.env));
   const env = await createEnv({ ...cfg.env, tasks: null });
@@ -47,7 +66,7 @@ export async function warmupModelDir(cfg: Config, outDir: string, log: (line: st
     const after = await measure();
     log(`after: follows the best tip ${fmtFollow(after)}`);
     mkdirSync(outDir, { recursive: true });
-    await saveModelDir(outDir, engine.model, engine.tokenizer);
+    await engine.save(outDir);
     const summary = { ...report, tasks, held_out_tasks: others, before, after, settings: { ...ws, prompt: undefined }, prompt: ws.prompt };
     writeFileSync(join(outDir, 'warmup.json'), JSON.stringify(summary, null, 2) + '\n');
     log(`saved ${outDir}`);

@@ -13,6 +13,7 @@ import type { Split, StepResult } from '../types.ts';
 import { WEBSHOP_TASK, WebShopEnv, type WebShopEnvOptions } from './env.ts';
 import type { RewardInfo } from './reward.ts';
 import type { Segment } from './shop.ts';
+import { isPort } from '../../util/port.ts';
 
 export interface WebShopServerOptions extends WebShopEnvOptions {
   /** Interface to listen on (default 127.0.0.1, loopback only). */
@@ -274,7 +275,7 @@ function redirect(res: ServerResponse, location: string): void {
 export async function startWebShopServer(opts: WebShopServerOptions = {}): Promise<RunningWebShopServer> {
   const host = opts.host ?? '127.0.0.1';
   const port = opts.port ?? 3000;
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`webshop serve: port must be 0..65535, got ${port}`);
+  if (!isPort(port)) throw new Error(`webshop serve: port must be 0..65535, got ${port}`);
   const maxSessions = opts.maxSessions ?? 500;
   const catalogueEnv = new WebShopEnv(opts); // loads data once; sessions reuse the cached world
   const sessions = new Map<string, ShopperSession>();
