@@ -94,7 +94,7 @@ console.log(`builtin env: ${(steps / ((performance.now() - t0) / 1000)).toFixed(
 const envs = await Promise.all(Array.from({ length: 32 }, () => createEnv(cfg.env)));
 const jobs = Array.from({ length: 32 }, (_, i) => ({ task: env.tasks()[i % 6], variation: i, group: i % 4 }));
 t0 = performance.now();
-const { stats } = await runEpisodes(envs, engine, jobs, rolloutSettings(cfg, false, 3));
+const { stats } = await runEpisodes(envs, engine, jobs, { settings: rolloutSettings(cfg, false, 3) });
 seconds = (performance.now() - t0) / 1000;
 console.log(
   `rollouts: ${stats.envSteps} env steps in ${seconds.toFixed(1)} s -> ${(stats.envSteps / seconds).toFixed(1)} steps/s (policy ${stats.policySeconds.toFixed(1)} s, env ${stats.envSeconds.toFixed(2)} s)`,

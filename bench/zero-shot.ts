@@ -180,14 +180,10 @@ async function runCell(set: string, task: string, policy: Policy): Promise<Cell>
       const t1 = performance.now();
       const part = jobs.slice(start, start + envs.length);
       const progress = new EpisodeProgress(part, { label: `${set} ${task} ${policy}` });
-      const { episodes } = await runEpisodesInChunks(
-        wrapped,
-        eng,
-        part,
-        (s) => rolloutSettings(cfg, true, 2_024 + start + s),
-        undefined,
+      const { episodes } = await runEpisodesInChunks(wrapped, eng, part, {
+        settingsFor: (s) => rolloutSettings(cfg, true, 2_024 + start + s),
         progress,
-      );
+      });
       progress.finish();
       if (start === 0) {
         // Two whole dialogues as the model saw them, to look at when a score is low.

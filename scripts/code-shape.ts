@@ -31,11 +31,11 @@ function sourceFiles(dir: string): string[] {
 
 const importsOf = (text: string) => [...text.matchAll(/(?:\bfrom\s+|\bimport\s*\(\s*|^\s*import\s+)'(\.[^']*)'/gm)].map((m) => m[1]);
 
-/** Functions, methods and arrow functions with their length in lines (first line to last, inclusive). */
-function functionsOf(file: string): { name: string; lines: number }[] {
+/** Functions, methods and arrow functions with their length in lines (first line to last, inclusive) and parameter count. */
+function functionsOf(file: string): { name: string; lines: number; params: number }[] {
   const text = readFileSync(file, 'utf8');
   const sf = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
-  const out: { name: string; lines: number }[] = [];
+  const out: { name: string; lines: number; params: number }[] = [];
   const line = (pos: number) => sf.getLineAndCharacterOfPosition(pos).line;
   const visit = (node: ts.Node) => {
     if (ts.isFunctionLike(node) && 'body' in node && node.body) {
@@ -43,7 +43,7 @@ function functionsOf(file: string): { name: string; lines: number }[] {
       if (!name && ts.isVariableDeclaration(node.parent) && ts.isIdentifier(node.parent.name)) name = node.parent.name.text;
       if (!name && ts.isPropertyAssignment(node.parent) && ts.isIdentifier(node.parent.name)) name = node.parent.name.text;
       if (ts.isConstructorDeclaration(node)) name = 'constructor';
-      out.push({ name: name || '(anonymous)', lines: line(node.getEnd()) - line(node.getStart()) + 1 });
+      out.push({ name: name || '(anonymous)', lines: line(node.getEnd()) - line(node.getStart()) + 1, params: node.parameters.length });
     }
     ts.forEachChild(node, visit);
   };
@@ -98,6 +98,19 @@ for (const folder of folders) {
       }
 }
 console.log(`  ${count} in all`);
+
+console.log(`\nfunctions with more than 4 parameters in ${folders.join(', ')}:`);
+let wide = 0;
+for (const folder of folders) {
+  if (!existsSync(join(src, folder))) continue;
+  for (const f of byFolder.get(folder) ?? [])
+    for (const fn of functionsOf(f))
+      if (fn.params > 4) {
+        wide++;
+        console.log(`  ${relative(src, f)} ${fn.name}: ${fn.params}`);
+      }
+}
+console.log(`  ${wide} in all`);
 
 const all = files
   .flatMap((f) => functionsOf(f).map((fn) => ({ ...fn, file: relative(root, f) })))

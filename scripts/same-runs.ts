@@ -11,7 +11,8 @@
  * a mode per task group and the decoupled ratio; GiGPO; a run stopped after 2 iterations and resumed to
  * 4; a run stopped inside an iteration saved part-way (deterministically, after its first optimiser
  * step) and resumed; one stopped there by SIGINT through the command line and resumed (only its final
- * folder is compared: where the signal lands varies); a tip warm-up with rehearsal; then `eval` (with and
+ * folder is compared: where the signal lands varies); a tip warm-up with rehearsal; EMPO² on the PyTorch
+ * worker (the repository's .venv); then `eval` (with and
  * without memory), `adapt` (tips and Reflexion), `memory show` and `compare` of those runs.
  * What each command printed is compared too (stdout and stderr apart), with durations and rates masked.
  */
@@ -97,6 +98,10 @@ const STEPS: Step[] = [
       'train.iterations=2',
     ),
   },
+  {
+    name: 'torch',
+    args: train('torch', 'model.engine=torch', 'model.torch.threads=1', 'algo.name=empo2', 'algo.p=1', 'algo.q=0.5', 'train.iterations=2'),
+  },
   { name: 'eval', args: ['eval', 'empo2', '--json', 'eval-empo2.json'] },
   {
     name: 'eval-memory',
@@ -137,7 +142,7 @@ const STEPS: Step[] = [
   },
 ];
 
-/** The tree to run: a checkout as it is, or a revision exported into `<out>/tree` with this repository's node_modules. */
+/** The tree to run: a checkout as it is, or a revision exported into `<out>/tree` with this repository's node_modules and .venv. */
 function treeOf(what: string, out: string): string {
   if (existsSync(join(what, 'bin', 'empo2.js'))) return resolve(what);
   const tree = join(out, 'tree');
@@ -148,6 +153,7 @@ function treeOf(what: string, out: string): string {
   const untar = spawnSync('tar', ['-x', '-C', tree], { input: archive.stdout });
   if (untar.status !== 0) throw new Error(`tar: ${untar.stderr.toString()}`);
   symlinkSync(realpathSync(join(REPO, 'node_modules')), join(tree, 'node_modules'));
+  if (existsSync(join(REPO, '.venv'))) symlinkSync(realpathSync(join(REPO, '.venv')), join(tree, '.venv'));
   return tree;
 }
 

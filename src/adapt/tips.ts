@@ -121,7 +121,7 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
     // Resumed, the memory is the one the last finished trial left (the reflector is seeded alike every call).
     resumed = loadTrialState<TrialResult, object>(key);
     const saved = resumed ? { memory: resumed.carry, where: join(o.outDir, TRIAL_STATE_FILE) } : undefined;
-    memory = await MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, o.memoryFrom, saved);
+    memory = await MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, { checkpoint: o.memoryFrom, saved });
   } catch (e) {
     await bed.close();
     throw e;

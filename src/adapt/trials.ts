@@ -107,14 +107,11 @@ export async function playTrial(
 ): Promise<Episode[]> {
   if (t.jobs.length === 0) return [];
   const progress = new EpisodeProgress(t.jobs, { label: `trial ${t.trial}/${t.trials}` });
-  const { episodes } = await runEpisodesInChunks(
-    bed.envs,
-    engine,
-    t.jobs,
-    (start) => rolloutSettings(cfg, true, t.seed + start),
-    t.memory,
+  const { episodes } = await runEpisodesInChunks(bed.envs, engine, t.jobs, {
+    settingsFor: (start) => rolloutSettings(cfg, true, t.seed + start),
+    memory: t.memory,
     progress,
-  );
+  });
   progress.finish();
   return episodes;
 }

@@ -157,14 +157,12 @@ async function writeRun(): Promise<void> {
   writer.append(record(2, 'power', 'tips-off-policy', 35, true));
   writer.append(record(2, 'clue', 'tips-on-policy', 10, true));
   // The memory of the latest checkpoint, written by the trainer's own code.
-  const memory = new MemoryRuntime(
-    cfg,
-    resolveAlgo(cfg),
-    new HashedNgramEmbedder({ dim: cfg.memory.dim }),
-    new TrajectorySummaryReflector(),
-    new TipMemory(cfg.memory.dim, { capacity: 100, threshold: 0.5, topK: 3 }),
-    new NoveltyList(0.9),
-  );
+  const memory = new MemoryRuntime(cfg, resolveAlgo(cfg), {
+    embedder: new HashedNgramEmbedder({ dim: cfg.memory.dim }),
+    reflector: new TrajectorySummaryReflector(),
+    tips: new TipMemory(cfg.memory.dim, { capacity: 100, threshold: 0.5, topK: 3 }),
+    novelty: new NoveltyList(0.9),
+  });
   await memory.write([memoryEpisode]);
   writeFileSync(join(runDir, 'checkpoints', 'iter-000002', 'memory.json'), JSON.stringify(memory.toJSON()));
   writeFileSync(join(runDir, 'checkpoints', 'latest.json'), JSON.stringify({ checkpoint: 'iter-000002' }));

@@ -118,19 +118,16 @@ export interface EvalSettings {
 /** An evaluation's `eval` line of metrics.jsonl; `tipsFollowed` only where the evaluation showed tips. */
 export function evalRecord(
   r: EvalResult,
-  iteration: number,
-  trainEnvSteps: number,
-  settings: EvalSettings,
-  tipsFollowed?: number | null,
+  at: { iteration: number; trainEnvSteps: number; settings: EvalSettings; tipsFollowed?: number | null },
 ): MetricsLine {
   return {
     type: 'eval',
-    iteration,
-    train_env_steps: trainEnvSteps,
-    ...settings,
+    iteration: at.iteration,
+    train_env_steps: at.trainEnvSteps,
+    ...at.settings,
     ...r.summary,
     per_task: r.perTask,
-    ...(tipsFollowed !== undefined ? { tips_followed: tipsFollowed } : {}),
+    ...(at.tipsFollowed !== undefined ? { tips_followed: at.tipsFollowed } : {}),
   };
 }
 

@@ -36,14 +36,11 @@ export async function evaluate(engine: PolicyEngine, envs: Env[], cfg: Config, o
   // Seeded apart from training so evaluation never replays a training draw.
   const withTips = memory ? { tips: memory.tipSource(), uses: () => true } : undefined;
   const progress = progressLabel ? new EpisodeProgress(jobs, { label: progressLabel }) : undefined;
-  const { episodes, stats } = await runEpisodesInChunks(
-    envs,
-    engine,
-    jobs,
-    (start) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start),
-    withTips,
+  const { episodes, stats } = await runEpisodesInChunks(envs, engine, jobs, {
+    settingsFor: (start) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start),
+    memory: withTips,
     progress,
-  );
+  });
   progress?.finish();
   played?.(episodes);
   const envSteps = stats.envSteps;

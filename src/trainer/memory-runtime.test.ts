@@ -61,14 +61,12 @@ async function tipTexts(memory: MemoryRuntime, queries: TipQuery[]): Promise<str
 
 function runtime(overrides: string[]): MemoryRuntime {
   const cfg = loadConfig(null, ['algo.name=empo2', 'algo.p=1', 'memory.reflector=summary', 'memory.dim=256', ...overrides]);
-  return new MemoryRuntime(
-    cfg,
-    resolveAlgo(cfg),
-    new HashedNgramEmbedder({ dim: 256 }),
-    new TrajectorySummaryReflector(),
-    new TipMemory(256, { capacity: 100, threshold: 0.5, topK: cfg.memory.top_k }),
-    new NoveltyList(0.9),
-  );
+  return new MemoryRuntime(cfg, resolveAlgo(cfg), {
+    embedder: new HashedNgramEmbedder({ dim: 256 }),
+    reflector: new TrajectorySummaryReflector(),
+    tips: new TipMemory(256, { capacity: 100, threshold: 0.5, topK: cfg.memory.top_k }),
+    novelty: new NoveltyList(0.9),
+  });
 }
 
 async function written(credit: 'final' | 'to_go' | 'gain') {

@@ -114,26 +114,33 @@ export class MemoryRuntime {
   private seconds = 0;
   private readonly cache = new Map<string, Float32Array>();
 
+  readonly embedder: Embedder;
+  readonly reflector: Reflector;
+  readonly tips: TipMemory;
+  readonly novelty: NoveltyList;
+
   constructor(
     readonly cfg: Config,
     readonly algo: ResolvedAlgo,
-    readonly embedder: Embedder,
-    readonly reflector: Reflector,
-    readonly tips: TipMemory,
-    readonly novelty: NoveltyList,
-  ) {}
+    parts: { embedder: Embedder; reflector: Reflector; tips: TipMemory; novelty: NoveltyList },
+  ) {
+    this.embedder = parts.embedder;
+    this.reflector = parts.reflector;
+    this.tips = parts.tips;
+    this.novelty = parts.novelty;
+  }
 
   /**
-   * The memory saved in the checkpoint `restoreFrom` (null: an empty one), or, with `saved`, the memory
-   * `toJSON` gave (an adaptation resumed from its state file, named by `saved.where`).
+   * The memory saved in the checkpoint `from.checkpoint` (null: an empty one), or, with `from.saved`, the
+   * memory `toJSON` gave (an adaptation resumed from its state file, named by `saved.where`).
    */
   static async create(
     cfg: Config,
     algo: ResolvedAlgo,
     engine: PolicyEngine,
-    restoreFrom: string | null,
-    saved?: { memory: unknown; where: string },
+    from: { checkpoint: string | null; saved?: { memory: unknown; where: string } },
   ): Promise<MemoryRuntime> {
+    const { checkpoint: restoreFrom, saved } = from;
     const embedder = await createEmbedder(cfg);
     try {
       const file = restoreFrom ? join(restoreFrom, MEMORY_FILE) : null;
@@ -144,7 +151,7 @@ export class MemoryRuntime {
         : file && existsSync(file)
           ? loadSavedMemory(file, embedder)
           : emptyMemory(cfg, embedder);
-      return new MemoryRuntime(cfg, algo, embedder, createReflector(cfg, engine, cfg.seed), tips, novelty);
+      return new MemoryRuntime(cfg, algo, { embedder, reflector: createReflector(cfg, engine, cfg.seed), tips, novelty });
     } catch (e) {
       embedder.dispose?.();
       throw e;
@@ -160,7 +167,7 @@ export class MemoryRuntime {
     const embedder = await createEmbedder(readOnly);
     try {
       const { tips, novelty } = loadSavedMemory(file, embedder);
-      return new MemoryRuntime(readOnly, resolveAlgo(readOnly), embedder, READ_ONLY_REFLECTOR, tips, novelty);
+      return new MemoryRuntime(readOnly, resolveAlgo(readOnly), { embedder, reflector: READ_ONLY_REFLECTOR, tips, novelty });
     } catch (e) {
       embedder.dispose?.();
       throw e;

@@ -73,8 +73,8 @@ describe('tips in the prompt (docs/EMPO2.md §3-4)', () => {
       const valid = [randomText(rng, 2), randomText(rng, 2)];
       const task = randomText(rng, 3);
       const tips = Array.from({ length: 1 + rng.int(4) }, () => randomText(rng, 5));
-      const plain = encodePrompt(tokenizer, task, turns, valid, settings);
-      const withTips = encodePrompt(tokenizer, task, turns, valid, settings, tips);
+      const plain = encodePrompt(tokenizer, { task, turns, validActions: valid }, settings);
+      const withTips = encodePrompt(tokenizer, { task, turns, validActions: valid }, settings, tips);
       expect(plain.tipSpan).toBeNull();
       expect(withTips.tipSpan).not.toBeNull();
       expect(removeTips(withTips.ids, withTips.tipSpan)).toEqual(plain.ids);
@@ -89,14 +89,16 @@ describe('tips in the prompt (docs/EMPO2.md §3-4)', () => {
     for (let trial = 0; trial < 100; trial++) {
       const turns: Turn[] = [{ observation: randomText(rng, 4), action: 'go to attic' }, { observation: randomText(rng, 4) }];
       const s: PromptSettings = { history: 2, showValidActions: false, system: '' };
-      expect(encodePrompt(tokenizer, 'task', turns, [], s).ids).toEqual(tokenizer.encode(renderPrompt('task', turns, [], s)));
+      expect(encodePrompt(tokenizer, { task: 'task', turns, validActions: [] }, s).ids).toEqual(
+        tokenizer.encode(renderPrompt({ task: 'task', turns, validActions: [] }, s)),
+      );
     }
   });
 
   it('tips go into the current user turn only, between the header line and the end of the turn', () => {
     const turns: Turn[] = [{ observation: 'first', action: 'look around' }, { observation: 'second' }];
     const s: PromptSettings = { history: null, showValidActions: false, system: '' };
-    const ids = encodePrompt(tokenizer, 'T', turns, [], s, ['tip one', 'tip two']).ids;
+    const ids = encodePrompt(tokenizer, { task: 'T', turns, validActions: [] }, s, ['tip one', 'tip two']).ids;
     expect(tokenizer.decode(ids)).toBe(
       '<|im_start|>user\nTask: T\nfirst<|im_end|>\n<|im_start|>assistant\nlook around<|im_end|>\n' +
         '<|im_start|>user\nsecond\n\nMemories from your earlier exploration of this task:\n<tip> tip one </tip>\n\n<tip> tip two </tip>\n\n<|im_end|>\n<|im_start|>assistant\n',

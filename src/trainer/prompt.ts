@@ -32,14 +32,17 @@ export interface PromptSettings {
   maxListedActions?: number;
 }
 
-export function renderPrompt(
-  task: string,
-  turns: readonly Turn[],
-  validActions: readonly string[],
-  s: PromptSettings,
-  reflections: readonly PastReflection[] = [],
-): string {
-  const { head, tail } = renderPromptParts(task, turns, validActions, s, reflections);
+/** What a plain prompt shows: the task, the turns kept, the current valid actions, Reflexion's plans. */
+export interface PromptState {
+  task: string;
+  turns: readonly Turn[];
+  validActions: readonly string[];
+  /** Reflexion: plans from earlier failed trials (none: no plan block). */
+  reflections?: readonly PastReflection[];
+}
+
+export function renderPrompt(state: PromptState, s: PromptSettings): string {
+  const { head, tail } = renderPromptParts(state, s);
   return head + tail;
 }
 
@@ -47,13 +50,8 @@ export function renderPrompt(
  * The prompt cut where tips go: `head` ends with the current user turn's text, `tail` closes that
  * turn and opens the assistant's. Tips are inserted between the two.
  */
-export function renderPromptParts(
-  task: string,
-  turns: readonly Turn[],
-  validActions: readonly string[],
-  s: PromptSettings,
-  reflections: readonly PastReflection[] = [],
-): { head: string; tail: string } {
+export function renderPromptParts(state: PromptState, s: PromptSettings): { head: string; tail: string } {
+  const { task, turns, validActions, reflections = [] } = state;
   if (turns.length === 0) throw new Error('renderPrompt: no observation yet');
   const kept = s.history === null ? turns : turns.slice(Math.max(0, turns.length - 1 - s.history));
   let text = s.system ? `${IM_START}system\n${s.system}${IM_END}\n` : '';
@@ -100,14 +98,11 @@ export interface EncodedPrompt {
  */
 export function encodePrompt(
   tokenizer: { encode(text: string): number[] },
-  task: string,
-  turns: readonly Turn[],
-  validActions: readonly string[],
+  state: PromptState,
   s: PromptSettings,
   tips: readonly string[] = [],
-  reflections: readonly PastReflection[] = [],
 ): EncodedPrompt {
-  const { head, tail } = renderPromptParts(task, turns, validActions, s, reflections);
+  const { head, tail } = renderPromptParts(state, s);
   const headIds = tokenizer.encode(head);
   const tailIds = tokenizer.encode(tail);
   if (tips.length === 0) return { ids: [...headIds, ...tailIds], tipSpan: null };
@@ -170,7 +165,8 @@ class PlainDialogue implements Dialogue {
   }
 
   prompt(tips: readonly string[] = []): EncodedPrompt {
-    return encodePrompt(this.tokenizer, this.start.task, this.turns, this.valid, this.s, tips, this.start.reflections);
+    const state = { task: this.start.task, turns: this.turns, validActions: this.valid, reflections: this.start.reflections };
+    return encodePrompt(this.tokenizer, state, this.s, tips);
   }
 
   advance(

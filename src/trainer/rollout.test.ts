@@ -13,8 +13,7 @@ import type { Env } from '../envs/types.ts';
 import type { GenerateOptions, Generation, PolicyEngine } from '../policy/types.ts';
 import { MemoryRuntime } from './memory-runtime.ts';
 import { rolloutSettings, runEpisodesInChunks, type TipQuery } from './rollout.ts';
-import { environmentCount } from '../run/env-pool.ts';
-import { type RolloutJob } from '../run/records.ts';
+import type { RolloutJob } from '../run/records.ts';
 
 const cfg = loadConfig(null, ['env.tasks=[fetch,power]', 'env.max_steps=5', 'rollout.constrained=true']);
 
@@ -41,9 +40,9 @@ const settings = () => rolloutSettings(cfg, false, 5);
 describe('runEpisodesInChunks', () => {
   it('runs 5 jobs on 2 environments in job order, batching at most 2 episodes, with the results of one 5-wide batch', async () => {
     const chunkedPolicy = new HashPolicy();
-    const chunked = await runEpisodesInChunks(await envs(2), chunkedPolicy as unknown as PolicyEngine, jobs, settings);
+    const chunked = await runEpisodesInChunks(await envs(2), chunkedPolicy as unknown as PolicyEngine, jobs, { settingsFor: settings });
     const widePolicy = new HashPolicy();
-    const wide = await runEpisodesInChunks(await envs(5), widePolicy as unknown as PolicyEngine, jobs, settings);
+    const wide = await runEpisodesInChunks(await envs(5), widePolicy as unknown as PolicyEngine, jobs, { settingsFor: settings });
     expect(chunked.episodes.map((e) => [e.task, e.variation, e.group])).toEqual(jobs.map((j) => [j.task, j.variation, j.group]));
     expect(Math.max(...chunkedPolicy.batchSizes)).toBe(2);
     expect(Math.max(...widePolicy.batchSizes)).toBe(5);
@@ -65,13 +64,10 @@ describe('runEpisodesInChunks', () => {
       tips: async (queries: { episode: number }[]) => queries.map((q) => (asked.add(q.episode), [])),
     };
     const seeds: number[] = [];
-    await runEpisodesInChunks(
-      await envs(2),
-      new HashPolicy() as unknown as PolicyEngine,
-      jobs,
-      (start) => (seeds.push(start), settings()),
+    await runEpisodesInChunks(await envs(2), new HashPolicy() as unknown as PolicyEngine, jobs, {
+      settingsFor: (start) => (seeds.push(start), settings()),
       memory,
-    );
+    });
     expect([...usesAsked].sort()).toEqual([0, 1, 2, 3, 4]);
     expect([...asked].sort()).toEqual([0, 2, 4]);
     expect(seeds).toEqual([0, 2, 4]);
@@ -80,13 +76,10 @@ describe('runEpisodesInChunks', () => {
   it('asks the memory with the actions taken and the score reached before each step', async () => {
     const asked: TipQuery[] = [];
     const memory = { uses: () => true, tips: async (queries: TipQuery[]) => queries.map((q) => (asked.push(q), [])) };
-    const { episodes } = await runEpisodesInChunks(
-      await envs(2),
-      new HashPolicy() as unknown as PolicyEngine,
-      jobs,
-      () => settings(),
+    const { episodes } = await runEpisodesInChunks(await envs(2), new HashPolicy() as unknown as PolicyEngine, jobs, {
+      settingsFor: () => settings(),
       memory,
-    );
+    });
     for (const [i, e] of episodes.entries()) {
       const mine = asked.filter((q) => q.episode === i);
       expect(mine).toHaveLength(e.steps.length);
@@ -97,12 +90,6 @@ describe('runEpisodesInChunks', () => {
       });
     }
     expect(episodes.some((e) => e.score > 0)).toBe(true);
-  });
-
-  it('environmentCount caps the instances at env.max_instances and leaves them uncapped by default', () => {
-    expect(environmentCount(cfg, 32)).toBe(32);
-    expect(environmentCount({ ...cfg, env: { ...cfg.env, max_instances: 8 } }, 32)).toBe(8);
-    expect(environmentCount({ ...cfg, env: { ...cfg.env, max_instances: 64 } }, 32)).toBe(32);
   });
 });
 
@@ -136,34 +123,30 @@ describe('experimental.tip_source=oracle in rollouts', () => {
 
   it("a policy that follows the tip solves every episode: the tip is the environment's own next step", async () => {
     const engine = new TipFollower() as unknown as PolicyEngine;
-    const memory = await MemoryRuntime.create(oracleCfg, resolveAlgo(oracleCfg), engine, null);
-    const guided = await runEpisodesInChunks(
-      await Promise.all(oracleJobs.map(() => createEnv(oracleCfg.env))),
-      engine,
-      oracleJobs,
-      () => rolloutSettings(oracleCfg, false, 1),
-      { tips: memory.tipSource(), uses: () => true },
-    );
+    const memory = await MemoryRuntime.create(oracleCfg, resolveAlgo(oracleCfg), engine, { checkpoint: null });
+    const guided = await runEpisodesInChunks(await Promise.all(oracleJobs.map(() => createEnv(oracleCfg.env))), engine, oracleJobs, {
+      settingsFor: () => rolloutSettings(oracleCfg, false, 1),
+      memory: { tips: memory.tipSource(), uses: () => true },
+    });
     expect(guided.episodes.map((e) => [e.score, e.success])).toEqual(oracleJobs.map(() => [100, true]));
     expect(guided.episodes.every((e) => e.steps.every((s) => s.tipSpan !== null))).toBe(true);
-    const plain = await runEpisodesInChunks(await Promise.all(oracleJobs.map(() => createEnv(oracleCfg.env))), engine, oracleJobs, () =>
-      rolloutSettings(oracleCfg, false, 1),
-    );
+    const plain = await runEpisodesInChunks(await Promise.all(oracleJobs.map(() => createEnv(oracleCfg.env))), engine, oracleJobs, {
+      settingsFor: () => rolloutSettings(oracleCfg, false, 1),
+    });
     expect(plain.episodes.some((e) => !e.success)).toBe(true);
   });
 
   it('names the environment when it has no solver', async () => {
     const env = await createEnv(oracleCfg.env);
     Object.defineProperty(env, 'oracleAction', { value: undefined });
-    const memory = await MemoryRuntime.create(oracleCfg, resolveAlgo(oracleCfg), new TipFollower() as unknown as PolicyEngine, null);
+    const memory = await MemoryRuntime.create(oracleCfg, resolveAlgo(oracleCfg), new TipFollower() as unknown as PolicyEngine, {
+      checkpoint: null,
+    });
     await expect(
-      runEpisodesInChunks(
-        [env],
-        new TipFollower() as unknown as PolicyEngine,
-        oracleJobs.slice(0, 1),
-        () => rolloutSettings(oracleCfg, false, 1),
-        { tips: memory.tipSource(), uses: () => true },
-      ),
+      runEpisodesInChunks([env], new TipFollower() as unknown as PolicyEngine, oracleJobs.slice(0, 1), {
+        settingsFor: () => rolloutSettings(oracleCfg, false, 1),
+        memory: { tips: memory.tipSource(), uses: () => true },
+      }),
     ).rejects.toThrow(
       /experimental\.tip_source: oracle needs an environment with a scripted solver \(the built-in one\); builtin has none/,
     );

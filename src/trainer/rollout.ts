@@ -5,7 +5,7 @@
 import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import { SUCCESS_SCORE } from '../envs/types.ts';
-import type { PolicyEngine } from '../policy/types.ts';
+import type { PolicyEngine, TextTokenizer } from '../policy/types.ts';
 import type { ProgressSink } from '../run/progress.ts';
 import type { Episode, RolloutJob, RolloutStats, ShownTip, StepRecord } from '../run/records.ts';
 import { parseAction, startDialogue, type Dialogue, type PromptSettings, type Turn } from './prompt.ts';
@@ -72,122 +72,45 @@ export function constrainedTo(valid: readonly string[]): readonly string[] | nul
 /** Cache keys unique within the process, so engines never mix two episodes' KV caches. */
 let nextEpisodeKey = 0;
 
+/** Tips for the episodes that roll out with memory: `uses` says which (by position in the jobs), `tips` answers them. */
+export interface RolloutMemory {
+  tips: TipSource;
+  uses: (episode: number) => boolean;
+}
+
+/** One episode while it runs. */
+interface LiveEpisode {
+  index: number;
+  job: RolloutJob;
+  env: Env;
+  task: string;
+  dialogue: Dialogue;
+  cacheKey: string;
+  turns: Turn[];
+  valid: readonly string[];
+  steps: StepRecord[];
+  score: number;
+  done: boolean;
+  limit: number;
+}
+
+/** Plays one episode per job, each on its own environment, in lockstep; tips from `o.memory`, progress told to `o.progress`. */
 export async function runEpisodes(
   envs: Env[],
   engine: PolicyEngine,
   jobs: RolloutJob[],
-  s: RolloutSettings,
-  memory?: { tips: TipSource; uses: (episode: number) => boolean },
-  progress?: ProgressSink,
+  o: { settings: RolloutSettings; memory?: RolloutMemory; progress?: ProgressSink },
 ): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
   if (envs.length < jobs.length) throw new Error(`runEpisodes: ${jobs.length} jobs but only ${envs.length} environments`);
+  const s = o.settings;
   const stats = emptyStats();
-  const tokenizer = engine.tokenizer;
-  const live = await Promise.all(
-    jobs.map(async (job, i) => {
-      const env = envs[i];
-      const first = await env.reset(job.task, job.variation, s.seed);
-      return {
-        index: i,
-        job,
-        env,
-        task: first.task,
-        dialogue: startDialogue(tokenizer, s.prompt, {
-          task: first.task,
-          observation: first.observation,
-          validActions: first.validActions,
-          reflections: job.reflections,
-        }) as Dialogue,
-        cacheKey: `episode-${nextEpisodeKey++}`,
-        turns: [{ observation: first.observation }] as Turn[],
-        valid: first.validActions,
-        steps: [] as StepRecord[],
-        score: 0,
-        done: false,
-        limit: s.maxSteps ?? env.maxSteps(job.task),
-      };
-    }),
-  );
-  for (const e of live) progress?.started(e.index, e.limit);
-  // Plain prompts are the tiny model's: its actions are its whole answer, as it was trained.
-  const actionOf = (text: string, valid: readonly string[]) => (s.prompt.template ? parseAction(text, valid) : text.trim());
-  const keptValid = s.keptValidActions ?? 0;
+  const live = await Promise.all(jobs.map((job, i) => startEpisode(envs[i], job, i, { tokenizer: engine.tokenizer, s })));
+  for (const e of live) o.progress?.started(e.index, e.limit);
   try {
     for (let t = 0; live.some((e) => !e.done); t++) {
       const active = live.filter((e) => !e.done);
-      let tips: ShownTip[][] = active.map(() => []);
-      if (memory) {
-        const tm = performance.now();
-        const asking = active.filter((e) => memory.uses(e.index));
-        const answers = asking.length
-          ? await memory.tips(
-              asking.map((e) => ({
-                episode: e.index,
-                job: e.job,
-                state: e.turns[e.turns.length - 1].observation,
-                taken: e.steps.map((st) => st.action),
-                scoreSoFar: e.steps.at(-1)?.score ?? 0,
-                validActions: e.valid,
-                oracleAction: () => oracleOf(e.env)(),
-              })),
-            )
-          : [];
-        const byEpisode = new Map(asking.map((e, k) => [e.index, answers[k] ?? []]));
-        tips = active.map((e) => byEpisode.get(e.index) ?? []);
-        stats.memorySeconds += (performance.now() - tm) / 1000;
-      }
-      const encoded = active.map((e, i) => e.dialogue.prompt(tips[i].map((tip) => tip.text)));
-      const prompts = encoded.map((x) => x.ids);
-      const t0 = performance.now();
-      const before = engine.prefillCounts?.().prefilledTokens ?? 0;
-      const gens = await engine.generate(prompts, {
-        temperature: s.temperature,
-        topP: s.topP,
-        maxTokens: s.maxTokens,
-        seed: s.seed * 100_003 + t,
-        allowedTexts: s.constrained ? active.map((e) => constrainedTo(e.valid)) : undefined,
-        cacheKeys: s.reusePrefix === false ? undefined : active.map((e) => e.cacheKey),
-      });
-      const t1 = performance.now();
-      stats.prefilledTokens += (engine.prefillCounts?.().prefilledTokens ?? 0) - before;
-      const actions = gens.map((g, i) => actionOf(g.text, active[i].valid));
-      const results = await Promise.all(active.map((e, i) => e.env.step(actions[i])));
-      stats.policySeconds += (t1 - t0) / 1000;
-      stats.envSeconds += (performance.now() - t1) / 1000;
-      const ended: string[] = [];
-      active.forEach((e, i) => {
-        const g = gens[i];
-        const r = results[i];
-        const action = actions[i];
-        e.steps.push({
-          observation: e.turns[e.turns.length - 1].observation,
-          tips: tips[i],
-          validActions: keptValid > 0 ? e.valid.slice(0, keptValid) : [],
-          validActionCount: e.valid.length,
-          prompt: prompts[i],
-          tipSpan: encoded[i].tipSpan,
-          response: g.tokens,
-          logprobs: g.logprobs,
-          action,
-          reward: r.reward,
-          score: r.score,
-        });
-        e.dialogue.advance(g, action, r.observation, r.validActions);
-        e.turns[e.turns.length - 1].action = action;
-        e.turns.push({ observation: r.observation });
-        e.valid = r.validActions;
-        e.score = r.score;
-        stats.envSteps++;
-        stats.generatedTokens += g.tokens.length;
-        stats.promptTokens += prompts[i].length;
-        if (r.done || e.steps.length >= e.limit) {
-          e.done = true;
-          ended.push(e.cacheKey);
-          progress?.ended(e.index, e.score);
-        }
-      });
-      if (ended.length) engine.releaseCache?.(ended);
-      progress?.stepped(active.map((e) => e.index));
+      const tips = o.memory ? await tipsFor(active, o.memory, stats) : active.map(() => []);
+      await step(active, tips, { engine, s, t, stats, progress: o.progress });
     }
   } finally {
     engine.releaseCache?.(live.filter((e) => !e.done).map((e) => e.cacheKey));
@@ -203,6 +126,123 @@ export async function runEpisodes(
   return { episodes, stats };
 }
 
+/** The episode of `job` (the `index`th of the batch) reset on `env`, its dialogue opened. */
+async function startEpisode(
+  env: Env,
+  job: RolloutJob,
+  index: number,
+  c: { tokenizer: TextTokenizer; s: RolloutSettings },
+): Promise<LiveEpisode> {
+  const { tokenizer, s } = c;
+  const first = await env.reset(job.task, job.variation, s.seed);
+  return {
+    index,
+    job,
+    env,
+    task: first.task,
+    dialogue: startDialogue(tokenizer, s.prompt, {
+      task: first.task,
+      observation: first.observation,
+      validActions: first.validActions,
+      reflections: job.reflections,
+    }),
+    cacheKey: `episode-${nextEpisodeKey++}`,
+    turns: [{ observation: first.observation }],
+    valid: first.validActions,
+    steps: [],
+    score: 0,
+    done: false,
+    limit: s.maxSteps ?? env.maxSteps(job.task),
+  };
+}
+
+/** The tips each active episode is shown this step (none for those that do not use the memory), timed into `stats`. */
+async function tipsFor(active: readonly LiveEpisode[], memory: RolloutMemory, stats: RolloutStats): Promise<ShownTip[][]> {
+  const tm = performance.now();
+  const asking = active.filter((e) => memory.uses(e.index));
+  const answers = asking.length
+    ? await memory.tips(
+        asking.map((e) => ({
+          episode: e.index,
+          job: e.job,
+          state: e.turns[e.turns.length - 1].observation,
+          taken: e.steps.map((st) => st.action),
+          scoreSoFar: e.steps.at(-1)?.score ?? 0,
+          validActions: e.valid,
+          oracleAction: () => oracleOf(e.env)(),
+        })),
+      )
+    : [];
+  const byEpisode = new Map(asking.map((e, k) => [e.index, answers[k] ?? []]));
+  const tips = active.map((e) => byEpisode.get(e.index) ?? []);
+  stats.memorySeconds += (performance.now() - tm) / 1000;
+  return tips;
+}
+
+/** Step `t` of every active episode: one batched generation, one action each, the environments stepped and the steps recorded. */
+async function step(
+  active: readonly LiveEpisode[],
+  tips: readonly ShownTip[][],
+  c: { engine: PolicyEngine; s: RolloutSettings; t: number; stats: RolloutStats; progress?: ProgressSink },
+): Promise<void> {
+  const { engine, s, stats } = c;
+  // Plain prompts are the tiny model's: its actions are its whole answer, as it was trained.
+  const actionOf = (text: string, valid: readonly string[]) => (s.prompt.template ? parseAction(text, valid) : text.trim());
+  const encoded = active.map((e, i) => e.dialogue.prompt(tips[i].map((tip) => tip.text)));
+  const prompts = encoded.map((x) => x.ids);
+  const t0 = performance.now();
+  const before = engine.prefillCounts?.().prefilledTokens ?? 0;
+  const gens = await engine.generate(prompts, {
+    temperature: s.temperature,
+    topP: s.topP,
+    maxTokens: s.maxTokens,
+    seed: s.seed * 100_003 + c.t,
+    allowedTexts: s.constrained ? active.map((e) => constrainedTo(e.valid)) : undefined,
+    cacheKeys: s.reusePrefix === false ? undefined : active.map((e) => e.cacheKey),
+  });
+  const t1 = performance.now();
+  stats.prefilledTokens += (engine.prefillCounts?.().prefilledTokens ?? 0) - before;
+  const actions = gens.map((g, i) => actionOf(g.text, active[i].valid));
+  const results = await Promise.all(active.map((e, i) => e.env.step(actions[i])));
+  stats.policySeconds += (t1 - t0) / 1000;
+  stats.envSeconds += (performance.now() - t1) / 1000;
+  const keptValid = s.keptValidActions ?? 0;
+  const ended: string[] = [];
+  active.forEach((e, i) => {
+    const g = gens[i];
+    const r = results[i];
+    const action = actions[i];
+    e.steps.push({
+      observation: e.turns[e.turns.length - 1].observation,
+      tips: tips[i],
+      validActions: keptValid > 0 ? e.valid.slice(0, keptValid) : [],
+      validActionCount: e.valid.length,
+      prompt: prompts[i],
+      tipSpan: encoded[i].tipSpan,
+      response: g.tokens,
+      logprobs: g.logprobs,
+      action,
+      reward: r.reward,
+      score: r.score,
+    });
+    e.dialogue.advance(g, action, r.observation, r.validActions);
+    e.turns[e.turns.length - 1].action = action;
+    e.turns.push({ observation: r.observation });
+    e.valid = r.validActions;
+    e.score = r.score;
+    stats.envSteps++;
+    stats.generatedTokens += g.tokens.length;
+    stats.promptTokens += prompts[i].length;
+    if (r.done || e.steps.length >= e.limit) {
+      e.done = true;
+      ended.push(e.cacheKey);
+      c.progress?.ended(e.index, e.score);
+    }
+  });
+  if (ended.length) engine.releaseCache?.(ended);
+  c.progress?.stepped(active.map((e) => e.index));
+}
+
 /**
  * Runs more episodes than there are environments: consecutive chunks of `envs.length` jobs, each a
  * lockstep batch of its own sampled with `settingsFor(start)` (start = the chunk's first job).
@@ -214,11 +254,10 @@ export async function runEpisodesInChunks(
   envs: Env[],
   engine: PolicyEngine,
   jobs: RolloutJob[],
-  settingsFor: (start: number) => RolloutSettings,
-  memory?: { tips: TipSource; uses: (episode: number) => boolean },
-  progress?: ProgressSink,
+  o: { settingsFor: (start: number) => RolloutSettings; memory?: RolloutMemory; progress?: ProgressSink },
 ): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
   if (envs.length === 0) throw new Error('runEpisodesInChunks: no environments');
+  const { memory, progress } = o;
   const episodes: Episode[] = [];
   const stats = emptyStats();
   for (let start = 0; start < jobs.length; start += envs.length) {
@@ -232,7 +271,7 @@ export async function runEpisodesInChunks(
       stepped: (episodes) => progress.stepped(episodes.map((e) => e + start)),
       ended: (episode, score) => progress.ended(episode + start, score),
     };
-    const part = await runEpisodes(envs, engine, chunk, settingsFor(start), shifted, shiftedProgress);
+    const part = await runEpisodes(envs, engine, chunk, { settings: o.settingsFor(start), memory: shifted, progress: shiftedProgress });
     episodes.push(...part.episodes);
     for (const key of Object.keys(stats) as (keyof RolloutStats)[]) stats[key] += part.stats[key];
   }

@@ -37,7 +37,7 @@ export async function openTraining(
   let tasks: string[] = [];
   const run = await openRun(cfg, o, {
     memory: async (engine, restoreFrom) =>
-      algo.memory || algo.intrinsic !== 'none' ? await MemoryRuntime.create(cfg, algo, engine, restoreFrom) : null,
+      algo.memory || algo.intrinsic !== 'none' ? await MemoryRuntime.create(cfg, algo, engine, { checkpoint: restoreFrom }) : null,
     environments: (first, memory) => {
       if (memory && cfg.experimental.tip_source === 'oracle') oracleOf(first); // fail before training, not at the first memory rollout
       tasks = cfg.env.tasks ?? first.tasks();

@@ -57,11 +57,8 @@ describe('warm-up examples', () => {
       for (const bestLast of [true, false]) {
         const x = makeExample(
           state,
-          ['Final 0/100.'],
-          ['take key', 'go to cellar'],
           { maxTips: 3, bestLast, credit: 'final', reflection: true, prompt: { history: 2, showValidActions: false, system: '' } },
-          tok,
-          rng,
+          { summaries: ['Final 0/100.'], otherActions: ['take key', 'go to cellar'], tokenizer: tok, rng },
         );
         const tips = shownTips(tok.decode(x.prompt));
         expect(state.valid).toContain(x.action);
@@ -110,11 +107,8 @@ describe('warm-up examples', () => {
       const text = tok.decode(
         makeExample(
           state,
-          ['Final 0/100.'],
-          ['take key'],
           { maxTips: 2, bestLast: true, credit: 'gain', reflection: false, prompt: { history: 2, showValidActions: false, system: '' } },
-          tok,
-          rng,
+          { summaries: ['Final 0/100.'], otherActions: ['take key'], tokenizer: tok, rng },
         ).prompt,
       );
       expect(text).not.toContain('Final 0/100.');

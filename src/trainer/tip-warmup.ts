@@ -104,12 +104,17 @@ async function collectStates(
 /** One training example: a state, its synthetic tips (best first, as retrieval orders them) and the target action. */
 export function makeExample(
   state: RecordedState,
-  summaries: readonly string[],
-  otherActions: readonly string[],
   s: Pick<TipWarmupSettings, 'maxTips' | 'prompt' | 'bestLast' | 'credit' | 'reflection'>,
-  tokenizer: { encode(text: string): number[]; tokenToId(t: string): number | undefined },
-  rng: Rng,
+  from: {
+    /** Episode summaries of the state's task, which the made-up tips open with. */
+    summaries: readonly string[];
+    /** Actions of other states, which a made-up tip may name. */
+    otherActions: readonly string[];
+    tokenizer: { encode(text: string): number[]; tokenToId(t: string): number | undefined };
+    rng: Rng;
+  },
 ): WarmupExample {
+  const { summaries, otherActions, tokenizer, rng } = from;
   const n = rng.next() < 0.25 ? 0 : 1 + rng.int(s.maxTips);
   const tips = Array.from({ length: n }, (_, j) => ({
     // Tip 0 names an action valid here (memories come from similar states); the others may not, and
@@ -132,7 +137,7 @@ export function makeExample(
   }
   const texts = tips.map((t) => stepTipText(s.reflection ? t.summary : '', t.action, t.score, s.credit));
   if (s.bestLast) texts.reverse();
-  const { ids } = encodePrompt(tokenizer, state.description, state.turns, state.valid, s.prompt, texts);
+  const { ids } = encodePrompt(tokenizer, { task: state.description, turns: state.turns, validActions: state.valid }, s.prompt, texts);
   return { prompt: ids, response: [...tokenizer.encode(action), endTokenIds(tokenizer)[0]], action, followsTip, valid: state.valid };
 }
 
@@ -148,7 +153,7 @@ export async function buildWarmupExamples(
   const actions = [...new Set(states.flatMap((x) => x.valid))];
   return Array.from({ length: s.examples }, () => {
     const state = states[rng.int(states.length)];
-    return makeExample(state, summaries.get(state.task)!, actions, s, tokenizer, rng);
+    return makeExample(state, s, { summaries: summaries.get(state.task)!, otherActions: actions, tokenizer, rng });
   });
 }
 

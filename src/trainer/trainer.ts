@@ -210,7 +210,7 @@ async function iterationBatch(t: Training, it: number, clock: { started: number 
   }
   const t0 = performance.now();
   const { jobs, modes } = drawModes(t, it);
-  const { episodes, stats } = await rollOut(t, it, jobs, modes, showProgress);
+  const { episodes, stats } = await rollOut(t, it, { jobs, modes }, showProgress);
   const rolloutSeconds = (performance.now() - t0) / 1000;
   if (rolloutSeconds > 60)
     t.run.log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration(rolloutSeconds)}; updating`);
@@ -342,22 +342,20 @@ function drawModes(t: Training, it: number): { jobs: RolloutJob[]; modes: Mode[]
 }
 
 /** The batch's episodes, memory rollouts shown tips; chunks after the first (env.max_instances < batch) get seeds of their own. */
-async function rollOut(t: Training, it: number, jobs: RolloutJob[], modes: readonly Mode[], showProgress: boolean) {
+async function rollOut(t: Training, it: number, drawn: { jobs: RolloutJob[]; modes: readonly Mode[] }, showProgress: boolean) {
   const { cfg, memory } = t.run;
+  const { jobs, modes } = drawn;
   const withTips = memory && modes.some(usesMemory) ? { tips: memory.tipSource(), uses: (i: number) => usesMemory(modes[i]) } : undefined;
   // A real model takes minutes per iteration: on a terminal its rollouts show progress in place, in a log
   // a status line every 2 minutes (none for a fast model, whose iteration line comes first).
   const progress = showProgress
     ? new EpisodeProgress(jobs, { label: `iter ${it} rollouts`, logIntervalMs: 120_000, taskLines: false })
     : undefined;
-  const played = await runEpisodesInChunks(
-    t.run.envs,
-    t.run.rolloutEngine,
-    jobs,
-    (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start),
-    withTips,
+  const played = await runEpisodesInChunks(t.run.envs, t.run.rolloutEngine, jobs, {
+    settingsFor: (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start),
+    memory: withTips,
     progress,
-  );
+  });
   progress?.finish();
   return played;
 }
@@ -400,7 +398,7 @@ async function evaluateAndLog(t: Training, iteration: number): Promise<EvalResul
     eval_temperature: cfg.rollout.eval_temperature,
     eval_with_memory: shown !== undefined,
   };
-  t.run.metrics.append(evalRecord(r, iteration, state.envSteps, settings, shown ? followed : undefined));
+  t.run.metrics.append(evalRecord(r, { iteration, trainEnvSteps: state.envSteps, settings, tipsFollowed: shown ? followed : undefined }));
   t.run.log(formatEvalLine(r, iteration, cfg.env.eval_split));
   return r;
 }

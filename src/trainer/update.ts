@@ -121,26 +121,41 @@ export async function updatePolicy(engine: PolicyEngine, episodes: UpdateEpisode
 export async function prepareUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: UpdateSettings): Promise<PreparedUpdate> {
   const stepRewards = episodes.map((e) => e.steps.map((st, t) => st.reward * s.rewardScale + (e.intrinsic?.[t] ?? 0)));
   const returns = stepRewards.map(rolloutReturn);
-  let advantages: number[][];
-  let stepGroups: UpdateStats['stepGroups'] = null;
+  const { advantages, stepGroups } = stepAdvantages(episodes, { stepRewards, returns }, s);
+  const built = trainingSamples(episodes, advantages, s);
+  const offPolicyMeanWeight = await pairOffPolicyRatios(engine, built.offPolicySamples, s);
+  const { samples, droppedLowProb, offPolicySequences, steps, packedSteps } = built;
+  return { samples, returns, droppedLowProb, offPolicySequences, offPolicyMeanWeight, steps, packedSteps, stepGroups };
+}
+
+/** Steps 1–2: the advantage of every step of every episode (GRPO's per rollout, plus GiGPO's per step where configured). */
+function stepAdvantages(
+  episodes: readonly UpdateEpisode[],
+  r: { stepRewards: number[][]; returns: number[] },
+  s: UpdateSettings,
+): { advantages: number[][]; stepGroups: UpdateStats['stepGroups'] } {
   if (s.gigpo) {
     // The anchor state of a step is the environment's observation the action was chosen from.
     const g = gigpoAdvantages(
-      episodes.map((e, i) => ({ group: e.group, anchors: e.steps.map((st) => st.observation), rewards: stepRewards[i] })),
+      episodes.map((e, i) => ({ group: e.group, anchors: e.steps.map((st) => st.observation), rewards: r.stepRewards[i] })),
       s.gigpo,
     );
-    advantages = g.advantages;
-    const multiStep = advantages.filter((a) => a.length > 1);
+    const multiStep = g.advantages.filter((a) => a.length > 1);
     const varied = multiStep.filter((a) => a.some((x) => Math.abs(x - a[0]) > 1e-9)).length;
-    stepGroups = { ...summariseStepGroups(g.stepGroupSizes), variedRollouts: varied / Math.max(1, multiStep.length) };
-  } else {
-    const perRollout = groupNormalisedAdvantages(
-      returns,
-      episodes.map((e) => e.group),
-    );
-    advantages = episodes.map((e, i) => e.steps.map(() => perRollout[i]));
+    return {
+      advantages: g.advantages,
+      stepGroups: { ...summariseStepGroups(g.stepGroupSizes), variedRollouts: varied / Math.max(1, multiStep.length) },
+    };
   }
+  const perRollout = groupNormalisedAdvantages(
+    r.returns,
+    episodes.map((e) => e.group),
+  );
+  return { advantages: episodes.map((e, i) => e.steps.map(() => perRollout[i])), stepGroups: null };
+}
 
+/** Steps 3–5: the training sequences (packed where configured), with the off-policy ones apart for their ratio. */
+function trainingSamples(episodes: readonly UpdateEpisode[], advantages: number[][], s: UpdateSettings) {
   let droppedLowProb = 0;
   let offPolicySequences = 0;
   let steps = 0;
@@ -174,7 +189,14 @@ export async function prepareUpdate(engine: PolicyEngine, episodes: UpdateEpisod
     samples.push(...sequences);
     if (offPolicy) offPolicySamples.push(...sequences);
   });
+  return { samples, offPolicySamples, droppedLowProb, offPolicySequences, steps, packedSteps };
+}
 
+/**
+ * The off-policy samples' advantages and old log-probs as their ratio ρ needs them (step 4); returns
+ * the decoupled ratio's mean importance weight (null for the paper's ratio, or without off-policy samples).
+ */
+async function pairOffPolicyRatios(engine: PolicyEngine, offPolicySamples: TrainSequence[], s: UpdateSettings): Promise<number | null> {
   // The engine scores ρ's numerator on each sample's prompt, tip-free for off-policy ones;
   // offPolicyRatio pairs it with its denominator. The decoupled ratio's denominator is πold(a|s,u):
   // the tip-free prompts scored with the weights before this update.
@@ -195,9 +217,7 @@ export async function prepareUpdate(engine: PolicyEngine, episodes: UpdateEpisod
       weightCount += terms.weights.length;
     }
   });
-  const offPolicyMeanWeight = tipFree ? weightSum / Math.max(1, weightCount) : null;
-
-  return { samples, returns, droppedLowProb, offPolicySequences, offPolicyMeanWeight, steps, packedSteps, stepGroups };
+  return tipFree ? weightSum / Math.max(1, weightCount) : null;
 }
 
 /** How step 6 runs: the settings and random stream, and, for an update saved between optimiser steps, where it stands. */

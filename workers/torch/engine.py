@@ -231,10 +231,73 @@ def pick_device(requested: str, d: Dist) -> torch.device:
     return torch.device("cpu")
 
 
+@dataclass
+class _Sampling:
+    """How _generate_local samples: as the generate request says."""
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    end_tokens: list[int]
+    stop_strings: list[str]
+    allowed: list
+
+
+@dataclass
+class _RowLayout:
+    """The rows of one generate call as the model sees them (prefix_cache.py): per row, the tokens reused from a kept
+    cache and the new ones, and the padded ids, positions and attention mask, rows longest-new-part first."""
+
+    prompts: list[list[int]]
+    reuse: list[int]
+    held: list[Optional[torch.Tensor]]
+    new: list[list[int]]
+    B: int
+    C: int
+    N: int
+    order: list[int]
+    to_request: torch.Tensor
+    to_model: torch.Tensor
+    ids: torch.Tensor
+    positions: torch.Tensor
+    attention: torch.Tensor
+
+    @staticmethod
+    def of(prompts, keys, prefix_cache, pad_token: int, max_tokens: int, dev) -> "_RowLayout":
+        B = len(prompts)
+        # Reuse: per row, the kept cache's longest common prefix with the prompt, less the last
+        # prompt token, whose logits start the response.
+        reuse = [0] * B
+        held: list[Optional[torch.Tensor]] = [None] * B
+        for b, key in enumerate(keys or []):
+            entry = prefix_cache.get(key) if key is not None else None
+            if entry is not None:
+                reuse[b] = min(common_prefix(entry.tokens, torch.tensor(prompts[b], dtype=torch.long)), len(prompts[b]) - 1)
+                held[b] = entry.kv
+        new = [p[r:] for p, r in zip(prompts, reuse)]
+        C = max(reuse)
+        N = max(len(n) for n in new)
+        # The model sees the rows longest-new-part first (model row r is request row order[r]), so
+        # that rows of similar length prefill together; sampling stays in request order.
+        order = sorted(range(B), key=lambda b: (-len(new[b]), b))
+        to_request = torch.tensor(sorted(range(B), key=order.__getitem__), dtype=torch.long, device=dev)
+        to_model = torch.tensor(order, dtype=torch.long, device=dev)
+        # Row r: [pad | cached reuse | pad | new tokens][decoded tokens...] (see prefix_cache.py).
+        ids = torch.full((B, N), pad_token, dtype=torch.long)
+        positions = torch.zeros((B, N), dtype=torch.long)
+        attention = torch.zeros((B, C + N + max_tokens), dtype=torch.long)
+        for row, b in enumerate(order):
+            r, n = reuse[b], new[b]
+            ids[row, N - len(n) :] = torch.tensor(n, dtype=torch.long)
+            positions[row, N - len(n) :] = torch.arange(r, r + len(n))
+            attention[row, C - r : C] = 1
+            attention[row, C + N - len(n) :] = 1
+        return _RowLayout(prompts, reuse, held, new, B, C, N, order, to_request, to_model, ids.to(dev), positions.to(dev), attention.to(dev))
+
+
 class Engine:
     def __init__(self, spec: InitSpec, d: Dist) -> None:
-        from transformers import AutoModelForCausalLM
-
         self.spec = spec
         self.dist = d
         # Called with (done, total) after each micro-batch of a logprobs or train_step request; the
@@ -249,6 +312,56 @@ class Engine:
             check_cpu_autocast(spec.autocast, spec.dtype)
         if not os.path.isfile(os.path.join(spec.model_dir, "config.json")):
             raise RequestError(f"init: {spec.model_dir} has no config.json (a model directory needs config.json, the safetensors weights and tokenizer.json)")
+        model = self._load_model(spec)
+        # Scoring rows are right-padded, so the causal mask alone already keeps every real token from
+        # seeing a pad (pads only ever come after it): no padding mask is passed, and SDPA runs its causal
+        # kernel, which skips the blocks above the diagonal instead of computing them and reading a
+        # [B, 1, L, L] mask. True restores the explicit mask (bench/update-variants.py compares the two).
+        self.mask_padding = False
+        # Whether a training pass keeps attention probabilities ([heads, L, L] per layer) for its backward:
+        # only the eager path does; SDPA's fused CPU and GPU kernels keep one log-sum-exp per row.
+        self.attention_probs_stored = spec.attn_implementation == "eager"
+        # Dropout in training (LoRA's lora_dropout) keeps a copy of its input and a mask per adapter.
+        self.active_dropout = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+        if spec.autocast and self.device.type == "cpu":
+            fp32_output_layer(self._causal_lm(model))
+            bf16_frozen_linears(self._causal_lm(model))
+        self.checkpointing = False
+        if spec.gradient_checkpointing:
+            self._set_checkpointing(model, True)
+        model.to(self.device)
+        if d.world > 1:
+            self._shard(model)
+        self.model = model
+        if spec.activation_mb is None and self.device.type == "cpu":
+            # A third of what is free now: the model, optimiser and KV caches are loaded already.
+            spec.activation_mb = available_memory_mb() / 3
+        self.model.eval()
+        trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not trainable:
+            raise RequestError("init: the model has no trainable parameters (check lora.target_modules)")
+        self.params = [p for _, p in trainable]
+        self.base_lr = float(spec.optimizer["lr"])
+        self.optimizer = self._adamw(trainable)
+        if spec.optimizer_state:
+            self._load_optimizer(spec.optimizer_state)
+        # KV caches outlive a call only for models whose every layer attends to the whole prefix.
+        self.reuses_prefixes = full_attention_only(self._causal_lm().config)
+        self.prefix_cache = PrefixCache(int(spec.kv_cache_mb * 2**20))
+        self._token_bytes: Any = None  # per-token bytes for stop strings, built on first use
+        self.tokenizer = None
+        tok_path = os.path.join(spec.model_dir, "tokenizer.json")
+        if os.path.isfile(tok_path):
+            from tokenizers import Tokenizer
+
+            self.tokenizer = Tokenizer.from_file(tok_path)
+
+    # ------------------------------------------------------------------ set-up helpers
+
+    def _load_model(self, spec: InitSpec) -> torch.nn.Module:
+        """The model of spec.model_dir in spec.dtype, with its LoRA adapters (loaded, or fresh ones seeded by spec.seed)."""
+        from transformers import AutoModelForCausalLM
+
         torch.manual_seed(spec.seed)
         try:
             model = AutoModelForCausalLM.from_pretrained(spec.model_dir, dtype=DTYPES[spec.dtype], attn_implementation=spec.attn_implementation)
@@ -280,58 +393,19 @@ class Engine:
                     task_type="CAUSAL_LM",
                 ),
             )
-        # Scoring rows are right-padded, so the causal mask alone already keeps every real token from
-        # seeing a pad (pads only ever come after it): no padding mask is passed, and SDPA runs its causal
-        # kernel, which skips the blocks above the diagonal instead of computing them and reading a
-        # [B, 1, L, L] mask. True restores the explicit mask (bench/update-variants.py compares the two).
-        self.mask_padding = False
-        # Whether a training pass keeps attention probabilities ([heads, L, L] per layer) for its backward:
-        # only the eager path does; SDPA's fused CPU and GPU kernels keep one log-sum-exp per row.
-        self.attention_probs_stored = spec.attn_implementation == "eager"
-        # Dropout in training (LoRA's lora_dropout) keeps a copy of its input and a mask per adapter.
-        self.active_dropout = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
-        if spec.autocast and self.device.type == "cpu":
-            fp32_output_layer(self._causal_lm(model))
-            bf16_frozen_linears(self._causal_lm(model))
-        self.checkpointing = False
-        if spec.gradient_checkpointing:
-            self._set_checkpointing(model, True)
-        model.to(self.device)
-        if d.world > 1:
-            self._shard(model)
-        self.model = model
-        if spec.activation_mb is None and self.device.type == "cpu":
-            # A third of what is free now: the model, optimiser and KV caches are loaded already.
-            spec.activation_mb = available_memory_mb() / 3
-        self.model.eval()
-        trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        if not trainable:
-            raise RequestError("init: the model has no trainable parameters (check lora.target_modules)")
-        self.params = [p for _, p in trainable]
-        o = spec.optimizer
-        self.base_lr = float(o["lr"])
+        return model
+
+    def _adamw(self, trainable: list) -> torch.optim.AdamW:
+        """AdamW over the trainable parameters with the spec's settings."""
+        o = self.spec.optimizer
         # Decay on matrices only, never on norms or biases (as adamw.ts and Hugging Face's trainer).
         groups = [
             {"params": [p for _, p in trainable if p.ndim >= 2], "weight_decay": float(o["weight_decay"])},
             {"params": [p for _, p in trainable if p.ndim < 2], "weight_decay": 0.0},
         ]
-        self.optimizer = torch.optim.AdamW(
+        return torch.optim.AdamW(
             [g for g in groups if g["params"]], lr=self.base_lr, betas=(float(o["beta1"]), float(o["beta2"])), eps=float(o["eps"])
         )
-        if spec.optimizer_state:
-            self._load_optimizer(spec.optimizer_state)
-        # KV caches outlive a call only for models whose every layer attends to the whole prefix.
-        self.reuses_prefixes = full_attention_only(self._causal_lm().config)
-        self.prefix_cache = PrefixCache(int(spec.kv_cache_mb * 2**20))
-        self._token_bytes: Any = None  # per-token bytes for stop strings, built on first use
-        self.tokenizer = None
-        tok_path = os.path.join(spec.model_dir, "tokenizer.json")
-        if os.path.isfile(tok_path):
-            from tokenizers import Tokenizer
-
-            self.tokenizer = Tokenizer.from_file(tok_path)
-
-    # ------------------------------------------------------------------ set-up helpers
 
     def _shard(self, model: torch.nn.Module) -> None:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -600,40 +674,26 @@ class Engine:
         return StreamStops(self.tokenizer, stop_strings, rows)
 
     def _generate_local(self, prompts, keys, max_tokens, temperature, top_p, seed, end_tokens, stop_strings, allowed):
-        B = len(prompts)
-        dev = self.device
-        # Reuse: per row, the kept cache's longest common prefix with the prompt, less the last
-        # prompt token, whose logits start the response.
-        reuse = [0] * B
-        held: list[Optional[torch.Tensor]] = [None] * B
-        for b, key in enumerate(keys or []):
-            entry = self.prefix_cache.get(key) if key is not None else None
-            if entry is not None:
-                reuse[b] = min(common_prefix(entry.tokens, torch.tensor(prompts[b], dtype=torch.long)), len(prompts[b]) - 1)
-                held[b] = entry.kv
-        new = [p[r:] for p, r in zip(prompts, reuse)]
-        C = max(reuse)
-        N = max(len(n) for n in new)
-        # The model sees the rows longest-new-part first (model row r is request row order[r]), so
-        # that rows of similar length prefill together; sampling stays in request order.
-        order = sorted(range(B), key=lambda b: (-len(new[b]), b))
-        to_request = torch.tensor(sorted(range(B), key=order.__getitem__), dtype=torch.long, device=dev)
-        to_model = torch.tensor(order, dtype=torch.long, device=dev)
-        # Row r: [pad | cached reuse | pad | new tokens][decoded tokens...] (see prefix_cache.py).
-        ids = torch.full((B, N), self.spec.pad_token, dtype=torch.long)
-        positions = torch.zeros((B, N), dtype=torch.long)
-        attention = torch.zeros((B, C + N + max_tokens), dtype=torch.long)
-        for row, b in enumerate(order):
-            r, n = reuse[b], new[b]
-            ids[row, N - len(n) :] = torch.tensor(n, dtype=torch.long)
-            positions[row, N - len(n) :] = torch.arange(r, r + len(n))
-            attention[row, C - r : C] = 1
-            attention[row, C + N - len(n) :] = 1
-        ids, positions, attention = ids.to(dev), positions.to(dev), attention.to(dev)
+        rows = _RowLayout.of(prompts, keys, self.prefix_cache, self.spec.pad_token, max_tokens, self.device)
+        logits, cache = self._prefill(rows, max_tokens)
+        sampling = _Sampling(max_tokens, temperature, top_p, seed, end_tokens, stop_strings, allowed)
+        n_tokens, all_tokens, all_logprobs, was_stopped, cache, fed = self._decode(rows, logits, cache, sampling)
+        out = [
+            {"tokens": all_tokens[b][: n_tokens[b]], "logprobs": all_logprobs[b][: n_tokens[b]], "finish": "stop" if was_stopped[b] else "length"}
+            for b in range(rows.B)
+        ]
+        if keys:
+            self._keep_prefixes(rows, keys, cache, [min(n, fed) for n in n_tokens], all_tokens)
+        stats = {"prefill_tokens": sum(len(n) for n in rows.new), "reused_tokens": sum(rows.reuse)}
+        return out, stats
+
+    def _prefill(self, rows: "_RowLayout", max_tokens: int):
+        """Runs every row's new prompt tokens (in groups of similar width, in chunks); the logits of each row's last token, and the cache."""
+        B, C, N, order = rows.B, rows.C, rows.N, rows.order
         config = self._causal_lm().config
-        widths = [len(new[b]) for b in order]
+        widths = [len(rows.new[b]) for b in order]
         if self.reuses_prefixes:
-            batched = BatchedCache(config, [held[b] for b in order], [reuse[b] for b in order], C + N + max_tokens)
+            batched = BatchedCache(config, [rows.held[b] for b in order], [rows.reuse[b] for b in order], C + N + max_tokens)
             # Under FSDP every rank must run the same forward passes: one group, one chunk.
             groups = prefill_groups(widths) if self.dist.world == 1 else [(0, B)]
         else:
@@ -651,9 +711,9 @@ class Engine:
                 for s in range(N - width, N, chunk):
                     e = min(N, s + chunk)
                     out = self.model(
-                        input_ids=ids[start:end, s:e],
-                        attention_mask=attention[start:end, : C + e],
-                        position_ids=positions[start:end, s:e],
+                        input_ids=rows.ids[start:end, s:e],
+                        attention_mask=rows.attention[start:end, : C + e],
+                        position_ids=rows.positions[start:end, s:e],
                         past_key_values=cache,
                         use_cache=True,
                         logits_to_keep=1,
@@ -662,13 +722,16 @@ class Engine:
                 last_logits.append(out.logits[:, -1, :])
         if batched is not None:
             cache = batched.rows(0, B, C + N)
-        logits = torch.cat(last_logits)[to_request]
-        next_position = torch.tensor([reuse[b] + len(new[b]) for b in order], dtype=torch.long, device=dev)
+        return torch.cat(last_logits)[rows.to_request], cache
 
-        generator = torch.Generator(device=dev).manual_seed(seed)
-        tries = TokenTries(allowed, dev) if any(a for a in allowed) else None
-        stops = self._stop_checker(stop_strings, B) if stop_strings else None
-        end = torch.tensor(end_tokens, dtype=torch.long, device=dev)
+    def _decode(self, rows: "_RowLayout", logits, cache, g: "_Sampling"):
+        """Samples up to max_tokens per row, one batched step at a time; per row its tokens, log-probs and whether a stop ended it, with the cache and the decoded tokens run through the model."""
+        B, C, N, dev, max_tokens = rows.B, rows.C, rows.N, self.device, g.max_tokens
+        next_position = torch.tensor([rows.reuse[b] + len(rows.new[b]) for b in rows.order], dtype=torch.long, device=dev)
+        generator = torch.Generator(device=dev).manual_seed(g.seed)
+        tries = TokenTries(g.allowed, dev) if any(a for a in g.allowed) else None
+        stops = self._stop_checker(g.stop_strings, B) if g.stop_strings else None
+        end = torch.tensor(g.end_tokens, dtype=torch.long, device=dev)
         tokens = torch.zeros((B, max_tokens), dtype=torch.long, device=dev)
         logprobs = torch.zeros((B, max_tokens), dtype=torch.float32, device=dev)
         lengths = torch.zeros(B, dtype=torch.long, device=dev)
@@ -676,7 +739,7 @@ class Engine:
         stopped = torch.zeros(B, dtype=torch.bool, device=dev)
         fed = 0  # decoded tokens run through the model (the last one sampled never is)
         for step in range(max_tokens):
-            choice, logp = choose(logits, temperature, top_p, tries.allowed(logits.shape[-1]) if tries else None, generator)
+            choice, logp = choose(logits, g.temperature, g.top_p, tries.allowed(logits.shape[-1]) if tries else None, generator)
             tokens[:, step] = choice
             logprobs[:, step] = logp
             alive = ~done
@@ -698,36 +761,31 @@ class Engine:
                 break
             with self._autocast():
                 out = self.model(
-                    input_ids=choice[to_model][:, None],
-                    attention_mask=attention[:, : C + N + step + 1],
+                    input_ids=choice[rows.to_model][:, None],
+                    attention_mask=rows.attention[:, : C + N + step + 1],
                     position_ids=(next_position + step)[:, None],
                     past_key_values=cache,
                     use_cache=True,
                 )
             cache = out.past_key_values
-            logits = out.logits[:, -1, :][to_request]
+            logits = out.logits[:, -1, :][rows.to_request]
             fed += 1
+        return lengths.tolist(), tokens.tolist(), logprobs.tolist(), stopped.tolist(), cache, fed
 
-        n_tokens, all_tokens, all_logprobs, was_stopped = lengths.tolist(), tokens.tolist(), logprobs.tolist(), stopped.tolist()
-        rows = [
-            {"tokens": all_tokens[b][: n_tokens[b]], "logprobs": all_logprobs[b][: n_tokens[b]], "finish": "stop" if was_stopped[b] else "length"}
-            for b in range(B)
-        ]
-        if keys:
-            layers = [(layer.keys, layer.values) for layer in cache.layers]
-            protected = frozenset(k for k in keys if k is not None)
-            row_of = {b: row for row, b in enumerate(order)}
-            for b, key in enumerate(keys):
-                if key is None:
-                    continue
-                kept = min(n_tokens[b], fed)
-                columns = torch.cat(
-                    [torch.arange(C - reuse[b], C), torch.arange(C + N - len(new[b]), C + N), torch.arange(C + N, C + N + kept)]
-                ).to(dev)
-                held_tokens = torch.tensor(prompts[b] + all_tokens[b][:kept], dtype=torch.long)
-                self.prefix_cache.put(key, CachedPrefix(held_tokens, extract(layers, row_of[b], columns)), protected)
-        stats = {"prefill_tokens": sum(len(n) for n in new), "reused_tokens": sum(reuse)}
-        return rows, stats
+    def _keep_prefixes(self, rows: "_RowLayout", keys, cache, kept: list[int], all_tokens) -> None:
+        """Keeps each keyed row's prompt and the decoded tokens run through the model (`kept` of them) as its prefix cache."""
+        C, N, dev = rows.C, rows.N, self.device
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        protected = frozenset(k for k in keys if k is not None)
+        row_of = {b: row for row, b in enumerate(rows.order)}
+        for b, key in enumerate(keys):
+            if key is None:
+                continue
+            columns = torch.cat(
+                [torch.arange(C - rows.reuse[b], C), torch.arange(C + N - len(rows.new[b]), C + N), torch.arange(C + N, C + N + kept[b])]
+            ).to(dev)
+            held_tokens = torch.tensor(rows.prompts[b] + all_tokens[b][: kept[b]], dtype=torch.long)
+            self.prefix_cache.put(key, CachedPrefix(held_tokens, extract(layers, row_of[b], columns)), protected)
 
     # ------------------------------------------------------------------ training
 

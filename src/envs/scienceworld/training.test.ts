@@ -83,7 +83,7 @@ describe.skipIf(!gate.available)(`ScienceWorld in training (${gate.label})`, () 
     const bystander = new KillBeforeStep(createScienceWorldEnv({ tasks: ['boil'] }), null);
     try {
       const jobs = [0, 1].map((group) => ({ task: 'boil', variation: 0, group }));
-      const first = await runEpisodes([victim, bystander], engine, jobs, rolloutSettings(cfg, false, 1));
+      const first = await runEpisodes([victim, bystander], engine, jobs, { settings: rolloutSettings(cfg, false, 1) });
       expect(victim.outcomes).toEqual(['simulator_error']);
       expect(first.episodes[0].steps).toHaveLength(1);
       expect(first.episodes[0].success).toBe(false);
@@ -92,7 +92,7 @@ describe.skipIf(!gate.available)(`ScienceWorld in training (${gate.label})`, () 
       expect(victim.inner.restarts).toBe(1);
       expect(bystander.inner.restarts).toBe(0);
 
-      const again = await runEpisodes([victim, bystander], engine, jobs, rolloutSettings(cfg, false, 2));
+      const again = await runEpisodes([victim, bystander], engine, jobs, { settings: rolloutSettings(cfg, false, 2) });
       expect(again.episodes[0].steps.length).toBeGreaterThanOrEqual(1);
       expect(victim.outcomes.slice(1)).not.toContain('simulator_error');
       expect(victim.inner.restarts).toBe(1);

@@ -105,6 +105,32 @@ interface Reuse {
   length: number;
 }
 
+/** One generate call as its groups of rows see it. */
+interface GenerationCall {
+  prompts: number[][];
+  reuse: Reuse[];
+  maxTokens: number;
+  out: RowState[];
+  sample: (b: number, logits: Float32Array) => void;
+  keys: (string | null)[] | undefined;
+  weights: object[];
+  signal?: AbortSignal;
+}
+
+/**
+ * Where a group's rows sit in its keys/values: G rows (indices into the call's prompts), row j's reused
+ * prefix r[j] of at most R and its n[j] new tokens right-aligned in N columns from offset[j].
+ */
+interface GroupLayout {
+  rows: number[];
+  G: number;
+  r: number[];
+  n: number[];
+  R: number;
+  N: number;
+  offset: number[];
+}
+
 export class TfjsEngine implements PolicyEngine {
   readonly optimizer: AdamW;
   private readonly kvCache: KvCacheStore;
@@ -193,9 +219,8 @@ export class TfjsEngine implements PolicyEngine {
         else this.kvCache.counters.misses++;
         this.kvCache.counters.reusedTokens += r.length;
       });
-      for (const group of groups) {
-        await this.generateGroup(group, prompts, reuse, opts.maxTokens, out, sample, keys, weights, opts.signal);
-      }
+      const call: GenerationCall = { prompts, reuse, maxTokens: opts.maxTokens, out, sample, keys, weights, signal: opts.signal };
+      for (const group of groups) await this.generateGroup(group, call);
     }
     return out.map((r) => ({ tokens: r.tokens, logprobs: r.logprobs, text: this.decodeResponse(r.tokens), finish: r.finish }));
   }
@@ -295,79 +320,22 @@ export class TfjsEngine implements PolicyEngine {
    *
    * Columns of every layer's keys: [reused prefix: R] [new prompt tokens, right-aligned: N] [generated: up to maxTokens].
    */
-  private async generateGroup(
-    rows: number[],
-    prompts: number[][],
-    reuse: Reuse[],
-    maxTokens: number,
-    out: RowState[],
-    sample: (b: number, logits: Float32Array) => void,
-    keys: (string | null)[] | undefined,
-    weights: object[],
-    signal?: AbortSignal,
-  ): Promise<void> {
-    const model = this.model;
-    const c = model.config;
-    const layers = c.num_hidden_layers;
-    const H = c.num_key_value_heads;
-    const D = headDim(c);
-    const G = rows.length;
+  private async generateGroup(rows: number[], call: GenerationCall): Promise<void> {
+    const { prompts, reuse } = call;
     const r = rows.map((b) => reuse[b].length);
     const n = rows.map((b, j) => prompts[b].length - r[j]);
-    const R = Math.max(...r);
     const N = Math.max(...n);
-    const offset = n.map((nj) => N - nj); // first column of row j's new tokens within [0, N)
-    const pad = this.options.padToken;
-
+    const at: GroupLayout = { rows, G: rows.length, r, n, R: Math.max(...r), N, offset: n.map((nj) => N - nj) };
+    const layers = this.model.config.num_hidden_layers;
     // Per layer: [prefix block?, new-token block(s)...]; the generated tokens' keys go to `tail`.
     const blocks: LayerCache[][] = Array.from({ length: layers }, () => []);
     const tail: (LayerCache | null)[] = Array(layers).fill(null);
     try {
-      if (R > 0) {
-        const started = performance.now();
-        for (let l = 0; l < layers; l++) {
-          const k = new Float32Array(G * H * R * D);
-          const v = new Float32Array(G * H * R * D);
-          rows.forEach((b, j) => {
-            if (r[j] > 0) this.kvCache.copyPrefix(reuse[b].entry!, r[j], l, k, v, j, R);
-          });
-          blocks[l].push({ k: tf.tensor4d(k, [G, H, R, D]), v: tf.tensor4d(v, [G, H, R, D]) });
-        }
-        this.kvCache.counters.copyMs += performance.now() - started;
-      }
-      const heads = c.num_attention_heads;
-      const chunk = Math.max(
-        1,
-        Math.min(N, Math.floor(this.chunks.prefillTokens / G), Math.floor(this.chunks.attentionElements / (G * heads * (R + N)))),
-      );
-      let logits: Float32Array | null = null;
-      for (let t0 = 0; t0 < N; t0 += chunk) {
-        const t1 = Math.min(N, t0 + chunk);
-        const T = t1 - t0;
-        const S = R + t1;
-        const ids = new Int32Array(G * T).fill(pad);
-        const pos = new Int32Array(G * T);
-        const mask = new Float32Array(G * T * S).fill(MASKED);
-        rows.forEach((b, j) => {
-          for (let t = t0; t < t1; t++) {
-            const at = j * T + (t - t0);
-            if (t < offset[j]) continue; // padding column: attends to nothing it could harm
-            ids[at] = prompts[b][r[j] + t - offset[j]];
-            pos[at] = r[j] + t - offset[j];
-            const row = at * S;
-            // Its own reused prefix, then its new tokens up to itself.
-            for (let col = 0; col < r[j]; col++) mask[row + col] = 0;
-            for (let u = offset[j]; u <= t; u++) mask[row + R + u] = 0;
-          }
-        });
-        const last = t1 === N;
-        const result = this.runLayers(ids, pos, mask, G, T, S, blocks, (l, kv) => blocks[l].push(kv), last);
-        if (last) logits = result;
-        this.kvCache.counters.prefilledTokens += offset.reduce((a, off) => a + Math.max(0, t1 - Math.max(t0, off)), 0);
-      }
+      if (at.R > 0) this.uploadPrefixes(at, reuse, blocks);
+      const logits = this.prefill(at, prompts, blocks);
       // One block for all new tokens, so every decode step multiplies by few blocks.
       for (let l = 0; l < layers; l++) {
-        const fresh = blocks[l].slice(R > 0 ? 1 : 0);
+        const fresh = blocks[l].slice(at.R > 0 ? 1 : 0);
         if (fresh.length > 1) {
           const merged = {
             k: tf.concat(
@@ -380,67 +348,135 @@ export class TfjsEngine implements PolicyEngine {
             ) as tf.Tensor4D,
           };
           for (const x of fresh) tf.dispose([x.k, x.v]);
-          blocks[l] = [...blocks[l].slice(0, R > 0 ? 1 : 0), merged];
+          blocks[l] = [...blocks[l].slice(0, at.R > 0 ? 1 : 0), merged];
         }
       }
-
-      const V = logits!.length / G;
-      let steps = 0;
-      for (let step = 0; step < maxTokens; step++) {
-        rows.forEach((b, j) => sample(b, logits!.subarray(j * V, (j + 1) * V)));
-        if (rows.every((b) => out[b].done) || step === maxTokens - 1) break;
-        await yieldTo(signal);
-        const S = R + N + step + 1;
-        const ids = new Int32Array(G);
-        const pos = new Int32Array(G);
-        const mask = new Float32Array(G * S).fill(MASKED);
-        rows.forEach((b, j) => {
-          const toks = out[b].tokens;
-          ids[j] = toks.length > 0 ? toks[toks.length - 1] : pad;
-          pos[j] = prompts[b].length + step;
-          for (let col = 0; col < r[j]; col++) mask[j * S + col] = 0;
-          for (let u = offset[j]; u < N; u++) mask[j * S + R + u] = 0;
-          for (let s = 0; s <= step; s++) mask[j * S + R + N + s] = 0;
-        });
-        logits = this.runLayers(
-          ids,
-          pos,
-          mask,
-          G,
-          1,
-          S,
-          blocks.map((bl, l) => (tail[l] ? [...bl, tail[l]!] : bl)),
-          (l, kv) => {
-            const prev = tail[l];
-            if (!prev) tail[l] = kv;
-            else {
-              tail[l] = { k: tf.concat([prev.k, kv.k], 2) as tf.Tensor4D, v: tf.concat([prev.v, kv.v], 2) as tf.Tensor4D };
-              tf.dispose([prev.k, prev.v, kv.k, kv.v]);
-            }
-          },
-          true,
-        )!;
-        steps = step + 1;
-      }
-
-      const keyed = rows.map((b, j) => ({ b, j, key: keys?.[b] })).filter((x) => x.key !== null && x.key !== undefined);
+      const steps = await this.decode(at, call, { blocks, tail, logits });
+      const keyed = rows.map((b, j) => ({ b, j, key: call.keys?.[b] })).filter((x) => x.key !== null && x.key !== undefined);
       const storing = performance.now();
       if (keyed.length > 0)
         this.storeCaches(
           keyed as { b: number; j: number; key: string }[],
           prompts,
           reuse,
-          out,
+          call.out,
           blocks,
           tail,
-          { R, N, r, n, offset, steps },
-          weights,
+          { ...at, steps },
+          call.weights,
         );
       this.kvCache.counters.copyMs += performance.now() - storing;
     } finally {
       for (const bl of blocks) for (const x of bl) tf.dispose([x.k, x.v]);
       for (const x of tail) if (x) tf.dispose([x.k, x.v]);
     }
+  }
+
+  /** The group's reused prefixes, copied from the prefix caches into one block per layer. */
+  private uploadPrefixes(at: GroupLayout, reuse: Reuse[], blocks: LayerCache[][]): void {
+    const c = this.model.config;
+    const H = c.num_key_value_heads;
+    const D = headDim(c);
+    const { G, R, r } = at;
+    const started = performance.now();
+    for (let l = 0; l < c.num_hidden_layers; l++) {
+      const k = new Float32Array(G * H * R * D);
+      const v = new Float32Array(G * H * R * D);
+      at.rows.forEach((b, j) => {
+        if (r[j] > 0) this.kvCache.copyPrefix(reuse[b].entry!, r[j], l, k, v, j, R);
+      });
+      blocks[l].push({ k: tf.tensor4d(k, [G, H, R, D]), v: tf.tensor4d(v, [G, H, R, D]) });
+    }
+    this.kvCache.counters.copyMs += performance.now() - started;
+  }
+
+  /** Runs the group's new prompt tokens in chunks, keeping their keys/values; returns the logits of each row's last token. */
+  private prefill(at: GroupLayout, prompts: number[][], blocks: LayerCache[][]): Float32Array {
+    const { rows, G, r, R, N, offset } = at;
+    const pad = this.options.padToken;
+    const heads = this.model.config.num_attention_heads;
+    const chunk = Math.max(
+      1,
+      Math.min(N, Math.floor(this.chunks.prefillTokens / G), Math.floor(this.chunks.attentionElements / (G * heads * (R + N)))),
+    );
+    let logits: Float32Array | null = null;
+    for (let t0 = 0; t0 < N; t0 += chunk) {
+      const t1 = Math.min(N, t0 + chunk);
+      const T = t1 - t0;
+      const S = R + t1;
+      const ids = new Int32Array(G * T).fill(pad);
+      const pos = new Int32Array(G * T);
+      const mask = new Float32Array(G * T * S).fill(MASKED);
+      rows.forEach((b, j) => {
+        for (let t = t0; t < t1; t++) {
+          const at = j * T + (t - t0);
+          if (t < offset[j]) continue; // padding column: attends to nothing it could harm
+          ids[at] = prompts[b][r[j] + t - offset[j]];
+          pos[at] = r[j] + t - offset[j];
+          const row = at * S;
+          // Its own reused prefix, then its new tokens up to itself.
+          for (let col = 0; col < r[j]; col++) mask[row + col] = 0;
+          for (let u = offset[j]; u <= t; u++) mask[row + R + u] = 0;
+        }
+      });
+      const last = t1 === N;
+      const result = this.runLayers(ids, pos, mask, G, T, S, blocks, (l, kv) => blocks[l].push(kv), last);
+      if (last) logits = result;
+      this.kvCache.counters.prefilledTokens += offset.reduce((a, off) => a + Math.max(0, t1 - Math.max(t0, off)), 0);
+    }
+    return logits!;
+  }
+
+  /** Samples up to maxTokens for every row of the group, one batched step at a time; returns the steps run through the model. */
+  private async decode(
+    at: GroupLayout,
+    call: GenerationCall,
+    kv: { blocks: LayerCache[][]; tail: (LayerCache | null)[]; logits: Float32Array },
+  ): Promise<number> {
+    const { rows, G, r, R, N, offset } = at;
+    const { prompts, maxTokens, out, sample } = call;
+    const { blocks, tail } = kv;
+    const pad = this.options.padToken;
+    let logits = kv.logits;
+    const V = logits.length / G;
+    let steps = 0;
+    for (let step = 0; step < maxTokens; step++) {
+      rows.forEach((b, j) => sample(b, logits.subarray(j * V, (j + 1) * V)));
+      if (rows.every((b) => out[b].done) || step === maxTokens - 1) break;
+      await yieldTo(call.signal);
+      const S = R + N + step + 1;
+      const ids = new Int32Array(G);
+      const pos = new Int32Array(G);
+      const mask = new Float32Array(G * S).fill(MASKED);
+      rows.forEach((b, j) => {
+        const toks = out[b].tokens;
+        ids[j] = toks.length > 0 ? toks[toks.length - 1] : pad;
+        pos[j] = prompts[b].length + step;
+        for (let col = 0; col < r[j]; col++) mask[j * S + col] = 0;
+        for (let u = offset[j]; u < N; u++) mask[j * S + R + u] = 0;
+        for (let s = 0; s <= step; s++) mask[j * S + R + N + s] = 0;
+      });
+      logits = this.runLayers(
+        ids,
+        pos,
+        mask,
+        G,
+        1,
+        S,
+        blocks.map((bl, l) => (tail[l] ? [...bl, tail[l]!] : bl)),
+        (l, layerKv) => {
+          const prev = tail[l];
+          if (!prev) tail[l] = layerKv;
+          else {
+            tail[l] = { k: tf.concat([prev.k, layerKv.k], 2) as tf.Tensor4D, v: tf.concat([prev.v, layerKv.v], 2) as tf.Tensor4D };
+            tf.dispose([prev.k, prev.v, layerKv.k, layerKv.v]);
+          }
+        },
+        true,
+      )!;
+      steps = step + 1;
+    }
+    return steps;
   }
 
   /**
@@ -671,37 +707,8 @@ export class TfjsEngine implements PolicyEngine {
       const checkpoint =
         this.options.checkpointLayers === 'always' || group.length * Math.max(...seqs.map(seqLen)) * plainPerToken > budget;
       if (seqs.every((s) => scoredPositions(s, '').length === 0)) continue;
-      let stats: tf.Tensor[] = [];
-      this.model.training = true;
-      let result: { value: tf.Scalar; grads: tf.NamedTensorMap };
-      try {
-        result = tf.variableGrads(() => {
-          const logp = responseLogprobs(this.model, seqs, temperature, this.options.padToken, this.chunks, {
-            differentiable: true,
-            checkpoint,
-          });
-          const flat = (pick: (s: TrainSequence) => number[]) => tf.tensor1d(seqs.flatMap(pick));
-          const terms = objectiveTerms(
-            {
-              logp,
-              oldLogp: flat((s) => s.oldLogprobs),
-              advantages: flat((s) => s.advantages),
-              mask: flat((s) => s.mask),
-              refLogp: objective.klCoef > 0 ? flat((s) => s.refLogprobs ?? s.oldLogprobs) : undefined,
-              lowProbScope:
-                objective.lowProbDelta !== null ? flat((s) => s.advantages.map(() => (s.lowProbMask === false ? 0 : 1))) : undefined,
-            },
-            objective,
-          );
-          stats = [terms.lossSum, terms.tokens, terms.clipped, terms.ratioSum, terms.klSum].map((t) => tf.keep(t.clone()));
-          return terms.lossSum as tf.Scalar;
-        }, params);
-      } finally {
-        this.model.training = false;
-      }
-      const { value, grads } = result;
-      const [l, n, c, r, k] = stats.map((t) => t.dataSync()[0]);
-      tf.dispose([...stats, value]);
+      const { grads, stats } = this.microBatchGradients(seqs, { objective, temperature, checkpoint, params });
+      const [l, n, c, r, k] = stats;
       lossSum += l;
       tokens += n;
       clipped += c;
@@ -732,6 +739,48 @@ export class TfjsEngine implements PolicyEngine {
       tf.dispose([...gradSums.values()]);
     }
     return { loss: lossSum / denom, tokens, clipFraction: clipped / denom, meanRatio: ratioSum / denom, kl: klSum / denom, gradNorm };
+  }
+  /**
+   * One micro-batch's gradients of the objective's loss sum (exact sums, divided once per step), with
+   * its loss, token, clip, ratio and KL sums.
+   */
+  private microBatchGradients(
+    seqs: TrainSequence[],
+    o: { objective: ObjectiveConfig; temperature: number; checkpoint: boolean; params: tf.Variable[] },
+  ): { grads: tf.NamedTensorMap; stats: number[] } {
+    const { objective } = o;
+    let stats: tf.Tensor[] = [];
+    this.model.training = true;
+    let result: { value: tf.Scalar; grads: tf.NamedTensorMap };
+    try {
+      result = tf.variableGrads(() => {
+        const logp = responseLogprobs(this.model, seqs, o.temperature, this.options.padToken, this.chunks, {
+          differentiable: true,
+          checkpoint: o.checkpoint,
+        });
+        const flat = (pick: (s: TrainSequence) => number[]) => tf.tensor1d(seqs.flatMap(pick));
+        const terms = objectiveTerms(
+          {
+            logp,
+            oldLogp: flat((s) => s.oldLogprobs),
+            advantages: flat((s) => s.advantages),
+            mask: flat((s) => s.mask),
+            refLogp: objective.klCoef > 0 ? flat((s) => s.refLogprobs ?? s.oldLogprobs) : undefined,
+            lowProbScope:
+              objective.lowProbDelta !== null ? flat((s) => s.advantages.map(() => (s.lowProbMask === false ? 0 : 1))) : undefined,
+          },
+          objective,
+        );
+        stats = [terms.lossSum, terms.tokens, terms.clipped, terms.ratioSum, terms.klSum].map((t) => tf.keep(t.clone()));
+        return terms.lossSum as tf.Scalar;
+      }, o.params);
+    } finally {
+      this.model.training = false;
+    }
+    const { value, grads } = result;
+    const sums = stats.map((t) => t.dataSync()[0]);
+    tf.dispose([...stats, value]);
+    return { grads, stats: sums };
   }
 
   async save(dir: string): Promise<void> {
