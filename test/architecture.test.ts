@@ -5,6 +5,7 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
+import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 
 const SRC = resolve(import.meta.dirname, '..', 'src');
@@ -29,6 +30,44 @@ export const ALLOWED: Record<string, readonly string[]> = {
 
 /** Folders that may import from policy/ only its entry (policy/index.ts) and its types (policy/types.ts). */
 export const POLICY_ENTRY_ONLY: readonly string[] = ['trainer', 'run', 'adapt'];
+
+/** Where functions stay under MAX_FUNCTION_LINES lines: the training wing and the engines (folders, or single files). */
+export const SHORT_FUNCTIONS: readonly string[] = [
+  'trainer',
+  'run',
+  'adapt',
+  'algo',
+  'policy/tfjs/engine.ts',
+  'policy/torch/engine.ts',
+  'policy/remote/engine.ts',
+];
+/** Where functions take an options object rather than more than MAX_PARAMETERS parameters. */
+export const FEW_PARAMETERS: readonly string[] = ['trainer', 'run', 'adapt', 'algo'];
+const MAX_FUNCTION_LINES = 80;
+const MAX_PARAMETERS = 4;
+/** Functions that mirror the PolicyEngine interface's trainStep (batch, objective, temperature, lr, resume). */
+const INTERFACE_MIRRORS = new Set(['run/interrupt.ts trainStep']);
+
+/** Every function, method and arrow function of a file: its name, lines (first to last) and parameter count. */
+export function functionsOf(file: string, text: string): { name: string; lines: number; params: number }[] {
+  const sf = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
+  const line = (pos: number) => sf.getLineAndCharacterOfPosition(pos).line;
+  const out: { name: string; lines: number; params: number }[] = [];
+  const visit = (node: ts.Node) => {
+    if (ts.isFunctionLike(node) && 'body' in node && node.body) {
+      const named = (n: ts.Node | undefined) => (n && (ts.isIdentifier(n) || ts.isPrivateIdentifier(n)) ? n.text : '');
+      const parent = node.parent;
+      const name =
+        named(node.name) ||
+        (ts.isVariableDeclaration(parent) || ts.isPropertyAssignment(parent) ? named(parent.name) : '') ||
+        (ts.isConstructorDeclaration(node) ? 'constructor' : '(anonymous)');
+      out.push({ name, lines: line(node.getEnd()) - line(node.getStart()) + 1, params: node.parameters.length });
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(sf);
+  return out;
+}
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
@@ -98,6 +137,23 @@ describe('architecture', () => {
       .filter((e) => POLICY_ENTRY_ONLY.includes(topFolder(e.from)) && topFolder(e.to) === 'policy' && !entry.includes(relative(SRC, e.to)))
       .map((e) => `${relative(SRC, e.from)} imports ${relative(SRC, e.to)}`);
     expect(deep).toEqual([]);
+  });
+
+  it(`functions of the training wing and the engines stay under ${MAX_FUNCTION_LINES} lines and take at most ${MAX_PARAMETERS} parameters`, () => {
+    const within = (file: string, places: readonly string[]) => places.some((p) => file === p || file.startsWith(p + '/'));
+    const long: string[] = [];
+    const wide: string[] = [];
+    for (const path of sourceFiles(SRC)) {
+      const file = relative(SRC, path);
+      if (!within(file, SHORT_FUNCTIONS)) continue;
+      for (const f of functionsOf(file, readFileSync(path, 'utf8'))) {
+        if (f.lines > MAX_FUNCTION_LINES) long.push(`${file} ${f.name}: ${f.lines} lines`);
+        if (within(file, FEW_PARAMETERS) && f.params > MAX_PARAMETERS && !INTERFACE_MIRRORS.has(`${file} ${f.name}`))
+          wide.push(`${file} ${f.name}: ${f.params} parameters`);
+      }
+    }
+    expect(long, 'split these (docs/ARCHITECTURE.md)').toEqual([]);
+    expect(wide, 'give these an options object (docs/ARCHITECTURE.md)').toEqual([]);
   });
 
   it('no source file imports itself through a cycle', () => {

@@ -6,7 +6,7 @@
  *   2. iteration 1: training score and environment steps (metrics.jsonl), and the training episodes
  *      recorded for it (trajectories/train.jsonl), against the reference's;
  * then, per run of the checked label, what GiGPO's step groups looked like in each iteration
- * (`step_groups` in metrics.jsonl, written by src/trainer/grpo.ts). Prints Markdown.
+ * (`step_groups` in metrics.jsonl, written by src/trainer/update.ts). Prints Markdown.
  *
  *   npx tsx results/real-model-gigpo/checks.ts runs/real-model [--reference grpo] [--label gigpo] > results/real-model-gigpo/checks.md
  */

@@ -133,38 +133,78 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
   const split = groups.map((g) => ({ label: g.label, included: g.runs.filter(usable), excluded: g.runs.filter((r) => !usable(r)) }));
   const allIncluded = split.flatMap((g) => g.included);
   for (const r of allIncluded) for (const w of r.metrics!.warnings) notes.push(w);
-
   const curves = new Map(allIncluded.map((r) => [r, evalCurve(r.metrics!.evals)]));
+  const { range, equalSteps } = equalStepsPoints(allIncluded, curves, opts.atSteps, notes);
+  const finalEval = finalEvalSetting(allIncluded, notes);
+  const checkpointEval = checkpointEvalSetting(allIncluded, opts.checkpointEvalVariations, notes);
+  const scores = runScores({ runs: allIncluded, curves, equalSteps, checkpointEval, range }, notes);
+  const configs = split.map((g) => configResult(g, { scores, curves, equalSteps, finalEval, checkpointEval }));
+  for (const c of configs) {
+    for (const r of c.excluded) notes.push(`${c.label}/seed${r.seed}: not counted (${r.note ?? r.status})`);
+    const iterationsOnly = c.included.filter((r) => r.wallSource === 'iterations');
+    if (iterationsOnly.length > 0)
+      notes.push(
+        `${c.label}: wall time of ${iterationsOnly.length} run(s) is the trainer's elapsed_seconds (not launched by compare; excludes the first and last evaluation)`,
+      );
+  }
+  const paired = pairedResults(configs, comparedMetrics({ scores, equalSteps, finalEval, checkpointEval, range }));
+  return { configs, paired, equalSteps, commonRange: range, finalEval, checkpointEval, notes };
+}
+
+/**
+ * The env-step range every included run covers (null when there is none) and the equal-steps points
+ * (opts.atSteps, else the end of that range), with notes on runs that do not reach a point.
+ */
+function equalStepsPoints(runs: RunRecord[], curves: Map<RunRecord, CurvePoint[]>, atSteps: number[] | undefined, notes: string[]) {
   const commonRange =
-    allIncluded.length === 0
+    runs.length === 0
       ? null
-      : {
-          from: Math.max(...allIncluded.map((r) => curves.get(r)![0].x)),
-          to: Math.min(...allIncluded.map((r) => curves.get(r)!.at(-1)!.x)),
-        };
+      : { from: Math.max(...runs.map((r) => curves.get(r)![0].x)), to: Math.min(...runs.map((r) => curves.get(r)!.at(-1)!.x)) };
   if (commonRange && commonRange.from > commonRange.to) {
     notes.push(
       `the runs cover no common env-step range (latest start ${commonRange.from}, earliest end ${commonRange.to}): no equal-steps score or AUC`,
     );
   }
   const rangeOk = commonRange !== null && commonRange.from <= commonRange.to;
-  const equalSteps = opts.atSteps ?? (rangeOk ? [commonRange.to] : []);
+  const equalSteps = atSteps ?? (rangeOk ? [commonRange.to] : []);
   for (const steps of equalSteps) {
     if (!Number.isFinite(steps) || steps < 0) throw new Error(`equal-steps point must be a non-negative number, got ${steps}`);
-    const outside = allIncluded.filter((r) => interpolateAt(curves.get(r)!, steps) === null);
+    const outside = runs.filter((r) => interpolateAt(curves.get(r)!, steps) === null);
     if (outside.length > 0)
       notes.push(
         `score @ ${fmtSteps(steps)} steps leaves out ${outside.length} run(s) that did not reach it (${outside.map((r) => `${r.label}/seed${r.seed}`).join(', ')})`,
       );
   }
+  return { range: rangeOk ? commonRange : null, equalSteps };
+}
 
-  const finalEval = finalEvalSetting(allIncluded, notes);
-  const checkpointEval = checkpointEvalSetting(allIncluded, opts.checkpointEvalVariations, notes);
-  // Per-run metrics, shared by the summaries over seeds and the paired differences.
-  const scoreAt = (steps: number) => (r: RunRecord) => interpolateAt(curves.get(r)!, steps);
+/** A run's number for one metric (null where the run has none). */
+type RunValue = (r: RunRecord) => number | null;
+
+/** Per-run metrics, shared by the summaries over seeds and the paired differences. */
+interface RunScores {
+  scoreAt: (steps: number) => RunValue;
+  checkpointScoreOf: (steps: number) => RunValue;
+  checkpointTaskScoreOf: (steps: number, task: string) => RunValue;
+  /** Tasks with checkpoint scores at some equal-steps point. */
+  checkpointTasks: string[];
+  auc: RunValue | null;
+}
+
+function runScores(
+  a: {
+    runs: RunRecord[];
+    curves: Map<RunRecord, CurvePoint[]>;
+    equalSteps: number[];
+    checkpointEval: EvalSetting | null;
+    range: { from: number; to: number } | null;
+  },
+  notes: string[],
+): RunScores {
+  const { runs, curves, equalSteps, checkpointEval, range } = a;
   const checkpointScore = new Map<RunRecord, Map<number, number>>();
   if (checkpointEval) {
-    for (const r of allIncluded) {
+    for (const r of runs) {
       const byStep = new Map<number, number>();
       for (const steps of equalSteps) {
         const s = checkpointScoreAt(r.checkpoints ?? [], steps, checkpointEval);
@@ -174,65 +214,83 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
       checkpointScore.set(r, byStep);
     }
   }
-  const checkpointScoreOf = (steps: number) => (r: RunRecord) => checkpointScore.get(r)?.get(steps) ?? null;
-  const checkpointTaskScoreOf = (steps: number, task: string) => (r: RunRecord) =>
-    checkpointEval
-      ? (checkpointTaskScoresAt(r.checkpoints ?? [], steps, checkpointEval).find((t) => t.task === task)?.score ?? null)
-      : null;
-  const checkpointTasks = checkpointEval
-    ? [
-        ...new Set(
-          allIncluded.flatMap((r) =>
-            equalSteps.flatMap((steps) => checkpointTaskScoresAt(r.checkpoints ?? [], steps, checkpointEval).map((t) => t.task)),
+  return {
+    scoreAt: (steps) => (r) => interpolateAt(curves.get(r)!, steps),
+    checkpointScoreOf: (steps) => (r) => checkpointScore.get(r)?.get(steps) ?? null,
+    checkpointTaskScoreOf: (steps, task) => (r) =>
+      checkpointEval
+        ? (checkpointTaskScoresAt(r.checkpoints ?? [], steps, checkpointEval).find((t) => t.task === task)?.score ?? null)
+        : null,
+    checkpointTasks: checkpointEval
+      ? [
+          ...new Set(
+            runs.flatMap((r) =>
+              equalSteps.flatMap((steps) => checkpointTaskScoresAt(r.checkpoints ?? [], steps, checkpointEval).map((t) => t.task)),
+            ),
           ),
-        ),
-      ]
-    : [];
-  const auc = rangeOk ? (r: RunRecord) => normalizedArea(curves.get(r)!, commonRange.from, commonRange.to) : null;
+        ]
+      : [],
+    auc: range ? (r) => normalizedArea(curves.get(r)!, range.from, range.to) : null,
+  };
+}
 
-  const configs: ConfigResult[] = split.map(({ label, included, excluded }) => {
-    const finals = included.map((r) => r.metrics!.evals.at(-1)!);
-    const values = (f: (r: RunRecord) => number | null) => summarize(included.map(f).filter((v): v is number => v !== null));
-    return {
-      label,
-      included,
-      excluded,
-      finalScore: summarize(finals.map((e) => e.mean_score)),
-      finalSuccess: summarize(finals.map((e) => e.success_rate)),
-      finalEnvSteps: summarize(finals.map((e) => e.train_env_steps)),
-      scoreAtSteps: equalSteps.map((steps) => ({ steps, score: values(scoreAt(steps)) })),
-      auc: auc ? values(auc) : null,
-      wallSeconds: values((r) => r.wallSeconds),
-      perTask: summarizeTasks(finals.map((e) => e.per_task)),
-      curve: meanCurve(included.map((r) => curves.get(r)!)),
-      finalEval: finalEval ? summarizeFinalEvals(included.flatMap((r) => (r.finalEval ? [[r.seed, r.finalEval] as const] : []))) : null,
-      checkpointScoreAtSteps: checkpointEval
-        ? equalSteps.map((steps) => {
-            const runs = included.flatMap((r) => {
-              const score = checkpointScoreOf(steps)(r);
-              return score === null ? [] : [{ seed: r.seed, score }];
-            });
-            const perTask = checkpointTasks.map((task) => {
-              const taskRuns = included.flatMap((r) => {
-                const score = checkpointTaskScoreOf(steps, task)(r);
-                return score === null ? [] : [{ seed: r.seed, score }];
-              });
-              return { task, runs: taskRuns, score: summarize(taskRuns.map((x) => x.score)) };
-            });
-            return { steps, runs, score: summarize(runs.map((x) => x.score)), perTask };
-          })
-        : [],
-    };
+/** One config's numbers over its counted runs. */
+function configResult(
+  g: { label: string; included: RunRecord[]; excluded: RunRecord[] },
+  a: {
+    scores: RunScores;
+    curves: Map<RunRecord, CurvePoint[]>;
+    equalSteps: number[];
+    finalEval: Comparison['finalEval'];
+    checkpointEval: EvalSetting | null;
+  },
+): ConfigResult {
+  const { label, included, excluded } = g;
+  const { scores, equalSteps } = a;
+  const finals = included.map((r) => r.metrics!.evals.at(-1)!);
+  const values = (f: RunValue) => summarize(included.map(f).filter((v): v is number => v !== null));
+  return {
+    label,
+    included,
+    excluded,
+    finalScore: summarize(finals.map((e) => e.mean_score)),
+    finalSuccess: summarize(finals.map((e) => e.success_rate)),
+    finalEnvSteps: summarize(finals.map((e) => e.train_env_steps)),
+    scoreAtSteps: equalSteps.map((steps) => ({ steps, score: values(scores.scoreAt(steps)) })),
+    auc: scores.auc ? values(scores.auc) : null,
+    wallSeconds: values((r) => r.wallSeconds),
+    perTask: summarizeTasks(finals.map((e) => e.per_task)),
+    curve: meanCurve(included.map((r) => a.curves.get(r)!)),
+    finalEval: a.finalEval ? summarizeFinalEvals(included.flatMap((r) => (r.finalEval ? [[r.seed, r.finalEval] as const] : []))) : null,
+    checkpointScoreAtSteps: a.checkpointEval ? equalSteps.map((steps) => checkpointScoresAt(included, steps, scores)) : [],
+  };
+}
+
+/** The checkpoint scores of a config's runs at one equal-steps point, overall and per task. */
+function checkpointScoresAt(included: RunRecord[], steps: number, scores: RunScores): ConfigResult['checkpointScoreAtSteps'][number] {
+  const seedScores = (value: RunValue) =>
+    included.flatMap((r) => {
+      const score = value(r);
+      return score === null ? [] : [{ seed: r.seed, score }];
+    });
+  const runs = seedScores(scores.checkpointScoreOf(steps));
+  const perTask = scores.checkpointTasks.map((task) => {
+    const taskRuns = seedScores(scores.checkpointTaskScoreOf(steps, task));
+    return { task, runs: taskRuns, score: summarize(taskRuns.map((x) => x.score)) };
   });
-  for (const c of configs) {
-    for (const r of c.excluded) notes.push(`${c.label}/seed${r.seed}: not counted (${r.note ?? r.status})`);
-    const iterationsOnly = c.included.filter((r) => r.wallSource === 'iterations');
-    if (iterationsOnly.length > 0)
-      notes.push(
-        `${c.label}: wall time of ${iterationsOnly.length} run(s) is the trainer's elapsed_seconds (not launched by compare; excludes the first and last evaluation)`,
-      );
-  }
-  const metrics: { metric: string; value: (r: RunRecord) => number | null }[] = [];
+  return { steps, runs, score: summarize(runs.map((x) => x.score)), perTask };
+}
+
+/** The metrics compared seed by seed between configs, in the order the report lists them. */
+function comparedMetrics(a: {
+  scores: RunScores;
+  equalSteps: number[];
+  finalEval: Comparison['finalEval'];
+  checkpointEval: EvalSetting | null;
+  range: { from: number; to: number } | null;
+}): { metric: string; value: RunValue }[] {
+  const { scores, equalSteps, finalEval, checkpointEval, range } = a;
+  const metrics: { metric: string; value: RunValue }[] = [];
   if (finalEval)
     metrics.push({
       metric: `score on ${finalEval.variations} ${finalEval.split} variations per task (final checkpoint)`,
@@ -242,16 +300,24 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
     for (const steps of equalSteps)
       metrics.push({
         metric: `score @ ${fmtSteps(steps)} steps (checkpoints on ${checkpointEval.variations} ${checkpointEval.split} variations per task)`,
-        value: checkpointScoreOf(steps),
+        value: scores.checkpointScoreOf(steps),
       });
     for (const steps of equalSteps) {
-      for (const task of checkpointTasks)
-        metrics.push({ metric: `${task}: score @ ${fmtSteps(steps)} steps (checkpoints)`, value: checkpointTaskScoreOf(steps, task) });
+      for (const task of scores.checkpointTasks)
+        metrics.push({
+          metric: `${task}: score @ ${fmtSteps(steps)} steps (checkpoints)`,
+          value: scores.checkpointTaskScoreOf(steps, task),
+        });
     }
   }
-  for (const steps of equalSteps) metrics.push({ metric: `score @ ${fmtSteps(steps)} steps`, value: scoreAt(steps) });
-  if (rangeOk && auc) metrics.push({ metric: `AUC ${fmtSteps(commonRange.from)}–${fmtSteps(commonRange.to)}`, value: auc });
-  const bySeed = (runs: RunRecord[], value: (r: RunRecord) => number | null) => {
+  for (const steps of equalSteps) metrics.push({ metric: `score @ ${fmtSteps(steps)} steps`, value: scores.scoreAt(steps) });
+  if (range && scores.auc) metrics.push({ metric: `AUC ${fmtSteps(range.from)}–${fmtSteps(range.to)}`, value: scores.auc });
+  return metrics;
+}
+
+/** Every other config against the first, metric by metric, on the seeds both ran. */
+function pairedResults(configs: ConfigResult[], metrics: { metric: string; value: RunValue }[]): PairedResult[] {
+  const bySeed = (runs: RunRecord[], value: RunValue) => {
     const out = new Map<number, number>();
     for (const r of runs) {
       const v = value(r);
@@ -267,7 +333,7 @@ export function aggregate(groups: { label: string; runs: RunRecord[] }[], opts: 
       if (difference) paired.push({ label: other.label, reference: reference.label, metric, difference });
     }
   }
-  return { configs, paired, equalSteps, commonRange: rangeOk ? commonRange : null, finalEval, checkpointEval, notes };
+  return paired;
 }
 
 /**

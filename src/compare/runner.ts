@@ -392,12 +392,59 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
   const log = opts.log ?? ((l: string) => console.log(l));
   const out = resolve(opts.out);
   const { entries, runs } = planRuns(opts, out);
-
-  // Decide every run's fate before starting any, so a conflict stops the command before hours of work.
-  const conflicts: string[] = [];
-  const todo: { run: PlannedRun; resume: boolean; action: 'train' | 'evaluate' }[] = [];
   const wantsFinalEval = (run: PlannedRun) =>
     opts.finalEval !== undefined && needsFinalEval(run.dir, opts.finalEval, run.cfg.env.eval_split);
+  // Decide every run's fate before starting any, so a conflict stops the command before hours of work.
+  const { todo, blocked, conflicts } = triageRuns(runs, { resume: !!opts.resume, wantsFinalEval, log });
+  if (conflicts.length > 0) throw new ConfigError(`compare: ${conflicts.join('\n')}\nremove those runs or choose another --out`);
+  mkdirSync(out, { recursive: true });
+  writeJsonAtomic(join(out, MANIFEST), mergeManifest(readManifest(out), entries));
+  for (const b of blocked) log(`${b.run.label} seed ${b.run.seed}: ${b.reason}`);
+
+  const pool = childPool(log, opts.handleSignals ?? false);
+  const failed: CompareOutcome['failed'] = blocked.map((b) => ({ label: b.run.label, seed: b.run.seed, reason: b.reason }));
+  let started = 0;
+  const total = todo.length;
+  const startNext = async (): Promise<void> => {
+    while (!pool.stopping && todo.length > 0) {
+      const { run, resume, action } = todo.shift()!;
+      started++;
+      const counter = `[${started}/${total}]`;
+      let result = action === 'train' ? await trainOne(run, resume, opts.jobs, counter, log, pool.children) : null;
+      // The same slot evaluates the run it just trained, so --jobs bounds evaluations too.
+      if (!result && !pool.stopping && wantsFinalEval(run))
+        result = await evaluateOne(run, opts.finalEval!, opts.jobs, counter, log, pool.children);
+      if (result) failed.push({ label: run.label, seed: run.seed, reason: result });
+    }
+  };
+  const manifest = readManifest(out)!;
+  const targets = new Map(runs.map((r) => [r.dir, r.cfg.train.iterations]));
+  const settings: ReportSettings = {
+    atSteps: opts.atSteps,
+    includeUnfinished: opts.includeUnfinished,
+    checkpointEvalVariations: opts.equalStepsEval,
+  };
+  try {
+    await Promise.all(Array.from({ length: Math.min(opts.jobs, Math.max(1, todo.length)) }, startNext));
+    for (const { run } of todo) failed.push({ label: run.label, seed: run.seed, reason: 'not started (interrupted)' });
+    if (opts.equalStepsEval !== undefined && !pool.stopping) {
+      const cmp = aggregate(collectGroups(out, manifest.configs, targets), settings);
+      await evaluateAtEqualSteps(cmp, { runs, variations: opts.equalStepsEval, jobs: opts.jobs, pool, failed, log });
+    }
+  } finally {
+    pool.dispose();
+  }
+  const report = await writeReport(out, manifest.configs, { ...settings, log }, targets);
+  if (failed.length > 0)
+    log(`${failed.length} run(s) did not finish:\n` + failed.map((f) => `  ${f.label} seed ${f.seed}: ${f.reason}`).join('\n'));
+  return { ...report, failed };
+}
+
+/** What to do with each planned run (train, resume, evaluate, skip), which cannot go on without --resume, and configs that changed under a run. */
+function triageRuns(runs: PlannedRun[], o: { resume: boolean; wantsFinalEval: (run: PlannedRun) => boolean; log: (line: string) => void }) {
+  const { log } = o;
+  const conflicts: string[] = [];
+  const todo: { run: PlannedRun; resume: boolean; action: 'train' | 'evaluate' }[] = [];
   const blocked: { run: PlannedRun; reason: string }[] = [];
   for (const run of runs) {
     const state = inspectRun(run.dir, run.cfg.train.iterations);
@@ -418,20 +465,27 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
       if (diff.length > 0) conflicts.push(`${run.dir} was made with a different config:\n    ${diff.join('\n    ')}`);
     }
     if (state.status === 'finished') {
-      if (wantsFinalEval(run)) {
+      if (o.wantsFinalEval(run)) {
         log(`${run.label} seed ${run.seed}: already finished; its final evaluation is still to do`);
         todo.push({ run, resume: false, action: 'evaluate' });
       } else log(`${run.label} seed ${run.seed}: already finished, skipped`);
     } else if (state.checkpoint) {
-      if (opts.resume) todo.push({ run, resume: true, action: 'train' });
+      if (o.resume) todo.push({ run, resume: true, action: 'train' });
       else blocked.push({ run, reason: `stopped at the checkpoint ${basename(state.checkpoint)}; add --resume to continue it` });
     } else todo.push({ run, resume: false, action: 'train' });
   }
-  if (conflicts.length > 0) throw new ConfigError(`compare: ${conflicts.join('\n')}\nremove those runs or choose another --out`);
-  mkdirSync(out, { recursive: true });
-  writeJsonAtomic(join(out, MANIFEST), mergeManifest(readManifest(out), entries));
-  for (const b of blocked) log(`${b.run.label} seed ${b.run.seed}: ${b.reason}`);
+  return { todo, blocked, conflicts };
+}
 
+/** The child processes compare runs, and whether a signal asked it to stop starting more. */
+interface ChildPool {
+  readonly children: Set<ChildProcess>;
+  readonly stopping: boolean;
+  dispose(): void;
+}
+
+/** With `handleSignals`, SIGINT and SIGTERM stop new runs and are passed on to the running ones as SIGINT. */
+function childPool(log: (line: string) => void, handleSignals: boolean): ChildPool {
   let stopping = false;
   const children = new Set<ChildProcess>();
   const onSignal = (signal: NodeJS.Signals) => {
@@ -445,73 +499,59 @@ export async function runCompare(opts: CompareOptions): Promise<CompareOutcome> 
     // without a checkpoint, so either signal is passed on as SIGINT.
     for (const c of children) c.kill('SIGINT');
   };
-  if (opts.handleSignals) {
+  if (handleSignals) {
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
   }
-
-  const failed: CompareOutcome['failed'] = blocked.map((b) => ({ label: b.run.label, seed: b.run.seed, reason: b.reason }));
-  let started = 0;
-  const total = todo.length;
-  const startNext = async (): Promise<void> => {
-    while (!stopping && todo.length > 0) {
-      const { run, resume, action } = todo.shift()!;
-      started++;
-      const counter = `[${started}/${total}]`;
-      let result = action === 'train' ? await trainOne(run, resume, opts.jobs, counter, log, children) : null;
-      // The same slot evaluates the run it just trained, so --jobs bounds evaluations too.
-      if (!result && !stopping && wantsFinalEval(run)) result = await evaluateOne(run, opts.finalEval!, opts.jobs, counter, log, children);
-      if (result) failed.push({ label: run.label, seed: run.seed, reason: result });
-    }
-  };
-  const manifest = readManifest(out)!;
-  const targets = new Map(runs.map((r) => [r.dir, r.cfg.train.iterations]));
-  const settings: ReportSettings = {
-    atSteps: opts.atSteps,
-    includeUnfinished: opts.includeUnfinished,
-    checkpointEvalVariations: opts.equalStepsEval,
-  };
-  try {
-    await Promise.all(Array.from({ length: Math.min(opts.jobs, Math.max(1, todo.length)) }, startNext));
-    for (const { run } of todo) failed.push({ label: run.label, seed: run.seed, reason: 'not started (interrupted)' });
-    if (opts.equalStepsEval !== undefined && !stopping) await evaluateAtEqualSteps(opts.equalStepsEval);
-  } finally {
-    if (opts.handleSignals) {
+  return {
+    children,
+    get stopping() {
+      return stopping;
+    },
+    dispose: () => {
+      if (!handleSignals) return;
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
-    }
-  }
+    },
+  };
+}
 
-  async function evaluateAtEqualSteps(variations: number): Promise<void> {
-    // The equal-steps points depend on every run's last step count, so these wait until all training is done.
-    const cmp = aggregate(collectGroups(out, manifest.configs, targets), settings);
-    const queue = checkpointsToEvaluate(
-      cmp.configs.flatMap((c) => c.included),
-      cmp.equalSteps,
-      runs,
-      variations,
+/** `--equal-steps-eval`: the kept checkpoints just before and after each equal-steps point, evaluated on `variations` per task. */
+async function evaluateAtEqualSteps(
+  cmp: Comparison,
+  o: {
+    runs: PlannedRun[];
+    variations: number;
+    jobs: number;
+    pool: ChildPool;
+    failed: CompareOutcome['failed'];
+    log: (line: string) => void;
+  },
+): Promise<void> {
+  // The equal-steps points depend on every run's last step count, so these wait until all training is done.
+  const { variations, pool, failed, log } = o;
+  const queue = checkpointsToEvaluate(
+    cmp.configs.flatMap((c) => c.included),
+    cmp.equalSteps,
+    o.runs,
+    variations,
+  );
+  if (queue.length > 0)
+    log(
+      `evaluating ${queue.length} checkpoint(s) around ${cmp.equalSteps.map((st) => `${Math.round(st)}`).join(', ')} env steps on ${variations} variations per task`,
     );
-    if (queue.length > 0)
-      log(
-        `evaluating ${queue.length} checkpoint(s) around ${cmp.equalSteps.map((st) => `${Math.round(st)}`).join(', ')} env steps on ${variations} variations per task`,
-      );
-    const total = queue.length;
-    let done = 0;
-    const evaluateNext = async (): Promise<void> => {
-      while (!stopping && queue.length > 0) {
-        const { run, checkpoint } = queue.shift()!;
-        const why = await evaluateCheckpoint(run, checkpoint, variations, opts.jobs, `[${++done}/${total}]`, log, children);
-        if (why) failed.push({ label: run.label, seed: run.seed, reason: why });
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(opts.jobs, Math.max(1, queue.length)) }, evaluateNext));
-    for (const { run, checkpoint } of queue)
-      failed.push({ label: run.label, seed: run.seed, reason: `evaluation of ${checkpoint.name} not started (interrupted)` });
-  }
-  const report = await writeReport(out, manifest.configs, { ...settings, log }, targets);
-  if (failed.length > 0)
-    log(`${failed.length} run(s) did not finish:\n` + failed.map((f) => `  ${f.label} seed ${f.seed}: ${f.reason}`).join('\n'));
-  return { ...report, failed };
+  const total = queue.length;
+  let done = 0;
+  const evaluateNext = async (): Promise<void> => {
+    while (!pool.stopping && queue.length > 0) {
+      const { run, checkpoint } = queue.shift()!;
+      const why = await evaluateCheckpoint(run, checkpoint, variations, o.jobs, `[${++done}/${total}]`, log, pool.children);
+      if (why) failed.push({ label: run.label, seed: run.seed, reason: why });
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(o.jobs, Math.max(1, queue.length)) }, evaluateNext));
+  for (const { run, checkpoint } of queue)
+    failed.push({ label: run.label, seed: run.seed, reason: `evaluation of ${checkpoint.name} not started (interrupted)` });
 }
 
 /** Runs `node <args>` as a child in its own process group, appending its output to `logFile`; resolves when it exits. */

@@ -1,7 +1,7 @@
 /**
  * What a training run says about itself: the banner when it starts, then per iteration a `train`
  * line in metrics.jsonl and a log line, per evaluation an `eval` line and a log line. The loop
- * (./trainer.ts) hands over what happened; the fields and wording are decided here alone.
+ * (../trainer/trainer.ts) hands over what happened; the fields and wording are decided here alone.
  */
 import type { Mode } from '../algo/modes.ts';
 import type { Config, ResolvedAlgo } from '../config/schema.ts';

@@ -6,7 +6,7 @@
  *
  * `checkpoints/partial-iter-K/` is a checkpoint of the state before iteration K (policy, optimiser,
  * trainer state, memory as of the save) plus `batch.json`: iteration K's rollouts, their modes and
- * intrinsic rewards, the prepared update (./grpo.ts) and, once optimiser steps have run, where the
+ * intrinsic rewards, the prepared update (../trainer/update.ts) and, once optimiser steps have run, where the
  * update stands. It is written after the rollouts and after each optimiser step, once the iteration has
  * run longer than `train.partial_save_minutes`, replacing the previous one; the iteration's checkpoint,
  * or any later one, supersedes it (./checkpoint.ts). While an optimiser step runs, the PyTorch worker

@@ -84,7 +84,7 @@ export function updateSettings(cfg: Config): UpdateSettings {
 /**
  * Steps 1–5: the update's training sequences and what is known of them before the first optimiser step
  * (the decoupled ratio's tip-free log-probs are taken here, with the weights before the update). Plain
- * data, so that an update interrupted between optimiser steps resumes from it (./partial.ts).
+ * data, so that an update interrupted between optimiser steps resumes from it (../run/partial.ts).
  */
 export interface PreparedUpdate {
   samples: TrainSequence[];

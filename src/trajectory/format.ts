@@ -2,7 +2,7 @@
  * Trajectory records: one JSON line per episode played in training, evaluation or adaptation, so a
  * person can read what the agent saw, which tips it was shown and whether it acted on them. The
  * schema here is what readers check; writers build the same shape from the trainer's episodes
- * (src/trainer/trajectories.ts).
+ * (src/run/episode-log.ts).
  */
 import { z } from 'zod';
 

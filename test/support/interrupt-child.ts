@@ -1,5 +1,5 @@
 /**
- * A process for src/trainer/interrupt.test.ts: InterruptHandling around an engine whose trainStep is
+ * A process for src/run/interrupt.test.ts: InterruptHandling around an engine whose trainStep is
  * called in a loop, as the trainer's policy calls are. Prints `busy <n>` when call n starts and
  * `done <n>` when it returns. EMPO2_CALLS says what a call does:
  *   - `stdin` (default): holds the thread in a blocking read of one line from stdin (as TensorFlow.js

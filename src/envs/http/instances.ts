@@ -7,7 +7,7 @@
  *   request, so a short-lived child process sends the close requests, with a 5 s limit.
  * - SIGTERM and SIGHUP, while instances are open: they are closed first (3 s limit), then the
  *   signal is raised again with its default action, so the process still ends by that signal.
- * SIGINT is left to the trainer's Ctrl-C handling (src/trainer/interrupt.ts): its first Ctrl-C
+ * SIGINT is left to the trainer's Ctrl-C handling (src/run/interrupt.ts): its first Ctrl-C
  * ends the run through close(); a second one, or SIGKILL, ends the process before anything can
  * be sent, which is why servers should also drop instances idle for long (see README.md).
  */
