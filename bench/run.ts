@@ -13,7 +13,7 @@ import { createEnv, environmentCorpus } from '../src/envs/index.ts';
 import { Rng } from '../src/util/rng.ts';
 import { initBackend, tf } from '../src/policy/tfjs/backend.ts';
 import { countParameters } from '../src/policy/tfjs/qwen2.ts';
-import { createEngine } from '../src/policy/engines.ts';
+import { createEngine } from '../src/policy/create-engine.ts';
 import { rolloutSettings, runEpisodes } from '../src/trainer/rollout.ts';
 import { nativeMatMulStatus } from '../src/policy/tfjs/native-matmul.ts';
 import { promptSettings } from '../src/trainer/prompt-style.ts';

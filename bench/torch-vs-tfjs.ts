@@ -18,7 +18,7 @@ import { TfjsEngine } from '../src/policy/tfjs/engine.ts';
 import { countParameters } from '../src/policy/tfjs/qwen2.ts';
 import { nativeMatMulStatus } from '../src/policy/tfjs/native-matmul.ts';
 import { TorchEngine } from '../src/policy/torch/engine.ts';
-import { createEngine } from '../src/policy/engines.ts';
+import { createEngine } from '../src/policy/create-engine.ts';
 import type { PolicyEngine, TrainSequence } from '../src/policy/types.ts';
 import type { ObjectiveConfig } from '../src/algo/objective.ts';
 import { environmentCorpus } from '../src/envs/index.ts';

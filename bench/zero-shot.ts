@@ -26,7 +26,7 @@ import { EpisodeProgress } from '../src/run/progress.ts';
 import { rolloutSettings, runEpisodesInChunks } from '../src/trainer/rollout.ts';
 import { environmentCount } from '../src/run/env-pool.ts';
 import { type Episode, type RolloutJob } from '../src/run/records.ts';
-import { createTrainingEngine } from '../src/policy/engines.ts';
+import { createTrainingEngine } from '../src/policy/create-engine.ts';
 
 const { values: a } = parseArgs({
   options: {

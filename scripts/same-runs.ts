@@ -31,26 +31,12 @@ import {
 } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { TINY_RUN } from '../test/support/tiny.ts';
 
 const REPO = resolve(import.meta.dirname, '..');
 
 /** test/support/tiny.ts TINY_RUN, plus a checkpoint every iteration (all kept) and an evaluation every 2. */
-const TINY = [
-  'seed=3',
-  'model.hidden_size=32',
-  'model.intermediate_size=64',
-  'model.num_hidden_layers=1',
-  'model.vocab_size=300',
-  'env.tasks=[fetch, clue]',
-  'env.train_variations=2',
-  'env.eval_variations=1',
-  'env.max_steps=5',
-  'rollout.tasks_per_batch=2',
-  'rollout.group_size=2',
-  'train.checkpoint_every=1',
-  'train.keep_checkpoints=10',
-  'train.eval_every=2',
-];
+const TINY = [...TINY_RUN, 'train.checkpoint_every=1', 'train.keep_checkpoints=10', 'train.eval_every=2'];
 const EMPO2_TASK = ['algo.name=empo2', 'algo.p=0.5', 'algo.mode_draw=task', 'algo.minibatches=2', 'algo.epochs=2'];
 
 type Step =

@@ -17,7 +17,7 @@ import { INSTRUCT_SYSTEM_PROMPT, REFLECTIONS_HEADER, renderReflections, startDia
 import { promptSettings } from '../trainer/prompt-style.ts';
 import { reflexion, type ReflexionTrialResult } from './reflexion.ts';
 import { TRIAL_STATE_FILE } from './trials.ts';
-import { createEngine } from '../policy/engines.ts';
+import { createEngine } from '../policy/create-engine.ts';
 import { REPO_ROOT } from '../../test/support/python.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 import { environmentCorpus } from '../envs/index.ts';

@@ -14,7 +14,7 @@ import { ADAPT_TRAJECTORIES } from './trials.ts';
 import { latestCheckpoint } from '../run/checkpoint.ts';
 import { TRIAL_STATE_FILE } from './trials.ts';
 import { train } from '../trainer/trainer.ts';
-import { createEngine } from '../policy/engines.ts';
+import { createEngine } from '../policy/create-engine.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-adapt-'));

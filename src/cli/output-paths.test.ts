@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { loadConfig } from '../config/load.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { saveModelDir } from '../policy/tfjs/checkpoint.ts';
-import { createEngine } from '../policy/engines.ts';
+import { createEngine } from '../policy/create-engine.ts';
 import { environmentCorpus } from '../envs/index.ts';
 import { REPO_ROOT } from '../../test/support/python.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';

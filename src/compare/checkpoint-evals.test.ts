@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { loadConfig } from '../config/load.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { latestCheckpoint } from '../run/checkpoint.ts';
-import { createPlayingEngine } from '../policy/engines.ts';
+import { createPlayingEngine } from '../policy/create-engine.ts';
 import { evaluateEngine } from '../adapt/checkpoint-eval.ts';
 import { train } from '../trainer/trainer.ts';
 import { TINY_RUN } from '../../test/support/tiny.ts';

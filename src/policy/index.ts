@@ -5,37 +5,37 @@
  * an engine or starts the compute backend is loaded on first use: reading a prompt's chat tokens
  * must not cost the half second TensorFlow.js takes to load.
  */
-import type * as Engines from './engines.ts';
+import type * as Engines from './create-engine.ts';
 
-export type { TinyCorpus, TrainingEngine } from './engines.ts';
+export type { TinyCorpus, TrainingEngine } from './create-engine.ts';
 export { IM_END, IM_START, endTokenIds, requireEndTokenIds } from './chat-tokens.ts';
 export { ChatTemplate, type ChatMessage } from './chat-template.ts';
 export { ggufCacheDir, isGgufPath, resolveModelPath } from './gguf/model-path.ts';
 
-/** The TensorFlow.js engine (weights and optimiser in this process): ./engines.ts createEngine. */
+/** The TensorFlow.js engine (weights and optimiser in this process): ./create-engine.ts createEngine. */
 export async function createEngine(...args: Parameters<typeof Engines.createEngine>): ReturnType<typeof Engines.createEngine> {
-  return (await import('./engines.ts')).createEngine(...args);
+  return (await import('./create-engine.ts')).createEngine(...args);
 }
 
-/** The engine a run trains, fresh or from a checkpoint: ./engines.ts createTrainingEngine. */
+/** The engine a run trains, fresh or from a checkpoint: ./create-engine.ts createTrainingEngine. */
 export async function createTrainingEngine(
   ...args: Parameters<typeof Engines.createTrainingEngine>
 ): ReturnType<typeof Engines.createTrainingEngine> {
-  return (await import('./engines.ts')).createTrainingEngine(...args);
+  return (await import('./create-engine.ts')).createTrainingEngine(...args);
 }
 
-/** An engine that only plays (evaluation, adaptation): ./engines.ts createPlayingEngine. */
+/** An engine that only plays (evaluation, adaptation): ./create-engine.ts createPlayingEngine. */
 export async function createPlayingEngine(
   ...args: Parameters<typeof Engines.createPlayingEngine>
 ): ReturnType<typeof Engines.createPlayingEngine> {
-  return (await import('./engines.ts')).createPlayingEngine(...args);
+  return (await import('./create-engine.ts')).createPlayingEngine(...args);
 }
 
-/** Rollouts through an OpenAI-compatible server: ./engines.ts createRemoteRollouts. */
+/** Rollouts through an OpenAI-compatible server: ./create-engine.ts createRemoteRollouts. */
 export async function createRemoteRollouts(
   ...args: Parameters<typeof Engines.createRemoteRollouts>
 ): ReturnType<typeof Engines.createRemoteRollouts> {
-  return (await import('./engines.ts')).createRemoteRollouts(...args);
+  return (await import('./create-engine.ts')).createRemoteRollouts(...args);
 }
 
 /** Starts the fastest TensorFlow.js backend (once per process) and names it: ./tfjs/backend.ts initBackend. */

@@ -15,7 +15,7 @@ import type { Episode, StepRecord } from './records.ts';
 import { latestCheckpoint } from './checkpoint.ts';
 import { defaultEvalTrajectories, evaluateEngine } from '../adapt/checkpoint-eval.ts';
 import { train } from '../trainer/trainer.ts';
-import { createEngine } from '../policy/engines.ts';
+import { createEngine } from '../policy/create-engine.ts';
 import { episodeRecord, runTrajectoryFile, spreadSample } from './episode-log.ts';
 import { sampledTokenEntropy, tipFollowRate } from './iteration-log.ts';
 import { TINY_RUN } from '../../test/support/tiny.ts';

@@ -236,7 +236,10 @@ interface Serve {
 
 /** `empo2 serve` on a new tiny model, in its own process group (the trainers' Ctrl-C does not reach it). */
 async function startServe(name: string): Promise<Serve> {
-  const [{ initBackend }, { createEngine }] = await Promise.all([import('../policy/tfjs/backend.ts'), import('../policy/engines.ts')]);
+  const [{ initBackend }, { createEngine }] = await Promise.all([
+    import('../policy/tfjs/backend.ts'),
+    import('../policy/create-engine.ts'),
+  ]);
   await initBackend();
   const modelDir = join(root, name);
   const cfg = loadConfig(null, [`run_dir=${join(root, `${name}-unused`)}`, 'seed=3', ...TINY_MODEL, 'env.tasks=[fetch]']);

@@ -13,7 +13,7 @@ import { join, resolve } from 'node:path';
 import { loadConfig } from '../config/load.ts';
 import type { GenerateOptions, Generation, PolicyEngine } from '../policy/types.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
-import { createEngine } from '../policy/engines.ts';
+import { createEngine } from '../policy/create-engine.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 import { loadServedModel, type ServedModel } from './load.ts';
 import { EngineQueue, QueueFullError } from './queue.ts';

@@ -14,7 +14,7 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { latestCheckpoint } from '../run/checkpoint.ts';
 import { MEMORY_FILE } from '../run/checkpoint.ts';
 import { train } from './trainer.ts';
-import { createEngine } from '../policy/engines.ts';
+import { createEngine } from '../policy/create-engine.ts';
 import { evaluateEngine, type EvalRecord } from '../adapt/checkpoint-eval.ts';
 import { TIP_OPEN } from './prompt.ts';
 import type { PolicyEngine } from '../policy/types.ts';

@@ -13,7 +13,7 @@ import { loadServedModel } from '../serve/load.ts';
 import { startServer, type RunningServer } from '../serve/server.ts';
 import { latestCheckpoint } from '../run/checkpoint.ts';
 import { train } from './trainer.ts';
-import { createEngine } from '../policy/engines.ts';
+import { createEngine } from '../policy/create-engine.ts';
 import { environmentCorpus } from '../envs/index.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-remote-rollouts-'));

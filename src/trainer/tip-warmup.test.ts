@@ -10,7 +10,7 @@ import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { Rng } from '../util/rng.ts';
 import { TIPS_HEADER, TIP_CLOSE, TIP_OPEN } from './prompt.ts';
 import { train } from './trainer.ts';
-import { createEngine } from '../policy/engines.ts';
+import { createEngine } from '../policy/create-engine.ts';
 import { buildWarmupExamples, makeExample, measureTipFollowing, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
 import { warmupModelDir } from '../cli/commands/warmup.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';

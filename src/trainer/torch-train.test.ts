@@ -14,7 +14,7 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { latestCheckpoint } from '../run/checkpoint.ts';
 import { STEP_FILE } from '../run/partial.ts';
 import { train } from './trainer.ts';
-import { createPlayingEngine } from '../policy/engines.ts';
+import { createPlayingEngine } from '../policy/create-engine.ts';
 import { evaluateModelDir } from '../cli/commands/eval.ts';
 import { existsSync } from 'node:fs';
 import { TINY_MODEL } from '../../test/support/tiny.ts';

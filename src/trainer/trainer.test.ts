@@ -37,7 +37,7 @@ import {
 } from './update.ts';
 import type { Episode, StepRecord } from '../run/records.ts';
 import { train } from './trainer.ts';
-import { checkTinyModelFits, createEngine } from '../policy/engines.ts';
+import { checkTinyModelFits, createEngine } from '../policy/create-engine.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-trainer-'));

@@ -10,7 +10,7 @@ import { loadConfig } from '../../src/config/load.ts';
 import type { Config } from '../../src/config/schema.ts';
 import { initBackend } from '../../src/policy/tfjs/backend.ts';
 import type { TfjsEngine } from '../../src/policy/tfjs/engine.ts';
-import { createEngine } from '../../src/policy/engines.ts';
+import { createEngine } from '../../src/policy/create-engine.ts';
 import { loadServedModel } from '../../src/serve/load.ts';
 import { startServer, type RunningServer, type ServeOptions } from '../../src/serve/server.ts';
 import { TINY_MODEL } from './tiny.ts';

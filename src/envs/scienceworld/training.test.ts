@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigSchema } from '../../config/schema.ts';
 import { initBackend } from '../../policy/tfjs/backend.ts';
 import { train } from '../../trainer/trainer.ts';
-import { createEngine } from '../../policy/engines.ts';
+import { createEngine } from '../../policy/create-engine.ts';
 import { rolloutSettings, runEpisodes } from '../../trainer/rollout.ts';
 import type { Env, StepResult } from '../types.ts';
 import { createScienceWorldEnv } from './factory.ts';
