@@ -86,6 +86,45 @@ for (const [folder, list] of [...byFolder].sort()) {
   );
 }
 
+console.log(`\nfile pairs importing from another folder, from ${folders.join(', ')}:`);
+for (const folder of folders) {
+  const out = new Map<string, number>();
+  for (const f of byFolder.get(folder) ?? []) {
+    const targets = new Set(importsOf(readFileSync(f, 'utf8')).map((s) => relative(src, resolve(dirname(f), s))));
+    for (const t of targets) {
+      const to = t.split('/')[0];
+      if (to !== folder) out.set(to, (out.get(to) ?? 0) + 1);
+    }
+  }
+  if (out.size > 0) console.log(`  ${folder}: ${[...out].map(([to, n]) => `${to} ${n}`).join(', ')}`);
+}
+
+/** What src/trainer/trainer.ts loads through its static run-time imports: files, folders, the longest chain. */
+const loop = join(src, 'trainer', 'trainer.ts');
+if (existsSync(loop)) {
+  const staticImports = (f: string) =>
+    [
+      ...readFileSync(f, 'utf8')
+        .replace(/\b(?:import|export)\s+type\s[^;]*?\bfrom\s+'[^']*'/gs, '')
+        .matchAll(/(?:\bfrom\s+|^\s*import\s+)'(\.[^']*)'/gm),
+    ].map((m) => resolve(dirname(f), m[1]));
+  const seen = new Set<string>();
+  const hops = new Map<string, number>();
+  const queue: [string, number][] = [[loop, 0]];
+  while (queue.length > 0) {
+    const [f, d] = queue.shift()!;
+    if (seen.has(f) || !existsSync(f)) continue;
+    seen.add(f);
+    hops.set(f, d);
+    for (const t of staticImports(f)) queue.push([t, d + 1]);
+  }
+  const reached = [...seen].filter((f) => f.startsWith(src));
+  const reachedFolders = new Set(reached.map((f) => relative(src, f).split('/')[0]));
+  console.log(
+    `\ntrainer/trainer.ts reaches ${reached.length} files in ${reachedFolders.size} folders through static run-time imports (at most ${Math.max(...hops.values())} hops)`,
+  );
+}
+
 console.log(`\nfunctions over ${over} lines in ${folders.join(', ')}:`);
 let count = 0;
 for (const folder of folders) {
