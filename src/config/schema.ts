@@ -197,7 +197,7 @@ export const RolloutSchema = strict({
 export const AlgoSchema = strict({
   name: z
     .enum(['grpo', 'empo2', 'gigpo'])
-    .default('grpo')
+    .default('gigpo')
     .describe(
       'grpo: plain multi-step GRPO (p = 0, no intrinsic reward); empo2: memory modes + off-policy distillation + intrinsic reward; gigpo: GiGPO (Feng et al., 2025), GRPO plus the step-level advantage of algo.step_advantage: gigpo',
     ),

@@ -169,11 +169,12 @@ describe('updatePolicy with the GiGPO step advantage', () => {
 });
 
 describe('GiGPO configuration', () => {
-  it('algo.name gigpo is GRPO with the step advantage, verl-agent defaults ω 1, γ 0.95, mean_std_norm; the default stays GRPO without it', () => {
+  it('algo.name gigpo is GRPO with the step advantage, verl-agent defaults ω 1, γ 0.95, mean_std_norm; it is the default (#69); plain GRPO has none', () => {
     const g = loadConfig(null, ['algo.name=gigpo']);
     expect(resolveAlgo(g)).toMatchObject({ p: 0, intrinsic: 'none', memory: false, stepAdvantage: 'gigpo' });
     expect([g.algo.gigpo_omega, g.algo.gigpo_gamma, g.algo.gigpo_mode]).toEqual([1, 0.95, 'mean_std_norm']);
-    expect(resolveAlgo(loadConfig(null, [])).stepAdvantage).toBe('none');
+    expect(resolveAlgo(loadConfig(null, [])).stepAdvantage).toBe('gigpo');
+    expect(resolveAlgo(loadConfig(null, ['algo.name=grpo'])).stepAdvantage).toBe('none');
     expect(resolveAlgo(loadConfig(null, ['algo.name=empo2'])).stepAdvantage).toBe('none');
   });
 
