@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -226,8 +227,8 @@ def pick_device(requested: str, d: Dist) -> torch.device:
         return torch.device("cuda", local)
     if requested != "cpu":
         raise RequestError(f"init: device must be 'cpu', 'cuda' or 'auto' (got {requested!r})")
-    if d.world > 1:
-        raise RequestError("init: several ranks need device 'cuda' (FSDP over CPU processes is not supported)")
+    # Several CPU ranks run FSDP2 over gloo: slower than one process, but the same sharded code path
+    # as on GPUs, which is how it is tested without one (src/policy/torch/fsdp.test.ts).
     return torch.device("cpu")
 
 
@@ -330,6 +331,14 @@ class Engine:
         if spec.gradient_checkpointing:
             self._set_checkpointing(model, True)
         model.to(self.device)
+        # Names under which a parameter appears a second time (tied input and output embeddings): a full
+        # state dict gathered from FSDP holds them twice, and a saved model must hold them once.
+        seen: set[int] = set()
+        self.tied_names: set[str] = set()
+        for name, p in model.named_parameters(remove_duplicate=False):
+            if id(p) in seen:
+                self.tied_names.add(name)
+            seen.add(id(p))
         if d.world > 1:
             self._shard(model)
         self.model = model
@@ -414,8 +423,7 @@ class Engine:
         if self.spec.autocast:
             mp = MixedPrecisionPolicy(param_dtype=DTYPES[self.spec.autocast], reduce_dtype=torch.float32)
         kwargs = {"mp_policy": mp} if mp else {}
-        layers = self._causal_lm().model.layers
-        for layer in layers:
+        for layer in self._causal_lm(model).model.layers:
             fully_shard(layer, **kwargs)
         fully_shard(model, **kwargs)
 
@@ -431,12 +439,49 @@ class Engine:
             self.optimizer.load_state_dict(state)
         except (ValueError, KeyError) as e:
             raise RequestError(f"init: optimizer_state {path} does not fit this model's trainable parameters: {e}") from e
+        if self.dist.world > 1:
+            self._shard_optimizer_state()
         rng_path = os.path.join(os.path.dirname(path), RNG_STATE_FILE)
-        if self.dist.world == 1 and os.path.isfile(rng_path):
+        if os.path.isfile(rng_path):
             try:
-                set_rng_states(torch.load(rng_path, weights_only=True))
+                saved = torch.load(rng_path, weights_only=True)
             except Exception as e:  # torch.load raises unpickling, EOF and runtime errors alike
                 raise RequestError(f"init: {rng_path} is not a random state saved by this worker: {e}") from e
+            # One state per rank under torchrun; a file from another world size restores nothing (dropout then
+            # draws other masks than the straight run would, which changes no expectation).
+            ranks = saved.get("ranks") if isinstance(saved, dict) else None
+            if ranks is None and self.dist.world == 1:
+                set_rng_states(saved)
+            elif ranks is not None and len(ranks) == self.dist.world:
+                set_rng_states(ranks[self.dist.rank])
+            elif self.dist.rank == 0:
+                print(f"{rng_path} was saved by {len(ranks) if ranks else 1} process(es), this worker runs {self.dist.world}: dropout's generators start afresh", file=sys.stderr)
+
+    def _full_optimizer_state(self) -> dict[str, Any]:
+        """
+        The optimiser's state dict with every sharded moment gathered whole, on the CPU: one file format
+        whatever the world size, so a checkpoint saved under torchrun resumes in one process and back.
+        Collective under FSDP (every rank calls it, in the same order).
+        """
+        sd = self.optimizer.state_dict()
+        state: dict[Any, dict[str, Any]] = {}
+        for key, per_param in sd["state"].items():
+            # state_dict() hands out the live per-parameter dicts: build new ones rather than edit them.
+            state[key] = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in per_param.items()}
+            state[key] = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in state[key].items()}
+        return {"state": state, "param_groups": sd["param_groups"]}
+
+    def _shard_optimizer_state(self) -> None:
+        """After loading whole moments into an optimiser over FSDP parameters: each rank keeps its shard, as its parameter does."""
+        from torch.distributed.tensor import DTensor, distribute_tensor
+
+        for p in self.params:
+            per_param = self.optimizer.state.get(p)
+            if not per_param or not isinstance(p, DTensor):
+                continue
+            for k, v in per_param.items():
+                if isinstance(v, torch.Tensor) and not isinstance(v, DTensor) and v.dim() > 0:
+                    per_param[k] = distribute_tensor(v.to(self.device), p.device_mesh, p.placements)
 
     def info(self) -> dict[str, Any]:
         total = sum(p.numel() for p in self.model.parameters())
@@ -873,15 +918,18 @@ class Engine:
 
     def save(self, out_dir: str, merged: bool, with_optimizer: bool) -> dict[str, Any]:
         """Writes a Hugging Face model directory (or a PEFT adapter); only rank 0 touches the disk."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         if merged and self.lora and self.dist.world > 1:
             raise RequestError("save: merged LoRA saving is not supported under FSDP; save the adapter (merged: false) and merge offline with PEFT")
         full = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(self.model, options=full) if self.dist.world > 1 else None
-        optim_state = None
-        if with_optimizer:
-            optim_state = get_optimizer_state_dict(self.model, self.optimizer, options=full) if self.dist.world > 1 else self.optimizer.state_dict()
+        if state is not None:
+            state = {k: v for k, v in state.items() if k not in self.tied_names}
+        optim_state = self._full_optimizer_state() if with_optimizer else None
+        # Dropout draws from torch's global generator: without its state a resumed run would draw other
+        # masks than the straight one. Each rank has its own (gathered to rank 0, in rank order).
+        rng = (rng_states() if self.dist.world == 1 else {"ranks": self.dist.gather(rng_states())}) if with_optimizer else None
         written: list[str] = []
         if self.dist.rank == 0:
             os.makedirs(out_dir, exist_ok=True)
@@ -910,10 +958,7 @@ class Engine:
                     shutil.copyfile(src, os.path.join(out_dir, name))
             if optim_state is not None:
                 torch.save(optim_state, os.path.join(out_dir, "optimizer.pt"))
-                if self.dist.world == 1:
-                    # Dropout draws from torch's global generator: without its state a resumed run would
-                    # draw other masks than the straight one. (Under FSDP each rank has its own; not kept.)
-                    torch.save(rng_states(), os.path.join(out_dir, RNG_STATE_FILE))
+                torch.save(rng, os.path.join(out_dir, RNG_STATE_FILE))
             written = sorted(os.listdir(out_dir))
         if self.dist.enabled:
             dist.barrier()
