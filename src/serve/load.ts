@@ -9,6 +9,9 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { resolveModelPath } from '../policy/gguf/model-path.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
+import { readLoraAdapter } from '../policy/tfjs/lora.ts';
+import type { LoadedAdapter } from './lora.ts';
+import type { ServedEngine } from './queue.ts';
 import { latestCheckpoint } from '../run/checkpoint.ts';
 import { END_OF_TEXT, IM_END, endTokenIds } from '../policy/chat-tokens.ts';
 
@@ -57,4 +60,21 @@ export async function loadServedModel(path: string): Promise<ServedModel> {
     padToken: ends[ends.length - 1],
   });
   return { engine, modelDir, vocabSize: model.config.vocab_size, maxModelLen: model.config.max_position_embeddings };
+}
+
+/**
+ * A PEFT LoRA adapter for the served TensorFlow.js model (`empo2 serve --allow-weight-updates`,
+ * POST /v1/load_lora_adapter), attached for the requests that name it.
+ */
+export function readServedAdapter(dir: string, served: ServedEngine): LoadedAdapter {
+  if (!(served.engine instanceof TfjsEngine)) throw new Error("this server's engine cannot take LoRA adapters");
+  const model = served.engine.model;
+  if (model.lora)
+    throw new Error('the served model carries LoRA adapters of its own (its adapter/ folder); serve a plain base model to load others');
+  const adapters = readLoraAdapter(dir, model);
+  return {
+    attach: (s) => void (s.engine as TfjsEngine).model.swapLora(adapters),
+    detach: (s) => void (s.engine as TfjsEngine).model.swapLora(null),
+    dispose: () => adapters.dispose(),
+  };
 }

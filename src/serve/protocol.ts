@@ -15,14 +15,15 @@ export class RequestError extends Error {
     message: string,
     readonly param: string | null,
     readonly type: string = status === 404 ? 'not_found_error' : 'invalid_request_error',
-    readonly code: string | null = null,
+    /** OpenAI's error code string; vLLM's routes put the HTTP status here (./lora.ts). */
+    readonly code: string | number | null = null,
   ) {
     super(message);
   }
 }
 
 export interface OpenAIErrorBody {
-  error: { message: string; type: string; param: string | null; code: string | null };
+  error: { message: string; type: string; param: string | null; code: string | number | null };
 }
 
 export function errorBody(e: RequestError): OpenAIErrorBody {

@@ -26,6 +26,8 @@ export interface ServedEngine {
 
 /** What a request brings besides its work. */
 export interface TaskControl {
+  /** The LoRA adapter to run with (a name the server loaded; null or absent: the base model). */
+  adapter?: string | null;
   /** Aborted when the client has gone. */
   signal?: AbortSignal;
   /**
@@ -40,6 +42,11 @@ export interface QueueOptions {
   maxBatchTokens?: number;
   /** Requests waiting beyond this are refused with QueueFullError. */
   maxPending?: number;
+  /**
+   * Puts the named adapter (null: none) on the engine before a call that asks for it; throws when
+   * there is no such adapter (unloaded since the request was checked), which refuses the request.
+   */
+  useAdapter?: (name: string | null, served: ServedEngine) => void;
 }
 
 export class QueueFullError extends Error {
@@ -63,14 +70,15 @@ interface ScoreTask extends TaskControl {
   reject: (e: unknown) => void;
 }
 
-interface SwapTask {
-  kind: 'swap';
-  load: () => Promise<ServedEngine>;
-  resolve: (v: void) => void;
+/** Work that runs between engine calls, in request order (a weight swap, loading or unloading an adapter). */
+interface ExclusiveTask {
+  kind: 'exclusive';
+  run: () => Promise<unknown>;
+  resolve: (v: unknown) => void;
   reject: (e: unknown) => void;
 }
 
-type Task = GenerateTask | ScoreTask | SwapTask;
+type Task = GenerateTask | ScoreTask | ExclusiveTask;
 
 export interface QueueStats {
   /** engine.generate calls made. */
@@ -100,7 +108,19 @@ export class EngineQueue {
    * disposed. If loading fails, the old engine stays.
    */
   swapEngine(load: () => Promise<ServedEngine>): Promise<void> {
-    return new Promise((resolve, reject) => this.push({ kind: 'swap', load, resolve, reject }));
+    return this.exclusive(async () => {
+      const next = await load();
+      const old = this.served;
+      this.served = next;
+      old.engine.dispose();
+    });
+  }
+
+  /** Runs `run` between engine calls, after the calls queued before it and before those queued after. */
+  exclusive<T>(run: (served: ServedEngine) => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) =>
+      this.push({ kind: 'exclusive', run: () => run(this.served), resolve: resolve as (v: unknown) => void, reject }),
+    );
   }
 
   get current(): ServedEngine {
@@ -128,7 +148,7 @@ export class EngineQueue {
 
   private push(task: Task): void {
     const limit = this.options.maxPending;
-    if (task.kind !== 'swap' && limit !== undefined && this.pending.filter((t) => t.kind !== 'swap').length >= limit)
+    if (task.kind !== 'exclusive' && limit !== undefined && this.pending.filter((t) => t.kind !== 'exclusive').length >= limit)
       throw new QueueFullError(limit);
     this.pending.push(task);
     if (!this.running) {
@@ -141,17 +161,15 @@ export class EngineQueue {
   private async drain(): Promise<void> {
     while (this.pending.length > 0) {
       const first = this.pending.shift()!;
-      if (first.kind === 'swap') {
-        await settle(first, async () => {
-          const next = await first.load();
-          const old = this.served;
-          this.served = next;
-          old.engine.dispose();
-        });
+      if (first.kind === 'exclusive') {
+        await settle(first, first.run);
       } else if (this.refused(first)) {
         // Dropped or refused: nothing ran.
       } else if (first.kind === 'score') {
-        await settle(first, () => this.served.engine.logprobs(first.batch));
+        await settle(first, async () => {
+          this.options.useAdapter?.(first.adapter ?? null, this.served);
+          return this.served.engine.logprobs(first.batch);
+        });
       } else {
         await this.runGroup(this.gatherGroup(first));
       }
@@ -185,8 +203,8 @@ export class EngineQueue {
     const budget = this.options.maxBatchTokens ?? Number.POSITIVE_INFINITY;
     let rows = first.prompts.length;
     let longest = longestPrompt(first);
-    // Requests behind a weight swap must not be served by the old weights.
-    const swapAt = this.pending.findIndex((t) => t.kind === 'swap');
+    // Requests behind a weight swap (or an adapter load) must not be served by the old weights.
+    const swapAt = this.pending.findIndex((t) => t.kind === 'exclusive');
     const before = swapAt < 0 ? this.pending : this.pending.slice(0, swapAt);
     const after = swapAt < 0 ? [] : this.pending.slice(swapAt);
     const kept: Task[] = [];
@@ -231,6 +249,7 @@ export class EngineQueue {
       t.signal.addEventListener('abort', onAbort, { once: true });
     }
     try {
+      this.options.useAdapter?.(group[0].adapter ?? null, this.served);
       const gens = await this.served.engine.generate(prompts, {
         ...rest,
         allowedTexts,
@@ -257,7 +276,7 @@ function longestPrompt(t: GenerateTask): number {
 
 function batchKey(t: GenerateTask): string {
   const { temperature, topP, maxTokens, stop } = t.opts;
-  return JSON.stringify([temperature, topP, maxTokens, stop ?? []]);
+  return JSON.stringify([temperature, topP, maxTokens, stop ?? [], t.adapter ?? null]);
 }
 
 async function settle<T>(task: { resolve: (v: T) => void; reject: (e: unknown) => void }, run: () => Promise<T>): Promise<void> {

@@ -2,7 +2,8 @@
  * `empo2 serve`: an OpenAI-compatible HTTP API over a PolicyEngine (node:http, no framework: three
  * JSON routes do not need one).
  *
- * Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions. Beyond OpenAI's
+ * Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (and, with weight updates
+ * allowed, /v1/empo2/load_weights and vLLM's runtime LoRA routes, ./lora.ts). Beyond OpenAI's
  * fields, every choice carries `token_ids` (the sampled ids, the end-of-turn token included when
  * the model emitted it) and, with `return_token_ids: true`, `prompt_token_ids`, as vLLM names
  * them; `return_tokens_as_token_ids: true` writes logprob tokens as "token_id:N" (vLLM's option);
@@ -17,11 +18,12 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { realpathSync } from 'node:fs';
-import { isAbsolute, relative, resolve, sep } from 'node:path';
+import { resolve } from 'node:path';
 import type { Generation, PolicyEngine, TextTokenizer } from '../policy/types.ts';
 import { checkAccess, checkJsonContentType, type AccessRules } from './access.ts';
 import { allowedHostNames } from '../util/host-check.ts';
 import { EngineQueue, QueueFullError, type ServedEngine } from './queue.ts';
+import { AdapterRegistry, PlainText, isUnder, type AdapterReader } from './lora.ts';
 import { messageText, renderChatML } from './chat.ts';
 import {
   DEFAULT_MAX_REQUEST_TOKENS,
@@ -77,6 +79,8 @@ export interface WeightUpdates {
   /** Only directories under these (after resolving symbolic links) are loaded. */
   roots: string[];
   load: (dir: string) => Promise<ServedEngine>;
+  /** Reads PEFT LoRA adapters for the served engine: enables /v1/load_lora_adapter and /v1/unload_lora_adapter (./lora.ts). */
+  readAdapter?: AdapterReader;
 }
 
 export interface RunningServer {
@@ -102,9 +106,17 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     throw new Error('weight updates (load_weights) need at least one root directory to load from (--weights-root)');
   const maxRequestTokens = o.maxRequestTokens ?? DEFAULT_MAX_REQUEST_TOKENS;
   longestTokenBytes(o.engine.tokenizer); // a pass over the vocabulary, done before the first request
-  const queue = new EngineQueue(
+  const read = o.loadWeights?.readAdapter;
+  const adapters: AdapterRegistry | null = read
+    ? new AdapterRegistry({ baseName: o.modelName, roots: weightRoots, read, queue: () => queue, log: o.log })
+    : null;
+  const queue: EngineQueue = new EngineQueue(
     { engine: o.engine, vocabSize: o.vocabSize ?? o.engine.tokenizer.vocabSize, maxModelLen: o.maxModelLen ?? Number.POSITIVE_INFINITY },
-    { maxBatchTokens: maxRequestTokens, maxPending: o.maxQueuedRequests ?? 256 },
+    {
+      maxBatchTokens: maxRequestTokens,
+      maxPending: o.maxQueuedRequests ?? 256,
+      useAdapter: adapters ? (name, served) => adapters.use(name, served) : undefined,
+    },
   );
   const created = Math.floor(Date.now() / 1000);
   // A host given by name (`--host myhost.lan`) is one of the names the server answers to.
@@ -112,6 +124,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   const ctx: Ctx = {
     ...o,
     queue,
+    adapters,
     weightRoots,
     maxRequestTokens,
     defaultChatMaxTokens: o.defaultChatMaxTokens ?? 256,
@@ -157,12 +170,6 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   };
 }
 
-/** Whether `dir` is `root` or inside it (both real paths). */
-function isUnder(root: string, dir: string): boolean {
-  const rel = relative(root, dir);
-  return rel === '' || (rel !== '..' && !rel.startsWith(`..${sep}`) && !isAbsolute(rel));
-}
-
 async function loadWeights(ctx: Ctx, body: unknown): Promise<unknown> {
   const updates = ctx.loadWeights;
   if (!updates) throw new RequestError(403, 'weight updates are off: start the server with --allow-weight-updates', null);
@@ -188,7 +195,12 @@ async function loadWeights(ctx: Ctx, body: unknown): Promise<unknown> {
   if (!ctx.weightRoots.some((root) => isUnder(root, dir)))
     throw refuse(`${dir} is not under a weight root (${ctx.weightRoots.join(', ')})`);
   try {
-    await ctx.queue.swapEngine(() => updates.load(dir));
+    await ctx.queue.swapEngine(async () => {
+      const next = await updates.load(dir);
+      // Adapters were read for the weights being replaced.
+      ctx.adapters?.clear();
+      return next;
+    });
   } catch (e) {
     throw refuse((e as Error).message);
   }
@@ -198,6 +210,7 @@ async function loadWeights(ctx: Ctx, body: unknown): Promise<unknown> {
 
 interface Ctx extends ServeOptions {
   queue: EngineQueue;
+  adapters: AdapterRegistry | null;
   weightRoots: string[];
   maxRequestTokens: number;
   defaultChatMaxTokens: number;
@@ -223,6 +236,14 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
       method: 'GET',
       run: async () => {
         const { maxModelLen } = ctx.queue.current;
+        const lora = (ctx.adapters?.list() ?? []).map((a) => ({
+          id: a.name,
+          object: 'model',
+          created,
+          owned_by: 'empo2',
+          root: a.path,
+          parent: ctx.modelName,
+        }));
         return {
           object: 'list',
           data: [
@@ -233,6 +254,7 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
               owned_by: 'empo2',
               ...(Number.isFinite(maxModelLen) ? { max_model_len: maxModelLen } : {}),
             },
+            ...lora,
           ],
         };
       },
@@ -256,18 +278,27 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
     },
     '/v1/empo2/load_weights': { method: 'POST', run: async () => loadWeights(ctx, await body()) },
   };
+  const adapters = ctx.adapters;
+  if (adapters) {
+    routes['/v1/load_lora_adapter'] = { method: 'POST', run: async () => adapters.load(await body()) };
+    routes['/v1/unload_lora_adapter'] = { method: 'POST', run: async () => adapters.unload(await body()) };
+  }
   const route = routes[path];
   if (!route)
     throw new RequestError(
       404,
-      `no route ${req.method} ${path} (routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions)`,
+      `no route ${req.method} ${path} (routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions${
+        /_lora_adapter$/.test(path) ? '; runtime LoRA adapters need --allow-weight-updates' : ''
+      })`,
       null,
     );
   if (req.method !== route.method) {
     res.setHeader('Allow', route.method);
     throw new RequestError(405, `${path} takes ${route.method}, not ${req.method}`, null);
   }
-  send(res, 200, await route.run());
+  const result = await route.run();
+  if (result instanceof PlainText) sendText(res, result.text);
+  else send(res, 200, result);
 }
 
 async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
@@ -287,6 +318,12 @@ async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
   }
 }
 
+function sendText(res: ServerResponse, text: string): void {
+  if (res.headersSent || res.destroyed) return;
+  res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
 function send(res: ServerResponse, status: number, body: unknown): void {
   if (res.headersSent || res.destroyed) return;
   const text = JSON.stringify(body);
@@ -294,16 +331,18 @@ function send(res: ServerResponse, status: number, body: unknown): void {
   res.end(text);
 }
 
-function checkModel(ctx: Ctx, model: string | undefined): void {
-  if (model !== undefined && model !== ctx.modelName) {
-    throw new RequestError(
-      404,
-      `model "${model}" is not served here (this server serves "${ctx.modelName}")`,
-      'model',
-      'not_found_error',
-      'model_not_found',
-    );
-  }
+/** The adapter a request names as its model (null: the base model); a 404 for a name not served. */
+function adapterOf(ctx: Ctx, model: string | undefined): string | null {
+  if (model === undefined || model === ctx.modelName) return null;
+  if (ctx.adapters?.has(model)) return model;
+  const names = [ctx.modelName, ...(ctx.adapters?.list() ?? []).map((a) => a.name)];
+  throw new RequestError(
+    404,
+    `model "${model}" is not served here (this server serves ${names.map((n) => `"${n}"`).join(', ')})`,
+    'model',
+    'not_found_error',
+    'model_not_found',
+  );
 }
 
 interface Sampling {
@@ -362,7 +401,7 @@ function usage(promptTokens: number, completionTokens: number) {
 }
 
 async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) {
-  checkModel(ctx, r.model);
+  const adapter = adapterOf(ctx, r.model);
   const served = ctx.queue.current;
   const tok = served.engine.tokenizer;
   const maxTokens = r.max_tokens ?? COMPLETION_DEFAULT_MAX_TOKENS;
@@ -428,14 +467,14 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
       : await ctx.queue.generate(
           prompts,
           { temperature: s.temperature, topP: s.topP, maxTokens, stop: s.stop, allowedTexts, seed: s.seed },
-          { signal, check },
+          { signal, check, adapter },
         );
   const wantLogprobs = r.logprobs != null;
   const echoScores =
     r.echo && wantLogprobs
       ? await ctx.queue.score(
           prompts.map((ids) => ({ prompt: ids.slice(0, 1), response: ids.slice(1) })),
-          { signal, check },
+          { signal, check, adapter },
         )
       : null;
   const asIds = !!r.return_tokens_as_token_ids;
@@ -468,7 +507,7 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
     id: `cmpl-${randomUUID()}`,
     object: 'text_completion',
     created: Math.floor(Date.now() / 1000),
-    model: ctx.modelName,
+    model: adapter ?? ctx.modelName,
     choices,
     usage: usage(
       promptTokens,
@@ -478,7 +517,7 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
 }
 
 async function chat(ctx: Ctx, r: ChatRequest, signal: AbortSignal) {
-  checkModel(ctx, r.model);
+  const adapter = adapterOf(ctx, r.model);
   const served = ctx.queue.current;
   const tok = served.engine.tokenizer;
   const explicitMax = r.max_completion_tokens ?? r.max_tokens ?? null;
@@ -507,7 +546,7 @@ async function chat(ctx: Ctx, r: ChatRequest, signal: AbortSignal) {
       allowedTexts: r.allowed_texts ? [r.allowed_texts] : undefined,
       seed: s.seed,
     },
-    { signal, check },
+    { signal, check, adapter },
   );
   const asIds = !!r.return_tokens_as_token_ids;
   const tokenizer = tok as { tokenBytes?: (id: number) => Uint8Array };
@@ -524,7 +563,7 @@ async function chat(ctx: Ctx, r: ChatRequest, signal: AbortSignal) {
     id: `chatcmpl-${randomUUID()}`,
     object: 'chat.completion',
     created: Math.floor(Date.now() / 1000),
-    model: ctx.modelName,
+    model: adapter ?? ctx.modelName,
     choices: [
       {
         index: 0,

@@ -17,11 +17,11 @@ export function register(program: Command): void {
     .option('--served-model-name <name>', 'model id to list and accept (default: the directory name)')
     .option(
       '--allow-weight-updates',
-      'accept POST /v1/empo2/load_weights {"path": dir} so a trainer (rollout.remote) can push its policy; needs --api-key and --weights-root',
+      'accept POST /v1/empo2/load_weights {"path": dir} and vLLM\'s /v1/load_lora_adapter, /v1/unload_lora_adapter so a trainer (rollout.remote) can push its policy; needs --api-key and --weights-root',
     )
     .option(
       '--weights-root <dir>',
-      'with --allow-weight-updates: load_weights loads only directories under this one (repeatable)',
+      'with --allow-weight-updates: weights and adapters load only from directories under this one (repeatable)',
       collect,
       [],
     )
@@ -56,7 +56,7 @@ export function register(program: Command): void {
         );
       if (!opts.allowWeightUpdates && opts.weightsRoot.length > 0)
         throw new ConfigError('--weights-root is for --allow-weight-updates, which is not given');
-      const { loadServedModel, defaultModelName } = await import('../../serve/load.ts');
+      const { loadServedModel, defaultModelName, readServedAdapter } = await import('../../serve/load.ts');
       const { startServer } = await import('../../serve/server.ts');
       const served = await loadServedModel(path);
       const modelName = opts.servedModelName ?? defaultModelName(path);
@@ -71,7 +71,9 @@ export function register(program: Command): void {
         apiKey,
         allowedHosts: opts.allowedHost,
         log: (l) => console.error(l),
-        loadWeights: opts.allowWeightUpdates ? { roots: opts.weightsRoot, load: loadServedModel } : undefined,
+        loadWeights: opts.allowWeightUpdates
+          ? { roots: opts.weightsRoot, load: loadServedModel, readAdapter: readServedAdapter }
+          : undefined,
       });
       if (!apiKey && !/^(127\.|::1$|localhost$)/.test(server.host))
         console.error(`warning: ${server.host} is reachable from other machines and no API key is set (--api-key or $${API_KEY_ENV})`);

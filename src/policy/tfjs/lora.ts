@@ -247,6 +247,13 @@ function refuseUnsupported(raw: Record<string, unknown>, where: string): void {
  * attaches it, replacing any adapters the model had. `dropoutSeed` seeds later training dropout.
  */
 export function loadLoraAdapter(dir: string, model: Qwen2Model, dropoutSeed = 0): LoraAdapters {
+  const adapters = readLoraAdapter(dir, model, dropoutSeed);
+  model.setLora(adapters);
+  return adapters;
+}
+
+/** Reads a PEFT LoRA adapter directory for `model` without attaching it (Qwen2Model.swapLora does). */
+export function readLoraAdapter(dir: string, model: Qwen2Model, dropoutSeed = 0): LoraAdapters {
   const configPath = join(dir, ADAPTER_CONFIG_FILE);
   const weightsPath = join(dir, ADAPTER_WEIGHTS_FILE);
   if (!existsSync(configPath))
@@ -303,7 +310,5 @@ export function loadLoraAdapter(dir: string, model: Qwen2Model, dropoutSeed = 0)
     for (const { A, B } of modules.values()) tf.dispose([A, B]);
     throw e;
   }
-  const adapters = new LoraAdapters(config, modules, dropoutSeed);
-  model.setLora(adapters);
-  return adapters;
+  return new LoraAdapters(config, modules, dropoutSeed);
 }

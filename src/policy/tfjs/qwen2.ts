@@ -181,6 +181,16 @@ export class Qwen2Model {
     this.lora = adapters;
   }
 
+  /**
+   * Puts `adapters` in place without disposing the ones it replaces, which it returns: a server
+   * holding several adapters over one base switches between them per request.
+   */
+  swapLora(adapters: LoraAdapters | null): LoraAdapters | null {
+    const previous = this.lora;
+    this.lora = adapters;
+    return previous;
+  }
+
   /** What an optimiser step updates: the adapters with LoRA, every base weight without. */
   trainableParams(): Map<string, tf.Variable> {
     return this.lora ? this.lora.variables() : this.params;
