@@ -39,6 +39,11 @@ export interface Generation {
   logprobs: number[];
   text: string;
   finish: 'stop' | 'length';
+  /**
+   * Set when the engine could not sample this row (a rollout server died and none was left to take
+   * it; tokens and text are empty): the rollout ends that episode instead of the run.
+   */
+  error?: string;
 }
 
 export interface ScoredSequence {

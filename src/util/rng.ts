@@ -38,7 +38,12 @@ export class Rng {
 
   /** A fresh generator whose stream depends on this one's seed and a label, without advancing this one. */
   fork(label: number): Rng {
-    return new Rng(Math.imul(this.state ^ 0x85ebca6b, 0xc2b2ae35) ^ Math.imul(label + 1, 0x27d4eb2f));
+    return new Rng(this.forkSeed(label));
+  }
+
+  /** The seed of fork(label): new Rng(forkSeed(label)) draws what fork(label) draws (a remote row's seed). */
+  forkSeed(label: number): number {
+    return (Math.imul(this.state ^ 0x85ebca6b, 0xc2b2ae35) ^ Math.imul(label + 1, 0x27d4eb2f)) >>> 0;
   }
 
   getState(): number {

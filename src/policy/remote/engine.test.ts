@@ -1,8 +1,9 @@
 /**
  * The remote engine against `empo2 serve` (in process, random port, the trainer's tiny model):
- * the same ids and log-probs as the in-process engine, constrained decoding, scoring, held-out
- * evaluation through the server alone. Failure handling (time-outs, retries, 4xx without retry,
- * servers that return no ids) against small stub servers that misbehave on purpose.
+ * the same ids and log-probs as the in-process engine, through one server and spread over two,
+ * constrained decoding, scoring, held-out evaluation through the server alone. Failure handling
+ * (time-outs, retries, 4xx without retry, servers that return no ids, servers that die with their
+ * rows moved or returned as engine errors) against small stub servers that misbehave on purpose.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn } from 'node:child_process';
@@ -14,18 +15,29 @@ import { createEnv } from '../../envs/index.ts';
 import type { Env } from '../../envs/types.ts';
 import { evaluate, formatEvalTable } from '../../trainer/evaluate.ts';
 import { startServedFixture, type ServedFixture } from '../../../test/support/served-fixture.ts';
+import { loadServedModel } from '../../serve/load.ts';
+import { startServer, type RunningServer } from '../../serve/server.ts';
 import type { GenerateOptions, Generation } from '../types.ts';
 import { RemoteEngine, remoteEngineFromDir } from './index.ts';
 
 let f: ServedFixture;
 let remote: RemoteEngine;
+/** A second server of the same model, and an engine that spreads its requests over both. */
+let second: RunningServer;
+let pair: RemoteEngine;
 const warnings: string[] = [];
 beforeAll(async () => {
   f = await startServedFixture('tiny');
   // No model name given: the engine asks /v1/models.
   remote = remoteEngineFromDir(f.modelDir, { baseUrl: f.server.url + '/v1', warn: (m) => warnings.push(m) });
+  second = await startServer({ engine: (await loadServedModel(f.modelDir)).engine, modelName: 'tiny', port: 0 });
+  pair = remoteEngineFromDir(f.modelDir, { baseUrl: [f.server.url, second.url], warn: (m) => warnings.push(m) });
 }, 60_000);
-afterAll(async () => f?.close());
+afterAll(async () => {
+  await second?.close();
+  second?.queue.current.engine.dispose();
+  await f?.close();
+});
 
 const PROMPTS = [
   '<|im_start|>user\nTask: Find the yellow hat.\nYou are in the hall.<|im_end|>\n<|im_start|>assistant\n',
@@ -45,12 +57,16 @@ describe('RemoteEngine against empo2 serve', () => {
     ['temperature 1', { maxTokens: 10, temperature: 1, topP: 1 }],
     ['temperature 0.7, top-p 0.9', { maxTokens: 10, temperature: 0.7, topP: 0.9 }],
     ['greedy', { maxTokens: 10, temperature: 0, topP: 1 }],
-  ])('generates exactly what the in-process engine does (%s)', async (_name, opts) => {
+  ])('generates exactly what the in-process engine does, through one server and spread over two (%s)', async (_name, opts) => {
     const prompts = PROMPTS.map((p) => f.local.tokenizer.encode(p));
+    const servedBySecond = second.queue.stats.generateRequests;
     for (const seed of [0, 12345]) {
-      const [got, want] = [await remote.generate(prompts, { ...opts, seed }), await f.local.generate(prompts, { ...opts, seed })];
-      expectSameGenerations(got, want);
+      const want = await f.local.generate(prompts, { ...opts, seed });
+      expectSameGenerations(await remote.generate(prompts, { ...opts, seed }), want);
+      // Two servers: one request per prompt, seeded as its row, to whichever server has fewer in flight.
+      expectSameGenerations(await pair.generate(prompts, { ...opts, seed }), want);
     }
+    expect(second.queue.stats.generateRequests - servedBySecond).toBeGreaterThan(0);
     expect(await remote.model()).toBe('tiny');
   });
 
@@ -62,13 +78,15 @@ describe('RemoteEngine against empo2 serve', () => {
     expectSameGenerations(await remote.generate(prompts, opts), want);
   });
 
-  it('decodes under allowed texts through the server, per prompt', async () => {
+  it('decodes under allowed texts through the server, per prompt (one server and two)', async () => {
     const prompts = PROMPTS.map((p) => f.local.tokenizer.encode(p));
     const allowedTexts = [['go to kitchen', 'go to hall', 'look around'], null, ['take yellow hat', 'inventory']];
     for (const seed of [1, 2, 3]) {
       const opts = { maxTokens: 16, temperature: 1, topP: 1, seed, allowedTexts };
       const got = await remote.generate(prompts, opts);
-      expectSameGenerations(got, await f.local.generate(prompts, opts));
+      const want = await f.local.generate(prompts, opts);
+      expectSameGenerations(got, want);
+      expectSameGenerations(await pair.generate(prompts, opts), want);
       expect(allowedTexts[0]).toContain(got[0].text);
       expect(allowedTexts[2]).toContain(got[2].text);
     }
@@ -225,7 +243,7 @@ function answer(body: any): unknown {
 
 describe('RemoteEngine against misbehaving servers', () => {
   const tokenizerOf = () => f.local.tokenizer;
-  const engineFor = (url: string, extra: Partial<ConstructorParameters<typeof RemoteEngine>[0]> = {}) =>
+  const engineFor = (url: string | string[], extra: Partial<ConstructorParameters<typeof RemoteEngine>[0]> = {}) =>
     new RemoteEngine({
       baseUrl: url,
       model: 'm',
@@ -332,8 +350,46 @@ describe('RemoteEngine against misbehaving servers', () => {
     await expect(engine.generate([[1]], { ...OPTS, allowedTexts: [['a']] })).rejects.toThrow(/constraint "none"/);
   });
 
+  it('a server that dies: a line says so, its rows go to the other server and sample as the in-process engine would', async () => {
+    const dead = await stub(() => {});
+    await dead.close();
+    const warned: string[] = [];
+    const live = await startServer({ engine: (await loadServedModel(f.modelDir)).engine, modelName: 'm', port: 0 });
+    try {
+      const engine = engineFor([dead.url, live.url], { retries: 0, warn: (m) => warned.push(m) });
+      const prompts = PROMPTS.map((p) => f.local.tokenizer.encode(p));
+      const opts = { maxTokens: 6, temperature: 1, topP: 1, seed: 77 };
+      expectSameGenerations(await engine.generate(prompts, opts), await f.local.generate(prompts, opts));
+      expect(warned.join('\n')).toMatch(new RegExp(`${dead.url}/v1 is out of the rollout servers \\(.*ECONNREFUSED.*\\); 1 of 2 left`));
+      expect(engine.serverStates().map((s) => s.down === null)).toEqual([false, true]);
+      expect(warned).toHaveLength(1); // the dead server is not tried again
+      await engine.generate(prompts, opts);
+      expect(warned).toHaveLength(1);
+    } finally {
+      await live.close();
+      live.queue.current.engine.dispose();
+    }
+  });
+
+  it('no server left: rows come back as engine errors (onServerLoss "error") or fail the call (the default)', async () => {
+    const a = await stub((_a, _b, _req, res) => json(res, 503, { error: { message: 'overloaded' } }));
+    const b = await stub((_a, _b, _req, res) => res.destroy());
+    const urls = [a.url, b.url];
+    const gens = await engineFor(urls, { retries: 1, onServerLoss: 'error' }).generate([[1], [2], [3]], OPTS);
+    expect(gens.map((g) => g.tokens)).toEqual([[], [], []]);
+    for (const g of gens) expect(g.error).toMatch(/no rollout server is left .*503: overloaded/);
+    await expect(engineFor(urls, { retries: 0 }).generate([[1]], OPTS)).rejects.toThrow(/no rollout server is left/);
+    // A 4xx is the request's fault: thrown as it is, the servers stay in the pool.
+    const refusing = await stub((_a, _b, _req, res) => json(res, 400, { error: { message: 'bad prompt', param: 'prompt' } }));
+    const engine = engineFor([refusing.url, b.url], { retries: 0 });
+    await expect(engine.generate([[1]], OPTS)).rejects.toThrow(/answered 400: bad prompt/);
+    expect(engine.serverStates()[0].down).toBeNull();
+    await Promise.all([a.close(), b.close(), refusing.close()]);
+  });
+
   it('checks its options', () => {
     expect(() => engineFor('localhost:8000')).toThrow(/must start with http/);
+    expect(() => engineFor(['http://a:1', 'http://a:1/v1'])).toThrow(/http:\/\/a:1\/v1 is given twice/);
     expect(() => engineFor('http://x', { retries: -1 })).toThrow(/retries must be a whole number/);
     expect(() => engineFor('http://x', { timeoutMs: 0 })).toThrow(/timeoutMs must be a positive number/);
   });

@@ -10,12 +10,22 @@
  * that returns neither gets the response text re-encoded, with a warning: the ids may then differ
  * from what was sampled, which is fine for evaluation and wrong for training.
  *
+ * Several base URLs are data-parallel servers of one model. A generate call then sends one request
+ * per prompt, seeded with the seed the in-process engine gives that row (Rng.forkSeed), to the live
+ * server with the fewest requests in flight, so that against `empo2 serve` the tokens are those of the
+ * in-process engine however the rows land. A server that fails a request after its retries (not a 4xx:
+ * that is the request's fault) is taken out of the pool, with a line through `warn`, and its rows go to
+ * another; a weight sync puts it back once it takes the new weights (./sync.ts). With no server left, a
+ * row fails the call, or with `onServerLoss: 'error'` comes back as a Generation with `error`, which
+ * ends that episode and not the run.
+ *
  * The weights live on the server, so this engine cannot train or save.
  */
 import pLimit from 'p-limit';
 import type { ObjectiveConfig } from '../../algo/objective.ts';
+import { Rng } from '../../util/rng.ts';
 import type { GenerateOptions, Generation, PolicyEngine, ScoredSequence, TextTokenizer, TrainSequence, TrainStats } from '../types.ts';
-import { requestJson, type HttpSettings } from './http.ts';
+import { isClientError, requestJson, type HttpSettings } from './http.ts';
 
 /**
  * How the server is told to constrain a response to one of a list of texts:
@@ -27,8 +37,11 @@ import { requestJson, type HttpSettings } from './http.ts';
 export type ConstraintField = 'allowed_texts' | 'structured_outputs' | 'guided_choice' | 'none';
 
 export interface RemoteEngineOptions {
-  /** The server's address, with or without the trailing /v1 (http://127.0.0.1:8000 or .../v1). */
-  baseUrl: string;
+  /**
+   * The server's address, with or without the trailing /v1 (http://127.0.0.1:8000 or .../v1), or
+   * several: data-parallel servers of the same model, which requests are spread over.
+   */
+  baseUrl: string | readonly string[];
   /** The model name to send; default: the first model the server lists at /v1/models. */
   model?: string;
   tokenizer: TextTokenizer;
@@ -40,8 +53,13 @@ export interface RemoteEngineOptions {
   retries?: number;
   /** First backoff wait, doubling after each failed attempt, default 500 ms. */
   backoffMs?: number;
-  /** Requests in flight at once, default 4. */
+  /** Requests in flight at once to each server, default 4. */
   concurrency?: number;
+  /**
+   * A row whose server failed when no live server is left: 'throw' (default) fails the call; 'error'
+   * returns it with Generation.error set (rollouts end that episode).
+   */
+  onServerLoss?: 'throw' | 'error';
   /**
    * Prompts per /v1/completions request, default all of a generate call in one (vLLM, SGLang and
    * empo2 serve take a list of token-id prompts); 1 for servers that take one prompt per request.
@@ -68,17 +86,33 @@ interface CompletionChoice {
 
 const TOKEN_ID_LABEL = /^token_id:(\d+)$/;
 
+/** One server of the pool: its /v1 address, its own limit on requests in flight, and whether it is in use. */
+interface Server {
+  url: string;
+  limit: ReturnType<typeof pLimit>;
+  inFlight: number;
+  /** Why it was taken out of the pool; null while it is in. */
+  down: string | null;
+}
+
+/** A request that failed because its server did, not because of what it asked. */
+class ServerLost extends Error {}
+
 export class RemoteEngine implements PolicyEngine {
   readonly tokenizer: TextTokenizer;
+  /** The first server's /v1 address (messages name it). */
   readonly baseUrl: string;
+  private readonly servers: Server[];
   private readonly http: HttpSettings;
-  private readonly limit: ReturnType<typeof pLimit>;
   private readonly warn: (message: string) => void;
   private readonly warned = new Set<string>();
   private modelName: Promise<string> | null;
 
   constructor(private readonly o: RemoteEngineOptions) {
-    if (!/^https?:\/\//.test(o.baseUrl)) throw new Error(`remote engine: base URL "${o.baseUrl}" must start with http:// or https://`);
+    const urls = typeof o.baseUrl === 'string' ? [o.baseUrl] : [...o.baseUrl];
+    if (urls.length === 0) throw new Error('remote engine: give at least one base URL');
+    for (const url of urls)
+      if (!/^https?:\/\//.test(url)) throw new Error(`remote engine: base URL "${url}" must start with http:// or https://`);
     if (o.endTokens.length === 0) throw new Error('remote engine: at least one end token id is needed');
     const positive = (name: string, v: number | undefined) => {
       if (v !== undefined && !(Number.isFinite(v) && v > 0)) throw new Error(`remote engine: ${name} must be a positive number, got ${v}`);
@@ -89,7 +123,11 @@ export class RemoteEngine implements PolicyEngine {
     if (o.retries !== undefined && !(Number.isInteger(o.retries) && o.retries >= 0))
       throw new Error(`remote engine: retries must be a whole number >= 0, got ${o.retries}`);
     this.tokenizer = o.tokenizer;
-    this.baseUrl = o.baseUrl.replace(/\/+$/, '').replace(/\/v1$/, '') + '/v1';
+    const v1 = urls.map((url) => url.replace(/\/+$/, '').replace(/\/v1$/, '') + '/v1');
+    const twice = v1.find((url, i) => v1.indexOf(url) !== i);
+    if (twice) throw new Error(`remote engine: ${twice} is given twice`);
+    this.servers = v1.map((url) => ({ url, limit: pLimit(o.concurrency ?? 4), inFlight: 0, down: null }));
+    this.baseUrl = v1[0];
     this.warn = o.warn ?? ((m) => console.warn(m));
     this.http = {
       timeoutMs: o.timeoutMs ?? 120_000,
@@ -98,21 +136,80 @@ export class RemoteEngine implements PolicyEngine {
       apiKey: o.apiKey,
       onRetry: (m) => this.warn(`remote engine: ${m}`),
     };
-    this.limit = pLimit(o.concurrency ?? 4);
     this.modelName = o.model ? Promise.resolve(o.model) : null;
   }
 
   /** The model name sent with each request (asked of /v1/models once when not given). */
   model(): Promise<string> {
     if (!this.modelName) {
-      this.modelName = requestJson(`${this.baseUrl}/models`, undefined, this.http).then((r) => {
+      const url = this.live()[0]?.url ?? this.baseUrl;
+      this.modelName = requestJson(`${url}/models`, undefined, this.http).then((r) => {
         const id = (r as { data?: { id?: unknown }[] }).data?.[0]?.id;
-        if (typeof id !== 'string') throw new Error(`${this.baseUrl}/models lists no model; give the model name explicitly`);
+        if (typeof id !== 'string') throw new Error(`${url}/models lists no model; give the model name explicitly`);
         return id;
       });
       this.modelName.catch(() => (this.modelName = null)); // ask again next time
     }
     return this.modelName;
+  }
+
+  /** Requests name this model from now on (a LoRA adapter a sync loaded under that name). */
+  useModel(name: string): void {
+    this.modelName = Promise.resolve(name);
+  }
+
+  /** Every server's /v1 address, and why it is out of the pool (null: in it). */
+  serverStates(): { url: string; down: string | null }[] {
+    return this.servers.map((s) => ({ url: s.url, down: s.down }));
+  }
+
+  /** Puts a server back in the pool (it took the latest weights) or takes it out, saying why. */
+  setServerDown(url: string, reason: string | null): void {
+    const server = this.servers.find((s) => s.url === url);
+    if (!server) throw new Error(`remote engine: ${url} is not one of its servers`);
+    if (reason !== null && server.down === null)
+      this.warn(
+        `remote engine: ${url} is out of the rollout servers (${reason}); ${this.live().length - 1} of ${this.servers.length} left`,
+      );
+    if (reason === null && server.down !== null) this.warn(`remote engine: ${url} is back among the rollout servers`);
+    server.down = reason;
+  }
+
+  private live(): Server[] {
+    return this.servers.filter((s) => s.down === null);
+  }
+
+  /** The live server with the fewest requests in flight (the first of equals), or null when none is live. */
+  private pick(): Server | null {
+    let best: Server | null = null;
+    for (const s of this.live()) if (!best || s.inFlight < best.inFlight) best = s;
+    return best;
+  }
+
+  /**
+   * POSTs `body` to `path` on a live server, moving to another when the server fails (a 4xx is the
+   * request's fault and is thrown as it is); throws ServerLost when no live server is left.
+   */
+  private async post(path: string, body: Record<string, unknown>): Promise<unknown> {
+    let server = this.pick();
+    while (server) {
+      const s = server;
+      s.inFlight++;
+      try {
+        return await s.limit(() => requestJson(`${s.url}${path}`, body, this.http));
+      } catch (e) {
+        if (isClientError(e)) throw e;
+        // One server and no error rows wanted: nothing to move to, the caller sees the failure as it is.
+        if (this.servers.length === 1 && this.o.onServerLoss !== 'error') throw e;
+        if (s.down === null) this.setServerDown(s.url, (e as Error).message);
+        server = this.pick();
+      } finally {
+        s.inFlight--;
+      }
+    }
+    throw new ServerLost(
+      `remote engine: no rollout server is left (${this.servers.map((s) => `${s.url}: ${s.down ?? 'in use'}`).join('; ')})`,
+    );
   }
 
   async generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]> {
@@ -130,8 +227,10 @@ export class RemoteEngine implements PolicyEngine {
       );
     }
     // Requests: runs of prompts up to promptsPerRequest; with a per-request constraint field
-    // (vLLM), each constrained prompt goes alone since its choices are its own.
-    const perRequest = this.o.promptsPerRequest ?? Number.POSITIVE_INFINITY;
+    // (vLLM), each constrained prompt goes alone since its choices are its own; with several servers
+    // every prompt goes alone, seeded as its row.
+    const several = this.servers.length > 1;
+    const perRequest = several ? 1 : (this.o.promptsPerRequest ?? Number.POSITIVE_INFINITY);
     const chunks: number[][] = [];
     let current: number[] = [];
     prompts.forEach((_, i) => {
@@ -150,30 +249,33 @@ export class RemoteEngine implements PolicyEngine {
 
     const model = await this.model();
     const results = await Promise.all(
-      chunks.map((idx, k) =>
-        this.limit(async () => {
-          const body: Record<string, unknown> = {
-            model,
-            prompt: idx.length === 1 ? prompts[idx[0]] : idx.map((i) => prompts[i]),
-            max_tokens: opts.maxTokens,
-            temperature: opts.temperature,
-            top_p: opts.topP,
-            // The first chunk keeps the caller's seed, so one-request calls sample exactly as the local engine.
-            seed: k === 0 ? opts.seed : mixSeed(opts.seed, k),
-            n: 1,
-            logprobs: 0,
-            ...(opts.stop && opts.stop.length > 0 ? { stop: opts.stop } : {}),
-            ...this.constraintFields(
-              constraint,
-              idx.map((i) => allowed[i] ?? null),
-            ),
-            ...((this.o.requestTokenIds ?? true) ? { return_token_ids: true, return_tokens_as_token_ids: true } : {}),
-            ...this.o.extraBody,
-          };
-          const response = await requestJson(`${this.baseUrl}/completions`, body, this.http);
+      chunks.map(async (idx, k): Promise<Generation[]> => {
+        const body: Record<string, unknown> = {
+          model,
+          prompt: idx.length === 1 ? prompts[idx[0]] : idx.map((i) => prompts[i]),
+          max_tokens: opts.maxTokens,
+          temperature: opts.temperature,
+          top_p: opts.topP,
+          // The first chunk keeps the caller's seed, so one-request calls sample exactly as the local engine.
+          seed: several ? rowSeed(opts.seed, idx[0]) : k === 0 ? opts.seed : mixSeed(opts.seed, k),
+          n: 1,
+          logprobs: 0,
+          ...(opts.stop && opts.stop.length > 0 ? { stop: opts.stop } : {}),
+          ...this.constraintFields(
+            constraint,
+            idx.map((i) => allowed[i] ?? null),
+          ),
+          ...((this.o.requestTokenIds ?? true) ? { return_token_ids: true, return_tokens_as_token_ids: true } : {}),
+          ...this.o.extraBody,
+        };
+        try {
+          const response = await this.post('/completions', body);
           return this.readChoices(response, idx.length).map((c) => this.toGeneration(c));
-        }),
-      ),
+        } catch (e) {
+          if (!(e instanceof ServerLost) || this.o.onServerLoss !== 'error') throw e;
+          return idx.map(() => ({ tokens: [], logprobs: [], text: '', finish: 'length', error: e.message }));
+        }
+      }),
     );
     const out: Generation[] = new Array(prompts.length);
     chunks.forEach((idx, k) => idx.forEach((i, j) => (out[i] = results[k][j])));
@@ -251,7 +353,7 @@ export class RemoteEngine implements PolicyEngine {
     const model = await this.model();
     const results = await Promise.all(
       chunks.map((idx) =>
-        this.limit(async () => {
+        (async () => {
           const full = idx.map((i) => [...batch[i].prompt, ...batch[i].response]);
           const body = {
             model,
@@ -265,9 +367,9 @@ export class RemoteEngine implements PolicyEngine {
             ...((this.o.requestTokenIds ?? true) ? { return_tokens_as_token_ids: true } : {}),
             ...this.o.extraBody,
           };
-          const response = await requestJson(`${this.baseUrl}/completions`, body, this.http);
+          const response = await this.post('/completions', body);
           return this.readChoices(response, idx.length).map((c, j) => this.echoedLogprobs(c, batch[idx[j]], full[j]));
-        }),
+        })(),
       ),
     );
     const out: number[][] = new Array(batch.length);
@@ -310,7 +412,7 @@ export class RemoteEngine implements PolicyEngine {
   }
 
   dispose(): void {
-    this.limit.clearQueue();
+    for (const s of this.servers) s.limit.clearQueue();
   }
 }
 
@@ -322,6 +424,11 @@ function idsFrom(c: CompletionChoice): number[] | null {
     if (ids.every((m) => m)) return ids.map((m) => Number(m![1]));
   }
   return null;
+}
+
+/** The seed that samples row `b` of a generate call alone as the in-process engine samples it in the batch. */
+function rowSeed(seed: number, b: number): number {
+  return b === 0 ? seed : new Rng(seed).forkSeed(b);
 }
 
 /** A different, well-spread seed for each further request of one generate call. */

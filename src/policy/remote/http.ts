@@ -25,10 +25,18 @@ export class RemoteHttpError extends Error {
     readonly status: number,
     message: string,
     readonly param: string | null,
+    /** The OpenAI-style error's `type` (vLLM: "NotFoundError", ...); null when the body has none. */
+    readonly type: string | null = null,
   ) {
     super(message);
     this.name = 'RemoteHttpError';
   }
+}
+
+/** Whether a failure says the request was wrong (a 4xx other than 429) rather than the server unwell. */
+export function isClientError(e: unknown): boolean {
+  const cause = e instanceof RemoteHttpError ? e : (e as { cause?: unknown } | null)?.cause;
+  return cause instanceof RemoteHttpError && cause.status < 500 && cause.status !== 429;
 }
 
 function retriable(e: unknown): boolean {
@@ -43,12 +51,29 @@ function describeFailure(e: unknown, timeoutMs: number): string {
   return err.message;
 }
 
-export async function requestJson(url: string, body: unknown | undefined, s: HttpSettings): Promise<unknown> {
+export function requestJson(url: string, body: unknown | undefined, s: HttpSettings): Promise<unknown> {
+  return request(url, body, s, (text, status) => {
+    try {
+      if (text.length > 0) return JSON.parse(text) as unknown;
+    } catch {
+      // answered below
+    }
+    throw new Error(`${url} answered ${status} with a body that is not JSON: ${text.slice(0, 200)}`);
+  });
+}
+
+/** A POST whose success is a text body (vLLM's LoRA routes answer "Success: ..." as plain text). */
+export function requestText(url: string, body: unknown, s: HttpSettings): Promise<string> {
+  return request(url, body, s, (text) => text);
+}
+
+async function request<T>(url: string, body: unknown | undefined, s: HttpSettings, read: (text: string, status: number) => T): Promise<T> {
   const attempts = s.retries + 1;
   let lastError: unknown;
   for (let attempt = 1; attempt <= attempts; attempt++) {
     try {
-      return await attemptOnce(url, body, s);
+      const { text, status } = await attemptOnce(url, body, s);
+      return read(text, status);
     } catch (e) {
       lastError = e;
       if (!retriable(e)) throw e;
@@ -66,7 +91,7 @@ export async function requestJson(url: string, body: unknown | undefined, s: Htt
   });
 }
 
-async function attemptOnce(url: string, body: unknown | undefined, s: HttpSettings): Promise<unknown> {
+async function attemptOnce(url: string, body: unknown | undefined, s: HttpSettings): Promise<{ text: string; status: number }> {
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const apiKey = s.apiKey ?? process.env[API_KEY_ENV];
@@ -86,11 +111,11 @@ async function attemptOnce(url: string, body: unknown | undefined, s: HttpSettin
     json = undefined;
   }
   if (!res.ok) {
-    const error = (json as { error?: { message?: unknown; param?: unknown } } | undefined)?.error;
+    const error = (json as { error?: { message?: unknown; param?: unknown; type?: unknown } } | undefined)?.error;
     const message = typeof error?.message === 'string' ? error.message : text.slice(0, 300) || res.statusText;
     const param = typeof error?.param === 'string' ? error.param : null;
-    throw new RemoteHttpError(res.status, `${url} answered ${res.status}: ${message}${param ? ` (field "${param}")` : ''}`, param);
+    const type = typeof error?.type === 'string' ? error.type : null;
+    throw new RemoteHttpError(res.status, `${url} answered ${res.status}: ${message}${param ? ` (field "${param}")` : ''}`, param, type);
   }
-  if (json === undefined) throw new Error(`${url} answered ${res.status} with a body that is not JSON: ${text.slice(0, 200)}`);
-  return json;
+  return { text, status: res.status };
 }
