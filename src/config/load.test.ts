@@ -98,6 +98,29 @@ describe('loadConfig', () => {
     expect(() => loadConfig(null, ['model.path=/some/model', 'model.hidden_size=100', 'model.num_attention_heads=3'])).not.toThrow();
   });
 
+  it('rollout.remote: one server or several, each an http(s) address once; sync lora needs model.lora', () => {
+    const lora = 'model.lora={r: 4, alpha: 8}';
+    const remote =
+      (r: string, ...more: string[]) =>
+      () =>
+        loadConfig(null, [`rollout.remote=${r}`, ...more]);
+    expect(remote('{base_url: ["http://a:8000", "http://b:8000/v1"], sync: lora}', lora)().rollout.remote).toMatchObject({
+      base_url: ['http://a:8000', 'http://b:8000/v1'],
+      sync: 'lora',
+      lora_name: null,
+      concurrency: 4,
+    });
+    expect(errorOf(remote('{base_url: ["http://a:8000", "a:8001"]}')).message).toContain(
+      'rollout.remote.base_url[1]: "a:8001" is not an http:// or https:// address',
+    );
+    expect(errorOf(remote('{base_url: ["http://a:8000/", "http://a:8000/v1"]}')).message).toContain(
+      'rollout.remote.base_url[1]: "http://a:8000/v1" is the same server as rollout.remote.base_url[0]',
+    );
+    expect(errorOf(remote('{base_url: "http://a", sync: lora}')).message).toContain('rollout.remote.sync: lora pushes the LoRA adapter');
+    expect(errorOf(remote('{base_url: "http://a", lora_name: p}')).message).toContain('rollout.remote.lora_name: "p" is for sync: lora');
+    expect(errorOf(remote('{base_url: []}')).message).toMatch(/rollout\.remote\.base_url/);
+  });
+
   it('overrides parse numbers (incl. exponent form), booleans, null, strings and lists', () => {
     const cfg = loadConfig(null, [
       'optim.lr=1e-4',

@@ -178,16 +178,33 @@ export const RolloutSchema = strict({
       "keep each episode's KV cache between its steps and prefill only the new tokens (engines that keep caches; results do not depend on it)",
     ),
   remote: strict({
-    base_url: z.string().min(1).describe('the server, e.g. http://127.0.0.1:8000 (empo2 serve, vLLM, SGLang, ...)'),
+    base_url: z
+      .union([z.string().min(1), z.array(z.string().min(1)).min(1).max(256)])
+      .describe(
+        'the server, e.g. http://127.0.0.1:8000 (empo2 serve, vLLM, SGLang, ...), or a list of data-parallel servers of the same model, which requests are spread over',
+      ),
     model: z.string().nullable().default(null).describe('model name to request (null: the first one the server lists)'),
     timeout_s: z.number().positive().default(120).describe('time limit per request attempt'),
     retries: z.number().int().min(0).default(3).describe('extra attempts on connection errors, time-outs and 5xx'),
+    concurrency: z
+      .number()
+      .int()
+      .positive()
+      .max(4096)
+      .default(4)
+      .describe('requests in flight to each server (with several servers every prompt is a request of its own; vLLM batches them)'),
     sync: z
-      .enum(['load_weights', 'none'])
+      .enum(['load_weights', 'lora', 'none'])
       .default('load_weights')
       .describe(
-        "after each update push the policy to the server (empo2 serve --allow-weight-updates --weights-root <runs>, with $EMPO2_API_KEY set in both), or not (the server's weights go stale)",
+        "after each update push the policy to the servers: load_weights, the whole model (empo2 serve --allow-weight-updates --weights-root <runs>, with $EMPO2_API_KEY set in both); lora, the LoRA adapter through vLLM's /v1/load_lora_adapter (vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or empo2 serve as for load_weights); none (the servers' weights go stale)",
       ),
+    lora_name: z
+      .string()
+      .min(1)
+      .nullable()
+      .default(null)
+      .describe('sync lora: the name the adapter is loaded under and requests name as their model (null: empo2-<run directory name>)'),
   })
     .nullable()
     .default(null)
@@ -567,6 +584,20 @@ export function configProblems(cfg: Config): string[] {
     if (m.num_attention_heads % m.num_key_value_heads !== 0)
       out.push(`model.num_key_value_heads: ${m.num_key_value_heads} does not divide model.num_attention_heads (${m.num_attention_heads})`);
   }
+  const remote = cfg.rollout.remote;
+  if (remote) {
+    const urls = typeof remote.base_url === 'string' ? [remote.base_url] : remote.base_url;
+    urls.forEach((url, i) => {
+      const key = typeof remote.base_url === 'string' ? 'rollout.remote.base_url' : `rollout.remote.base_url[${i}]`;
+      if (!/^https?:\/\/[^/\s]/.test(url)) out.push(`${key}: "${url}" is not an http:// or https:// address`);
+      const first = urls.findIndex((u) => u.replace(/\/+$/, '').replace(/\/v1$/, '') === url.replace(/\/+$/, '').replace(/\/v1$/, ''));
+      if (first !== i) out.push(`${key}: "${url}" is the same server as rollout.remote.base_url[${first}]`);
+    });
+    if (remote.sync === 'lora' && !cfg.model.lora)
+      out.push('rollout.remote.sync: lora pushes the LoRA adapter the trainer saves, so it needs model.lora (or sync: load_weights)');
+    if (remote.lora_name !== null && remote.sync !== 'lora')
+      out.push(`rollout.remote.lora_name: "${remote.lora_name}" is for sync: lora (sync is ${remote.sync})`);
+  }
   if (cfg.algo.name === 'grpo') {
     if (cfg.algo.p !== null && cfg.algo.p > 0)
       out.push(`algo.p: ${cfg.algo.p} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
@@ -611,6 +642,7 @@ export const RESUMABLE_OPTIONS = [
   'rollout.remote.base_url',
   'rollout.remote.timeout_s',
   'rollout.remote.retries',
+  'rollout.remote.concurrency',
   'model.torch.device',
   'model.torch.threads',
   'model.torch.launcher',

@@ -6,7 +6,7 @@
  */
 import { existsSync, renameSync, rmSync } from 'node:fs';
 import { totalmem } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { ConfigError } from '../config/load.ts';
 import type { Config } from '../config/schema.ts';
 import { requireEndTokenIds, endTokenIds } from './chat-tokens.ts';
@@ -235,40 +235,8 @@ export async function createPlayingEngine(cfg: Config, dir: string): Promise<{ e
   };
 }
 
-/**
- * Rollouts through an OpenAI-compatible server while the update runs here. With sync
- * `load_weights` the trainer writes its policy to <run>/rollout-policy after every update and asks
- * the server (empo2 serve --allow-weight-updates --weights-root <runs>, the key in $EMPO2_API_KEY) to load
- * it, so samples stay on-policy.
- */
-export async function createRemoteRollouts(
-  cfg: Config,
-  engine: PolicyEngine,
-): Promise<{ engine: PolicyEngine; sync: () => Promise<void> }> {
-  const r = cfg.rollout.remote!;
-  const { RemoteEngine } = await import('./remote/index.ts');
-  const { requestJson } = await import('./remote/http.ts');
-  const ends = endTokenIds(engine.tokenizer);
-  const remote = new RemoteEngine({
-    baseUrl: r.base_url,
-    model: r.model ?? undefined,
-    tokenizer: engine.tokenizer,
-    endTokens: ends,
-    timeoutMs: r.timeout_s * 1000,
-    retries: r.retries,
-  });
-  const dir = resolve(cfg.run_dir, 'rollout-policy');
-  const base = r.base_url.replace(/\/+$/, '').replace(/\/v1$/, '');
-  return {
-    engine: remote,
-    sync: async () => {
-      if (r.sync === 'none') return;
-      await engine.save(dir);
-      await requestJson(
-        `${base}/v1/empo2/load_weights`,
-        { path: dir },
-        { timeoutMs: r.timeout_s * 1000, retries: r.retries, backoffMs: 500 },
-      );
-    },
-  };
+/** Rollouts through OpenAI-compatible servers while the update runs here (./remote/rollouts.ts). */
+export async function createRemoteRollouts(cfg: Config, engine: PolicyEngine, log: (line: string) => void) {
+  const { remoteRollouts } = await import('./remote/rollouts.ts');
+  return remoteRollouts(cfg, engine, log);
 }

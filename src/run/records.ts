@@ -59,6 +59,8 @@ export interface Episode extends RolloutJob {
   finalObservation: string;
   score: number;
   success: boolean;
+  /** Why the engine stopped sampling this episode before it ended (a rollout server died); absent when it did not. */
+  engineError?: string;
 }
 
 export interface RolloutStats {

@@ -62,7 +62,7 @@ export interface RunContext<M extends RunMemory = RunMemory> {
   engine: PolicyEngine;
   /** What samples the training rollouts: the training engine, or a server (rollout.remote). */
   rolloutEngine: PolicyEngine;
-  remoteRollouts: { engine: PolicyEngine; sync: () => Promise<void> } | null;
+  remoteRollouts: { engine: PolicyEngine; sync: () => Promise<void>; description: string } | null;
   memory: M | null;
   /** Iteration, env steps, random state and elapsed time: what a checkpoint saves beside the weights. */
   state: TrainerState;
@@ -111,7 +111,7 @@ async function openLockedRun<M extends RunMemory>(
   const baseModelDir = cfg.model.path ? await resolveModelPath(cfg.model.path) : null;
   const holder: { interrupts: InterruptHandling | null } = { interrupts: null };
   const engine = policyCalls(training.engine, () => holder.interrupts);
-  const remoteRollouts = cfg.rollout.remote ? await createRemoteRollouts(cfg, engine) : null;
+  const remoteRollouts = cfg.rollout.remote ? await createRemoteRollouts(cfg, engine, log) : null;
   const rolloutEngine: PolicyEngine = remoteRollouts ? policyCalls(remoteRollouts.engine, () => holder.interrupts) : engine;
   const memory = await parts.memory(engine, restoreFrom);
   const state: TrainerState = restoreFrom
@@ -192,9 +192,7 @@ export async function startRun(run: RunContext, handleSignals: boolean): Promise
     });
   if (run.remoteRollouts) {
     await run.remoteRollouts.sync();
-    log(
-      `rollouts through ${cfg.rollout.remote!.base_url} (weights pushed after every update: ${cfg.rollout.remote!.sync === 'load_weights' ? 'yes' : 'no'})`,
-    );
+    log(run.remoteRollouts.description);
   }
 }
 

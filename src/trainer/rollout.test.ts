@@ -53,6 +53,25 @@ describe('runEpisodesInChunks', () => {
     expect(chunked.stats.generatedTokens).toBe(2 * steps);
   });
 
+  it('a row the engine could not sample (engine error) ends that episode with its steps so far; the others go on', async () => {
+    const policy = new HashPolicy();
+    const sample = policy.generate.bind(policy);
+    let calls = 0;
+    // The second call's first row (episode 0's second step) is lost.
+    policy.generate = async (prompts, opts) => {
+      const gens = await sample(prompts, opts);
+      if (++calls === 2) gens[0] = { tokens: [], logprobs: [], text: '', finish: 'length', error: 'no rollout server is left' };
+      return gens;
+    };
+    const { episodes } = await runEpisodesInChunks(await envs(2), policy as unknown as PolicyEngine, jobs.slice(0, 2), {
+      settingsFor: settings,
+    });
+    expect(episodes[0].engineError).toBe('no rollout server is left');
+    expect(episodes[0].steps).toHaveLength(1);
+    expect(episodes[1].engineError).toBeUndefined();
+    expect(episodes[1].steps.length).toBeGreaterThan(1);
+  });
+
   it('gives the memory indices of the whole batch and seeds each chunk from its first job', async () => {
     const asked = new Set<number>();
     const usesAsked = new Set<number>();

@@ -91,6 +91,8 @@ interface LiveEpisode {
   steps: StepRecord[];
   score: number;
   done: boolean;
+  /** Why the engine stopped sampling it (Generation.error). */
+  engineError?: string;
   limit: number;
 }
 
@@ -122,6 +124,7 @@ export async function runEpisodes(
     finalObservation: e.turns[e.turns.length - 1].observation,
     score: e.score,
     success: e.score >= SUCCESS_SCORE,
+    ...(e.engineError ? { engineError: e.engineError } : {}),
   }));
   return { episodes, stats };
 }
@@ -202,8 +205,9 @@ async function step(
   });
   const t1 = performance.now();
   stats.prefilledTokens += (engine.prefillCounts?.().prefilledTokens ?? 0) - before;
-  const actions = gens.map((g, i) => actionOf(g.text, active[i].valid));
-  const results = await Promise.all(active.map((e, i) => e.env.step(actions[i])));
+  const actions = gens.map((g, i) => (g.error ? '' : actionOf(g.text, active[i].valid)));
+  // A row the engine could not sample (its rollout server died, none was left) ends its episode where it is.
+  const results = await Promise.all(active.map((e, i) => (gens[i].error ? null : e.env.step(actions[i]))));
   stats.policySeconds += (t1 - t0) / 1000;
   stats.envSeconds += (performance.now() - t1) / 1000;
   const keptValid = s.keptValidActions ?? 0;
@@ -212,6 +216,13 @@ async function step(
     const g = gens[i];
     const r = results[i];
     const action = actions[i];
+    if (!r) {
+      e.done = true;
+      e.engineError = g.error;
+      ended.push(e.cacheKey);
+      c.progress?.ended(e.index, e.score);
+      return;
+    }
     e.steps.push({
       observation: e.turns[e.turns.length - 1].observation,
       tips: tips[i],

@@ -33,10 +33,16 @@ export class RemoteHttpError extends Error {
   }
 }
 
+/** The server's error answer behind a failure (requestJson wraps the last one after its retries), if any. */
+export function httpErrorOf(e: unknown): RemoteHttpError | null {
+  const cause = e instanceof RemoteHttpError ? e : (e as { cause?: unknown } | null)?.cause;
+  return cause instanceof RemoteHttpError ? cause : null;
+}
+
 /** Whether a failure says the request was wrong (a 4xx other than 429) rather than the server unwell. */
 export function isClientError(e: unknown): boolean {
-  const cause = e instanceof RemoteHttpError ? e : (e as { cause?: unknown } | null)?.cause;
-  return cause instanceof RemoteHttpError && cause.status < 500 && cause.status !== 429;
+  const answer = httpErrorOf(e);
+  return answer !== null && answer.status < 500 && answer.status !== 429;
 }
 
 function retriable(e: unknown): boolean {
@@ -111,7 +117,10 @@ async function attemptOnce(url: string, body: unknown | undefined, s: HttpSettin
     json = undefined;
   }
   if (!res.ok) {
-    const error = (json as { error?: { message?: unknown; param?: unknown; type?: unknown } } | undefined)?.error;
+    type ErrorFields = { message?: unknown; param?: unknown; type?: unknown };
+    const body = json as { error?: ErrorFields; object?: unknown } | undefined;
+    // OpenAI's {"error": {...}}; older vLLM releases answer {"object": "error", "message", "type", ...} at the top.
+    const error = body?.error ?? (body?.object === 'error' ? (body as ErrorFields) : undefined);
     const message = typeof error?.message === 'string' ? error.message : text.slice(0, 300) || res.statusText;
     const param = typeof error?.param === 'string' ? error.param : null;
     const type = typeof error?.type === 'string' ? error.type : null;
