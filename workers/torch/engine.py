@@ -88,6 +88,9 @@ class InitSpec:
     # Bound on a training micro-batch's activations (None: the padded-token budget alone). On CPU the
     # worker takes a share of the memory available at start-up, so a long packed episode cannot OOM.
     activation_mb: Optional[float] = None
+    # Benchmarks: weights drawn at random from config.json alone (on the device, no weight files read),
+    # e.g. a Qwen2.5-7B-shaped model for bench/gpu-check.sh.
+    random_weights: bool = False
 
 
 def available_memory_mb() -> float:
@@ -373,7 +376,15 @@ class Engine:
 
         torch.manual_seed(spec.seed)
         try:
-            model = AutoModelForCausalLM.from_pretrained(spec.model_dir, dtype=DTYPES[spec.dtype], attn_implementation=spec.attn_implementation)
+            if spec.random_weights:
+                from transformers import AutoConfig
+
+                config = AutoConfig.from_pretrained(spec.model_dir)
+                # Drawn where they will live: a 7B model initialised on the CPU takes minutes.
+                with torch.device(self.device):
+                    model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[spec.dtype], attn_implementation=spec.attn_implementation)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(spec.model_dir, dtype=DTYPES[spec.dtype], attn_implementation=spec.attn_implementation)
         except (OSError, ValueError, KeyError) as e:
             raise RequestError(f"init: cannot load the model in {spec.model_dir}: {e}") from e
         self.vocab_size = int(model.config.vocab_size)

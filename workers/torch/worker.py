@@ -130,6 +130,7 @@ def parse_init(req: dict[str, Any]) -> InitSpec:
         seed=field(req, "seed", w, is_int, "an integer", 0),
         kv_cache_mb=float(field(req, "kv_cache_mb", w, lambda v: is_num(v) and v >= 0, "a non-negative number of MiB (0 keeps no caches)", 4096)),
         activation_mb=field(req, "activation_mb", w, lambda v: is_num(v) and v > 0, "null or a positive number of MiB", None),
+        random_weights=field(req, "random_weights", w, lambda v: isinstance(v, bool), "true or false", False),
     )
 
 
