@@ -48,7 +48,7 @@ describe('shipped configs', () => {
 
   // The schema leaves env.options to each environment; building the ScienceWorld env checks them
   // (zod, strict) without starting a simulator.
-  for (const f of files.filter((name) => name.split(/[\\/]/).pop()!.startsWith('scienceworld-'))) {
+  for (const f of files.filter((name) => /^(paper-)?scienceworld/.test(name.split(/[\\/]/).pop()!))) {
     it(`${f}: the ScienceWorld factory accepts its env options and tasks`, async () => {
       const cfg = loadConfig(f);
       expect(cfg.env.name).toBe('scienceworld');
@@ -63,6 +63,22 @@ describe('shipped configs', () => {
       }
     });
   }
+});
+
+describe('configs/paper-scienceworld.yaml', () => {
+  it("is the paper's ScienceWorld recipe: protocol, reference hyper-parameters, FSDP over 8 GPUs, vLLM rollouts with the adapter pushed", () => {
+    const cfg = loadConfig('configs/paper-scienceworld.yaml');
+    expect(cfg.env).toMatchObject({ name: 'scienceworld', train_variations: 5, eval_split: 'test', eval_variations: 20 });
+    expect(cfg.rollout).toMatchObject({ group_size: 8, tasks_per_batch: 16, temperature: 1, eval_temperature: 0.4, max_tokens: 32 });
+    expect(cfg.algo).toMatchObject({ name: 'empo2', clip_low: 0.2, clip_high: 0.3, dual_clip: 10, kl_coef: 0 });
+    expect(cfg.model.path).toMatch(/Qwen2\.5-7B-Instruct$/);
+    expect(cfg.model.engine).toBe('torch');
+    expect(cfg.model.torch).toMatchObject({ device: 'cuda', autocast: 'bfloat16', gradient_checkpointing: true });
+    expect(cfg.model.torch.launcher).toEqual(['.venv/bin/torchrun', '--standalone', '--nproc_per_node=8']);
+    expect(cfg.model.lora).not.toBeNull();
+    expect(cfg.rollout.remote).toMatchObject({ sync: 'lora' });
+    expect(cfg.rollout.remote!.base_url).toHaveLength(4);
+  });
 });
 
 describe('docs/CONFIG.md', () => {
