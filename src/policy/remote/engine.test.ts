@@ -371,6 +371,22 @@ describe('RemoteEngine against misbehaving servers', () => {
     }
   });
 
+  it('requests waiting for a server that meanwhile left the pool go to another without trying it', async () => {
+    const failing = await stub((_a, _b, _req, res) => setTimeout(() => json(res, 503, { error: { message: 'down' } }), 30));
+    const healthy = await stub((_a, body, _req, res) => json(res, 200, answer(body)));
+    const engine = engineFor([failing.url, healthy.url], { retries: 0, concurrency: 1 });
+    // Rows 0 and 2 queue on the first server (fewest in flight, first of equals), row 1 on the second.
+    const gens = await engine.generate([[1], [2], [3]], OPTS);
+    expect(gens.map((g) => g.tokens)).toEqual([
+      [5, 6],
+      [5, 6],
+      [5, 6],
+    ]);
+    expect(failing.attempts()).toBe(1);
+    expect(healthy.attempts()).toBe(3);
+    await Promise.all([failing.close(), healthy.close()]);
+  });
+
   it('no server left: rows come back as engine errors (onServerLoss "error") or fail the call (the default)', async () => {
     const a = await stub((_a, _b, _req, res) => json(res, 503, { error: { message: 'overloaded' } }));
     const b = await stub((_a, _b, _req, res) => res.destroy());

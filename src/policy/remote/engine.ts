@@ -98,6 +98,8 @@ interface Server {
 /** A request that failed because its server did, not because of what it asked. */
 class ServerLost extends Error {}
 
+const SKIPPED = Symbol('skipped: the server left the pool while the request waited');
+
 export class RemoteEngine implements PolicyEngine {
   readonly tokenizer: TextTokenizer;
   /** The first server's /v1 address (messages name it). */
@@ -191,21 +193,31 @@ export class RemoteEngine implements PolicyEngine {
    * request's fault and is thrown as it is); throws ServerLost when no live server is left.
    */
   private async post(path: string, body: Record<string, unknown>): Promise<unknown> {
+    // One server and no error rows wanted: nothing to move to, the caller sees the failure as it is.
+    const keepServers = this.servers.length === 1 && this.o.onServerLoss !== 'error';
     let server = this.pick();
     while (server) {
       const s = server;
       s.inFlight++;
       try {
-        return await s.limit(() => requestJson(`${s.url}${path}`, body, this.http));
+        const answer = await s.limit(async () => {
+          // Requests queued behind one that found the server dead do not try it again when their turn comes.
+          if (s.down !== null) return SKIPPED;
+          try {
+            return await requestJson(`${s.url}${path}`, body, this.http);
+          } catch (e) {
+            // Marked here, before the next queued request starts, not after this one's caller resumes.
+            if (!isClientError(e) && !keepServers) this.setServerDown(s.url, (e as Error).message);
+            throw e;
+          }
+        });
+        if (answer !== SKIPPED) return answer;
       } catch (e) {
-        if (isClientError(e)) throw e;
-        // One server and no error rows wanted: nothing to move to, the caller sees the failure as it is.
-        if (this.servers.length === 1 && this.o.onServerLoss !== 'error') throw e;
-        if (s.down === null) this.setServerDown(s.url, (e as Error).message);
-        server = this.pick();
+        if (isClientError(e) || keepServers) throw e;
       } finally {
         s.inFlight--;
       }
+      server = this.pick();
     }
     throw new ServerLost(
       `remote engine: no rollout server is left (${this.servers.map((s) => `${s.url}: ${s.down ?? 'in use'}`).join('; ')})`,
