@@ -15,6 +15,7 @@ import { latestCheckpoint } from '../run/checkpoint.ts';
 import { train } from './trainer.ts';
 import { createEngine } from '../policy/create-engine.ts';
 import { environmentCorpus } from '../envs/index.ts';
+import { comparableTrainLines } from '../../test/support/train-lines.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-remote-rollouts-'));
 let server: RunningServer;
@@ -71,25 +72,16 @@ afterAll(async () => {
   rmSync(root, { recursive: true, force: true });
 });
 
-const trainLines = (dir: string) =>
-  readFileSync(join(dir, 'metrics.jsonl'), 'utf8')
-    .trim()
-    .split('\n')
-    .map((l) => JSON.parse(l))
-    .filter((l) => l.type === 'train')
-    // Timings differ, and prefill happens on the server, out of the client's sight (null there).
-    .map((l) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share|prefill_tokens/.test(k))));
-
 describe('rollouts through a remote server', () => {
   it('3 iterations with empo2 serve generating (weights pushed after each update) equal 3 iterations generating in process', async () => {
     const local = join(root, 'local');
     const remote = join(root, 'remote');
     await train(cfg(local, null), { resume: false, log: () => {} });
     await train(cfg(remote, server.url), { resume: false, log: () => {} });
-    const a = trainLines(local);
+    const a = comparableTrainLines(local);
     expect(readFileSync(join(remote, 'metrics.jsonl'), 'utf8')).toMatch(/"prefill_tokens":null/);
     expect(a.some((l) => (l.trained_tokens as number) > 0)).toBe(true);
-    expect(trainLines(remote)).toEqual(a);
+    expect(comparableTrainLines(remote)).toEqual(a);
     const wa = readSafetensors(join(latestCheckpoint(local)!, 'model.safetensors')).tensors;
     const wb = readSafetensors(join(latestCheckpoint(remote)!, 'model.safetensors')).tensors;
     for (const [k, t] of wa) expect(Array.from(toFloat32(wb.get(k)!)), k).toEqual(Array.from(toFloat32(t)));

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { TINY_MODEL } from '../../../test/support/tiny.ts';
@@ -24,6 +24,7 @@ import { environmentCorpus } from '../../envs/index.ts';
 import { train } from '../../trainer/trainer.ts';
 import { RemoteEngine } from './engine.ts';
 import { WeightSync } from './sync.ts';
+import { comparableTrainLines } from '../../../test/support/train-lines.ts';
 
 const REPO = resolve(import.meta.dirname, '..', '..', '..');
 const KEY = 'sync-test-key';
@@ -83,14 +84,6 @@ afterAll(() => {
   rmSync(root, { recursive: true, force: true });
 });
 
-const trainLines = (dir: string) =>
-  readFileSync(join(dir, 'metrics.jsonl'), 'utf8')
-    .trim()
-    .split('\n')
-    .map((l) => JSON.parse(l))
-    .filter((l) => l.type === 'train')
-    .map((l) => Object.fromEntries(Object.entries(l).filter(([k]) => !/seconds|per_s|share|prefill_tokens/.test(k))));
-
 const adapterOf = (run: string) => readSafetensors(join(latestCheckpoint(run)!, 'adapter', 'adapter_model.safetensors')).tensors;
 
 describe('LoRA sync to two empo2 serve processes (rollout.remote.sync: lora)', () => {
@@ -122,7 +115,7 @@ describe('LoRA sync to two empo2 serve processes (rollout.remote.sync: lora)', (
     expect(servers[1].log.join('').match(/\bloaded LoRA adapter/g)!.length).toBe(4); // the first sync and one per update
     // The same samples, scores and counts; log-probs from a one-row pass on a server differ from those of
     // the in-process batched pass in the last bits (measured: 3e-8 relative at most), and so what follows.
-    const [a, b] = [trainLines(local), trainLines(remote)];
+    const [a, b] = [comparableTrainLines(local), comparableTrainLines(remote)];
     expect(a.some((l) => (l.trained_tokens as number) > 0)).toBe(true);
     expect(b.length).toBe(a.length);
     a.forEach((line, i) => {
