@@ -268,7 +268,8 @@ export class RemoteEngine implements PolicyEngine {
           max_tokens: opts.maxTokens,
           temperature: opts.temperature,
           top_p: opts.topP,
-          // The first chunk keeps the caller's seed, so one-request calls sample exactly as the local engine.
+          // Several servers: each row its in-process seed. One: the first chunk keeps the caller's seed, so
+          // one-request calls sample exactly as the local engine.
           seed: several ? rowSeed(opts.seed, idx[0]) : k === 0 ? opts.seed : mixSeed(opts.seed, k),
           n: 1,
           logprobs: 0,
