@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import gc
+import importlib.metadata
 import json
 import os
 import shutil
@@ -214,6 +215,13 @@ def hf_generate(engine: Engine, prompts: list[list[int]], new_tokens: int, pad: 
     return int(out[:, L:].numel())
 
 
+def version(package: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -322,8 +330,10 @@ def main() -> None:
         torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     work = args.work or tempfile.mkdtemp(prefix="empo2-gpu-check-")
     started = time.perf_counter()
+    # The versions on every line: bench/requirements-gpu.txt bounds vLLM from below only, so figures from
+    # two preparations of the wheels are compared knowing what ran.
     common = {"mode": plan_name, "model": plan["name"], "device": torch.cuda.get_device_name(0) if plan["device"] == "cuda" else "cpu",
-              "torch": torch.__version__}
+              "torch": torch.__version__, "transformers": version("transformers"), "peft": version("peft")}
     figure = lambda name, **fields: emit(args.out, name, **common, **fields)  # noqa: E731
 
     model_dir = os.path.join(work, "model")
@@ -373,7 +383,8 @@ def main() -> None:
             served_tokens = sum(n for n, _ in results)
             figure("generate_tokens_per_s", engine="vllm" if server.vllm else "empo2_serve", value=round(served_tokens / served_s, 1), unit="tokens/s",
                    tokens=served_tokens, seconds=round(served_s, 3), ratio_to_hf_generate=round(served_tokens / served_s / hf_rate, 3),
-                   adapter=ADAPTER_NAME, ids_and_logprobs=all(ok for _, ok in results), server_start_s=round(ready_s, 1), **shape)
+                   adapter=ADAPTER_NAME, ids_and_logprobs=all(ok for _, ok in results), server_start_s=round(ready_s, 1),
+                   **({"vllm": version("vllm")} if server.vllm else {}), **shape)
         finally:
             server.close()
     figure("total_seconds", value=round(time.perf_counter() - started, 1), unit="s")

@@ -37,7 +37,17 @@ describe.skipIf(!gate.available)(`bench/gpu-check.sh (${gate.label})`, () => {
         .map((l) => JSON.parse(l));
       const figure = (name: string, engine?: string) =>
         lines.find((l) => l.figure === name && (engine === undefined || l.engine === engine));
-      for (const l of lines) expect(l).toMatchObject({ check: 'gpu-check', mode: 'dry', model: 'tiny', device: 'cpu' });
+      // Every line names the versions that produced it (vLLM is bounded from below only in bench/requirements-gpu.txt).
+      for (const l of lines)
+        expect(l).toMatchObject({
+          check: 'gpu-check',
+          mode: 'dry',
+          model: 'tiny',
+          device: 'cpu',
+          torch: expect.any(String),
+          transformers: expect.any(String),
+          peft: expect.any(String),
+        });
       expect(figure('update_tokens_per_s')).toMatchObject({ unit: 'tokens/s', tokens: 160, sequences: 4 });
       expect(figure('update_tflops').unit).toBe('TFLOP/s');
       for (const engine of ['hf_generate', 'worker', 'empo2_serve']) {

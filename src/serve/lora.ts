@@ -6,7 +6,7 @@
  *
  * after which a request whose `model` is n runs on the base model plus that adapter, and answers with
  * `model: n`; /v1/models lists it with its `root` (the path given) and `parent` (the base). A trainer
- * pushes the PEFT adapter it saves after every update this way (src/policy/remote/lora-sync.ts), to
+ * pushes the PEFT adapter it saves after every update this way (src/policy/remote/sync.ts), to
  * vLLM and to `empo2 serve` alike.
  *
  * Requests, answers and messages are vLLM's, read from vllm-project/vllm at 00153c8b
