@@ -478,6 +478,19 @@ describe('updatePolicy on hand-made episodes', () => {
     expect(stats.droppedLowProb).toBe(0);
   });
 
+  it('an episode the rollout engine lost part-way (engineError) takes no part: its group trains as if it were not there', async () => {
+    const e = handEpisodes();
+    const lost: Episode = { ...episode(1, [step(0), step(0)]), engineError: 'no rollout server is left' };
+    const without = new RecordingEngine();
+    const expected = await updatePolicy(without, Object.values(e), settings(), new Rng(1));
+    const withLost = new RecordingEngine();
+    const stats = await updatePolicy(withLost, [...Object.values(e), lost], settings(), new Rng(1));
+    // Counted in group 1 its zero return would have lowered the others' baseline; it gives no sample either.
+    expect(withLost.batches).toEqual(without.batches);
+    expect(stats).toEqual(expected);
+    for (const st of lost.steps) expect(withLost.batches[0].some((x) => x.prompt[0] === st.prompt[0])).toBe(false);
+  });
+
   it('with skip_zero_advantage off, zero-advantage steps are trained with A = 0', async () => {
     const e = handEpisodes();
     const engine = new RecordingEngine();

@@ -215,6 +215,11 @@ async function iterationBatch(t: Training, it: number, clock: { started: number 
   if (rolloutSeconds > 60)
     t.run.log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration(rolloutSeconds)}; updating`);
   const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
+  const lost = episodes.filter((e) => e.engineError);
+  if (lost.length)
+    t.run.log(
+      `iter ${it}: ${lost.length} of ${episodes.length} episodes cut short by the rollout engine (${lost[0].engineError}), left out of the update`,
+    );
   const tOptimizer = performance.now();
   const prepared = await prepareUpdate(
     engine,

@@ -118,7 +118,10 @@ export async function updatePolicy(engine: PolicyEngine, episodes: UpdateEpisode
   return runOptimiserSteps(engine, await prepareUpdate(engine, episodes, s), { settings: s, rng });
 }
 
-export async function prepareUpdate(engine: PolicyEngine, episodes: UpdateEpisode[], s: UpdateSettings): Promise<PreparedUpdate> {
+export async function prepareUpdate(engine: PolicyEngine, rolledOut: UpdateEpisode[], s: UpdateSettings): Promise<PreparedUpdate> {
+  // An episode the rollout engine lost part-way (engineError: no rollout server was left) is no sample
+  // of the policy: its cut-short return would count as a failure in its group. It takes no part.
+  const episodes = rolledOut.filter((e) => !e.engineError);
   const stepRewards = episodes.map((e) => e.steps.map((st, t) => st.reward * s.rewardScale + (e.intrinsic?.[t] ?? 0)));
   const returns = stepRewards.map(rolloutReturn);
   const { advantages, stepGroups } = stepAdvantages(episodes, { stepRewards, returns }, s);
