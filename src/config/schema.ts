@@ -484,7 +484,10 @@ export const ExperimentalSchema = strict({
 
 export const ConfigSchema = strict({
   seed: z.number().int().min(0).default(0).describe('seed for model init, task sampling and action sampling'),
-  run_dir: z.string().default('runs/default').describe('where checkpoints, metrics.jsonl and the evaluation table go'),
+  run_dir: z
+    .string()
+    .default('runs/default')
+    .describe("where checkpoints, metrics.jsonl and the evaluation table go: a new or empty folder, or an earlier run's"),
   env: EnvSchema.prefault({}),
   model: ModelSchema.prefault({}),
   prompt: PromptSchema.prefault({}),
