@@ -38,6 +38,14 @@ export const EnvSchema = strict({
     .default(null)
     .describe("episode step limit (null: the environment's per-task limit; the longest reference limit is 120)"),
   options: z.record(z.string(), z.unknown()).default({}).describe('extra options passed to the environment factory'),
+  max_observation_bytes: z
+    .number()
+    .int()
+    .positive()
+    .default(65_536)
+    .describe(
+      'longest observation or task description (UTF-8 bytes) shown to the policy; a longer one ends its episode as failed before it is tokenised, naming this limit',
+    ),
   max_instances: z
     .number()
     .int()
@@ -610,6 +618,7 @@ export const RESUMABLE_OPTIONS = [
   'env.eval_split',
   'env.eval_variations',
   'env.max_instances',
+  'env.max_observation_bytes',
   'rollout.eval_temperature',
   'rollout.remote.base_url',
   'rollout.remote.timeout_s',
