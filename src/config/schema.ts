@@ -358,6 +358,11 @@ export const TrainSchema = strict({
       'once an iteration has run this long, save it part-way after its rollouts and after each optimiser step, so --resume goes on inside it; the PyTorch worker also saves a step under way this often between its micro-batches (0: always)',
     ),
   eval_with_memory: z.boolean().default(false).describe('show tips from memory during evaluation too (the paper evaluates without)'),
+  eval_max_failed_share: prob
+    .default(0.1)
+    .describe(
+      'an evaluation in which more than this share of the episodes failed (environment or engine failures) gives no score: it is marked invalid in metrics.jsonl, eval.md and the log',
+    ),
 });
 
 export const TrajectoriesSchema = strict({
@@ -615,6 +620,7 @@ export const RESUMABLE_OPTIONS = [
   'train.keep_checkpoints',
   'train.partial_save_minutes',
   'train.eval_with_memory',
+  'train.eval_max_failed_share',
   'env.eval_split',
   'env.eval_variations',
   'env.max_instances',
