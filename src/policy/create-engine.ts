@@ -267,7 +267,7 @@ export async function createRemoteRollouts(
       await requestJson(
         `${base}/v1/empo2/load_weights`,
         { path: dir },
-        { timeoutMs: r.timeout_s * 1000, retries: r.retries, backoffMs: 500 },
+        { timeoutMs: r.timeout_s * 1000, retries: r.retries, backoffMs: 500, baseUrl: `${base}/v1` },
       );
     },
   };

@@ -97,6 +97,7 @@ export class RemoteEngine implements PolicyEngine {
       backoffMs: o.backoffMs ?? 500,
       apiKey: o.apiKey,
       onRetry: (m) => this.warn(`remote engine: ${m}`),
+      baseUrl: this.baseUrl,
     };
     this.limit = pLimit(o.concurrency ?? 4);
     this.modelName = o.model ? Promise.resolve(o.model) : null;
