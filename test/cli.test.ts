@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { request as httpRequest } from 'node:http';
 import { mkdirSync, mkdtempSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -301,6 +302,46 @@ describe('empo2 adapt --method reflexion', () => {
       expect(r.code, args.join(' ')).not.toBe(0);
       expect(r.stderr).toContain(message);
       expect(r.stderr).not.toMatch(/\n\s+at /);
+    }
+  });
+});
+
+describe('empo2 webshop serve', () => {
+  /** GET `path` with the Host header given (fetch would not send one of another name). */
+  const getAs = (url: string, host: string) =>
+    new Promise<{ status: number; text: string }>((resolveAnswer, reject) => {
+      const req = httpRequest(url, { headers: { Host: host } }, (res) => {
+        let text = '';
+        res.on('data', (d: Buffer) => (text += d.toString()));
+        res.on('end', () => resolveAnswer({ status: res.statusCode ?? 0, text }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+
+  it('--allowed-host names the page may be opened under; another is refused, and the refusal names the flag', async () => {
+    const proc = start(['webshop', 'serve', '--port', '0', '--allowed-host', 'shop.test']);
+    try {
+      const url = await new Promise<string>((resolveUrl, reject) => {
+        const timer = setInterval(() => {
+          const m = /^WebShop is open at (http:\/\/127\.0\.0\.1:\d+)/m.exec(proc.stdout());
+          if (m) {
+            clearInterval(timer);
+            resolveUrl(m[1]);
+          } else if (proc.child.exitCode !== null) {
+            clearInterval(timer);
+            reject(new Error(`webshop serve exited: ${proc.stdout()}`));
+          }
+        }, 20);
+      });
+      const port = new URL(url).port;
+      expect((await getAs(url, `shop.test:${port}`)).status).toBe(200);
+      const refused = await getAs(url, `other.test:${port}`);
+      expect(refused.status).toBe(403);
+      expect(refused.text).toMatch(/does not name this server .*or start it with --allowed-host NAME/);
+    } finally {
+      proc.child.kill('SIGINT');
+      await proc.done;
     }
   });
 });
