@@ -42,6 +42,7 @@ export const EnvSchema = strict({
     .number()
     .int()
     .positive()
+    .max(16 * 2 ** 20)
     .default(65_536)
     .describe(
       'longest observation or task description (UTF-8 bytes) shown to the policy; a longer one ends its episode as failed before it is tokenised, naming this limit',
