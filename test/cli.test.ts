@@ -14,6 +14,7 @@ import { initBackend } from '../src/policy/tfjs/backend.ts';
 import { latestCheckpoint, loadTrainerState } from '../src/run/checkpoint.ts';
 import { loadTrainingPolicy } from '../src/policy/tfjs/checkpoint.ts';
 import { TINY_MODEL } from './support/tiny.ts';
+import { TestEnvServer } from './support/http-env-server.ts';
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const bin = join(repoRoot, 'bin', 'empo2.js');
@@ -111,6 +112,36 @@ describe('empo2 CLI', () => {
     const r = await run(['train', '--run-dir', dir, '--resume', ...TINY]);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toContain(`--resume: no checkpoint in ${join(dir, 'checkpoints')}`);
+  });
+
+  it('train exits with status 1 when every episode of an iteration failed (an environment answering 100 KB observations)', async () => {
+    const server = await TestEnvServer.start({ hugeBytes: 100_000, faults: (_m, path) => (path === '/reset' ? 'huge' : null) });
+    try {
+      const options = `{base_url: "${server.url}", tasks: [find], variations: {train: "0-9", test: "20-29"}, max_steps: 4}`;
+      const r = await run([
+        'train',
+        '--run-dir',
+        join(root, 'all-failed'),
+        ...[
+          ...TINY_MODEL,
+          'env.name=http',
+          `env.options=${options}`,
+          'env.eval_variations=1',
+          'rollout.tasks_per_batch=1',
+          'rollout.group_size=2',
+        ]
+          .concat(['train.iterations=1', 'train.eval_every=0'])
+          .flatMap((o) => ['--set', o]),
+      ]);
+      expect(r.code).toBe(1);
+      expect(r.stdout + r.stderr).toMatch(
+        /every episode failed \(environment or engine failures\) in iteration 1: nothing was learned there/,
+      );
+      expect(r.stderr).toMatch(/empo2: the run finished, but every episode of iteration 1 failed \(see above\); exiting with status 1/);
+      expect(server.openInstances).toBe(0);
+    } finally {
+      await server.stop();
+    }
   });
 
   it('Ctrl-C during training saves a loadable checkpoint and exits; --resume continues with the next iteration', async () => {
