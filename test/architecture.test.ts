@@ -37,6 +37,7 @@ export const SHORT_FUNCTIONS: readonly string[] = [
   'run',
   'adapt',
   'algo',
+  'compare',
   'policy/tfjs/engine.ts',
   'policy/torch/engine.ts',
   'policy/remote/engine.ts',

@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { request as httpRequest } from 'node:http';
 import { mkdirSync, mkdtempSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -13,6 +14,7 @@ import { initBackend } from '../src/policy/tfjs/backend.ts';
 import { latestCheckpoint, loadTrainerState } from '../src/run/checkpoint.ts';
 import { loadTrainingPolicy } from '../src/policy/tfjs/checkpoint.ts';
 import { TINY_MODEL } from './support/tiny.ts';
+import { TestEnvServer } from './support/http-env-server.ts';
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const bin = join(repoRoot, 'bin', 'empo2.js');
@@ -110,6 +112,36 @@ describe('empo2 CLI', () => {
     const r = await run(['train', '--run-dir', dir, '--resume', ...TINY]);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toContain(`--resume: no checkpoint in ${join(dir, 'checkpoints')}`);
+  });
+
+  it('train exits with status 1 when every episode of an iteration failed (an environment answering 100 KB observations)', async () => {
+    const server = await TestEnvServer.start({ hugeBytes: 100_000, faults: (_m, path) => (path === '/reset' ? 'huge' : null) });
+    try {
+      const options = `{base_url: "${server.url}", tasks: [find], variations: {train: "0-9", test: "20-29"}, max_steps: 4}`;
+      const r = await run([
+        'train',
+        '--run-dir',
+        join(root, 'all-failed'),
+        ...[
+          ...TINY_MODEL,
+          'env.name=http',
+          `env.options=${options}`,
+          'env.eval_variations=1',
+          'rollout.tasks_per_batch=1',
+          'rollout.group_size=2',
+        ]
+          .concat(['train.iterations=1', 'train.eval_every=0'])
+          .flatMap((o) => ['--set', o]),
+      ]);
+      expect(r.code).toBe(1);
+      expect(r.stdout + r.stderr).toMatch(
+        /every episode failed \(environment or engine failures\) in iteration 1: nothing was learned there/,
+      );
+      expect(r.stderr).toMatch(/empo2: the run finished, but every episode of iteration 1 failed \(see above\); exiting with status 1/);
+      expect(server.openInstances).toBe(0);
+    } finally {
+      await server.stop();
+    }
   });
 
   it('Ctrl-C during training saves a loadable checkpoint and exits; --resume continues with the next iteration', async () => {
@@ -301,6 +333,46 @@ describe('empo2 adapt --method reflexion', () => {
       expect(r.code, args.join(' ')).not.toBe(0);
       expect(r.stderr).toContain(message);
       expect(r.stderr).not.toMatch(/\n\s+at /);
+    }
+  });
+});
+
+describe('empo2 webshop serve', () => {
+  /** GET `path` with the Host header given (fetch would not send one of another name). */
+  const getAs = (url: string, host: string) =>
+    new Promise<{ status: number; text: string }>((resolveAnswer, reject) => {
+      const req = httpRequest(url, { headers: { Host: host } }, (res) => {
+        let text = '';
+        res.on('data', (d: Buffer) => (text += d.toString()));
+        res.on('end', () => resolveAnswer({ status: res.statusCode ?? 0, text }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+
+  it('--allowed-host names the page may be opened under; another is refused, and the refusal names the flag', async () => {
+    const proc = start(['webshop', 'serve', '--port', '0', '--allowed-host', 'shop.test']);
+    try {
+      const url = await new Promise<string>((resolveUrl, reject) => {
+        const timer = setInterval(() => {
+          const m = /^WebShop is open at (http:\/\/127\.0\.0\.1:\d+)/m.exec(proc.stdout());
+          if (m) {
+            clearInterval(timer);
+            resolveUrl(m[1]);
+          } else if (proc.child.exitCode !== null) {
+            clearInterval(timer);
+            reject(new Error(`webshop serve exited: ${proc.stdout()}`));
+          }
+        }, 20);
+      });
+      const port = new URL(url).port;
+      expect((await getAs(url, `shop.test:${port}`)).status).toBe(200);
+      const refused = await getAs(url, `other.test:${port}`);
+      expect(refused.status).toBe(403);
+      expect(refused.text).toMatch(/does not name this server .*or start it with --allowed-host NAME/);
+    } finally {
+      proc.child.kill('SIGINT');
+      await proc.done;
     }
   });
 });

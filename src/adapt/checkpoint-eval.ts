@@ -34,6 +34,8 @@ export interface EvalRecord {
   episodes: number;
   mean_score: number;
   success_rate: number;
+  /** Episodes an environment or engine failure ended, not scored (absent in files written before they were counted). */
+  failed?: number;
   /** Tips from the checkpoint's memory were shown (train.eval_with_memory); absent when they were not. */
   with_memory?: { tips: number };
 }
@@ -93,6 +95,11 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
       );
     console.log(formatEvalTable(result, null).replace(/iter 0/g, output.column));
     console.log(timing(result.summary));
+    // Too many failed episodes: no score, so nothing a comparison could read as one.
+    if (result.invalid)
+      throw new Error(
+        `the evaluation is invalid, it gives no score: ${result.invalid}${output.json ? `; ${output.json} was not written` : ''}`,
+      );
     if (output.json) writeJsonAtomic(output.json, evalRecordOf(result, cfg, { modelDir: output.modelDir, t0, memory }));
     return result;
   } finally {
@@ -114,6 +121,7 @@ function evalRecordOf(result: EvalResult, cfg: Config, o: { modelDir: string; t0
     episodes: result.summary.episodes,
     mean_score: result.summary.mean_score,
     success_rate: result.summary.success_rate,
+    failed: result.summary.failed ?? 0,
     ...(o.memory ? { with_memory: { tips: o.memory.tips.size() } } : {}),
   };
 }

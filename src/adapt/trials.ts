@@ -13,7 +13,7 @@ import type { Env, Split } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { openEnvPool } from '../run/env-pool.ts';
 import { EpisodeProgress } from '../run/progress.ts';
-import type { Episode, RolloutJob } from '../run/records.ts';
+import { isFailed, type Episode, type RolloutJob } from '../run/records.ts';
 import { rolloutSettings, runEpisodesInChunks, type TipSource } from '../trainer/rollout.ts';
 import { TrajectoryWriter } from '../trajectory/writer.ts';
 import { writeTextAtomic } from '../util/atomic-write.ts';
@@ -41,6 +41,8 @@ export interface TrialScores {
   success_rate: number;
   /** One score per variation, in the order of `variations` in the saved report. */
   scores: number[];
+  /** Episodes an environment or engine failure ended: left out of mean_score and success_rate (absent in reports written before they were counted). */
+  failed?: number;
 }
 
 /** The environments and variations of one adaptation, open until `close`. */
@@ -128,20 +130,21 @@ export function openTrialRecorder(cfg: Config, outDir: string, trialsDone: numbe
     : TrajectoryWriter.fresh(path, writerOptions);
 }
 
-/** A trial's mean score and success rate over its variations' outcomes. */
-export function trialScores(trial: number, outcomes: readonly { score: number; success: boolean }[]): TrialScores {
-  const scores = outcomes.map((e) => e.score);
+/** A trial's mean score and success rate over its variations' outcomes, those that failed left out and counted. */
+export function trialScores(trial: number, outcomes: readonly Pick<Episode, 'score' | 'success' | 'outcome'>[]): TrialScores {
+  const scored = outcomes.filter((e) => !isFailed(e));
   return {
     trial,
-    mean_score: scores.reduce((a, b) => a + b, 0) / Math.max(1, scores.length),
-    success_rate: outcomes.filter((e) => e.success).length / Math.max(1, outcomes.length),
-    scores,
+    mean_score: scored.reduce((a, e) => a + e.score, 0) / Math.max(1, scored.length),
+    success_rate: scored.filter((e) => e.success).length / Math.max(1, scored.length),
+    scores: outcomes.map((e) => e.score),
+    failed: outcomes.length - scored.length,
   };
 }
 
-/** The cells every trial row starts with: trial, mean score, success. */
+/** The cells every trial row starts with: trial, mean score (with the failed episodes, if any), success. */
 export function scoreCells(r: TrialScores): string[] {
-  return [String(r.trial), r.mean_score.toFixed(1), pct(r.success_rate)];
+  return [String(r.trial), r.mean_score.toFixed(1) + (r.failed ? ` (${r.failed} failed)` : ''), pct(r.success_rate)];
 }
 
 export function markdownTable(headers: readonly string[], rows: readonly (readonly string[])[]): string {

@@ -243,6 +243,19 @@ describe('metrics.jsonl parsing', () => {
     expect(() => parseMetrics(`{"type":"eval","itera\n${good}\n`, 'r/metrics.jsonl')).toThrow(/r\/metrics\.jsonl:1: not valid JSON/);
   });
 
+  it('an invalid evaluation (too many failed episodes: null scores) is left out with a warning, not read as a score', () => {
+    const invalid = JSON.stringify({
+      ...JSON.parse(evalLine([1, 10, 30])),
+      mean_score: null,
+      success_rate: null,
+      failed: 4,
+      invalid: '4 of 4 episodes failed',
+    });
+    const m = parseMetrics([evalLine([0, 0, 5]), trainLine(1, 3), invalid].join('\n'), 'r/metrics.jsonl');
+    expect(m.evals.map((e) => e.iteration)).toEqual([0]);
+    expect(m.warnings).toEqual(['r/metrics.jsonl:3: the evaluation at iteration 1 is invalid (4 of 4 episodes failed); it has no score']);
+  });
+
   it('an eval line without a needed field is an error naming the field', () => {
     const bad = JSON.stringify({ type: 'eval', iteration: 3, mean_score: 1, success_rate: 0 });
     expect(() => parseMetrics(bad, 'r/metrics.jsonl')).toThrow(/r\/metrics\.jsonl:1: unexpected eval line \(train_env_steps:/);

@@ -91,6 +91,14 @@ export function parseMetrics(text: string, file: string, opts: ParseOptions = {}
       return damaged(where, `not valid JSON (${(e as Error).message})`);
     }
     const type = (value as { type?: unknown } | null)?.type;
+    const invalid = (value as { invalid?: unknown } | null)?.invalid;
+    if (type === 'eval' && typeof invalid === 'string') {
+      // An evaluation with too many failed episodes gave no score (its score fields are null).
+      const iteration = (value as { iteration?: unknown }).iteration;
+      if (typeof iteration === 'number') evals.delete(iteration);
+      warnings.push(`${where}: the evaluation at iteration ${String(iteration)} is invalid (${invalid}); it has no score`);
+      return;
+    }
     const schema = type === 'eval' ? EvalLineSchema : type === 'train' ? TrainLineSchema : null;
     // Other line types (none today) are not the comparison's business.
     if (!schema) return;

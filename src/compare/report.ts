@@ -14,6 +14,22 @@ const seconds = (s: Summary | null) => (s ? `${s.mean.toFixed(1)} s` + (s.std !=
 export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
   const out: string[] = [];
   out.push(`# Comparison: ${cmp.configs.map((c) => c.label).join(' vs ')}`, '');
+  out.push(...summaryTable(cmp));
+  if (cmp.configs.some((c) => c.perTask.length > 0)) {
+    out.push('', '## Final held-out score per task', '', 'mean ± sample std over runs (success rate in brackets).', '');
+    out.push(...taskTable(cmp, (c) => c.perTask));
+  }
+  if (cmp.finalEval) out.push(...finalEvalSection(cmp, cmp.finalEval));
+  if (cmp.checkpointEval) out.push(...checkpointEvalSection(cmp, cmp.checkpointEval));
+  if (cmp.paired.length > 0) out.push('', ...pairedTable(cmp));
+  if (plotFile) out.push('', `Learning curves: ${plotFile} (line: mean over runs; band: min–max over runs).`);
+  if (cmp.notes.length > 0) out.push('', '## Notes', '', ...cmp.notes.map((n) => `- ${n}`));
+  return out.join('\n') + '\n';
+}
+
+/** What the cells mean, then one row per config: final score and success, score at equal steps, AUC, steps, wall time. */
+function summaryTable(cmp: Comparison): string[] {
+  const out: string[] = [];
   out.push(
     "Held-out mean score (0–100) and success rate from the evaluations in each run's metrics.jsonl. " +
       'Cells are mean ± sample standard deviation (n − 1) over the runs counted (one per seed); a value without ± comes from a single run.',
@@ -46,83 +62,79 @@ export function formatMarkdown(cmp: Comparison, plotFile?: string): string {
     cells.push(steps(c.finalEnvSteps), seconds(c.wallSeconds));
     out.push(row(cells));
   }
-  if (cmp.configs.some((c) => c.perTask.length > 0)) {
-    out.push('', '## Final held-out score per task', '', 'mean ± sample std over runs (success rate in brackets).', '');
-    out.push(...taskTable(cmp, (c) => c.perTask));
-  }
-  const big = cmp.finalEval;
-  if (big) {
+  return out;
+}
+
+/** `compare --final-eval`: each config's last checkpoints on the larger evaluation, per seed and per task. */
+function finalEvalSection(cmp: Comparison, big: NonNullable<Comparison['finalEval']>): string[] {
+  const out: string[] = [
+    '',
+    `## Final checkpoints on ${big.variations} ${big.split} variations per task`,
+    '',
+    `Each counted run's last checkpoint evaluated once more on the first ${big.variations} variations of every task (${big.episodesPerRun} episodes per run; ` +
+      '`<run>/final-eval.json`, made by `compare --final-eval`), which is less noisy than the evaluations logged during training.',
+    '',
+  ];
+  const seeds = [...new Set(cmp.configs.flatMap((c) => c.finalEval?.runs.map((r) => r.seed) ?? []))].sort((a, b) => a - b);
+  const bigHead = ['config', 'runs', 'score', 'success', ...seeds.map((s) => `seed ${s}`)];
+  out.push(row(bigHead), row(bigHead.map(() => '---')));
+  for (const c of cmp.configs) {
+    const e = c.finalEval;
+    const bySeed = (seed: number) => e?.runs.find((r) => r.seed === seed)?.score.toFixed(1) ?? '–';
     out.push(
-      '',
-      `## Final checkpoints on ${big.variations} ${big.split} variations per task`,
-      '',
-      `Each counted run's last checkpoint evaluated once more on the first ${big.variations} variations of every task (${big.episodesPerRun} episodes per run; ` +
-        '`<run>/final-eval.json`, made by `compare --final-eval`), which is less noisy than the evaluations logged during training.',
-      '',
+      row([
+        c.label,
+        `${e?.runs.length ?? 0}/${c.included.length}`,
+        score(e?.score ?? null),
+        percent(e?.success ?? null),
+        ...seeds.map(bySeed),
+      ]),
     );
-    const seeds = [...new Set(cmp.configs.flatMap((c) => c.finalEval?.runs.map((r) => r.seed) ?? []))].sort((a, b) => a - b);
-    const bigHead = ['config', 'runs', 'score', 'success', ...seeds.map((s) => `seed ${s}`)];
-    out.push(row(bigHead), row(bigHead.map(() => '---')));
+  }
+  out.push('', 'Per task:', '', ...taskTable(cmp, (c) => c.finalEval?.perTask ?? []));
+  return out;
+}
+
+/** `compare --equal-steps-eval`: the score at each of the equal step counts from checkpoints, per seed and per task. */
+function checkpointEvalSection(cmp: Comparison, atCheckpoints: NonNullable<Comparison['checkpointEval']>): string[] {
+  const out: string[] = [
+    '',
+    `## Score at equal env steps from checkpoints on ${atCheckpoints.variations} ${atCheckpoints.split} variations per task`,
+    '',
+    `For each run, the checkpoint saved at N training env steps, or the last one before N and the first one after, evaluated on the first ${atCheckpoints.variations} variations of every task ` +
+      '(`<run>/checkpoint-evals/`, made by `compare --equal-steps-eval`; the final evaluation counts for the last checkpoint), and the score interpolated linearly in env steps between the two. ' +
+      'Unlike the score @ N steps above, which interpolates the small evaluations logged during training, this compares configs at equal steps with the larger evaluation.',
+  ];
+  for (const [i, steps] of cmp.equalSteps.entries()) {
+    const seeds = [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[i]?.runs.map((r) => r.seed) ?? []))].sort(
+      (a, b) => a - b,
+    );
+    const head = ['config', 'runs', `score @ ${fmtSteps(steps)} steps`, ...seeds.map((s) => `seed ${s}`)];
+    out.push('', row(head), row(head.map(() => '---')));
     for (const c of cmp.configs) {
-      const e = c.finalEval;
-      const bySeed = (seed: number) => e?.runs.find((r) => r.seed === seed)?.score.toFixed(1) ?? '–';
-      out.push(
-        row([
-          c.label,
-          `${e?.runs.length ?? 0}/${c.included.length}`,
-          score(e?.score ?? null),
-          percent(e?.success ?? null),
-          ...seeds.map(bySeed),
-        ]),
-      );
+      const at = c.checkpointScoreAtSteps[i];
+      const bySeed = (seed: number) => at?.runs.find((r) => r.seed === seed)?.score.toFixed(1) ?? '–';
+      out.push(row([c.label, `${at?.runs.length ?? 0}/${c.included.length}`, score(at?.score ?? null), ...seeds.map(bySeed)]));
     }
-    out.push('', 'Per task:', '', ...taskTable(cmp, (c) => c.finalEval?.perTask ?? []));
-  }
-  const atCheckpoints = cmp.checkpointEval;
-  if (atCheckpoints) {
+    const tasks = [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[i]?.perTask.map((t) => t.task) ?? []))];
+    if (tasks.length === 0) continue;
+    const taskHead = ['task', ...cmp.configs.map((c) => c.label)];
     out.push(
       '',
-      `## Score at equal env steps from checkpoints on ${atCheckpoints.variations} ${atCheckpoints.split} variations per task`,
+      `Per task, score @ ${fmtSteps(steps)} steps (mean ± sample std over runs; runs counted in brackets):`,
       '',
-      `For each run, the checkpoint saved at N training env steps, or the last one before N and the first one after, evaluated on the first ${atCheckpoints.variations} variations of every task ` +
-        '(`<run>/checkpoint-evals/`, made by `compare --equal-steps-eval`; the final evaluation counts for the last checkpoint), and the score interpolated linearly in env steps between the two. ' +
-        'Unlike the score @ N steps above, which interpolates the small evaluations logged during training, this compares configs at equal steps with the larger evaluation.',
+      row(taskHead),
+      row(taskHead.map(() => '---')),
     );
-    for (const [i, steps] of cmp.equalSteps.entries()) {
-      const seeds = [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[i]?.runs.map((r) => r.seed) ?? []))].sort(
-        (a, b) => a - b,
-      );
-      const head = ['config', 'runs', `score @ ${fmtSteps(steps)} steps`, ...seeds.map((s) => `seed ${s}`)];
-      out.push('', row(head), row(head.map(() => '---')));
-      for (const c of cmp.configs) {
-        const at = c.checkpointScoreAtSteps[i];
-        const bySeed = (seed: number) => at?.runs.find((r) => r.seed === seed)?.score.toFixed(1) ?? '–';
-        out.push(row([c.label, `${at?.runs.length ?? 0}/${c.included.length}`, score(at?.score ?? null), ...seeds.map(bySeed)]));
-      }
-      const tasks = [...new Set(cmp.configs.flatMap((c) => c.checkpointScoreAtSteps[i]?.perTask.map((t) => t.task) ?? []))];
-      if (tasks.length > 0) {
-        const taskHead = ['task', ...cmp.configs.map((c) => c.label)];
-        out.push(
-          '',
-          `Per task, score @ ${fmtSteps(steps)} steps (mean ± sample std over runs; runs counted in brackets):`,
-          '',
-          row(taskHead),
-          row(taskHead.map(() => '---')),
-        );
-        for (const task of tasks) {
-          const cell = (c: Comparison['configs'][number]) => {
-            const t = c.checkpointScoreAtSteps[i]?.perTask.find((p) => p.task === task);
-            return t && t.runs.length > 0 ? `${score(t.score)} (${t.runs.length})` : '–';
-          };
-          out.push(row([task, ...cmp.configs.map(cell)]));
-        }
-      }
+    for (const task of tasks) {
+      const cell = (c: Comparison['configs'][number]) => {
+        const t = c.checkpointScoreAtSteps[i]?.perTask.find((p) => p.task === task);
+        return t && t.runs.length > 0 ? `${score(t.score)} (${t.runs.length})` : '–';
+      };
+      out.push(row([task, ...cmp.configs.map(cell)]));
     }
   }
-  if (cmp.paired.length > 0) out.push('', ...pairedTable(cmp));
-  if (plotFile) out.push('', `Learning curves: ${plotFile} (line: mean over runs; band: min–max over runs).`);
-  if (cmp.notes.length > 0) out.push('', '## Notes', '', ...cmp.notes.map((n) => `- ${n}`));
-  return out.join('\n') + '\n';
+  return out;
 }
 
 /** Each other config minus the first, seed by seed: mean difference, its 95% t-interval and the per-seed signs. */

@@ -79,6 +79,9 @@ describe('loadConfig', () => {
     expect(errorOf(() => loadConfig(null, ['env.max_steps=1e9'])).message).toMatch(/env\.max_steps: .*<=\s*1000/);
     expect(errorOf(() => loadConfig(null, ['memory.capacity=1e12'])).message).toMatch(/memory\.capacity: .*<=\s*100000/);
     expect(errorOf(() => loadConfig(null, ['memory.dim=1e9'])).message).toMatch(/memory\.dim: .*<=\s*16384/);
+    expect(errorOf(() => loadConfig(null, ['env.max_observation_bytes=1e12'])).message).toMatch(
+      /env\.max_observation_bytes: .*<=\s*16777216/,
+    );
     // Each within bounds, together a quarter of a gigabyte of keys in every memory slot.
     expect(errorOf(() => loadConfig(null, ['memory.capacity=100000', 'memory.dim=4096'])).message).toContain(
       'memory.capacity: 100,000 entries x memory.dim 4,096 = 1,638 MB of keys in each memory slot; at most 256 MB',

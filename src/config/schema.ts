@@ -38,6 +38,15 @@ export const EnvSchema = strict({
     .default(null)
     .describe("episode step limit (null: the environment's per-task limit; the longest reference limit is 120)"),
   options: z.record(z.string(), z.unknown()).default({}).describe('extra options passed to the environment factory'),
+  max_observation_bytes: z
+    .number()
+    .int()
+    .positive()
+    .max(16 * 2 ** 20)
+    .default(65_536)
+    .describe(
+      'longest observation or task description (UTF-8 bytes) shown to the policy; a longer one ends its episode as failed before it is tokenised, naming this limit',
+    ),
   max_instances: z
     .number()
     .int()
@@ -367,6 +376,11 @@ export const TrainSchema = strict({
       'once an iteration has run this long, save it part-way after its rollouts and after each optimiser step, so --resume goes on inside it; the PyTorch worker also saves a step under way this often between its micro-batches (0: always)',
     ),
   eval_with_memory: z.boolean().default(false).describe('show tips from memory during evaluation too (the paper evaluates without)'),
+  eval_max_failed_share: prob
+    .default(0.1)
+    .describe(
+      'an evaluation in which more than this share of the episodes failed (environment or engine failures) gives no score: it is marked invalid in metrics.jsonl, eval.md and the log',
+    ),
 });
 
 export const TrajectoriesSchema = strict({
@@ -501,7 +515,10 @@ export const ExperimentalSchema = strict({
 
 export const ConfigSchema = strict({
   seed: z.number().int().min(0).default(0).describe('seed for model init, task sampling and action sampling'),
-  run_dir: z.string().default('runs/default').describe('where checkpoints, metrics.jsonl and the evaluation table go'),
+  run_dir: z
+    .string()
+    .default('runs/default')
+    .describe("where checkpoints, metrics.jsonl and the evaluation table go: a new or empty folder, or an earlier run's"),
   env: EnvSchema.prefault({}),
   model: ModelSchema.prefault({}),
   prompt: PromptSchema.prefault({}),
@@ -635,9 +652,11 @@ export const RESUMABLE_OPTIONS = [
   'train.keep_checkpoints',
   'train.partial_save_minutes',
   'train.eval_with_memory',
+  'train.eval_max_failed_share',
   'env.eval_split',
   'env.eval_variations',
   'env.max_instances',
+  'env.max_observation_bytes',
   'rollout.eval_temperature',
   'rollout.remote.base_url',
   'rollout.remote.timeout_s',

@@ -10,7 +10,7 @@
  * served from fixed names, and sources and episodes are addressed by ids the server handed out.
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -80,6 +80,42 @@ export function isLoopbackHost(host: string): boolean {
 }
 
 export async function startDashboard(o: DashboardOptions): Promise<RunningDashboard> {
+  const { host, port } = listenAddress(o);
+  const cwd = o.cwd ?? process.cwd();
+  const log = o.log ?? (() => {});
+  const vendor = vendorFiles();
+  const sources = new SourceList(o.paths, cwd);
+  const trajectories = new TrajectoryFiles();
+  const memories = new MemoryViews();
+  const routes: Route[] = [
+    ...pageRoutes(vendor),
+    ...sourceRoutes(sources, trajectories, cwd),
+    ...trajectoryRoutes(sources, trajectories),
+    ...memoryRoutes(sources, memories),
+  ];
+  const access: Access = { bound: host, publicUrl: () => `http://${host}:${port}` };
+  const server = createServer((req, res) => {
+    void handle(req, res, { routes, access, log });
+  });
+  await listen(server, host, port);
+  const address = server.address() as AddressInfo;
+  access.bound = address.address;
+  const shownHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  access.publicUrl = () => `http://${shownHost}:${address.port}`;
+  return {
+    url: access.publicUrl(),
+    sources: () => sources.all,
+    close: () =>
+      new Promise<void>((resolvePromise) => {
+        memories.dispose();
+        server.closeAllConnections();
+        server.close(() => resolvePromise());
+      }),
+  };
+}
+
+/** The host and port asked for, refused unless the host is a loopback one and the port a port. */
+function listenAddress(o: DashboardOptions): { host: string; port: number } {
   const host = o.host ?? '127.0.0.1';
   if (!isLoopbackHost(host)) {
     throw new SourceError(
@@ -89,33 +125,49 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
   }
   const port = o.port ?? DEFAULT_DASHBOARD_PORT;
   if (!isPort(port)) throw new SourceError(`--port must be an integer from 0 to 65535, got ${port}`);
-  const cwd = o.cwd ?? process.cwd();
-  const log = o.log ?? (() => {});
-  const vendor = vendorFiles();
-  let sources = discoverSources(o.paths, cwd);
-  let scannedAt = Date.now();
-  let scanProblem: string | null = null;
-  const rescan = () => {
-    if (Date.now() - scannedAt < RESCAN_MS) return;
-    scannedAt = Date.now();
+  return { host, port };
+}
+
+/** The sources found under the paths, searched again at most every RESCAN_MS. */
+class SourceList {
+  private list: Source[];
+  private scannedAt = Date.now();
+  /** Why the last search failed (the list is then the one found before), or null. */
+  problem: string | null = null;
+
+  constructor(
+    private readonly paths: readonly string[],
+    private readonly cwd: string,
+  ) {
+    this.list = discoverSources(paths, cwd);
+  }
+
+  get all(): readonly Source[] {
+    return this.list;
+  }
+
+  rescan(): void {
+    if (Date.now() - this.scannedAt < RESCAN_MS) return;
+    this.scannedAt = Date.now();
     try {
-      sources = discoverSources(o.paths, cwd);
-      scanProblem = null;
+      this.list = discoverSources(this.paths, this.cwd);
+      this.problem = null;
     } catch (e) {
       // A folder removed while the page is open: keep showing what was found, and say why the list is stale.
-      scanProblem = (e as Error).message;
+      this.problem = (e as Error).message;
     }
-  };
-  const byId = (id: string): Source => {
-    const found = sources.find((s) => s.id === id);
+  }
+
+  byId(id: string): Source {
+    const found = this.list.find((s) => s.id === id);
     if (!found) throw new RequestError(404, `no source with id ${id} (the folder may have been removed; reload the page)`, 'id');
     return found;
-  };
-  const trajectories = new TrajectoryFiles();
-  const memories = new MemoryViews();
-  const summaries = new FileKeyedCache<ReturnType<typeof summariseRun>>();
+  }
+}
 
-  const routes: Route[] = [
+/** The page, its files, the vendored vega builds and the config defaults. */
+function pageRoutes(vendor: Record<string, string>): Route[] {
+  return [
     ['GET', /^\/$/, (_req, res) => sendFile(res, join(PAGE_DIR, 'index.html'), PAGE_FILES['index.html'])],
     [
       'GET',
@@ -138,20 +190,27 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
       'GET',
       /^\/vendor\/([a-z.-]+\.js)$/,
       (_req, res, [name]) => {
-        const path = (vendor as Record<string, string>)[name];
+        const path = vendor[name];
         if (!path) throw new RequestError(404, `no vendor file ${name}`, null);
         sendFile(res, path, 'text/javascript; charset=utf-8', 'public, max-age=3600');
       },
     ],
     ['GET', /^\/api\/config-defaults$/, (_req, res) => sendJson(res, ConfigSchema.parse({}))],
+  ];
+}
+
+/** The sources: the list with each run's summary, one source, a run's metrics and a compare's plot. */
+function sourceRoutes(sources: SourceList, trajectories: TrajectoryFiles, cwd: string): Route[] {
+  const summaries = new FileKeyedCache<ReturnType<typeof summariseRun>>();
+  return [
     [
       'GET',
       /^\/api\/sources$/,
       (_req, res) => {
-        rescan();
+        sources.rescan();
         // The minute is part of the key: a run whose files stop changing turns from running to stopped.
         const minute = String(Math.floor(Date.now() / 60_000));
-        const list = sources.map((s) => ({
+        const list = sources.all.map((s) => ({
           ...s,
           ...(s.kind === 'run'
             ? {
@@ -164,40 +223,15 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
               }
             : {}),
         }));
-        sendJson(res, { cwd, sources: list, problems: scanProblem ? [scanProblem] : [] });
+        sendJson(res, { cwd, sources: list, problems: sources.problem ? [sources.problem] : [] });
       },
     ],
-    [
-      'GET',
-      /^\/api\/sources\/([0-9a-f]{12})$/,
-      (_req, res, [id]) => {
-        const s = byId(id);
-        const files = trajectories.of(s).map(describeFile);
-        if (s.kind === 'run') return sendJson(res, { source: s, run: summariseRun(s.path), files });
-        if (s.kind === 'compare')
-          return sendJson(res, {
-            source: s,
-            compare: readCompare(s.path),
-            runs: sources.filter((r) => r.compare === s.id).map((r) => r.id),
-            files,
-          });
-        if (s.kind === 'adapt') {
-          const md = join(s.path, 'adapt.md');
-          return sendJson(res, {
-            source: s,
-            adapt: readAdaptReport(s.path),
-            adapt_md: existsSync(md) ? readFileSync(md, 'utf8') : null,
-            files,
-          });
-        }
-        sendJson(res, { source: s, files });
-      },
-    ],
+    ['GET', /^\/api\/sources\/([0-9a-f]{12})$/, (_req, res, [id]) => sendSource(res, sources, trajectories, id)],
     [
       'GET',
       /^\/api\/sources\/([0-9a-f]{12})\/metrics$/,
       (_req, res, [id]) => {
-        const s = byId(id);
+        const s = sources.byId(id);
         if (s.kind !== 'run')
           throw new RequestError(404, `${s.label} is a ${s.kind} folder, not a training run: it has no metrics.jsonl`, 'id');
         const metrics = readMetrics(s.path);
@@ -213,45 +247,54 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
     ],
     [
       'GET',
-      /^\/api\/sources\/([0-9a-f]{12})\/trajectories$/,
-      (req, res, [id], query) => {
-        const s = byId(id);
-        const files = trajectories.of(s);
-        const filter = episodeFilter(query);
-        const facets = { sources: new Set<string>(), iterations: new Set<number>(), tasks: new Set<string>(), modes: new Set<string>() };
-        const matching: (EpisodeSummary & { file: number })[] = [];
-        files.forEach((f, index) => {
-          if (filter.file !== null && filter.file !== index) return;
-          for (const e of f.episodes) {
-            facets.sources.add(e.source);
-            const step = e.iteration ?? e.trial;
-            if (step !== null) facets.iterations.add(step);
-            facets.tasks.add(e.task);
-            facets.modes.add(e.mode);
-            if (filter.matches(e)) matching.push({ ...summaryOnly(e), file: index });
-          }
-        });
-        // Newest first: a live run's latest iteration is what one usually wants to read.
-        matching.reverse();
-        sendJson(res, {
-          files: files.map(describeFile),
-          facets: {
-            sources: [...facets.sources].sort(),
-            iterations: [...facets.iterations].sort((a, b) => a - b),
-            tasks: [...facets.tasks].sort(),
-            modes: TRAJECTORY_MODES.filter((m) => facets.modes.has(m)),
-          },
-          total: matching.length,
-          offset: filter.offset,
-          episodes: matching.slice(filter.offset, filter.offset + filter.limit),
-        });
+      /^\/api\/sources\/([0-9a-f]{12})\/plot\.svg$/,
+      (_req, res, [id]) => {
+        const s = sources.byId(id);
+        const path = join(s.path, 'learning_curve.svg');
+        if (s.kind !== 'compare' || !existsSync(path)) throw new RequestError(404, `${s.label} has no learning_curve.svg`, 'id');
+        sendFile(res, path, 'image/svg+xml', 'no-cache');
       },
+    ],
+  ];
+}
+
+/** One source with what its kind adds: a run's summary, a compare's report and runs, an adapt report. */
+function sendSource(res: ServerResponse, sources: SourceList, trajectories: TrajectoryFiles, id: string): void {
+  const s = sources.byId(id);
+  const files = trajectories.of(s).map(describeFile);
+  if (s.kind === 'run') return sendJson(res, { source: s, run: summariseRun(s.path), files });
+  if (s.kind === 'compare')
+    return sendJson(res, {
+      source: s,
+      compare: readCompare(s.path),
+      runs: sources.all.filter((r) => r.compare === s.id).map((r) => r.id),
+      files,
+    });
+  if (s.kind === 'adapt') {
+    const md = join(s.path, 'adapt.md');
+    return sendJson(res, {
+      source: s,
+      adapt: readAdaptReport(s.path),
+      adapt_md: existsSync(md) ? readFileSync(md, 'utf8') : null,
+      files,
+    });
+  }
+  sendJson(res, { source: s, files });
+}
+
+/** A source's episodes: filtered summaries with their facets, and one episode in full. */
+function trajectoryRoutes(sources: SourceList, trajectories: TrajectoryFiles): Route[] {
+  return [
+    [
+      'GET',
+      /^\/api\/sources\/([0-9a-f]{12})\/trajectories$/,
+      (_req, res, [id], query) => sendJson(res, episodeList(trajectories.of(sources.byId(id)), episodeFilter(query))),
     ],
     [
       'GET',
       /^\/api\/sources\/([0-9a-f]{12})\/episodes\/(\d+)\/(\d+)$/,
       (_req, res, [id, fileIndex, line]) => {
-        const s = byId(id);
+        const s = sources.byId(id);
         const file = trajectories.of(s)[Number(fileIndex)];
         if (!file) throw new RequestError(404, `${s.label} has no trajectory file number ${fileIndex}`, 'file');
         if (!file.episodes.some((e) => e.line === Number(line)))
@@ -265,11 +308,48 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
         sendJson(res, { file: file.path, line: Number(line), episode });
       },
     ],
+  ];
+}
+
+/** The episodes of `files` that `filter` keeps, newest first, one page of them, with the facets of all. */
+function episodeList(files: ReturnType<TrajectoryFiles['of']>, filter: ReturnType<typeof episodeFilter>) {
+  const facets = { sources: new Set<string>(), iterations: new Set<number>(), tasks: new Set<string>(), modes: new Set<string>() };
+  const matching: (EpisodeSummary & { file: number })[] = [];
+  files.forEach((f, index) => {
+    if (filter.file !== null && filter.file !== index) return;
+    for (const e of f.episodes) {
+      facets.sources.add(e.source);
+      const step = e.iteration ?? e.trial;
+      if (step !== null) facets.iterations.add(step);
+      facets.tasks.add(e.task);
+      facets.modes.add(e.mode);
+      if (filter.matches(e)) matching.push({ ...summaryOnly(e), file: index });
+    }
+  });
+  // Newest first: a live run's latest iteration is what one usually wants to read.
+  matching.reverse();
+  return {
+    files: files.map(describeFile),
+    facets: {
+      sources: [...facets.sources].sort(),
+      iterations: [...facets.iterations].sort((a, b) => a - b),
+      tasks: [...facets.tasks].sort(),
+      modes: TRAJECTORY_MODES.filter((m) => facets.modes.has(m)),
+    },
+    total: matching.length,
+    offset: filter.offset,
+    episodes: matching.slice(filter.offset, filter.offset + filter.limit),
+  };
+}
+
+/** A source's tip memory: its overview, and what it retrieves for a state the page sends. */
+function memoryRoutes(sources: SourceList, memories: MemoryViews): Route[] {
+  return [
     [
       'GET',
       /^\/api\/sources\/([0-9a-f]{12})\/memory$/,
       async (_req, res, [id], query) => {
-        const s = byId(id);
+        const s = sources.byId(id);
         const limit = integerParam(query, 'limit', 200, 1, 1000);
         sendJson(res, await memories.overview(s, query.get('slot') || null, query.get('q') ?? '', limit));
       },
@@ -279,22 +359,8 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
       /^\/api\/sources\/([0-9a-f]{12})\/retrieve$/,
       async (req, res, [id]) => {
         checkJsonContentType(req);
-        const s = byId(id);
-        let raw: unknown;
-        try {
-          raw = JSON.parse(await readBody(req));
-        } catch (e) {
-          if (e instanceof RequestError) throw e;
-          throw new RequestError(400, `retrieve: the body is not JSON (${(e as Error).message})`, null);
-        }
-        const body = RetrieveBody.safeParse(raw);
-        if (!body.success)
-          throw new RequestError(
-            400,
-            `retrieve: ${body.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; ')}`,
-            null,
-          );
-        const b = body.data;
+        const s = sources.byId(id);
+        const b = await retrieveBody(req);
         sendJson(
           res,
           await memories.retrieve(s, {
@@ -307,55 +373,77 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
         );
       },
     ],
-    [
-      'GET',
-      /^\/api\/sources\/([0-9a-f]{12})\/plot\.svg$/,
-      (_req, res, [id]) => {
-        const s = byId(id);
-        const path = join(s.path, 'learning_curve.svg');
-        if (s.kind !== 'compare' || !existsSync(path)) throw new RequestError(404, `${s.label} has no learning_curve.svg`, 'id');
-        sendFile(res, path, 'image/svg+xml', 'no-cache');
-      },
-    ],
   ];
+}
 
-  const server = createServer((req, res) => {
-    void handle(req, res);
-  });
-  let bound = host;
-  let publicUrl = () => `http://${host}:${port}`;
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    try {
-      try {
-        checkAccess({ boundAddress: bound, allowedHosts: new Set() }, req);
-      } catch (e) {
-        // The serve command's rules, in the dashboard's words (it has no --allowed-host).
-        if (e instanceof RequestError && e.message.startsWith('Host '))
-          throw new RequestError(
-            403,
-            `Host ${JSON.stringify(req.headers.host ?? '')} does not name this dashboard: open it as ${publicUrl()} or with localhost`,
-            null,
-          );
-        throw e;
-      }
-      const url = new URL(req.url ?? '/', 'http://dashboard.invalid');
-      const path = decodePath(url.pathname);
-      const matching = routes.filter(([, pattern]) => pattern.test(path));
-      if (matching.length === 0) throw new RequestError(404, `no page or API route ${path}`, null);
-      const route = matching.find(([method]) => method === req.method);
-      if (!route) {
-        res.setHeader('Allow', [...new Set(matching.map(([m]) => m))].join(', '));
-        throw new RequestError(405, `${req.method} is not allowed on ${path}`, null);
-      }
-      await route[2](req, res, route[1].exec(path)!.slice(1), url.searchParams);
-    } catch (e) {
-      const status = e instanceof RequestError ? e.status : e instanceof MemoryRequestError ? 400 : e instanceof DataError ? 422 : 500;
-      if (status === 500) log(`dashboard: ${req.method} ${req.url}: ${(e as Error).stack ?? e}`);
-      if (!res.headersSent) sendJson(res, { error: (e as Error).message }, status);
-      else res.end();
-    }
+/** A retrieve request's body, checked. */
+async function retrieveBody(req: IncomingMessage): Promise<z.infer<typeof RetrieveBody>> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(await readBody(req));
+  } catch (e) {
+    if (e instanceof RequestError) throw e;
+    throw new RequestError(400, `retrieve: the body is not JSON (${(e as Error).message})`, null);
   }
+  const body = RetrieveBody.safeParse(raw);
+  if (!body.success)
+    throw new RequestError(
+      400,
+      `retrieve: ${body.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; ')}`,
+      null,
+    );
+  return body.data;
+}
 
+/** Where the server listens (known once it does) and the URL it tells people to open. */
+interface Access {
+  bound: string;
+  publicUrl: () => string;
+}
+
+/** One request: the Host/Origin check, the route its path and method name, and errors as JSON. */
+async function handle(
+  req: IncomingMessage,
+  res: ServerResponse,
+  c: { routes: readonly Route[]; access: Access; log: (line: string) => void },
+): Promise<void> {
+  try {
+    checkHost(req, c.access);
+    const url = new URL(req.url ?? '/', 'http://dashboard.invalid');
+    const path = decodePath(url.pathname);
+    const matching = c.routes.filter(([, pattern]) => pattern.test(path));
+    if (matching.length === 0) throw new RequestError(404, `no page or API route ${path}`, null);
+    const route = matching.find(([method]) => method === req.method);
+    if (!route) {
+      res.setHeader('Allow', [...new Set(matching.map(([m]) => m))].join(', '));
+      throw new RequestError(405, `${req.method} is not allowed on ${path}`, null);
+    }
+    await route[2](req, res, route[1].exec(path)!.slice(1), url.searchParams);
+  } catch (e) {
+    const status = e instanceof RequestError ? e.status : e instanceof MemoryRequestError ? 400 : e instanceof DataError ? 422 : 500;
+    if (status === 500) c.log(`dashboard: ${req.method} ${req.url}: ${(e as Error).stack ?? e}`);
+    if (!res.headersSent) sendJson(res, { error: (e as Error).message }, status);
+    else res.end();
+  }
+}
+
+/** The serve command's Host and Origin rules, in the dashboard's words (it has no --allowed-host). */
+function checkHost(req: IncomingMessage, access: Access): void {
+  try {
+    checkAccess({ boundAddress: access.bound, allowedHosts: new Set() }, req);
+  } catch (e) {
+    if (e instanceof RequestError && e.message.startsWith('Host '))
+      throw new RequestError(
+        403,
+        `Host ${JSON.stringify(req.headers.host ?? '')} does not name this dashboard: open it as ${access.publicUrl()} or with localhost`,
+        null,
+      );
+    throw e;
+  }
+}
+
+/** Listens on host:port; a port in use is said with what to do. */
+async function listen(server: Server, host: string, port: number): Promise<void> {
   await new Promise<void>((resolvePromise, reject) => {
     server.once('error', (e: NodeJS.ErrnoException) =>
       reject(
@@ -364,20 +452,6 @@ export async function startDashboard(o: DashboardOptions): Promise<RunningDashbo
     );
     server.listen(port, host, () => resolvePromise());
   });
-  const address = server.address() as AddressInfo;
-  bound = address.address;
-  const shownHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  publicUrl = () => `http://${shownHost}:${address.port}`;
-  return {
-    url: publicUrl(),
-    sources: () => sources,
-    close: () =>
-      new Promise<void>((resolvePromise) => {
-        memories.dispose();
-        server.closeAllConnections();
-        server.close(() => resolvePromise());
-      }),
-  };
 }
 
 type Handler = (req: IncomingMessage, res: ServerResponse, params: string[], query: URLSearchParams) => void | Promise<void>;

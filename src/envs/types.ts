@@ -58,3 +58,18 @@ export interface Env {
 
 /** Success is a full score. */
 export const SUCCESS_SCORE = 100;
+
+/**
+ * How an environment says that it failed (a simulator that died or hung, a server that did not answer
+ * or answered nonsense), rather than the agent: the reset or step carries info.outcome =
+ * 'simulator_error' and info.simulatorError naming what failed, and the episode is over. The trainer
+ * leaves such an episode out of updates and scores and counts it as failed.
+ */
+export const ENV_FAILURE = 'simulator_error';
+
+/** What failed, when `info` reports an environment failure (ENV_FAILURE); null otherwise. */
+export function envFailure(info: Record<string, unknown> | undefined): string | null {
+  if (info?.outcome !== ENV_FAILURE) return null;
+  const what = info.simulatorError;
+  return typeof what === 'string' && what.length > 0 ? what : 'the environment reported a failure';
+}

@@ -95,6 +95,11 @@ export interface StepResumeOptions {
 
 export interface PolicyEngine {
   readonly tokenizer: TextTokenizer;
+  /**
+   * Positions the model was made for (max_position_embeddings in its config.json): a prompt and its
+   * response longer than this are beyond what it can read. Absent where the engine does not know (a server).
+   */
+  readonly contextLength?: number;
   generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]>;
   logprobs(batch: ScoredSequence[], temperature?: number): Promise<number[][]>;
   /** One optimiser step on the whole batch (gradients accumulated over micro-batches). */

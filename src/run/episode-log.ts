@@ -67,6 +67,8 @@ export function episodeRecord(e: Episode, at: PlayedAt, c: EpisodeContext): Epis
     final_observation: e.finalObservation,
     score: e.score,
     success: e.success,
+    ...(e.outcome ? { outcome: e.outcome } : {}),
+    ...(e.failure !== undefined ? { failure: e.failure } : {}),
     reflection: c.reflection,
     ...(c.plansShown ? { plans_shown: [...c.plansShown] } : {}),
     time: new Date().toISOString(),

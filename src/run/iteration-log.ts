@@ -8,7 +8,7 @@ import type { Config, ResolvedAlgo } from '../config/schema.ts';
 import { formatDuration } from '../util/duration.ts';
 import { followedTip } from '../trajectory/format.ts';
 import type { MetricsLine } from './metrics-log.ts';
-import type { Episode, EvalResult, RolloutStats, UpdateStats } from './records.ts';
+import { isFailed, type Episode, type EvalResult, type RolloutStats, type UpdateStats } from './records.ts';
 
 /** One finished iteration, as the loop saw it. */
 export interface IterationReport {
@@ -51,6 +51,7 @@ export function trainRecord(r: IterationReport): MetricsLine {
     env_steps: r.envSteps,
     mean_score: meanScore(episodes),
     success_rate: successRate(episodes),
+    failed: episodes.filter(isFailed).length,
     loss: update.loss,
     clip_fraction: update.clipFraction,
     mean_ratio: update.meanRatio,
@@ -101,8 +102,11 @@ export function formatIterationLine(r: IterationReport, draw: ModeDraw): string 
   const modes = draw.drawsModes ? ` [${describeModes(r.modes, draw.groupSize, draw.perRollout)}]` : '';
   const trainTokensPerSecond = update.tokens / Math.max(1e-9, r.seconds.update);
   const eta = (r.iterations - r.iteration) * r.seconds.iteration;
+  const score = meanScore(episodes);
+  const success = successRate(episodes);
+  const failures = episodes.filter(isFailed).length;
   return (
-    `iter ${r.iteration}/${r.iterations}${modes} | env steps ${r.envSteps} | score ${meanScore(episodes).toFixed(1)}${describeScores(scoreByMode(episodes, r.modes))} | success ${(successRate(episodes) * 100).toFixed(0)}% | loss ${update.loss.toFixed(4)}${r.rehearsalNll !== null ? ` | tip NLL ${r.rehearsalNll.toFixed(2)}` : ''} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
+    `iter ${r.iteration}/${r.iterations}${modes} | env steps ${r.envSteps} | score ${score === null ? 'none' : score.toFixed(1)}${describeScores(scoreByMode(episodes, r.modes))} | success ${success === null ? 'none' : `${(success * 100).toFixed(0)}%`}${failures > 0 ? ` | failed ${failures} of ${episodes.length} episodes` : ''} | loss ${update.loss.toFixed(4)}${r.rehearsalNll !== null ? ` | tip NLL ${r.rehearsalNll.toFixed(2)}` : ''} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
     `rollout ${r.seconds.rollout.toFixed(1)}s (${rolloutTokensPerSecond(r.rollout).toFixed(0)} tok/s) | update ${r.seconds.update.toFixed(1)}s (${trainTokensPerSecond.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`
   );
 }
@@ -120,19 +124,28 @@ export function evalRecord(
   r: EvalResult,
   at: { iteration: number; trainEnvSteps: number; settings: EvalSettings; tipsFollowed?: number | null },
 ): MetricsLine {
+  // An invalid evaluation gives no score: its score fields are null, and `invalid` says why.
+  const unscored = r.invalid ? { mean_score: null, success_rate: null } : {};
   return {
     type: 'eval',
     iteration: at.iteration,
     train_env_steps: at.trainEnvSteps,
     ...at.settings,
     ...r.summary,
-    per_task: r.perTask,
+    ...unscored,
+    per_task: r.perTask.map((t) => ({ ...t, ...unscored })),
+    ...(r.invalid ? { invalid: r.invalid } : {}),
     ...(at.tipsFollowed !== undefined ? { tips_followed: at.tipsFollowed } : {}),
   };
 }
 
 export function formatEvalLine(r: EvalResult, iteration: number, split: string): string {
-  return `eval @ iter ${iteration}: mean score ${r.summary.mean_score.toFixed(1)} | success ${(r.summary.success_rate * 100).toFixed(1)}% | ${r.summary.episodes} episodes on ${split} | ${timing(r.summary)}`;
+  const s = r.summary;
+  const scores = r.invalid
+    ? `invalid, no score: ${r.invalid}`
+    : `mean score ${s.mean_score.toFixed(1)} | success ${(s.success_rate * 100).toFixed(1)}%`;
+  const failed = s.failed ? `, ${s.failed} failed` : '';
+  return `eval @ iter ${iteration}: ${scores} | ${s.episodes} episodes on ${split}${failed} | ${timing(s)}`;
 }
 
 /** What the banner says about the run beyond its config. */
@@ -169,8 +182,17 @@ export function bannerLines(cfg: Config, algo: ResolvedAlgo, d: RunDescription):
   ];
 }
 
-const meanScore = (episodes: readonly Episode[]) => episodes.reduce((a, e) => a + e.score, 0) / episodes.length;
-const successRate = (episodes: readonly Episode[]) => episodes.filter((e) => e.success).length / episodes.length;
+/** Mean score of the episodes no failure ended (null: every one failed). */
+function meanScore(episodes: readonly Episode[]): number | null {
+  const scored = episodes.filter((e) => !isFailed(e));
+  return scored.length ? scored.reduce((a, e) => a + e.score, 0) / scored.length : null;
+}
+
+/** Success rate of the episodes no failure ended (null: every one failed). */
+function successRate(episodes: readonly Episode[]): number | null {
+  const scored = episodes.filter((e) => !isFailed(e));
+  return scored.length ? scored.filter((e) => e.success).length / scored.length : null;
+}
 const rolloutTokensPerSecond = (s: RolloutStats) => (s.promptTokens + s.generatedTokens) / Math.max(1e-9, s.policySeconds);
 
 export function countModes(modes: readonly Mode[]): Record<Mode, number> {
@@ -183,9 +205,13 @@ export function countModes(modes: readonly Mode[]): Record<Mode, number> {
  * Mean rollout score per mode that ran this iteration: the first thing to look at when asking whether
  * the tips help the rollouts they are shown to (groups differ by task, so compare over many iterations).
  */
-export function scoreByMode(episodes: readonly { score: number }[], modes: readonly Mode[]): Partial<Record<Mode, number>> {
+export function scoreByMode(
+  episodes: readonly Pick<Episode, 'score' | 'outcome'>[],
+  modes: readonly Mode[],
+): Partial<Record<Mode, number>> {
   const sum: Partial<Record<Mode, [number, number]>> = {};
   episodes.forEach((e, i) => {
+    if (isFailed(e)) return;
     const acc = (sum[modes[i]] ??= [0, 0]);
     acc[0] += e.score;
     acc[1]++;

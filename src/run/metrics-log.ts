@@ -78,17 +78,25 @@ export class MetricsLog {
   evalAt(iteration: number): EvalResult | null {
     const line = [...this.lines].reverse().find((l) => l.type === 'eval' && l.iteration === iteration);
     if (!line) return null;
+    // An invalid evaluation's scores are null (NaN here: it shows as invalid, never as a number).
+    const score = (x: unknown) => (typeof x === 'number' ? x : NaN);
     return {
       iteration,
-      perTask: line.per_task as EvalResult['perTask'],
+      perTask: (line.per_task as EvalResult['perTask']).map((t) => ({
+        ...t,
+        mean_score: score(t.mean_score),
+        success_rate: score(t.success_rate),
+      })),
       summary: {
         episodes: line.episodes as number,
-        mean_score: line.mean_score as number,
-        success_rate: line.success_rate as number,
+        mean_score: score(line.mean_score),
+        success_rate: score(line.success_rate),
         env_steps: line.env_steps as number,
-        // Lines logged before evaluations were timed have no seconds.
+        // Lines logged before evaluations were timed have no seconds, before failures were counted no failed.
         seconds: (line.seconds as number | undefined) ?? NaN,
+        ...(typeof line.failed === 'number' ? { failed: line.failed } : {}),
       },
+      ...(typeof line.invalid === 'string' ? { invalid: line.invalid } : {}),
     };
   }
 }

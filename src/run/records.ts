@@ -7,6 +7,7 @@
 import type { StepGroupSummary } from '../algo/gigpo.ts';
 import type { PastReflection } from '../memory/reflexion.ts';
 import type { TrainStats } from '../policy/types.ts';
+import type { TrajectoryOutcome } from '../trajectory/format.ts';
 
 export interface RolloutJob {
   task: string;
@@ -51,6 +52,14 @@ export interface StepRecord {
   score: number;
 }
 
+/**
+ * How an episode ended: at a full score, done below it, cut at its step limit, or by a failure of the
+ * environment or the engine (../envs/types.ts ENV_FAILURE, an observation over env.max_observation_bytes,
+ * a prompt longer than the model's context). A failed episode is left out of updates and scores and
+ * counted apart.
+ */
+export type EpisodeOutcome = TrajectoryOutcome;
+
 export interface Episode extends RolloutJob {
   /** Task description as the environment stated it. */
   description: string;
@@ -61,6 +70,15 @@ export interface Episode extends RolloutJob {
   success: boolean;
   /** Why the engine stopped sampling this episode before it ended (a rollout server died); absent when it did not. */
   engineError?: string;
+  /** How it ended (rollouts set it; an episode made otherwise without it counts as not failed). */
+  outcome?: EpisodeOutcome;
+  /** What failed, for an episode whose outcome is 'failed'. */
+  failure?: string;
+}
+
+/** Whether an environment or engine failure ended the episode. */
+export function isFailed(e: Pick<Episode, 'outcome'>): boolean {
+  return e.outcome === 'failed';
 }
 
 export interface RolloutStats {
@@ -93,15 +111,20 @@ export interface UpdateStats extends TrainStats {
   stepGroups: (StepGroupSummary & { variedRollouts: number }) | null;
 }
 
+/** One task's held-out result: scores over the episodes that did not fail, of `episodes` played. */
 export interface TaskResult {
   task: string;
   episodes: number;
   mean_score: number;
   success_rate: number;
+  /** Episodes an environment or engine failure ended (absent in results logged before they were counted). */
+  failed?: number;
 }
 
 export interface EvalResult {
   iteration: number;
   perTask: TaskResult[];
-  summary: { episodes: number; mean_score: number; success_rate: number; env_steps: number; seconds: number };
+  summary: { episodes: number; mean_score: number; success_rate: number; env_steps: number; seconds: number; failed?: number };
+  /** Why the evaluation gives no score (more of its episodes failed than train.eval_max_failed_share allows); absent when it does. */
+  invalid?: string;
 }

@@ -29,6 +29,7 @@ import { openRunRecorders, type RunRecorders } from './episode-log.ts';
 import { InterruptHandling, policyCalls } from './interrupt.ts';
 import { MetricsLog } from './metrics-log.ts';
 import { partialToResume, savePartial, type PartialHeader } from './partial.ts';
+import { checkRunFolder } from './run-folder.ts';
 import { RunLock } from './run-lock.ts';
 
 /** What the run does with the trainer's memory: saves it with every checkpoint, and closes it with the run. */
@@ -81,13 +82,15 @@ export interface RunContext<M extends RunMemory = RunMemory> {
 
 /**
  * Opens a run in cfg.run_dir, fresh or (`resume`) from its latest checkpoint or part-way save, with the
- * trainer's `parts`. The run folder stays locked until closeRun, or until this fails.
+ * trainer's `parts`. A folder that holds something else than a run is refused first (./run-folder.ts);
+ * the run folder stays locked until closeRun, or until this fails.
  */
 export async function openRun<M extends RunMemory>(
   cfg: Config,
   o: { resume: boolean; log: (line: string) => void },
   parts: RunParts<M>,
 ): Promise<RunContext<M>> {
+  checkRunFolder(cfg.run_dir);
   const backend = await initBackend();
   mkdirSync(cfg.run_dir, { recursive: true });
   const lock = RunLock.acquire(cfg.run_dir, o.log);

@@ -222,7 +222,7 @@ describe('EMPO² modes end to end', () => {
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(ConfigError);
     expect(() => loadConfig(null, ['algo.name=grpo', 'algo.p=0.3'])).toThrow(/algo\.p: 0\.3 with algo\.name=grpo/);
     expect(() => loadConfig(null, ['algo.name=grpo', 'experimental.p_end=0.3'])).toThrow(/experimental\.p_end: 0\.3 with algo\.name=grpo/);
-    expect(() => loadConfig(null, ['algo.intrinsic=novelty'])).toThrow(/algo\.intrinsic: novelty with algo\.name=grpo/);
+    expect(() => loadConfig(null, ['algo.name=grpo', 'algo.intrinsic=novelty'])).toThrow(/algo\.intrinsic: novelty with algo\.name=grpo/);
   });
 });
 

@@ -6,7 +6,7 @@ import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { EpisodeProgress } from '../run/progress.ts';
-import type { EvalResult, Episode, RolloutJob, TaskResult } from '../run/records.ts';
+import { isFailed, type EvalResult, type Episode, type RolloutJob, type TaskResult } from '../run/records.ts';
 import { rolloutSettings, runEpisodesInChunks, type TipSource } from './rollout.ts';
 
 export interface EvaluateOptions {
@@ -30,9 +30,6 @@ export async function evaluate(engine: PolicyEngine, envs: Env[], cfg: Config, o
     for (const variation of envs[0].variations(task, cfg.env.eval_split).slice(0, cfg.env.eval_variations))
       jobs.push({ task, variation, group: jobs.length });
   }
-  const perTask: TaskResult[] = [];
-  const scores = new Map<string, number[]>();
-  const successes = new Map<string, number>();
   // Seeded apart from training so evaluation never replays a training draw.
   const withTips = memory ? { tips: memory.tipSource(), uses: () => true } : undefined;
   const progress = progressLabel ? new EpisodeProgress(jobs, { label: progressLabel }) : undefined;
@@ -43,23 +40,44 @@ export async function evaluate(engine: PolicyEngine, envs: Env[], cfg: Config, o
   });
   progress?.finish();
   played?.(episodes);
-  const envSteps = stats.envSteps;
-  for (const e of episodes) {
-    scores.set(e.task, [...(scores.get(e.task) ?? []), e.score]);
-    successes.set(e.task, (successes.get(e.task) ?? 0) + (e.success ? 1 : 0));
-  }
-  for (const task of tasks) {
-    const s = scores.get(task) ?? [];
-    perTask.push({ task, episodes: s.length, mean_score: mean(s), success_rate: s.length ? (successes.get(task) ?? 0) / s.length : 0 });
-  }
-  const all = [...scores.values()].flat();
-  const won = [...successes.values()].reduce((a, b) => a + b, 0);
+  const perTask: TaskResult[] = tasks.map((task) => ({ task, ...scoresOf(episodes.filter((e) => e.task === task)) }));
+  const all = scoresOf(episodes);
   const seconds = (performance.now() - t0) / 1000;
+  const invalid = invalidity(episodes, all, cfg.train.eval_max_failed_share);
   return {
     iteration,
     perTask,
-    summary: { episodes: all.length, mean_score: mean(all), success_rate: all.length ? won / all.length : 0, env_steps: envSteps, seconds },
+    summary: {
+      episodes: all.episodes,
+      mean_score: all.mean_score,
+      success_rate: all.success_rate,
+      env_steps: stats.envSteps,
+      seconds,
+      failed: all.failed,
+    },
+    ...(invalid ? { invalid } : {}),
   };
+}
+
+/** Episodes played, mean score and success rate of those no failure ended, and how many failed. */
+function scoresOf(played: readonly Episode[]): Omit<Required<TaskResult>, 'task'> {
+  const scored = played.filter((e) => !isFailed(e));
+  return {
+    episodes: played.length,
+    mean_score: mean(scored.map((e) => e.score)),
+    success_rate: scored.length ? scored.filter((e) => e.success).length / scored.length : 0,
+    failed: played.length - scored.length,
+  };
+}
+
+/** Why the evaluation gives no score: more failed episodes than `maxShare` allows, or none scored; null when it gives one. */
+function invalidity(episodes: readonly Episode[], s: { episodes: number; failed: number }, maxShare: number): string | null {
+  if (s.failed === 0 || (s.failed <= maxShare * s.episodes && s.failed < s.episodes)) return null;
+  const first = episodes.find(isFailed)?.failure ?? '';
+  return (
+    `${s.failed} of ${s.episodes} episodes failed, more than train.eval_max_failed_share (${(maxShare * 100).toFixed(0)}%) allows` +
+    ` (first: ${first.length > 300 ? `${first.slice(0, 300)}…` : first})`
+  );
 }
 
 /** Episodes of one held-out evaluation: env.eval_variations caps each task's split, it does not pad it. */
@@ -71,24 +89,34 @@ function mean(xs: number[]): number {
   return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0;
 }
 
+/**
+ * The before/after table of eval.md (or one evaluation's): per task and overall. Under it, the episodes
+ * that failed; an invalid evaluation shows "invalid" where its scores would be, and why.
+ */
 export function formatEvalTable(final: EvalResult, initial: EvalResult | null): string {
   const head = initial
     ? `| task | episodes | score (iter ${initial.iteration}) | score (iter ${final.iteration}) | success (iter ${initial.iteration}) | success (iter ${final.iteration}) |\n|---|---|---|---|---|---|`
     : `| task | episodes | score (iter ${final.iteration}) | success (iter ${final.iteration}) |\n|---|---|---|---|`;
+  const score = (r: EvalResult, t: { mean_score: number }) => (r.invalid ? 'invalid' : t.mean_score.toFixed(1));
+  const success = (r: EvalResult, t: { success_rate: number }) => (r.invalid ? 'invalid' : pct(t.success_rate));
   const rows = final.perTask.map((t) => {
     const i = initial?.perTask.find((x) => x.task === t.task);
     return initial && i
-      ? `| ${t.task} | ${t.episodes} | ${i.mean_score.toFixed(1)} | ${t.mean_score.toFixed(1)} | ${pct(i.success_rate)} | ${pct(t.success_rate)} |`
-      : `| ${t.task} | ${t.episodes} | ${t.mean_score.toFixed(1)} | ${pct(t.success_rate)} |`;
+      ? `| ${t.task} | ${t.episodes} | ${score(initial, i)} | ${score(final, t)} | ${success(initial, i)} | ${success(final, t)} |`
+      : `| ${t.task} | ${t.episodes} | ${score(final, t)} | ${success(final, t)} |`;
   });
   const f = final.summary;
   const i = initial?.summary;
   rows.push(
     initial && i
-      ? `| **all** | ${f.episodes} | ${i.mean_score.toFixed(1)} | ${f.mean_score.toFixed(1)} | ${pct(i.success_rate)} | ${pct(f.success_rate)} |`
-      : `| **all** | ${f.episodes} | ${f.mean_score.toFixed(1)} | ${pct(f.success_rate)} |`,
+      ? `| **all** | ${f.episodes} | ${score(initial, i)} | ${score(final, f)} | ${success(initial, i)} | ${success(final, f)} |`
+      : `| **all** | ${f.episodes} | ${score(final, f)} | ${success(final, f)} |`,
   );
-  return `Held-out evaluation (${final.perTask.length} tasks)\n\n${head}\n${rows.join('\n')}`;
+  const evaluations = initial ? [initial, final] : [final];
+  const failed = evaluations.map((r) => `${r.summary.failed ?? 0} of ${r.summary.episodes} at iter ${r.iteration}`).join(', ');
+  const notes = [`failed: ${failed} (episodes an environment or engine failure ended: not scored)`];
+  for (const r of evaluations) if (r.invalid) notes.push(`iter ${r.iteration}: invalid evaluation, no score: ${r.invalid}`);
+  return `Held-out evaluation (${final.perTask.length} tasks)\n\n${head}\n${rows.join('\n')}\n\n${notes.join('\n')}`;
 }
 
 function pct(x: number): string {

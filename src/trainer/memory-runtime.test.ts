@@ -98,6 +98,28 @@ describe('MemoryRuntime.write: step credit', () => {
   });
 });
 
+describe('MemoryRuntime: episodes a failure ended', () => {
+  const failed: Episode = { ...episode, variation: 1, outcome: 'failed', failure: 'POST /step lost the connection' };
+
+  it('write no tips: the tips of a batch are those of its other episodes, and its reflection is null', async () => {
+    const memory = runtime([]);
+    const { added, reflections } = await memory.writeTips([failed, episode]);
+    expect(added).toBe(4);
+    expect(reflections[0]).toBeNull();
+    expect(reflections[1]).not.toBeNull();
+    expect(await runtime([]).write([failed])).toBe(0);
+  });
+
+  it('get no novelty bonus and do not count as visits: the next episode in the same states is still new', async () => {
+    const memory = runtime(['algo.intrinsic=novelty', 'algo.intrinsic_coef=1']);
+    const [forFailed, forOther] = await memory.intrinsicRewards([failed, episode]);
+    expect(forFailed.every((r) => r === 0)).toBe(true);
+    const alone = await runtime(['algo.intrinsic=novelty', 'algo.intrinsic_coef=1']).intrinsicRewards([episode]);
+    expect(forOther).toEqual(alone[0]);
+    expect(forOther.some((r) => r > 0)).toBe(true);
+  });
+});
+
 describe('MemoryRuntime.write: experimental.step_tip_reflection', () => {
   it('true (reference): each step entry starts with the episode summary; false: the action and its score alone', async () => {
     const withSummary = runtime(['experimental.step_credit=gain']);

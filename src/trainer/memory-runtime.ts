@@ -15,7 +15,7 @@ import type { Embedder } from '../memory/types.ts';
 import { IM_END, IM_START, type ChatMessage } from '../policy/index.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { MEMORY_FILE } from '../run/checkpoint.ts';
-import type { Episode, RolloutJob, ShownTip } from '../run/records.ts';
+import { isFailed, type Episode, type RolloutJob, type ShownTip } from '../run/records.ts';
 import { promptSettings } from './prompt-style.ts';
 import type { TipQuery, TipSource } from './rollout.ts';
 
@@ -251,7 +251,8 @@ export class MemoryRuntime {
     const longest = Math.max(0, ...episodes.map((e) => e.steps.length));
     for (let t = 0; t < longest; t++) {
       episodes.forEach((e, i) => {
-        if (t >= e.steps.length) return;
+        // An episode a failure ended is not trained on, and its states are not counted as visited.
+        if (t >= e.steps.length || isFailed(e)) return;
         const slot = this.slotOf(e);
         const r =
           this.algo.intrinsic === 'novelty'
@@ -273,7 +274,16 @@ export class MemoryRuntime {
    * `write`, also returning each episode's reflection (the tip the reflector wrote; null where none
    * was written: no tip memory, or per-step entries without the reflection in front).
    */
-  async writeTips(episodes: readonly Episode[]): Promise<{ added: number; reflections: (string | null)[] }> {
+  async writeTips(batch: readonly Episode[]): Promise<{ added: number; reflections: (string | null)[] }> {
+    // An episode a failure ended says nothing about the task: no tip is written from it.
+    const kept = [...batch.keys()].filter((i) => !isFailed(batch[i]));
+    const written = await this.writeFrom(kept.map((i) => batch[i]));
+    const reflections = batch.map(() => null as string | null);
+    kept.forEach((i, k) => (reflections[i] = written.reflections[k]));
+    return { added: written.added, reflections };
+  }
+
+  private async writeFrom(episodes: readonly Episode[]): Promise<{ added: number; reflections: (string | null)[] }> {
     if (!this.algo.memory || episodes.length === 0) return { added: 0, reflections: episodes.map(() => null) };
     const t0 = performance.now();
     const trajectories = episodes.map(trajectoryOf);

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../config/load.ts';
 import { resolveAlgo } from '../config/schema.ts';
 import { createEnv } from '../envs/index.ts';
-import type { Env } from '../envs/types.ts';
+import type { Env, Split } from '../envs/types.ts';
 import type { GenerateOptions, Generation, PolicyEngine } from '../policy/types.ts';
 import { MemoryRuntime } from './memory-runtime.ts';
 import { rolloutSettings, runEpisodesInChunks, type TipQuery } from './rollout.ts';
@@ -169,5 +169,134 @@ describe('experimental.tip_source=oracle in rollouts', () => {
     ).rejects.toThrow(
       /experimental\.tip_source: oracle needs an environment with a scripted solver \(the built-in one\); builtin has none/,
     );
+  });
+});
+
+/** The built-in environment, with a long observation where `huge` says (on reset, or on the step numbered `at`). */
+class LongObservations implements Env {
+  private steps = 0;
+  constructor(
+    private readonly inner: Env,
+    private readonly huge: { onReset?: string; onStep?: { at: number; text: string }; failStep?: number },
+  ) {}
+  get name() {
+    return this.inner.name;
+  }
+  tasks = () => this.inner.tasks();
+  variations = (task: string, split: Split) => this.inner.variations(task, split);
+  maxSteps = (task: string) => this.inner.maxSteps(task);
+  validActions = () => this.inner.validActions();
+  score = () => this.inner.score();
+  done = () => this.inner.done();
+  close = () => this.inner.close();
+  async reset(task: string, variation: number, seed?: number) {
+    this.steps = 0;
+    const r = await this.inner.reset(task, variation, seed);
+    return this.huge.onReset ? { ...r, observation: this.huge.onReset } : r;
+  }
+  async step(action: string) {
+    const r = await this.inner.step(action);
+    this.steps++;
+    if (this.huge.failStep === this.steps)
+      return { ...r, done: true, info: { outcome: 'simulator_error', simulatorError: 'POST /step lost the connection' } };
+    return this.huge.onStep?.at === this.steps ? { ...r, observation: this.huge.onStep.text } : r;
+  }
+}
+
+/** HashPolicy that records the longest text it was asked to tokenise, with a context of `contextLength` tokens. */
+class MeasuredPolicy extends HashPolicy {
+  longestEncoded = 0;
+  readonly generated: number[] = [];
+  constructor(readonly contextLength?: number) {
+    super();
+    const encode = this.tokenizer.encode;
+    this.tokenizer.encode = (text: string) => ((this.longestEncoded = Math.max(this.longestEncoded, text.length)), encode(text));
+  }
+  override async generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]> {
+    this.generated.push(...prompts.map((p) => p.length));
+    return super.generate(prompts, opts);
+  }
+}
+
+describe('observations too long for the policy, and environment failures', () => {
+  const limited = loadConfig(null, [
+    'env.tasks=[fetch,power]',
+    'env.max_steps=5',
+    'rollout.constrained=true',
+    'env.max_observation_bytes=4096',
+  ]);
+  const twoJobs = jobs.slice(0, 2);
+  const words = 'the red box is next to the green door in the kitchen ';
+  const huge = words.repeat(200_000); // about 10 MB
+
+  it('an observation over env.max_observation_bytes on reset or on a step ends its episode as failed, untokenised, naming the limit', async () => {
+    const policy = new MeasuredPolicy();
+    const envs = [
+      new LongObservations(await createEnv(limited.env), { onReset: huge }),
+      new LongObservations(await createEnv(limited.env), { onStep: { at: 2, text: huge } }),
+    ];
+    const { episodes } = await runEpisodesInChunks(envs, policy as unknown as PolicyEngine, twoJobs, {
+      settingsFor: () => rolloutSettings(limited, false, 5),
+    });
+    expect(policy.longestEncoded).toBeLessThan(20_000);
+    expect(episodes.map((e) => [e.outcome, e.steps.length])).toEqual([
+      ['failed', 0],
+      ['failed', 2],
+    ]);
+    for (const e of episodes) {
+      expect(e.failure).toBe(`the observation of ${Buffer.byteLength(huge)} bytes is over env.max_observation_bytes (4096)`);
+      expect(e.finalObservation.length).toBeLessThan(2_000);
+      expect(e.finalObservation).toMatch(/… \[cut: the observation of \d+ bytes is over env\.max_observation_bytes \(4096\)\]$/);
+    }
+  });
+
+  it('a task description over the limit ends its episode the same way', async () => {
+    const policy = new MeasuredPolicy();
+    const env = await createEnv(limited.env);
+    const reset = env.reset.bind(env);
+    env.reset = async (task, variation, seed) => ({ ...(await reset(task, variation, seed)), task: huge });
+    const { episodes } = await runEpisodesInChunks([env], policy as unknown as PolicyEngine, twoJobs.slice(0, 1), {
+      settingsFor: () => rolloutSettings(limited, false, 5),
+    });
+    expect(policy.longestEncoded).toBeLessThan(20_000);
+    expect(episodes[0]).toMatchObject({
+      outcome: 'failed',
+      failure: expect.stringMatching(/^the task description of \d+ bytes is over env\.max_observation_bytes/),
+    });
+  });
+
+  it("a prompt longer than the model's context ends its episode as failed, before it is sent; the others play on", async () => {
+    // Prompts here are UTF-8 bytes: the first step's prompt fits 1,500 tokens, a 1,200-byte observation then does not.
+    const policy = new MeasuredPolicy(1_500);
+    const long = 'a long but allowed observation. '.repeat(40);
+    const envs = [
+      new LongObservations(await createEnv(limited.env), { onStep: { at: 1, text: long } }),
+      new LongObservations(await createEnv(limited.env), {}),
+    ];
+    const { episodes } = await runEpisodesInChunks(envs, policy as unknown as PolicyEngine, twoJobs, {
+      settingsFor: () => rolloutSettings(limited, false, 5),
+    });
+    expect(Math.max(...policy.generated)).toBeLessThanOrEqual(1_500 - limited.rollout.max_tokens);
+    expect(episodes[0]).toMatchObject({ outcome: 'failed', steps: [expect.anything()] });
+    expect(episodes[0].failure).toMatch(
+      new RegExp(
+        `^its prompt of \\d+ tokens, with up to ${limited.rollout.max_tokens} to generate \\(rollout\\.max_tokens\\), is longer than the model's context of 1500 tokens$`,
+      ),
+    );
+    expect(episodes[1].outcome).not.toBe('failed');
+    expect(episodes[1].steps.length).toBeGreaterThan(1);
+  });
+
+  it('an episode the environment reports failed (simulator_error) ends as failed, saying what failed; the others keep their outcome', async () => {
+    const envs = [
+      new LongObservations(await createEnv(limited.env), { failStep: 1 }),
+      new LongObservations(await createEnv(limited.env), {}),
+    ];
+    const { episodes } = await runEpisodesInChunks(envs, new HashPolicy() as unknown as PolicyEngine, twoJobs, {
+      settingsFor: () => rolloutSettings(limited, false, 5),
+    });
+    expect(episodes[0]).toMatchObject({ outcome: 'failed', failure: 'POST /step lost the connection' });
+    expect(['success', 'ended', 'step_limit']).toContain(episodes[1].outcome);
+    expect(episodes[1].outcome === 'success').toBe(episodes[1].success);
   });
 });

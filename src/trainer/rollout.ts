@@ -3,12 +3,13 @@
  * every live episode at once (one batched forward pass instead of one per episode).
  */
 import type { Config } from '../config/schema.ts';
-import type { Env } from '../envs/types.ts';
-import { SUCCESS_SCORE } from '../envs/types.ts';
+import type { Env, StepResult } from '../envs/types.ts';
+import { envFailure, SUCCESS_SCORE } from '../envs/types.ts';
 import type { PolicyEngine, TextTokenizer } from '../policy/types.ts';
 import type { ProgressSink } from '../run/progress.ts';
-import type { Episode, RolloutJob, RolloutStats, ShownTip, StepRecord } from '../run/records.ts';
-import { parseAction, startDialogue, type Dialogue, type PromptSettings, type Turn } from './prompt.ts';
+import type { Episode, EpisodeOutcome, RolloutJob, RolloutStats, ShownTip, StepRecord } from '../run/records.ts';
+import { turnEventLoop } from '../util/event-loop.ts';
+import { parseAction, startDialogue, type Dialogue, type EncodedPrompt, type PromptSettings, type Turn } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
 
 /**
@@ -48,6 +49,8 @@ export interface RolloutSettings {
    * step of a batch is held until the update); 0 or absent keeps none, only their count.
    */
   keptValidActions?: number;
+  /** env.max_observation_bytes: a longer observation or task description ends its episode as failed, untokenised (absent: no limit). */
+  maxObservationBytes?: number;
 }
 
 function emptyStats(): RolloutStats {
@@ -94,6 +97,10 @@ interface LiveEpisode {
   /** Why the engine stopped sampling it (Generation.error). */
   engineError?: string;
   limit: number;
+  /** How it ended, once it has. */
+  outcome: EpisodeOutcome | null;
+  /** What failed, for a failed episode. */
+  failure: string | null;
 }
 
 /** Plays one episode per job, each on its own environment, in lockstep; tips from `o.memory`, progress told to `o.progress`. */
@@ -107,7 +114,10 @@ export async function runEpisodes(
   const s = o.settings;
   const stats = emptyStats();
   const live = await Promise.all(jobs.map((job, i) => startEpisode(envs[i], job, i, { tokenizer: engine.tokenizer, s })));
-  for (const e of live) o.progress?.started(e.index, e.limit);
+  for (const e of live) {
+    o.progress?.started(e.index, e.limit);
+    if (e.done) o.progress?.ended(e.index, e.score);
+  }
   try {
     for (let t = 0; live.some((e) => !e.done); t++) {
       const active = live.filter((e) => !e.done);
@@ -125,6 +135,8 @@ export async function runEpisodes(
     score: e.score,
     success: e.score >= SUCCESS_SCORE,
     ...(e.engineError ? { engineError: e.engineError } : {}),
+    outcome: e.outcome ?? 'step_limit',
+    ...(e.failure !== null ? { failure: e.failure } : {}),
   }));
   return { episodes, stats };
 }
@@ -138,25 +150,47 @@ async function startEpisode(
 ): Promise<LiveEpisode> {
   const { tokenizer, s } = c;
   const first = await env.reset(job.task, job.variation, s.seed);
+  // An environment that failed, or sent more than the policy may read, ends the episode before its first prompt.
+  const task = shown(first.task, 'task description', s.maxObservationBytes);
+  const observation = shown(first.observation, 'observation', s.maxObservationBytes);
+  const failure = envFailure(first.info) ?? task.over ?? observation.over;
   return {
     index,
     job,
     env,
-    task: first.task,
+    task: task.text,
     dialogue: startDialogue(tokenizer, s.prompt, {
-      task: first.task,
-      observation: first.observation,
+      task: task.text,
+      observation: observation.text,
       validActions: first.validActions,
       reflections: job.reflections,
     }),
     cacheKey: `episode-${nextEpisodeKey++}`,
-    turns: [{ observation: first.observation }],
+    turns: [{ observation: observation.text }],
     valid: first.validActions,
     steps: [],
     score: 0,
-    done: false,
+    done: failure !== null,
     limit: s.maxSteps ?? env.maxSteps(job.task),
+    outcome: failure !== null ? 'failed' : null,
+    failure,
   };
+}
+
+/** How much of an observation or task description is kept in records before it ends an episode for its length. */
+const KEPT_OF_OVERSIZED = 1_000;
+
+/**
+ * `text` as the policy may see it: whole, or, over `limit` bytes, cut to its start with a note and the
+ * reason its episode ends (`over`), so that it is never tokenised nor held whole.
+ */
+export function shown(text: string, what: string, limit: number | undefined): { text: string; over: string | null } {
+  // A string of n UTF-16 units holds at most 3n bytes of UTF-8: most texts pass without being counted.
+  if (limit === undefined || text.length * 3 <= limit) return { text, over: null };
+  const bytes = Buffer.byteLength(text, 'utf8');
+  if (bytes <= limit) return { text, over: null };
+  const over = `the ${what} of ${bytes} bytes is over env.max_observation_bytes (${limit})`;
+  return { text: `${text.slice(0, KEPT_OF_OVERSIZED)}… [cut: ${over}]`, over };
 }
 
 /** The tips each active episode is shown this step (none for those that do not use the memory), timed into `stats`. */
@@ -191,7 +225,12 @@ async function step(
   const { engine, s, stats } = c;
   // Plain prompts are the tiny model's: its actions are its whole answer, as it was trained.
   const actionOf = (text: string, valid: readonly string[]) => (s.prompt.template ? parseAction(text, valid) : text.trim());
-  const encoded = active.map((e, i) => e.dialogue.prompt(tips[i].map((tip) => tip.text)));
+  const all = await encodePrompts(active, tips);
+  // A prompt the model cannot read ends its episode, rather than the run.
+  const playing = withinContext(active, all, { engine, s, progress: c.progress });
+  if (playing.length === 0) return;
+  const episodes = playing.map((i) => active[i]);
+  const encoded = playing.map((i) => all[i]);
   const prompts = encoded.map((x) => x.ids);
   const t0 = performance.now();
   const before = engine.prefillCounts?.().prefilledTokens ?? 0;
@@ -200,32 +239,33 @@ async function step(
     topP: s.topP,
     maxTokens: s.maxTokens,
     seed: s.seed * 100_003 + c.t,
-    allowedTexts: s.constrained ? active.map((e) => constrainedTo(e.valid)) : undefined,
-    cacheKeys: s.reusePrefix === false ? undefined : active.map((e) => e.cacheKey),
+    allowedTexts: s.constrained ? episodes.map((e) => constrainedTo(e.valid)) : undefined,
+    cacheKeys: s.reusePrefix === false ? undefined : episodes.map((e) => e.cacheKey),
   });
   const t1 = performance.now();
   stats.prefilledTokens += (engine.prefillCounts?.().prefilledTokens ?? 0) - before;
-  const actions = gens.map((g, i) => (g.error ? '' : actionOf(g.text, active[i].valid)));
+  const actions = gens.map((g, i) => (g.error ? '' : actionOf(g.text, episodes[i].valid)));
   // A row the engine could not sample (its rollout server died, none was left) ends its episode where it is.
-  const results = await Promise.all(active.map((e, i) => (gens[i].error ? null : e.env.step(actions[i]))));
+  const results = await Promise.all(episodes.map((e, i) => (gens[i].error ? null : e.env.step(actions[i]))));
   stats.policySeconds += (t1 - t0) / 1000;
   stats.envSeconds += (performance.now() - t1) / 1000;
   const keptValid = s.keptValidActions ?? 0;
   const ended: string[] = [];
-  active.forEach((e, i) => {
+  episodes.forEach((e, i) => {
     const g = gens[i];
     const r = results[i];
     const action = actions[i];
     if (!r) {
-      e.done = true;
       e.engineError = g.error;
+      end(e, { outcome: 'failed', failure: `the rollout engine could not sample it: ${g.error}` });
       ended.push(e.cacheKey);
       c.progress?.ended(e.index, e.score);
       return;
     }
+    const observation = shown(r.observation, 'observation', s.maxObservationBytes);
     e.steps.push({
       observation: e.turns[e.turns.length - 1].observation,
-      tips: tips[i],
+      tips: tips[playing[i]],
       validActions: keptValid > 0 ? e.valid.slice(0, keptValid) : [],
       validActionCount: e.valid.length,
       prompt: prompts[i],
@@ -236,22 +276,73 @@ async function step(
       reward: r.reward,
       score: r.score,
     });
-    e.dialogue.advance(g, action, r.observation, r.validActions);
+    e.dialogue.advance(g, action, observation.text, r.validActions);
     e.turns[e.turns.length - 1].action = action;
-    e.turns.push({ observation: r.observation });
+    e.turns.push({ observation: observation.text });
     e.valid = r.validActions;
     e.score = r.score;
     stats.envSteps++;
     stats.generatedTokens += g.tokens.length;
     stats.promptTokens += prompts[i].length;
-    if (r.done || e.steps.length >= e.limit) {
-      e.done = true;
+    const failure = envFailure(r.info) ?? observation.over;
+    if (r.done || failure !== null || e.steps.length >= e.limit) {
+      end(e, { outcome: outcomeOf(r, failure), failure });
       ended.push(e.cacheKey);
       c.progress?.ended(e.index, e.score);
     }
   });
   if (ended.length) engine.releaseCache?.(ended);
-  c.progress?.stepped(active.map((e) => e.index));
+  c.progress?.stepped(episodes.map((e) => e.index));
+}
+
+/**
+ * The prompt of every active episode, with the event loop turned between episodes: prompts of long
+ * observations take a while to tokenise, and a signal (SIGTERM, Ctrl-C) must not wait for all of them.
+ */
+async function encodePrompts(active: readonly LiveEpisode[], tips: readonly ShownTip[][]): Promise<EncodedPrompt[]> {
+  const encoded: EncodedPrompt[] = [];
+  for (const [i, e] of active.entries()) {
+    if (i > 0) await turnEventLoop();
+    encoded.push(e.dialogue.prompt(tips[i].map((tip) => tip.text)));
+  }
+  return encoded;
+}
+
+/**
+ * Positions in `active` of the episodes whose prompt, with the tokens it may generate, fits the model's
+ * context; the others end here as failed (their prompts are not sent).
+ */
+function withinContext(
+  active: readonly LiveEpisode[],
+  encoded: readonly EncodedPrompt[],
+  c: { engine: PolicyEngine; s: RolloutSettings; progress?: ProgressSink },
+): number[] {
+  const context = c.engine.contextLength;
+  const playing: number[] = [];
+  const cut: string[] = [];
+  active.forEach((e, i) => {
+    const tokens = encoded[i].ids.length;
+    if (context === undefined || tokens + c.s.maxTokens <= context) return void playing.push(i);
+    const failure = `its prompt of ${tokens} tokens, with up to ${c.s.maxTokens} to generate (rollout.max_tokens), is longer than the model's context of ${context} tokens`;
+    end(e, { outcome: 'failed', failure });
+    cut.push(e.cacheKey);
+    c.progress?.ended(e.index, e.score);
+  });
+  if (cut.length) c.engine.releaseCache?.(cut);
+  return playing;
+}
+
+function end(e: LiveEpisode, how: { outcome: EpisodeOutcome; failure: string | null }): void {
+  e.done = true;
+  e.outcome = how.outcome;
+  e.failure = how.failure;
+}
+
+/** How a step that ended its episode ended it. */
+function outcomeOf(r: StepResult, failure: string | null): EpisodeOutcome {
+  if (failure !== null) return 'failed';
+  if (!r.done || r.info?.truncated === true) return 'step_limit';
+  return r.score >= SUCCESS_SCORE ? 'success' : 'ended';
 }
 
 /**
@@ -300,5 +391,6 @@ export function rolloutSettings(cfg: Config, evaluation: boolean, seed: number):
     seed,
     reusePrefix: cfg.rollout.reuse_prefix,
     keptValidActions: cfg.trajectories.max_valid_actions,
+    maxObservationBytes: cfg.env.max_observation_bytes,
   };
 }

@@ -491,6 +491,39 @@ describe('updatePolicy on hand-made episodes', () => {
     for (const st of lost.steps) expect(withLost.batches[0].some((x) => x.prompt[0] === st.prompt[0])).toBe(false);
   });
 
+  it('leaves out episodes a failure ended: their group is normalised as a smaller one, and a group of failures gives nothing', async () => {
+    const e = handEpisodes();
+    // Group 1 gets a third rollout and group 3 only rollouts that failed (the environment, or a prompt too long).
+    const failed = (group: number, steps: StepRecord[]): Episode => ({
+      ...episode(group, steps),
+      outcome: 'failed',
+      failure: 'POST /step lost the connection',
+    });
+    const g1cut = failed(1, [step(50), step(50)]);
+    const g3 = [failed(3, [step(10)]), failed(3, [step(90)])];
+    for (const gigpo of [null, { omega: 1, gamma: 0.95, mode: 'mean_std_norm' as const }]) {
+      const engine = new RecordingEngine();
+      const stats = await updatePolicy(engine, [...Object.values(e), g1cut, ...g3], settings({ gigpo }), new Rng(1));
+      const prompts = new Set(engine.batches[0].map((s) => s.prompt[0]));
+      for (const st of [...g1cut.steps, ...g3.flatMap((x) => x.steps)]) expect(prompts.has(st.prompt[0])).toBe(false);
+      // The same samples and advantages as without them.
+      const without = new RecordingEngine();
+      const expected = await updatePolicy(without, Object.values(e), settings({ gigpo }), new Rng(1));
+      expect(engine.batches).toEqual(without.batches);
+      expect(stats.meanReturn).toBe(expected.meanReturn);
+    }
+    const byPrompt = new Map(
+      (
+        await (async () => {
+          const engine = new RecordingEngine();
+          await updatePolicy(engine, [...Object.values(e), g1cut], settings(), new Rng(1));
+          return engine.batches[0];
+        })()
+      ).map((s) => [s.prompt[0], s]),
+    );
+    expect(byPrompt.get(e.g1win.steps[0].prompt[0])!.advantages[0]).toBeCloseTo(A1, 9);
+  });
+
   it('with skip_zero_advantage off, zero-advantage steps are trained with A = 0', async () => {
     const e = handEpisodes();
     const engine = new RecordingEngine();

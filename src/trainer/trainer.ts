@@ -15,7 +15,7 @@ import { EvaluationInterrupted } from '../run/interrupt.ts';
 import { evalRecord, formatEvalLine, formatIterationLine, tipFollowRate, trainRecord } from '../run/iteration-log.ts';
 import { STEP_FILE, type PartialHeader } from '../run/partial.ts';
 import { EpisodeProgress, watchUpdate } from '../run/progress.ts';
-import type { Episode, EvalResult, RolloutJob, RolloutStats, UpdateStats } from '../run/records.ts';
+import { isFailed, type Episode, type EvalResult, type RolloutJob, type RolloutStats, type UpdateStats } from '../run/records.ts';
 import { closeRun, saveRunCheckpoint, saveRunPartWay, stopRequested } from '../run/run-context.ts';
 import { formatDuration } from '../util/duration.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
@@ -43,6 +43,8 @@ export interface TrainResult {
   finalEval: EvalResult | null;
   /** Stopped by Ctrl-C: after an iteration's checkpoint, or during the first or the final evaluation. */
   interrupted: boolean;
+  /** Iterations of this process in which every episode failed (environment or engine failures): nothing was learned in them. */
+  failedIterations: number[];
 }
 
 /**
@@ -74,18 +76,21 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const { state, metrics } = run;
   // The "before" of the before/after table; on resume, the one logged when the run started.
   const initialEval = metrics.evalAt(0) ?? (state.iteration === 0 ? await evaluateOutsideLoop(t, 0) : null);
-  if (state.iteration === 0 && !initialEval) return closeTraining(t, { initialEval, finalEval: null, interrupted: true });
+  if (state.iteration === 0 && !initialEval)
+    return closeTraining(t, { initialEval, finalEval: null, interrupted: true, failedIterations: [] });
   if (state.iteration >= cfg.train.iterations)
     log(`the run already finished its ${state.iteration} iterations; raise train.iterations to train it longer`);
 
   const clock = { started: performance.now() - state.elapsedSeconds * 1000 };
   let lastEval: EvalResult | null = initialEval;
   let interrupted = false;
+  const failedIterations: number[] = [];
   try {
     for (let it = state.iteration + 1; it <= cfg.train.iterations && !interrupted; it++) {
       const done = await runIteration(t, it, clock, opts);
       lastEval = done.evaluation ?? lastEval;
       interrupted = done.stop;
+      if (done.allFailed) failedIterations.push(it);
     }
   } catch (e) {
     if (!(e instanceof StoppedPartWay)) {
@@ -97,7 +102,17 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     interrupted = true;
   }
   const finalEval = interrupted ? lastEval : await finalEvaluation(t, initialEval);
-  return closeTraining(t, { initialEval, finalEval, interrupted: interrupted || !finalEval });
+  sayFailures(t, failedIterations, interrupted ? null : finalEval);
+  return closeTraining(t, { initialEval, finalEval, interrupted: interrupted || !finalEval, failedIterations });
+}
+
+/** At the end of the run: the iterations in which every episode failed, and a final evaluation without a score. */
+function sayFailures(t: Training, failedIterations: readonly number[], finalEval: EvalResult | null): void {
+  if (failedIterations.length > 0)
+    t.run.log(
+      `every episode failed (environment or engine failures) in iteration${failedIterations.length > 1 ? 's' : ''} ${failedIterations.join(', ')}: nothing was learned there`,
+    );
+  if (finalEval?.invalid) t.run.log(`the final evaluation is invalid, it gives no score: ${finalEval.invalid}`);
 }
 
 /**
@@ -139,7 +154,7 @@ async function runIteration(t: Training, it: number, clock: { started: number },
   const last = it === cfg.train.iterations;
   const evaluation = cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last ? await evaluateAndLog(t, it) : null;
   if (it % cfg.train.checkpoint_every === 0 || last || stopRequested(t.run)) log(`checkpoint ${await saveRunCheckpoint(t.run)}`);
-  return { evaluation, stop: stopRequested(t.run) && !last };
+  return { evaluation, stop: stopRequested(t.run) && !last, allFailed: batch.episodes.every(isFailed) };
 }
 
 /**
@@ -158,7 +173,10 @@ async function finalEvaluation(t: Training, initialEval: EvalResult | null): Pro
 }
 
 /** Ends the run (its Ctrl-C handling, environments, memory, engine and lock) and says how far it got. */
-async function closeTraining(t: Training, r: Pick<TrainResult, 'initialEval' | 'finalEval' | 'interrupted'>): Promise<TrainResult> {
+async function closeTraining(
+  t: Training,
+  r: Pick<TrainResult, 'initialEval' | 'finalEval' | 'interrupted' | 'failedIterations'>,
+): Promise<TrainResult> {
   const { run } = t;
   run.interrupts?.dispose();
   await closeRun(run);

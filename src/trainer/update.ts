@@ -4,7 +4,9 @@
  *   1. return of each rollout = sum of its scaled step rewards + its weighted intrinsic rewards;
  *   2. advantage = return normalised within its group (same task and variation); with the GiGPO
  *      step term (algo.step_advantage: gigpo, ../algo/gigpo.ts) plus ω times the step's discounted
- *      return normalised among the group's steps taken from the same state;
+ *      return normalised among the group's steps taken from the same state. An episode that an
+ *      environment or engine failure ended is left out first: a group of four with one failed is a
+ *      group of three;
  *   3. every action token of a step gets that step's advantage (GRPO: the same for every step of a
  *      rollout), and a step whose advantage is 0 is left out (skipZeroAdvantage);
  *   4. the prompt each step is scored on: as sampled (plain and on-policy-with-tips rollouts), or
@@ -22,7 +24,7 @@ import { resolveAlgo, type Config } from '../config/schema.ts';
 import type { PolicyEngine, StepResumeOptions, TrainSequence, TrainStats } from '../policy/types.ts';
 import type { Rng } from '../util/rng.ts';
 import type { Mode } from '../algo/modes.ts';
-import type { Episode, UpdateStats } from '../run/records.ts';
+import { isFailed, type Episode, type UpdateStats } from '../run/records.ts';
 import { removeTips } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
 import { packEpisodeSteps } from './packing.ts';
@@ -118,10 +120,10 @@ export async function updatePolicy(engine: PolicyEngine, episodes: UpdateEpisode
   return runOptimiserSteps(engine, await prepareUpdate(engine, episodes, s), { settings: s, rng });
 }
 
-export async function prepareUpdate(engine: PolicyEngine, rolledOut: UpdateEpisode[], s: UpdateSettings): Promise<PreparedUpdate> {
-  // An episode the rollout engine lost part-way (engineError: no rollout server was left) is no sample
-  // of the policy: its cut-short return would count as a failure in its group. It takes no part.
-  const episodes = rolledOut.filter((e) => !e.engineError);
+export async function prepareUpdate(engine: PolicyEngine, batch: UpdateEpisode[], s: UpdateSettings): Promise<PreparedUpdate> {
+  // An episode a failure ended (the environment's, or the rollout engine's: no rollout server was left)
+  // is no sample of the policy: its group is normalised over the others (docs/EMPO2.md §7).
+  const episodes = batch.filter((e) => !isFailed(e) && !e.engineError);
   const stepRewards = episodes.map((e) => e.steps.map((st, t) => st.reward * s.rewardScale + (e.intrinsic?.[t] ?? 0)));
   const returns = stepRewards.map(rolloutReturn);
   const { advantages, stepGroups } = stepAdvantages(episodes, { stepRewards, returns }, s);

@@ -18,6 +18,13 @@ export type TrajectorySource = (typeof TRAJECTORY_SOURCES)[number];
 export const TRAJECTORY_MODES = ['plain', 'tips-on-policy', 'tips-off-policy', 'tips', 'reflexion'] as const;
 export type TrajectoryMode = (typeof TRAJECTORY_MODES)[number];
 
+/**
+ * How the episode ended: at a full score, done below it, cut at its step limit, or by a failure of the
+ * environment or the engine (not the agent's doing: such an episode is not trained on nor scored).
+ */
+export const TRAJECTORY_OUTCOMES = ['success', 'ended', 'step_limit', 'failed'] as const;
+export type TrajectoryOutcome = (typeof TRAJECTORY_OUTCOMES)[number];
+
 const ShownTipSchema = z.looseObject({
   text: z.string(),
   score: z.number().nullable(),
@@ -63,6 +70,10 @@ export const EpisodeRecordSchema = z.looseObject({
   final_observation: z.string(),
   score: z.number(),
   success: z.boolean(),
+  /** How it ended; absent in records written before outcomes were kept. */
+  outcome: z.enum(TRAJECTORY_OUTCOMES).optional(),
+  /** What failed, for an episode whose outcome is `failed`. */
+  failure: z.string().optional(),
   /** The tip the reflector wrote after the episode (Reflexion: the plan); null where none was written. */
   reflection: z.string().nullable(),
   /** Reflexion only: the variation's earlier plans that opened every prompt of this episode, oldest first. */

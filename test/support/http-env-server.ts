@@ -3,8 +3,8 @@
  * its SciWorld/BabyAI/TextCraft servers, or of its WebShop server with `dialect: 'webshop'`), a
  * tiny text game, and faults on demand: a request that hangs, a socket dropped before or after the
  * request is carried out, garbage or wrongly shaped answers, error statuses, AgentGym-style
- * {"error"} answers, and the whole server dying (every instance lost) and coming back on the same
- * port. `openInstances` is what the leak checks read.
+ * {"error"} answers, observations of megabytes, and the whole server dying (every instance lost) and
+ * coming back on the same port, or not. `openInstances` is what the leak checks read.
  *
  * The game: find an item hidden in one of four rooms and take it. Data index i hides item
  * ITEMS[i % 5] in room ROOMS[1 + floor(i / 5) % 4]; the player starts in the hall. Taking it gives
@@ -79,14 +79,18 @@ export type Fault =
   /** The server dies (every instance lost, connections cut) and listens again after a short pause. */
   | 'die'
   /** HTTP 200 and a body that never ends (no Content-Length); not carried out. */
-  | 'endless';
+  | 'endless'
+  /** Carried out, answered with an observation of `hugeBytes` bytes of ordinary words (a reset's or a step's). */
+  | 'huge';
 
 export interface TestServerOptions {
   dialect?: 'agentgym' | 'webshop';
   /** Decides a fault for each request (null: none); called after any queued fault is used up. */
   faults?: (method: string, path: string) => Fault | null;
-  /** Pause before a dead server listens again, ms. */
-  restartAfterMs?: number;
+  /** Pause before a dead server listens again, ms (null: it stays dead). */
+  restartAfterMs?: number | null;
+  /** Size of the observation a 'huge' fault answers with, bytes (default 10 MiB). */
+  hugeBytes?: number;
 }
 
 export class TestEnvServer {
@@ -117,8 +121,9 @@ export class TestEnvServer {
     readonly port: number,
     server: Server,
     readonly dialect: 'agentgym' | 'webshop',
-    private readonly restartAfterMs: number,
+    private readonly restartAfterMs: number | null,
     faults: TestServerOptions['faults'],
+    private readonly hugeBytes: number,
   ) {
     this.server = server;
     this.faults = faults ?? null;
@@ -129,7 +134,15 @@ export class TestEnvServer {
     const server = createServer((req, res) => void self!.handle(req, res));
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const port = (server.address() as AddressInfo).port;
-    self = new TestEnvServer(port, server, options.dialect ?? 'agentgym', options.restartAfterMs ?? 50, options.faults);
+    const restartAfterMs = options.restartAfterMs === undefined ? 50 : options.restartAfterMs;
+    self = new TestEnvServer(
+      port,
+      server,
+      options.dialect ?? 'agentgym',
+      restartAfterMs,
+      options.faults,
+      options.hugeBytes ?? 10 * 2 ** 20,
+    );
     return self;
   }
 
@@ -233,6 +246,10 @@ export class TestEnvServer {
     if (fault === 'drop_after') {
       res.socket?.destroy();
       return;
+    }
+    if (fault === 'huge' && status === 200 && typeof answer === 'object' && answer !== null && 'observation' in answer) {
+      const words = 'the red box is next to the green door in the kitchen ';
+      (answer as { observation: string }).observation = words.repeat(Math.ceil(this.hugeBytes / words.length)).slice(0, this.hugeBytes);
     }
     send(res, status, answer);
   }

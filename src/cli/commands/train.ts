@@ -28,6 +28,14 @@ export function register(program: Command): void {
             : `stopped at iteration ${result.iterations}; continue with: empo2 train --run-dir ${cfg.run_dir} --resume`,
         );
         process.exitCode = 130;
+        return;
+      }
+      // The run said what failed (its last lines); its result is not one to rely on.
+      if (result.failedIterations.length > 0 || result.finalEval?.invalid) {
+        console.error(
+          `empo2: the run finished, but ${result.failedIterations.length > 0 ? `every episode of iteration ${result.failedIterations.join(', ')} failed` : 'its final evaluation is invalid'} (see above); exiting with status 1`,
+        );
+        process.exitCode = 1;
       }
     });
 }

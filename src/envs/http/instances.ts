@@ -5,8 +5,9 @@
  * - close() of each env closes its own; this registry is the safety net for the rest.
  * - process exit (process.exit(), the end of the event loop): 'exit' handlers cannot wait for a
  *   request, so a short-lived child process sends the close requests, with a 5 s limit.
- * - SIGTERM and SIGHUP, while instances are open: they are closed first (3 s limit), then the
- *   signal is raised again with its default action, so the process still ends by that signal.
+ * - SIGTERM and SIGHUP, while instances are open: they are closed first, by the same child process
+ *   (waited for: 5 s limit), then the signal is raised again with its default action, so the process
+ *   still ends by that signal.
  * SIGINT is left to the trainer's Ctrl-C handling (src/run/interrupt.ts): its first Ctrl-C
  * ends the run through close(); a second one, or SIGKILL, ends the process before anything can
  * be sent, which is why servers should also drop instances idle for long (see README.md).
@@ -57,6 +58,7 @@ let input = '';
 process.stdin.on('data', (d) => (input += d)).on('end', async () => {
   const calls = JSON.parse(input);
   await Promise.allSettled(calls.map((c) => fetch(c.url, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(c.body), signal: AbortSignal.timeout(3000) })));
+  process.exit(0); // not waiting for kept-alive connections to close: the caller waits for this process
 });`;
 
 function closeAllBeforeExit(): void {
@@ -73,17 +75,11 @@ function closeAllBeforeExit(): void {
 }
 
 function onSignal(signal: NodeJS.Signals): void {
-  const calls = [...open.values()];
-  open.clear();
   for (const s of SIGNALS) process.off(s, onSignal);
   signalsInstalled = false;
-  const sends = calls.map((c) =>
-    fetch(c.url, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify(c.body),
-      signal: AbortSignal.timeout(3_000),
-    }).then((r) => r.body?.cancel()),
-  );
-  void Promise.allSettled(sends).then(() => process.kill(process.pid, signal));
+  // Sent from a child process, waited for here: the signal may come while a long computation holds
+  // the thread (a long prompt's prefill), which turns the event loop only between stretches of
+  // seconds, so requests sent from this process would wait for several of them.
+  closeAllBeforeExit();
+  process.kill(process.pid, signal);
 }

@@ -287,7 +287,7 @@ export async function startWebShopServer(opts: WebShopServerOptions = {}): Promi
     if (foreign) {
       const why =
         foreign.header === 'host'
-          ? `Host ${JSON.stringify(foreign.value)} does not name this server (bound to ${rules.boundAddress}); open it by its IP address${isLoopback(rules.boundAddress) ? ' or as localhost' : ''}`
+          ? `Host ${JSON.stringify(foreign.value)} does not name this server (bound to ${rules.boundAddress}); open it by its IP address${isLoopback(rules.boundAddress) ? ' or as localhost' : ''}, or start it with --allowed-host NAME`
           : `forms from pages of another origin (${JSON.stringify(foreign.value)}) are refused: shop from this server's own page`;
       return send(res, 403, page('Refused', `<p class="error">${escapeHtml(why)}.</p>`));
     }

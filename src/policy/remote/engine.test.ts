@@ -302,6 +302,35 @@ describe('RemoteEngine against misbehaving servers', () => {
     await s.close();
   });
 
+  it('does not follow a redirect to another port: the request fails at once, naming where it pointed, with no retry', async () => {
+    const elsewhere = await stub((_a, body, _req, res) => json(res, 200, answer(body)));
+    const s = await stub((_a, _b, _req, res) => {
+      res.writeHead(307, { Location: `${elsewhere.url}/v1/completions` });
+      res.end();
+    });
+    const retries: string[] = [];
+    await expect(engineFor(s.url, { retries: 3, warn: (m) => retries.push(m) }).generate([[1]], OPTS)).rejects.toThrow(
+      new RegExp(`answered 307, a redirect to ${elsewhere.url}/v1/completions, outside the base URL ${s.url}/v1: not followed`),
+    );
+    expect(s.attempts()).toBe(1);
+    expect(elsewhere.attempts()).toBe(0);
+    expect(retries).toEqual([]);
+    await Promise.all([s.close(), elsewhere.close()]);
+  });
+
+  it('follows a redirect under the base URL, keeping the method and body', async () => {
+    const s = await stub((_a, body, req, res) => {
+      if (req.url === '/v1/completions') {
+        res.writeHead(308, { Location: '/v1/completions/' });
+        res.end();
+      } else json(res, 200, { ...(answer(body) as object), method: req.method });
+    });
+    const [g] = await engineFor(s.url).generate([[1, 2]], OPTS);
+    expect(g.tokens).toEqual([5, 6]);
+    expect(s.attempts()).toBe(2);
+    await s.close();
+  });
+
   it('reports a server that is not there after retrying', async () => {
     const s = await stub(() => {});
     const url = s.url;

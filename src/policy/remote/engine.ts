@@ -137,6 +137,7 @@ export class RemoteEngine implements PolicyEngine {
       backoffMs: o.backoffMs ?? 500,
       apiKey: o.apiKey,
       onRetry: (m) => this.warn(`remote engine: ${m}`),
+      baseUrl: this.baseUrl,
     };
     this.modelName = o.model ? Promise.resolve(o.model) : null;
   }

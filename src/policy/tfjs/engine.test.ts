@@ -786,6 +786,38 @@ describe('prefix reuse: generate with cacheKeys', () => {
     engine.dispose();
   });
 
+  it('a prompt too long for the heap and for the model is refused saying it is beyond the context, not to use another engine', async () => {
+    const engine = makeEngine(28, {}, { max_position_embeddings: 64 });
+    const reserve = chunkReserveBytes() + PREFILL_TOKENS * inferenceBytesPerToken(engine.model.config);
+    (engine.options as EngineOptions).memoryLimitBytes =
+      tf.memory().numBytes + (reserve + 50 * kvBytesPerToken(engine.model.config)) / HEAP_SAFETY;
+    const long = Array.from({ length: 80 }, (_, i) => 10 + (i % 50));
+    const refusal = engine.generate([long], { temperature: 1, topP: 1, maxTokens: 4, seed: 1 });
+    await expect(refusal).rejects.toThrow(
+      /generate: prompt 0 \(80 tokens \+ 4 to generate\) needs .* it is also longer than the model's context of 64 tokens \(max_position_embeddings\), so no engine would read it: shorten it$/,
+    );
+    await expect(refusal).rejects.not.toThrow(/model\.engine: torch/);
+    engine.dispose();
+  });
+
+  it('turns the event loop between prefill chunks without a signal: a Ctrl-C or SIGTERM is handled during a long prompt', async () => {
+    const engine = makeEngine(29, { chunks: { prefillTokens: 4 } });
+    const long = prompt('You are in the hall. You see a red box, a blue drawer and a door to the kitchen.');
+    let turns = 0;
+    let generating = true;
+    const tick = () => {
+      if (!generating) return;
+      turns++;
+      setImmediate(tick);
+    };
+    setImmediate(tick);
+    await engine.generate([long], { temperature: 1, topP: 1, maxTokens: 1, seed: 1 });
+    generating = false;
+    expect(long.length).toBeGreaterThan(12);
+    expect(turns).toBeGreaterThanOrEqual(Math.ceil(long.length / 4) - 1);
+    engine.dispose();
+  });
+
   it('stays within its count and byte limits (least recently used dropped first), and results do not change', async () => {
     const engine = makeEngine(25, { kvCache: { maxEntries: 2, maxBytes: 1e9 } });
     const ps = [prompt('go'), prompt('look'), prompt('open red box')];

@@ -59,7 +59,16 @@ async function yieldTo(signal: AbortSignal | undefined): Promise<void> {
   await turnEventLoop();
   signal.throwIfAborted();
 }
-const TOO_BIG_HINT = 'use model.engine: torch for sequences this long';
+
+/**
+ * Between two chunks of a prefill, with or without a signal: a long prompt holds the thread for
+ * seconds per chunk, and Ctrl-C, SIGTERM (which closes an HTTP environment's instances first) and a
+ * test runner's messages are handled only when the event loop turns. One turn costs microseconds.
+ */
+async function turnBetweenChunks(signal: AbortSignal | undefined): Promise<void> {
+  await turnEventLoop();
+  signal?.throwIfAborted();
+}
 
 export interface EngineOptions {
   optimizer: AdamWConfig;
@@ -155,6 +164,19 @@ export class TfjsEngine implements PolicyEngine {
       { layers: c.num_hidden_layers, kvHeads: c.num_key_value_heads, headDim: headDim(c) },
       options.kvCache ?? DEFAULT_KV_CACHE_LIMITS,
     );
+  }
+
+  /** The model's max_position_embeddings. */
+  get contextLength(): number {
+    return this.model.config.max_position_embeddings;
+  }
+
+  /** What to do about a sequence of `tokens` too long for the heap: the other engine, unless the model cannot read it at all. */
+  private tooBigHint(tokens: number): string {
+    const context = this.contextLength;
+    if (tokens > context)
+      return `it is also longer than the model's context of ${context} tokens (max_position_embeddings), so no engine would read it: shorten it`;
+    return 'use model.engine: torch for sequences this long';
   }
 
   // ---------------------------------------------------------------- memory
@@ -288,7 +310,7 @@ export class TfjsEngine implements PolicyEngine {
         const fits = Math.max(0, Math.floor(budget / perToken) - maxTokens);
         throw new Error(
           `generate: prompt ${b} (${p.length} tokens + ${maxTokens} to generate) needs ${formatBytes(need)} of keys/values, but the wasm heap has room for ` +
-            `${formatBytes(Math.max(0, budget))} (prompts up to ${fits} tokens); ${TOO_BIG_HINT}`,
+            `${formatBytes(Math.max(0, budget))} (prompts up to ${fits} tokens); ${this.tooBigHint(p.length + maxTokens)}`,
         );
       }
     });
@@ -332,7 +354,7 @@ export class TfjsEngine implements PolicyEngine {
     const tail: (LayerCache | null)[] = Array(layers).fill(null);
     try {
       if (at.R > 0) this.uploadPrefixes(at, reuse, blocks);
-      const logits = this.prefill(at, prompts, blocks);
+      const logits = await this.prefill(at, prompts, { blocks, signal: call.signal });
       // One block for all new tokens, so every decode step multiplies by few blocks.
       for (let l = 0; l < layers; l++) {
         const fresh = blocks[l].slice(at.R > 0 ? 1 : 0);
@@ -391,7 +413,12 @@ export class TfjsEngine implements PolicyEngine {
   }
 
   /** Runs the group's new prompt tokens in chunks, keeping their keys/values; returns the logits of each row's last token. */
-  private prefill(at: GroupLayout, prompts: number[][], blocks: LayerCache[][]): Float32Array {
+  private async prefill(
+    at: GroupLayout,
+    prompts: number[][],
+    o: { blocks: LayerCache[][]; signal: AbortSignal | undefined },
+  ): Promise<Float32Array> {
+    const { blocks } = o;
     const { rows, G, r, R, N, offset } = at;
     const pad = this.options.padToken;
     const heads = this.model.config.num_attention_heads;
@@ -401,6 +428,7 @@ export class TfjsEngine implements PolicyEngine {
     );
     let logits: Float32Array | null = null;
     for (let t0 = 0; t0 < N; t0 += chunk) {
+      if (t0 > 0) await turnBetweenChunks(o.signal);
       const t1 = Math.min(N, t0 + chunk);
       const T = t1 - t0;
       const S = R + t1;
@@ -659,7 +687,7 @@ export class TfjsEngine implements PolicyEngine {
       if (n > fitTokens) {
         throw new Error(
           `${what}: sequence ${i} has ${n} tokens, but the wasm heap has room for ${Math.max(0, fitTokens)} tokens per pass of this model ` +
-            `(${formatBytes(bytesPerToken)} per token, ${formatBytes(Math.max(0, budget))} free); ${TOO_BIG_HINT}`,
+            `(${formatBytes(bytesPerToken)} per token, ${formatBytes(Math.max(0, budget))} free); ${this.tooBigHint(n)}`,
         );
       }
     });

@@ -9,6 +9,7 @@
  * its state (half an optimiser step?) is unknown, so continuing would be worse than failing.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import type { ObjectiveConfig } from '../../algo/objective.ts';
@@ -331,6 +332,7 @@ class WorkerConnection {
 
 export class TorchEngine implements PolicyEngine {
   readonly prefill: PrefillCounts = { prefilledTokens: 0, reusedTokens: 0 };
+  private context: number | undefined | null = null;
 
   private constructor(
     readonly tokenizer: Tokenizer,
@@ -341,6 +343,12 @@ export class TorchEngine implements PolicyEngine {
     /** The process started: the worker's (the launcher's under `launcher`, e.g. torchrun). */
     readonly pid: number,
   ) {}
+
+  /** The model's max_position_embeddings, from its config.json (undefined where that has none). */
+  get contextLength(): number | undefined {
+    if (this.context === null) this.context = contextLengthOf(this.options.modelDir);
+    return this.context;
+  }
 
   /** Starts the worker, loads the model and returns an engine ready for use. */
   static async start(options: TorchEngineOptions): Promise<TorchEngine> {
@@ -568,5 +576,16 @@ export class TorchEngine implements PolicyEngine {
 
   dispose(): void {
     void this.worker.shutdown(10_000);
+  }
+}
+
+/** max_position_embeddings in a model directory's config.json, or undefined where it cannot be read. */
+function contextLengthOf(modelDir: string): number | undefined {
+  try {
+    const value = (JSON.parse(readFileSync(join(modelDir, 'config.json'), 'utf8')) as { max_position_embeddings?: unknown })
+      .max_position_embeddings;
+    return typeof value === 'number' && Number.isInteger(value) && value > 0 ? value : undefined;
+  } catch {
+    return undefined;
   }
 }
