@@ -5,9 +5,10 @@
 import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import { SUCCESS_SCORE } from '../envs/types.ts';
-import type { PolicyEngine, TextTokenizer } from '../policy/types.ts';
+import type { GenerateOptions, Generation, PolicyEngine, TextTokenizer } from '../policy/types.ts';
 import type { ProgressSink } from '../run/progress.ts';
 import type { Episode, RolloutJob, RolloutStats, ShownTip, StepRecord } from '../run/records.ts';
+import type { RescoredStep } from '../trajectory/format.ts';
 import { parseAction, startDialogue, type Dialogue, type PromptSettings, type Turn } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
 
@@ -68,6 +69,31 @@ const SLOT = /<[^<>]+>/;
 export function constrainedTo(valid: readonly string[]): readonly string[] | null {
   return valid.some((a) => SLOT.test(a)) ? null : valid;
 }
+
+/** What an ActingEngine is told of one episode at a step, besides its prompt. */
+export interface ActRow {
+  prompt: number[];
+  task: string;
+  observation: string;
+  /** Steps the episode has taken so far (0 for its first action). */
+  stepsTaken: number;
+  validActions: readonly string[];
+}
+
+/**
+ * An engine that chooses each action from what the episode has seen, not only from the prompt's tokens
+ * (Retrospex: the LLM's candidates rescored by a critic of the state). Rollouts ask it with `act`
+ * instead of `generate`; `parse` turns a response into the action the environment is given.
+ */
+export interface ActingEngine extends PolicyEngine {
+  act(
+    rows: readonly ActRow[],
+    opts: GenerateOptions,
+    parse: (text: string, valid: readonly string[]) => string,
+  ): Promise<(Generation & { rescored?: RescoredStep })[]>;
+}
+
+const isActing = (engine: PolicyEngine): engine is ActingEngine => typeof (engine as Partial<ActingEngine>).act === 'function';
 
 /** Cache keys unique within the process, so engines never mix two episodes' KV caches. */
 let nextEpisodeKey = 0;
@@ -195,14 +221,21 @@ async function step(
   const prompts = encoded.map((x) => x.ids);
   const t0 = performance.now();
   const before = engine.prefillCounts?.().prefilledTokens ?? 0;
-  const gens = await engine.generate(prompts, {
+  const options: GenerateOptions = {
     temperature: s.temperature,
     topP: s.topP,
     maxTokens: s.maxTokens,
     seed: s.seed * 100_003 + c.t,
     allowedTexts: s.constrained ? active.map((e) => constrainedTo(e.valid)) : undefined,
     cacheKeys: s.reusePrefix === false ? undefined : active.map((e) => e.cacheKey),
-  });
+  };
+  const gens: (Generation & { rescored?: RescoredStep })[] = isActing(engine)
+    ? await engine.act(
+        active.map((e, i) => actRow(e, prompts[i])),
+        options,
+        actionOf,
+      )
+    : await engine.generate(prompts, options);
   const t1 = performance.now();
   stats.prefilledTokens += (engine.prefillCounts?.().prefilledTokens ?? 0) - before;
   const actions = gens.map((g, i) => (g.error ? '' : actionOf(g.text, active[i].valid)));
@@ -235,6 +268,7 @@ async function step(
       action,
       reward: r.reward,
       score: r.score,
+      ...(g.rescored ? { rescored: g.rescored } : {}),
     });
     e.dialogue.advance(g, action, r.observation, r.validActions);
     e.turns[e.turns.length - 1].action = action;
@@ -252,6 +286,11 @@ async function step(
   });
   if (ended.length) engine.releaseCache?.(ended);
   c.progress?.stepped(active.map((e) => e.index));
+}
+
+/** What an ActingEngine sees of `e` at this step. */
+function actRow(e: LiveEpisode, prompt: number[]): ActRow {
+  return { prompt, task: e.task, observation: e.turns[e.turns.length - 1].observation, stepsTaken: e.steps.length, validActions: e.valid };
 }
 
 /**
