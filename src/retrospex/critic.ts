@@ -53,14 +53,26 @@ export interface CriticFileMeta {
 }
 
 export class Critic {
-  private constructor(
-    readonly encoder: EncoderIdentity,
-    readonly hidden: number,
-    readonly iql: IqlSettings,
-    private readonly params: Map<string, tf.Variable>,
-    /** What the file it came from says of its training and data (empty for a fresh critic). */
-    readonly meta: CriticFileMeta,
-  ) {}
+  readonly encoder: EncoderIdentity;
+  readonly hidden: number;
+  readonly iql: IqlSettings;
+  /** What the file it came from says of its training and data (empty for a fresh critic). */
+  readonly meta: CriticFileMeta;
+  private readonly params: Map<string, tf.Variable>;
+
+  private constructor(f: {
+    encoder: EncoderIdentity;
+    hidden: number;
+    iql: IqlSettings;
+    params: Map<string, tf.Variable>;
+    meta: CriticFileMeta;
+  }) {
+    this.encoder = f.encoder;
+    this.hidden = f.hidden;
+    this.iql = f.iql;
+    this.params = f.params;
+    this.meta = f.meta;
+  }
 
   /** A fresh critic: online heads drawn from `seed`, targets equal to them. */
   static init(encoder: EncoderIdentity, o: { hidden: number; iql: IqlSettings; seed: number }): Critic {
@@ -78,7 +90,7 @@ export class Critic {
     ] as const)
       for (const { name } of headLayout(online, encoder.dim, o.hidden))
         params.set(name.replace(online, target), variableFrom(params.get(name)!.clone(), false));
-    return new Critic(encoder, o.hidden, o.iql, params, { training: {}, data: {} });
+    return new Critic({ encoder, hidden: o.hidden, iql: o.iql, params, meta: { training: {}, data: {} } });
   }
 
   /** Variables the optimisers move: the online Q heads, and V. */
@@ -187,7 +199,7 @@ export class Critic {
     ] as const)
       for (const { name } of headLayout(target, f.encoder.dim, f.hidden))
         params.set(name.replace(target, online), variableFrom(params.get(name)!.clone(), true));
-    return new Critic(f.encoder, f.hidden, f.iql, params, { training: f.training, data: f.data });
+    return new Critic({ encoder: f.encoder, hidden: f.hidden, iql: f.iql, params, meta: { training: f.training, data: f.data } });
   }
 }
 
