@@ -33,6 +33,8 @@ export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 say() { echo "[retrospex-study $(date -u +%FT%TZ)] $*"; }
 
 # run <done-file> <log-file> <command...>: the command, unless <done-file> exists; its output in <log-file>.
+# A failed attempt is tried again (ATTEMPTS in all, WAIT seconds apart): on a shared machine a starved
+# worker can miss its start or call timeout; a real fault fails every attempt and stops the script.
 run() {
   local done=$1 log=$2
   shift 2
@@ -41,14 +43,20 @@ run() {
     return 0
   fi
   mkdir -p "$(dirname "$done")" "$(dirname "$log")"
-  say "start: $* (output in $log)"
-  local t0=$SECONDS
-  if ! "$@" >"$log" 2>&1; then
-    say "FAILED after $((SECONDS - t0)) s: $* (see $log)"
+  local attempt t0
+  for ((attempt = 1; attempt <= ${ATTEMPTS:-3}; attempt++)); do
+    say "start (attempt $attempt): $* (output in $log)"
+    t0=$SECONDS
+    if "$@" >"$log" 2>&1; then
+      say "finished in $((SECONDS - t0)) s: $done"
+      return 0
+    fi
+    say "FAILED after $((SECONDS - t0)) s (attempt $attempt): $* (see $log)"
     tail -5 "$log"
-    exit 1
-  fi
-  say "finished in $((SECONDS - t0)) s: $done"
+    cp "$log" "$log.failed-$attempt"
+    [ "$attempt" -lt "${ATTEMPTS:-3}" ] && sleep "${WAIT:-300}"
+  done
+  exit 1
 }
 
 # arm <set> <config> <logged variations per task> <instances> <instances for Retrospex> <seed> <jobs...>: at most
@@ -57,7 +65,9 @@ arm() {
   local set=$1 cfg=$2 logged=$3 plain=$4 instances=$5 k=$6
   shift 6
   local d=$OUT/$set/seed$k
-  local base=(node bin/empo2.js eval "$MODEL" -c "$cfg" --set "seed=$k")
+  # The PyTorch worker named, not left to model.engine auto: auto probes the venv with a 2-minute timeout,
+  # and on a machine busy enough to starve the probe it silently plays on the tfjs engine instead.
+  local base=(node bin/empo2.js eval "$MODEL" -c "$cfg" --set "seed=$k" --set model.engine=torch)
   local job
   for job in "$@"; do
     case $job in
