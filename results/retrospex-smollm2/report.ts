@@ -79,8 +79,14 @@ function rlFinals(label: string): Map<number, { mean: number; perTask: Record<st
 
 const armMean = (r: SeedRuns, arm: Arm, task?: string) =>
   mean((r.arms[arm] ?? []).filter((e) => !task || e.task === task).map((e) => e.score));
+/** Each seed's mean score of `arm` (on `task`), for the seeds where it has episodes (of that task). */
 const bySeed = (runs: SeedRuns[], arm: Arm, task?: string) =>
-  new Map(runs.filter((r) => r.arms[arm]?.length).map((r) => [r.seed, armMean(r, arm, task)]));
+  new Map(
+    runs
+      .filter((r) => r.arms[arm]?.length)
+      .map((r) => [r.seed, armMean(r, arm, task)] as const)
+      .filter(([, m]) => Number.isFinite(m)),
+  );
 
 /** Episode pairs of two arms: the same seed, task and variation. */
 function episodePairs(runs: SeedRuns[], reference: Arm, other: Arm): [Map<number, number>, Map<number, number>] {
