@@ -22,20 +22,37 @@ export const ALLOWED: Record<string, readonly string[]> = {
   run: ['algo', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
   trainer: ['run', 'algo', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
   adapt: ['trainer', 'run', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
+  retrospex: ['trainer', 'run', 'algo', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
   compare: ['run', 'algo', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
   serve: ['run', 'policy', 'config', 'util'],
   dashboard: ['compare', 'serve', 'trainer', 'run', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
-  cli: ['dashboard', 'compare', 'serve', 'adapt', 'trainer', 'run', 'algo', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
+  cli: [
+    'dashboard',
+    'compare',
+    'serve',
+    'retrospex',
+    'adapt',
+    'trainer',
+    'run',
+    'algo',
+    'memory',
+    'policy',
+    'envs',
+    'trajectory',
+    'config',
+    'util',
+  ],
 };
 
 /** Folders that may import from policy/ only its entry (policy/index.ts) and its types (policy/types.ts). */
-export const POLICY_ENTRY_ONLY: readonly string[] = ['trainer', 'run', 'adapt'];
+export const POLICY_ENTRY_ONLY: readonly string[] = ['trainer', 'run', 'adapt', 'retrospex'];
 
 /** Where functions stay under MAX_FUNCTION_LINES lines: the training wing and the engines (folders, or single files). */
 export const SHORT_FUNCTIONS: readonly string[] = [
   'trainer',
   'run',
   'adapt',
+  'retrospex',
   'algo',
   'compare',
   'policy/tfjs/engine.ts',
@@ -43,7 +60,7 @@ export const SHORT_FUNCTIONS: readonly string[] = [
   'policy/remote/engine.ts',
 ];
 /** Where functions take an options object rather than more than MAX_PARAMETERS parameters. */
-export const FEW_PARAMETERS: readonly string[] = ['trainer', 'run', 'adapt', 'algo'];
+export const FEW_PARAMETERS: readonly string[] = ['trainer', 'run', 'adapt', 'retrospex', 'algo'];
 const MAX_FUNCTION_LINES = 80;
 const MAX_PARAMETERS = 4;
 /** Functions that mirror the PolicyEngine interface's trainStep (batch, objective, temperature, lr, resume). */

@@ -38,6 +38,9 @@ export interface EvalRecord {
   failed?: number;
   /** Tips from the checkpoint's memory were shown (train.eval_with_memory); absent when they were not. */
   with_memory?: { tips: number };
+  /** How actions were chosen when not by the policy alone (`retrospex`), and with what (`critic`); absent for the policy alone. */
+  method?: string;
+  critic?: object;
 }
 
 export interface EvalOutput {
@@ -49,6 +52,8 @@ export interface EvalOutput {
   modelDir: string;
   /** Where to record the episodes played (trajectory JSON lines), if anywhere. */
   trajectories?: string;
+  /** Fields saying how actions were chosen, added to the EvalRecord (Retrospex: method and critic). */
+  method?: Pick<EvalRecord, 'method' | 'critic'>;
 }
 
 /**
@@ -100,7 +105,8 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
       throw new Error(
         `the evaluation is invalid, it gives no score: ${result.invalid}${output.json ? `; ${output.json} was not written` : ''}`,
       );
-    if (output.json) writeJsonAtomic(output.json, evalRecordOf(result, cfg, { modelDir: output.modelDir, t0, memory }));
+    if (output.json)
+      writeJsonAtomic(output.json, { ...evalRecordOf(result, cfg, { modelDir: output.modelDir, t0, memory }), ...output.method });
     return result;
   } finally {
     await Promise.all(envs.map((e) => e.close()));

@@ -7,6 +7,7 @@ import { Command } from 'commander';
 import { ConfigError } from '../config/load.ts';
 import * as adapt from './commands/adapt.ts';
 import * as compare from './commands/compare.ts';
+import * as critic from './commands/critic.ts';
 import * as dashboard from './commands/dashboard.ts';
 import * as evaluate from './commands/eval.ts';
 import * as importGguf from './commands/import-gguf.ts';
@@ -20,7 +21,7 @@ import * as webshop from './commands/webshop.ts';
 const program = new Command();
 program.name('empo2').description('Train LLM agents to explore with EMPO² (memory-augmented hybrid on/off-policy RL)').showHelpAfterError();
 
-for (const command of [train, evaluate, importGguf, play, serve, compare, adapt, warmup, memoryShow, dashboard, webshop])
+for (const command of [train, evaluate, importGguf, play, serve, compare, adapt, critic, warmup, memoryShow, dashboard, webshop])
   command.register(program);
 
 program.parseAsync(process.argv).catch((e: unknown) => {

@@ -62,6 +62,7 @@ export function episodeRecord(e: Episode, at: PlayedAt, c: EpisodeContext): Epis
         reward: s.reward,
         score: s.score,
         followed_tip: followedTip(s.action, tips),
+        ...(s.rescored ? { rescored: s.rescored } : {}),
       };
     }),
     final_observation: e.finalObservation,

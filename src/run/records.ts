@@ -7,7 +7,7 @@
 import type { StepGroupSummary } from '../algo/gigpo.ts';
 import type { PastReflection } from '../memory/reflexion.ts';
 import type { TrainStats } from '../policy/types.ts';
-import type { TrajectoryOutcome } from '../trajectory/format.ts';
+import type { RescoredStep, TrajectoryOutcome } from '../trajectory/format.ts';
 
 export interface RolloutJob {
   task: string;
@@ -50,6 +50,8 @@ export interface StepRecord {
   action: string;
   reward: number;
   score: number;
+  /** How an ActingEngine chose the action among candidates, when it did (Retrospex). */
+  rescored?: RescoredStep;
 }
 
 /**

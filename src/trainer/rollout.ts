@@ -5,9 +5,10 @@
 import type { Config } from '../config/schema.ts';
 import type { Env, StepResult } from '../envs/types.ts';
 import { envFailure, SUCCESS_SCORE } from '../envs/types.ts';
-import type { PolicyEngine, TextTokenizer } from '../policy/types.ts';
+import type { GenerateOptions, Generation, PolicyEngine, TextTokenizer } from '../policy/types.ts';
 import type { ProgressSink } from '../run/progress.ts';
 import type { Episode, EpisodeOutcome, RolloutJob, RolloutStats, ShownTip, StepRecord } from '../run/records.ts';
+import type { RescoredStep } from '../trajectory/format.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { parseAction, startDialogue, type Dialogue, type EncodedPrompt, type PromptSettings, type Turn } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
@@ -71,6 +72,31 @@ const SLOT = /<[^<>]+>/;
 export function constrainedTo(valid: readonly string[]): readonly string[] | null {
   return valid.some((a) => SLOT.test(a)) ? null : valid;
 }
+
+/** What an ActingEngine is told of one episode at a step, besides its prompt. */
+export interface ActRow {
+  prompt: number[];
+  task: string;
+  observation: string;
+  /** Steps the episode has taken so far (0 for its first action). */
+  stepsTaken: number;
+  validActions: readonly string[];
+}
+
+/**
+ * An engine that chooses each action from what the episode has seen, not only from the prompt's tokens
+ * (Retrospex: the LLM's candidates rescored by a critic of the state). Rollouts ask it with `act`
+ * instead of `generate`; `parse` turns a response into the action the environment is given.
+ */
+export interface ActingEngine extends PolicyEngine {
+  act(
+    rows: readonly ActRow[],
+    opts: GenerateOptions,
+    parse: (text: string, valid: readonly string[]) => string,
+  ): Promise<(Generation & { rescored?: RescoredStep })[]>;
+}
+
+const isActing = (engine: PolicyEngine): engine is ActingEngine => typeof (engine as Partial<ActingEngine>).act === 'function';
 
 /** Cache keys unique within the process, so engines never mix two episodes' KV caches. */
 let nextEpisodeKey = 0;
@@ -234,14 +260,21 @@ async function step(
   const prompts = encoded.map((x) => x.ids);
   const t0 = performance.now();
   const before = engine.prefillCounts?.().prefilledTokens ?? 0;
-  const gens = await engine.generate(prompts, {
+  const options: GenerateOptions = {
     temperature: s.temperature,
     topP: s.topP,
     maxTokens: s.maxTokens,
     seed: s.seed * 100_003 + c.t,
     allowedTexts: s.constrained ? episodes.map((e) => constrainedTo(e.valid)) : undefined,
     cacheKeys: s.reusePrefix === false ? undefined : episodes.map((e) => e.cacheKey),
-  });
+  };
+  const gens: (Generation & { rescored?: RescoredStep })[] = isActing(engine)
+    ? await engine.act(
+        episodes.map((e, i) => actRow(e, prompts[i])),
+        options,
+        actionOf,
+      )
+    : await engine.generate(prompts, options);
   const t1 = performance.now();
   stats.prefilledTokens += (engine.prefillCounts?.().prefilledTokens ?? 0) - before;
   const actions = gens.map((g, i) => (g.error ? '' : actionOf(g.text, episodes[i].valid)));
@@ -275,6 +308,7 @@ async function step(
       action,
       reward: r.reward,
       score: r.score,
+      ...(g.rescored ? { rescored: g.rescored } : {}),
     });
     e.dialogue.advance(g, action, observation.text, r.validActions);
     e.turns[e.turns.length - 1].action = action;
@@ -343,6 +377,11 @@ function outcomeOf(r: StepResult, failure: string | null): EpisodeOutcome {
   if (failure !== null) return 'failed';
   if (!r.done || r.info?.truncated === true) return 'step_limit';
   return r.score >= SUCCESS_SCORE ? 'success' : 'ended';
+}
+
+/** What an ActingEngine sees of `e` at this step. */
+function actRow(e: LiveEpisode, prompt: number[]): ActRow {
+  return { prompt, task: e.task, observation: e.turns[e.turns.length - 1].observation, stepsTaken: e.steps.length, validActions: e.valid };
 }
 
 /**

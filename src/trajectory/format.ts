@@ -32,6 +32,24 @@ const ShownTipSchema = z.looseObject({
   action: z.string().nullable(),
 });
 
+/** One candidate of a step whose action was chosen by rescoring (Retrospex, docs/BASELINES.md). */
+const RescoredCandidateSchema = z.looseObject({
+  action: z.string(),
+  /** exp(mean token log-prob) of the action under the frozen LLM. */
+  likelihood: z.number(),
+  /** The critic's Q(s, a). */
+  q: z.number(),
+  /** λ·p̂ + (1 − λ)·q̂, the min-max normalised mix the action was chosen by. */
+  score: z.number(),
+});
+
+const RescoredSchema = z.looseObject({
+  /** λ: the weight of the likelihood at this step. */
+  weight: z.number(),
+  /** In the order they were proposed; the action taken is the first with the highest score. */
+  candidates: z.array(RescoredCandidateSchema),
+});
+
 const StepSchema = z.looseObject({
   observation: z.string(),
   /** The first `trajectories.max_valid_actions` of them. */
@@ -44,6 +62,8 @@ const StepSchema = z.looseObject({
   score: z.number(),
   /** Whether the action was one a shown tip named; null when no shown tip named an action. */
   followed_tip: z.boolean().nullable(),
+  /** How the action was chosen among the LLM's candidates, where a critic rescored them (Retrospex); absent otherwise. */
+  rescored: RescoredSchema.optional(),
 });
 
 export const EpisodeRecordSchema = z.looseObject({
@@ -84,6 +104,7 @@ export const EpisodeRecordSchema = z.looseObject({
 
 export type ShownTipRecord = z.infer<typeof ShownTipSchema>;
 export type StepRecordLine = z.infer<typeof StepSchema>;
+export type RescoredStep = z.infer<typeof RescoredSchema>;
 export type EpisodeRecord = z.infer<typeof EpisodeRecordSchema>;
 
 /** The last line of a file whose size cap was reached: nothing follows it. */

@@ -442,9 +442,47 @@ function stepRow(e, s, t, sourceId, emptyMemory) {
           { class: 'reward' },
           `reward ${fmt(s.reward)} · score ${fmt(s.score)}${gained ? ` (${gained > 0 ? '+' : ''}${fmt(gained)})` : ''}`,
         ),
+        s.rescored ? rescoredCandidates(s) : null,
       ),
     ),
     tips,
+  );
+}
+
+/** Retrospex: the LLM's candidates of the step, with the likelihood, the critic's Q and the mixed score the action was chosen by. */
+function rescoredCandidates(s) {
+  const n = s.rescored.candidates.length;
+  return h(
+    'details',
+    { class: 'valid rescored' },
+    h('summary', {}, `${n} candidate${n === 1 ? '' : 's'} rescored by the critic · λ ${fmt(s.rescored.weight, 2)}`),
+    h(
+      'table',
+      {},
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          ['action', 'likelihood', 'Q', 'score'].map((c) => h('th', {}, c)),
+        ),
+      ),
+      h(
+        'tbody',
+        {},
+        s.rescored.candidates.map((c) =>
+          h(
+            'tr',
+            { class: c.action === s.action ? 'taken' : '' },
+            h('td', {}, c.action),
+            h('td', { class: 'num' }, fmt(c.likelihood, 3)),
+            h('td', { class: 'num' }, fmt(c.q, 3)),
+            h('td', { class: 'num' }, fmt(c.score, 3)),
+          ),
+        ),
+      ),
+    ),
   );
 }
 

@@ -11,11 +11,11 @@
  * And files it cannot convert are refused with the key or tensor named.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { spawn } from 'node:child_process';
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { REPO_ROOT, pythonGate, runPython } from '../../../test/support/python.ts';
+import { pythonGate, runPython } from '../../../test/support/python.ts';
+import { runEmpo2 as empo2 } from '../../../test/support/empo2-cli.ts';
 import { sequenceLogits, worstRelative } from '../../../test/support/logits.ts';
 import { initBackend, tf } from '../tfjs/backend.ts';
 import { loadModelDir } from '../tfjs/checkpoint.ts';
@@ -34,22 +34,6 @@ interface TinyReference {
   sequences: number[][];
   long_sequence: number[];
   models: Record<string, { file: string; logits: number[][][]; ids: number[][]; chat: string[]; rope?: Record<string, unknown> }>;
-}
-
-/** `node bin/empo2.js ...args` from the repository root. */
-function empo2(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done, fail) => {
-    const child = spawn(process.execPath, [join(REPO_ROOT, 'bin', 'empo2.js'), ...args], {
-      cwd: REPO_ROOT,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', fail);
-    child.on('close', (code) => done({ code, stdout, stderr }));
-  });
 }
 
 describe('unpermuteRotaryRows', () => {
