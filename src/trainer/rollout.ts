@@ -260,21 +260,7 @@ async function step(
   const prompts = encoded.map((x) => x.ids);
   const t0 = performance.now();
   const before = engine.prefillCounts?.().prefilledTokens ?? 0;
-  const options: GenerateOptions = {
-    temperature: s.temperature,
-    topP: s.topP,
-    maxTokens: s.maxTokens,
-    seed: s.seed * 100_003 + c.t,
-    allowedTexts: s.constrained ? episodes.map((e) => constrainedTo(e.valid)) : undefined,
-    cacheKeys: s.reusePrefix === false ? undefined : episodes.map((e) => e.cacheKey),
-  };
-  const gens: (Generation & { rescored?: RescoredStep })[] = isActing(engine)
-    ? await engine.act(
-        episodes.map((e, i) => actRow(e, prompts[i])),
-        options,
-        actionOf,
-      )
-    : await engine.generate(prompts, options);
+  const gens = await sample(episodes, prompts, { engine, s, t: c.t, actionOf });
   const t1 = performance.now();
   stats.prefilledTokens += (engine.prefillCounts?.().prefilledTokens ?? 0) - before;
   const actions = gens.map((g, i) => (g.error ? '' : actionOf(g.text, episodes[i].valid)));
@@ -327,6 +313,30 @@ async function step(
   });
   if (ended.length) engine.releaseCache?.(ended);
   c.progress?.stepped(episodes.map((e) => e.index));
+}
+
+/** One batched generation for the playing episodes (through an acting engine's choice among candidates where there is one). */
+async function sample(
+  episodes: readonly LiveEpisode[],
+  prompts: number[][],
+  c: { engine: PolicyEngine; s: RolloutSettings; t: number; actionOf: (text: string, valid: readonly string[]) => string },
+): Promise<(Generation & { rescored?: RescoredStep })[]> {
+  const { engine, s } = c;
+  const options: GenerateOptions = {
+    temperature: s.temperature,
+    topP: s.topP,
+    maxTokens: s.maxTokens,
+    seed: s.seed * 100_003 + c.t,
+    allowedTexts: s.constrained ? episodes.map((e) => constrainedTo(e.valid)) : undefined,
+    cacheKeys: s.reusePrefix === false ? undefined : episodes.map((e) => e.cacheKey),
+  };
+  return isActing(engine)
+    ? await engine.act(
+        episodes.map((e, i) => actRow(e, prompts[i])),
+        options,
+        c.actionOf,
+      )
+    : await engine.generate(prompts, options);
 }
 
 /**
