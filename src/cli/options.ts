@@ -1,6 +1,7 @@
 /** What the commands in ./commands/ share: the config options, counts, ports and model arguments as the command line gives them. */
 import type { Command } from 'commander';
 import { ConfigError, describeOptions, loadConfig } from '../config/load.ts';
+import { envDefinition } from '../envs/index.ts';
 import { isPort } from '../util/port.ts';
 
 /** Collects a repeatable option's values. */
@@ -25,7 +26,9 @@ export function configFrom(
   if (opts.runDir) overrides.push(`run_dir=${opts.runDir}`);
   if (opts.seed !== undefined) overrides.push(`seed=${opts.seed}`);
   if (opts.iterations !== undefined) overrides.push(`train.iterations=${opts.iterations}`);
-  return loadConfig(opts.config ?? base ?? null, overrides);
+  const cfg = loadConfig(opts.config ?? base ?? null, overrides);
+  envDefinition(cfg.env.name); // an unknown environment is named now, before a model loads
+  return cfg;
 }
 
 /** An optional count option: undefined when not given, else a positive integer or an error naming the option. */

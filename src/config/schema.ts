@@ -9,9 +9,12 @@ const prob = z.number().min(0).max(1);
 
 export const EnvSchema = strict({
   name: z
-    .enum(['builtin', 'scienceworld', 'webshop', 'http'])
+    .string()
+    .min(1)
     .default('builtin')
-    .describe("environment family (http: a server speaking AgentGym's protocol at env.options.base_url, src/envs/http/README.md)"),
+    .describe(
+      "environment: builtin, scienceworld, webshop, http (a server speaking AgentGym's protocol at env.options.base_url, src/envs/http/README.md), or one a program registered with registerEnv (docs/API.md)",
+    ),
   tasks: z.array(z.string()).nullable().default(null).describe('task names to train on (null: all tasks of the environment)'),
   train_variations: z
     .number()

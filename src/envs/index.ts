@@ -1,64 +1,62 @@
 /**
- * Environment factory by family name. Families other than the built-in one load lazily, so their
- * dependencies (a Java simulator, a product catalogue) cost nothing unless used.
+ * The environments: the built-in families registered by name (./registry.ts), each loaded lazily, so
+ * their dependencies (a Java simulator, a product catalogue) cost nothing unless used. Everything
+ * outside envs/ imports this module, not the registry, so the built-in families are always registered.
  */
+import { envCorpus, openEnv, registerEnv, type EnvSettings } from './registry.ts';
 import type { Env, Split } from './types.ts';
 
-export interface EnvSettings {
-  name: string;
-  tasks: string[] | null;
-  max_steps: number | null;
-  options: Record<string, unknown>;
-}
+export { envDefinition, envNames, registerEnv, type EnvDefinition, type EnvFactory, type EnvSettings } from './registry.ts';
 
-export async function createEnv(s: EnvSettings): Promise<Env> {
-  switch (s.name) {
-    case 'builtin': {
-      const { createBuiltinEnv } = await import('./builtin/index.ts');
-      return createBuiltinEnv({
-        ...(s.options as object),
-        ...(s.tasks ? { tasks: s.tasks } : {}),
-        ...(s.max_steps ? { maxSteps: s.max_steps } : {}),
-      });
-    }
-    case 'webshop': {
-      const { createWebShopEnv } = await import('./webshop/index.ts');
-      return createWebShopEnv({ ...(s.options as object), ...(s.max_steps ? { maxSteps: s.max_steps } : {}) });
-    }
-    case 'scienceworld': {
-      const { createScienceWorldEnv } = await import('./scienceworld/index.ts');
-      // maxSteps replaces every per-task reference limit, so it is passed only when set.
-      return createScienceWorldEnv({
-        ...(s.options as object),
-        ...(s.tasks ? { tasks: s.tasks } : {}),
-        ...(s.max_steps ? { maxSteps: s.max_steps } : {}),
-      });
-    }
-    case 'http': {
-      const { createHttpEnv } = await import('./http/index.ts');
-      return createHttpEnv(s.options, { tasks: s.tasks, maxSteps: s.max_steps });
-    }
-    default:
-      throw new Error(`environment "${s.name}" is not available (known: builtin, scienceworld, webshop, http)`);
-  }
-}
+/** env.max_steps and env.tasks as the built-in factories take them: given only where the config sets them. */
+const limits = (s: EnvSettings) => ({ ...(s.tasks ? { tasks: s.tasks } : {}), ...(s.max_steps ? { maxSteps: s.max_steps } : {}) });
 
-/** Text the default tokenizer is trained on: what the environment shows and accepts. */
-export async function environmentCorpus(s: EnvSettings): Promise<string[]> {
-  if (s.name === 'builtin') {
+registerEnv('builtin', {
+  async create(s) {
+    const { createBuiltinEnv } = await import('./builtin/index.ts');
+    return createBuiltinEnv({ ...(s.options as object), ...limits(s) });
+  },
+  async corpus(s) {
     const { sampleCorpus } = await import('./builtin/index.ts');
     return sampleCorpus(600, s.tasks ?? undefined);
-  }
-  if (s.name === 'scienceworld') {
+  },
+});
+
+registerEnv('scienceworld', {
+  async create(s) {
+    const { createScienceWorldEnv } = await import('./scienceworld/index.ts');
+    // maxSteps replaces every per-task reference limit, so it is passed only when set.
+    return createScienceWorldEnv({ ...(s.options as object), ...limits(s) });
+  },
+  async corpus(s) {
     const { scienceWorldCorpus } = await import('./scienceworld/corpus.ts');
     return scienceWorldCorpus(s.tasks ?? undefined);
-  }
-  if (s.name === 'http') {
+  },
+});
+
+registerEnv('webshop', async (s) => {
+  const { createWebShopEnv } = await import('./webshop/index.ts');
+  return createWebShopEnv({ ...(s.options as object), ...(s.max_steps ? { maxSteps: s.max_steps } : {}) });
+});
+
+registerEnv('http', {
+  async create(s) {
+    const { createHttpEnv } = await import('./http/index.ts');
+    return createHttpEnv(s.options, { tasks: s.tasks, maxSteps: s.max_steps });
+  },
+  async corpus(s) {
     const { httpEnvironmentCorpus } = await import('./http/index.ts');
     return httpEnvironmentCorpus(s.options, { tasks: s.tasks, maxSteps: s.max_steps });
-  }
-  throw new Error(`no text corpus for environment "${s.name}": give model.path with a tokenizer.json`);
+  },
+});
+
+/** An instance of the environment registered as `s.name`; settings left out take the config's defaults. */
+export function createEnv(s: Pick<EnvSettings, 'name'> & Partial<EnvSettings>): Promise<Env> {
+  return openEnv({ name: s.name, tasks: s.tasks ?? null, max_steps: s.max_steps ?? null, options: s.options ?? {} });
 }
+
+/** Text the default tokenizer is trained on: what the environment shows and accepts (its registration's corpus). */
+export const environmentCorpus: (s: EnvSettings) => Promise<string[]> = envCorpus;
 
 /**
  * What env.eval_variations leaves out: null when every task's split holds that many variations,
