@@ -27,6 +27,10 @@
  * A run whose calls wait on another process (the PyTorch worker, a server) keeps the listener: the
  * second Ctrl-C removes this process's half-written checkpoint and exits with 130, and
  * `process.on('exit')` hooks end the child processes.
+ *
+ * A program that trains through the library stops a run with an AbortSignal instead: its abort is a
+ * first Ctrl-C (the same stops, the same saves). The library installs no SIGINT listener, since
+ * the process and its signals are the program's; there is no second abort, so no exit either.
  */
 import type { PolicyEngine } from '../policy/types.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
@@ -45,6 +49,10 @@ export class EvaluationInterrupted extends Error {
 export interface InterruptOptions {
   /** Some policy calls of this run hold the thread (TensorFlow.js in this process). */
   holdsTheThread: boolean;
+  /** Listen for Ctrl-C (SIGINT); default true. */
+  sigint?: boolean;
+  /** Aborting it stops the run as a first Ctrl-C does (one already aborted stops it at once). */
+  signal?: AbortSignal;
 }
 
 export class InterruptHandling {
@@ -61,7 +69,10 @@ export class InterruptHandling {
     private readonly beforeExit: () => void,
     private readonly options: InterruptOptions,
   ) {
-    process.on('SIGINT', this.onSigint);
+    if (options.sigint === false) this.listening = false;
+    else process.on('SIGINT', this.onSigint);
+    if (options.signal?.aborted) this.onAbort();
+    else options.signal?.addEventListener('abort', this.onAbort, { once: true });
   }
 
   /** The first SIGINT arrived: stop after the current iteration, with a checkpoint. */
@@ -99,6 +110,7 @@ export class InterruptHandling {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
+    this.options.signal?.removeEventListener('abort', this.onAbort);
     if (!this.stop) {
       this.removeListener();
       return;
@@ -124,6 +136,12 @@ export class InterruptHandling {
     setImmediate(() => this.useDefaultAction());
   };
 
+  private readonly onAbort = () => {
+    if (this.stop || this.disposed) return;
+    this.stop = true;
+    this.acknowledge('abort');
+  };
+
   private useDefaultAction(): void {
     if (!this.options.holdsTheThread || !this.listening || this.disposed) return;
     this.removeListener(); // with no listener left, Node restores SIGINT's default action
@@ -136,9 +154,17 @@ export class InterruptHandling {
     process.off('SIGINT', this.onSigint);
   }
 
-  private acknowledge(): void {
+  private acknowledge(cause: 'sigint' | 'abort' = 'sigint'): void {
     if (this.acknowledged) return;
     this.acknowledged = true;
+    if (cause === 'abort') {
+      this.log(
+        this.evaluating
+          ? 'aborted: stopping this evaluation; the last checkpoint is complete and resuming makes the evaluation again'
+          : 'aborted: finishing this iteration, saving a checkpoint, then stopping (one past train.partial_save_minutes stops at its next part-way save)',
+      );
+      return;
+    }
     this.log(
       this.evaluating
         ? 'interrupt: stopping this evaluation; the last checkpoint is complete and --resume makes the evaluation again (Ctrl-C again to exit at once)'

@@ -7,7 +7,7 @@ import type { Mode } from '../algo/modes.ts';
 import type { Config, ResolvedAlgo } from '../config/schema.ts';
 import { formatDuration } from '../util/duration.ts';
 import { followedTip } from '../trajectory/format.ts';
-import type { MetricsLine } from './metrics-log.ts';
+import type { MetricsLine, TrainLine } from './metrics-log.ts';
 import { isFailed, type Episode, type EvalResult, type RolloutStats, type UpdateStats } from './records.ts';
 
 /** One finished iteration, as the loop saw it. */
@@ -43,7 +43,7 @@ export interface ModeDraw {
 }
 
 /** The iteration's `train` line of metrics.jsonl. */
-export function trainRecord(r: IterationReport): MetricsLine {
+export function trainRecord(r: IterationReport): TrainLine {
   const { episodes, update, rollout: stats } = r;
   return {
     type: 'train',

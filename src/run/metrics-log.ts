@@ -14,6 +14,30 @@ export interface MetricsLine {
   [key: string]: unknown;
 }
 
+/** An iteration's `train` line (./iteration-log.ts trainRecord), as a program reading it sees its fields. */
+export interface TrainLine extends MetricsLine {
+  type: 'train';
+  /** Environment steps of the run so far. */
+  env_steps: number;
+  /** Mean score (0-100) and success rate (0-1) of the iteration's training episodes. */
+  mean_score: number;
+  success_rate: number;
+  loss: number;
+  clip_fraction: number;
+  kl: number;
+  /** Sequences and response tokens the update trained on. */
+  sequences: number;
+  trained_tokens: number;
+  rollout_seconds: number;
+  update_seconds: number;
+  elapsed_seconds: number;
+  /** Rollouts per mode (plain, tips, ...). */
+  modes: Record<string, number>;
+  /** Tips added to the memory this iteration, and its size after. */
+  tips_added: number;
+  memory_size: number;
+}
+
 export class MetricsLog {
   private constructor(
     readonly path: string,

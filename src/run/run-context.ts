@@ -182,16 +182,18 @@ function resumePoint(cfg: Config, resume: boolean, log: (line: string) => void) 
 }
 
 /**
- * Starts an opened run: Ctrl-C handling (`handleSignals`: the CLI's; tests leave it out) and, with
- * rollouts through a server, the server's first weights.
+ * Starts an opened run: Ctrl-C handling (`handleSignals`: the CLI's; tests leave it out), or stopping
+ * on `signal` (a program's, through the library), and, with rollouts through a server, the server's first weights.
  */
-export async function startRun(run: RunContext, handleSignals: boolean): Promise<void> {
+export async function startRun(run: RunContext, o: { handleSignals: boolean; signal?: AbortSignal }): Promise<void> {
   const { cfg, log } = run;
   // A second Ctrl-C may land in the middle of a checkpoint write: its temporary folder goes too (one
   // the kernel ends, in a TensorFlow.js run, leaves it to removeStaleTemporaryFiles at the next start).
-  if (handleSignals)
+  if (o.handleSignals || o.signal)
     run.interrupts = new InterruptHandling(log, () => removeOwnTemporaryFiles(cfg.run_dir), {
       holdsTheThread: run.training.holdsTheThread,
+      sigint: o.handleSignals,
+      signal: o.signal,
     });
   if (run.remoteRollouts) {
     await run.remoteRollouts.sync();

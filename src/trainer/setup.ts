@@ -6,7 +6,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { resolveAlgo, type Config, type ResolvedAlgo } from '../config/schema.ts';
-import { evalVariationsNote } from '../envs/index.ts';
+import { envDefinition, evalVariationsNote } from '../envs/index.ts';
 import type { Env } from '../envs/types.ts';
 import { matMulDescription } from '../policy/index.ts';
 import { bannerLines } from '../run/iteration-log.ts';
@@ -27,12 +27,14 @@ export interface Training {
 
 /**
  * Opens a run in cfg.run_dir, fresh or (`resume`) from its latest checkpoint, warms it up, logs its
- * banner and starts it; `handleSignals` installs Ctrl-C handling (the CLI does; tests do not).
+ * banner and starts it; `handleSignals` installs Ctrl-C handling (the CLI does; tests do not), and an
+ * abort of `signal` stops the run as a Ctrl-C does.
  */
 export async function openTraining(
   cfg: Config,
-  o: { resume: boolean; handleSignals: boolean; log: (line: string) => void },
+  o: { resume: boolean; handleSignals: boolean; signal?: AbortSignal; log: (line: string) => void },
 ): Promise<Training> {
+  envDefinition(cfg.env.name); // an unknown env.name fails here, before the run folder is made
   const algo = resolveAlgo(cfg);
   let tasks: string[] = [];
   const run = await openRun(cfg, o, {
@@ -51,7 +53,7 @@ export async function openTraining(
     const trainVariations = new Map(tasks.map((t) => [t, probe.variations(t, 'train').slice(0, cfg.env.train_variations ?? undefined)]));
     const rehearsal = await teachTipReading(run, probe, tasks);
     for (const line of await banner(run, algo, tasks, rehearsal)) o.log(line);
-    await startRun(run, o.handleSignals);
+    await startRun(run, o);
     return { run, algo, tasks, trainVariations, rehearsal };
   } catch (e) {
     run.lock.release();

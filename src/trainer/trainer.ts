@@ -13,6 +13,7 @@ import type { Config, ResolvedAlgo } from '../config/schema.ts';
 import { recordEpisodes } from '../run/episode-log.ts';
 import { EvaluationInterrupted } from '../run/interrupt.ts';
 import { evalRecord, formatEvalLine, formatIterationLine, tipFollowRate, trainRecord } from '../run/iteration-log.ts';
+import type { TrainLine } from '../run/metrics-log.ts';
 import { STEP_FILE, type PartialHeader } from '../run/partial.ts';
 import { EpisodeProgress, watchUpdate } from '../run/progress.ts';
 import { isFailed, type Episode, type EvalResult, type RolloutJob, type RolloutStats, type UpdateStats } from '../run/records.ts';
@@ -27,8 +28,12 @@ import { prepareUpdate, runOptimiserSteps, updateSettings, type OptimiserProgres
 export interface TrainOptions {
   resume: boolean;
   log?: (line: string) => void;
-  /** Install SIGINT handling (the CLI does; tests do not). */
+  /** Install SIGINT handling (the CLI does; tests and the library do not). */
   handleSignals?: boolean;
+  /** Aborting it stops the run as Ctrl-C does: after the current iteration's checkpoint, or during the first or the final evaluation. */
+  signal?: AbortSignal;
+  /** Told each iteration's `train` line of metrics.jsonl, once it is written. */
+  onIteration?: (line: TrainLine) => void;
   /** Told after each part-way save of an iteration (../run/partial.ts): its folder and where the update stood. */
   onPartialSave?: (dir: string, progress: OptimiserProgress | null) => void;
   /** Show the rollouts' progress in place when stderr is a terminal (the CLI does). */
@@ -71,7 +76,7 @@ class StoppedPartWay extends Error {}
 
 export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResult> {
   const log = opts.log ?? ((l: string) => console.log(l));
-  const t = await openTraining(cfg, { resume: opts.resume, handleSignals: opts.handleSignals ?? false, log });
+  const t = await openTraining(cfg, { resume: opts.resume, handleSignals: opts.handleSignals ?? false, signal: opts.signal, log });
   const { run } = t;
   const { state, metrics } = run;
   // The "before" of the before/after table; on resume, the one logged when the run started.
@@ -148,7 +153,8 @@ async function runIteration(t: Training, it: number, clock: { started: number },
   state.elapsedSeconds = (t2 - clock.started) / 1000;
   // log
   recordTrainingEpisodes(t, it, batch, written?.reflections ?? null);
-  logIteration(t, batch, { update, rehearsalNll, tipsAdded: written?.added ?? 0, memorySeconds, t0, tOptimizer, tUpdate, t2 });
+  const line = logIteration(t, batch, { update, rehearsalNll, tipsAdded: written?.added ?? 0, memorySeconds, t0, tOptimizer, tUpdate, t2 });
+  opts.onIteration?.(line);
   await turnEventLoop(); // so that Ctrl-C is seen between iterations
   // evaluate, checkpoint
   const last = it === cfg.train.iterations;
@@ -307,7 +313,7 @@ function logIteration(
     tUpdate: number;
     t2: number;
   },
-): void {
+): TrainLine {
   const { cfg, memory, state } = t.run;
   const t1 = r.t0 + batch.seconds.rollout * 1000;
   const report = {
@@ -332,9 +338,11 @@ function logIteration(
       iteration: (r.t2 - r.t0) / 1000,
     },
   };
-  t.run.metrics.append(trainRecord(report));
+  const line = trainRecord(report);
+  t.run.metrics.append(line);
   const draw = { drawsModes: t.algo.drawsModes, groupSize: cfg.rollout.group_size, perRollout: drawnPer(t.algo, 'rollout') };
   t.run.log(formatIterationLine(report, draw));
+  return line;
 }
 
 /** Whether modes are drawn, and drawn once per `scope` (iteration, task group or rollout). */
