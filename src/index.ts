@@ -1,0 +1,17 @@
+/**
+ * empo2 as a library: `import { train, loadConfig, registerEnv, type Env } from 'empo2'`. This is the
+ * package's public entry (package.json `exports`, docs/API.md lists every name and test/api-docs.test.ts
+ * keeps the two in step); what is not exported here or in ./internals.ts is not part of the package's API.
+ */
+export { loadConfig, type ConfigInput, type ConfigSource, type LoadConfigOptions } from './api/config.ts';
+export { train, type TrainOptions, type TrainResult } from './api/train.ts';
+export { ConfigError, configReference } from './config/load.ts';
+export type { Config } from './config/schema.ts';
+export { createEnv, envNames, registerEnv, type EnvDefinition, type EnvFactory, type EnvSettings } from './envs/index.ts';
+export { SUCCESS_SCORE, type Env, type ResetResult, type Split, type StepResult } from './envs/types.ts';
+export type { TrainLine } from './run/metrics-log.ts';
+export type { EvalResult, TaskResult } from './run/records.ts';
+export { readRunMetrics, type RunMetrics } from './compare/metrics.ts';
+export { formatPairedDifference, pairedDifference, summarize, type PairedDifference, type Summary } from './compare/stats.ts';
+export { startDashboard, type DashboardOptions, type RunningDashboard } from './dashboard/server.ts';
+export { Rng } from './util/rng.ts';
