@@ -1,6 +1,12 @@
 #!/usr/bin/env node
-// Runs the TypeScript sources directly through tsx, so `npm ci` needs no build step.
-import { register } from 'tsx/esm/api';
+// In the repository the TypeScript sources run directly through tsx, so `npm ci` needs no build step.
+// The published package has no src/, only dist/ (built by `npm pack`'s prepack), which plain Node runs.
+import { existsSync } from 'node:fs';
 
-register();
-await import('../src/cli/main.ts');
+if (existsSync(new URL('../src/cli/main.ts', import.meta.url))) {
+  const { register } = await import('tsx/esm/api');
+  register();
+  await import('../src/cli/main.ts');
+} else {
+  await import('../dist/cli/main.js');
+}
