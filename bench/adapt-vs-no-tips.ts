@@ -21,9 +21,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
-import { parseSeeds, runChild } from '../src/compare/runner.ts';
-import { formatPairedDifference, pairedDifference, summarize } from '../src/compare/stats.ts';
-import type { TrialResult } from '../src/adapt/tips.ts';
+import { formatPairedDifference, pairedDifference, summarize } from '../src/index.ts';
+import { parseSeeds, runChild, type TrialResult } from '../src/internals.ts';
 
 const { values: a } = parseArgs({
   options: {

@@ -5,7 +5,7 @@
  *
  *   npx tsx bench/builtin-baselines.ts [randomRolloutsPerVariation=10]
  */
-import { Game, createBuiltinEnv, generateWorld, oracleAct, randomAct, Rng } from '../src/envs/builtin/index.ts';
+import { BuiltinRng as Rng, Game, createBuiltinEnv, generateWorld, oracleAct, randomAct } from '../src/internals.ts';
 
 const rollouts = Number(process.argv[2] ?? 10);
 const env = createBuiltinEnv();

@@ -15,7 +15,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { pairedDifference, summarize } from '../src/compare/stats.ts';
+import { pairedDifference, summarize } from '../src/index.ts';
 
 const { values } = parseArgs({
   options: {

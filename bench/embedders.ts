@@ -12,11 +12,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { HashedNgramEmbedder } from '../src/memory/hashed.ts';
-import { MiniLmEmbedder, findMiniLmDir, projectPython } from '../src/memory/minilm.ts';
-import { initBackend } from '../src/policy/tfjs/backend.ts';
-import { nativeMatMulStatus } from '../src/policy/tfjs/native-matmul.ts';
-import { Rng } from '../src/util/rng.ts';
+import { Rng } from '../src/index.ts';
+import { findMiniLmDir, HashedNgramEmbedder, initBackend, MiniLmEmbedder, nativeMatMulStatus, projectPython } from '../src/internals.ts';
 
 const { values: args } = parseArgs({
   options: { 'minilm-dir': { type: 'string' }, repeats: { type: 'string', default: '3' }, python: { type: 'boolean', default: false } },

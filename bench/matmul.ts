@@ -10,8 +10,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { initBackend, tf } from '../src/policy/tfjs/backend.ts';
-import { nativeMatMulStatus, registerNativeMatMul, setBlasThreads, unregisterNativeMatMul } from '../src/policy/tfjs/native-matmul.ts';
+import { initBackend, nativeMatMulStatus, registerNativeMatMul, setBlasThreads, tf, unregisterNativeMatMul } from '../src/internals.ts';
 
 const minSeconds = Number(process.argv[2] ?? 0.5);
 if (!(minSeconds > 0)) throw new Error(`minSecondsPerCase must be a positive number, got ${process.argv[2]}`);

@@ -8,8 +8,7 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadConfig } from '../src/config/load.ts';
-import { train } from '../src/trainer/trainer.ts';
+import { loadConfig, train } from '../src/index.ts';
 
 const arg = (name: string, fallback: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -20,20 +19,22 @@ const iterations = Number(arg('iterations', '4'));
 const topK = arg('top-k', '10');
 const dir = mkdtempSync(join(tmpdir(), 'empo2-bench-memory-'));
 try {
-  const cfg = loadConfig(null, [
-    `run_dir=${dir}`,
-    'algo.name=empo2',
-    'algo.p=1',
-    'algo.q=0.68',
-    'algo.mode_draw=task',
-    'algo.intrinsic=novelty',
-    `memory.embedder=${embedder}`,
-    `memory.top_k=${topK}`,
-    `train.iterations=${iterations}`,
-    'train.eval_every=0',
-    'env.eval_variations=1',
-  ]);
-  await train(cfg, { resume: false, log: (l) => (l.startsWith('iter') || l.startsWith('algo') ? console.log(l) : undefined) });
+  const cfg = loadConfig(null, {
+    set: [
+      `run_dir=${dir}`,
+      'algo.name=empo2',
+      'algo.p=1',
+      'algo.q=0.68',
+      'algo.mode_draw=task',
+      'algo.intrinsic=novelty',
+      `memory.embedder=${embedder}`,
+      `memory.top_k=${topK}`,
+      `train.iterations=${iterations}`,
+      'train.eval_every=0',
+      'env.eval_variations=1',
+    ],
+  });
+  await train({ config: cfg, log: (l) => (l.startsWith('iter') || l.startsWith('algo') ? console.log(l) : undefined) });
   const lines = readFileSync(join(dir, 'metrics.jsonl'), 'utf8')
     .trim()
     .split('\n')

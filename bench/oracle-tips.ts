@@ -17,8 +17,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
-import { runChild } from '../src/compare/runner.ts';
-import type { TrialResult } from '../src/adapt/tips.ts';
+import { runChild, type TrialResult } from '../src/internals.ts';
 
 const { values: a } = parseArgs({
   options: {

@@ -15,8 +15,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { parseSeeds } from '../src/compare/runner.ts';
-import { formatPairedDifference, pairedDifference } from '../src/compare/stats.ts';
+import { formatPairedDifference, pairedDifference } from '../src/index.ts';
+import { parseSeeds } from '../src/internals.ts';
 
 const { values: a, positionals: dirs } = parseArgs({
   allowPositionals: true,

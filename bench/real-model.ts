@@ -35,10 +35,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { applyOverride, validateConfig } from '../src/config/load.ts';
-import { initBackend, tf } from '../src/policy/tfjs/backend.ts';
-import { registerNativeMatMul, setBlasThreads } from '../src/policy/tfjs/native-matmul.ts';
-import { train } from '../src/trainer/trainer.ts';
+import { train } from '../src/index.ts';
+import { applyOverride, initBackend, registerNativeMatMul, setBlasThreads, tf, validateConfig } from '../src/internals.ts';
 
 const { values: a } = parseArgs({
   options: {
@@ -110,7 +108,7 @@ async function iteration(engine: string, lora: boolean, perStep: boolean, small:
   for (const o of a.set!) applyOverride(raw, o);
   const cfg = validateConfig(raw, 'bench/real-model.ts');
   try {
-    await train(cfg, { resume: false, log: (l) => console.log(`    ${l}`) });
+    await train({ config: cfg, log: (l) => console.log(`    ${l}`) });
     const line = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
       .trim()
       .split('\n')

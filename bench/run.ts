@@ -8,15 +8,19 @@
  *   5. matrix products: the engine's kernel vs the machine's BLAS through numpy (bench/matmul.ts)
  */
 import { spawnSync } from 'node:child_process';
-import { ConfigSchema } from '../src/config/schema.ts';
-import { createEnv, environmentCorpus } from '../src/envs/index.ts';
-import { Rng } from '../src/util/rng.ts';
-import { initBackend, tf } from '../src/policy/tfjs/backend.ts';
-import { countParameters } from '../src/policy/tfjs/qwen2.ts';
-import { createEngine } from '../src/policy/create-engine.ts';
-import { rolloutSettings, runEpisodes } from '../src/trainer/rollout.ts';
-import { nativeMatMulStatus } from '../src/policy/tfjs/native-matmul.ts';
-import { promptSettings } from '../src/trainer/prompt-style.ts';
+import { createEnv, Rng } from '../src/index.ts';
+import {
+  ConfigSchema,
+  countParameters,
+  createEngine,
+  environmentCorpus,
+  initBackend,
+  nativeMatMulStatus,
+  promptSettings,
+  rolloutSettings,
+  runEpisodes,
+  tf,
+} from '../src/internals.ts';
 
 const backend = await initBackend();
 const cfg = ConfigSchema.parse({ run_dir: '/tmp/empo2-bench' });

@@ -20,10 +20,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ScienceWorldEnv } from '../src/envs/scienceworld/env.ts';
-import { goldReplayOptions } from '../src/envs/scienceworld/gold.ts';
-import { ScienceWorldPool } from '../src/envs/scienceworld/pool.ts';
-import { checkScienceWorldSetup } from '../src/envs/scienceworld/setup.ts';
+import { checkScienceWorldSetup, goldReplayOptions, ScienceWorldEnv, ScienceWorldPool } from '../src/internals.ts';
 
 const WORKLOAD: Array<[string, number]> = [
   ['find-animal', 225],

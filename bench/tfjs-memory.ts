@@ -13,11 +13,7 @@
  * what the loaded model held, or the error the engine stopped with. Asserts nothing.
  */
 import type { BackendWasm } from '@tensorflow/tfjs-backend-wasm';
-import { initBackend, tf } from '../src/policy/tfjs/backend.ts';
-import { loadModelDir } from '../src/policy/tfjs/checkpoint.ts';
-import { TfjsEngine } from '../src/policy/tfjs/engine.ts';
-import type { ObjectiveConfig } from '../src/algo/objective.ts';
-import type { TrainSequence } from '../src/policy/types.ts';
+import { initBackend, loadModelDir, tf, TfjsEngine, type ObjectiveConfig, type TrainSequence } from '../src/internals.ts';
 
 const [modelDir, mode = 'gen', ...rest] = process.argv.slice(2);
 if (!modelDir) throw new Error('usage: npx tsx bench/tfjs-memory.ts <modelDir> gen|score|lora|full|episode [sizes...]');

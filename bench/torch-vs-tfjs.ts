@@ -11,17 +11,21 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigSchema } from '../src/config/schema.ts';
-import { initBackend } from '../src/policy/tfjs/backend.ts';
-import { loadModelDir, saveModelDir } from '../src/policy/tfjs/checkpoint.ts';
-import { TfjsEngine } from '../src/policy/tfjs/engine.ts';
-import { countParameters } from '../src/policy/tfjs/qwen2.ts';
-import { nativeMatMulStatus } from '../src/policy/tfjs/native-matmul.ts';
-import { TorchEngine } from '../src/policy/torch/engine.ts';
-import { createEngine } from '../src/policy/create-engine.ts';
-import type { PolicyEngine, TrainSequence } from '../src/policy/types.ts';
-import type { ObjectiveConfig } from '../src/algo/objective.ts';
-import { environmentCorpus } from '../src/envs/index.ts';
+import {
+  ConfigSchema,
+  countParameters,
+  createEngine,
+  environmentCorpus,
+  initBackend,
+  loadModelDir,
+  nativeMatMulStatus,
+  saveModelDir,
+  TfjsEngine,
+  TorchEngine,
+  type ObjectiveConfig,
+  type PolicyEngine,
+  type TrainSequence,
+} from '../src/internals.ts';
 
 const args = process.argv.slice(2);
 const flag = (name: string, fallback: number) => {

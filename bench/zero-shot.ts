@@ -15,18 +15,22 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { applyOverride, validateConfig } from '../src/config/load.ts';
-import { ConfigSchema, type Config } from '../src/config/schema.ts';
-import { createEnv, environmentCorpus } from '../src/envs/index.ts';
-import type { Env } from '../src/envs/types.ts';
-import { initBackend } from '../src/policy/tfjs/backend.ts';
-import type { PolicyEngine } from '../src/policy/types.ts';
-import { Rng } from '../src/util/rng.ts';
-import { EpisodeProgress } from '../src/run/progress.ts';
-import { rolloutSettings, runEpisodesInChunks } from '../src/trainer/rollout.ts';
-import { environmentCount } from '../src/run/env-pool.ts';
-import { type Episode, type RolloutJob } from '../src/run/records.ts';
-import { createTrainingEngine } from '../src/policy/create-engine.ts';
+import { createEnv, Rng, type Config, type Env } from '../src/index.ts';
+import {
+  applyOverride,
+  ConfigSchema,
+  createTrainingEngine,
+  environmentCorpus,
+  environmentCount,
+  EpisodeProgress,
+  initBackend,
+  rolloutSettings,
+  runEpisodesInChunks,
+  validateConfig,
+  type Episode,
+  type PolicyEngine,
+  type RolloutJob,
+} from '../src/internals.ts';
 
 const { values: a } = parseArgs({
   options: {

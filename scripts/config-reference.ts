@@ -1,6 +1,6 @@
 /** Writes docs/CONFIG.md from the config schema (npm run docs:config); test/configs.test.ts checks it is current. */
 import { writeFileSync } from 'node:fs';
-import { configReference } from '../src/config/load.ts';
+import { configReference } from '../src/index.ts';
 
 writeFileSync(new URL('../docs/CONFIG.md', import.meta.url), configReference());
 console.log('wrote docs/CONFIG.md');

@@ -9,7 +9,7 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { startDashboard } from '../src/dashboard/server.ts';
+import { startDashboard } from '../src/index.ts';
 import { chromiumPath, CHROMIUM_ARGS, NO_CHROMIUM } from '../test/support/chromium.ts';
 
 const { positionals, values } = parseArgs({ allowPositionals: true, options: { out: { type: 'string', default: 'docs' } } });

@@ -208,6 +208,8 @@ function capture(args: string[], cwd: string, env: NodeJS.ProcessEnv, base: stri
 
 /** `train` stopped by an exception at the `save`-th part-way save of `iteration`, as src/trainer/empo2.test.ts stops it. */
 async function stopPartWay(tree: string, runDir: string, iteration: number, save: number, settings: string[]): Promise<void> {
+  // Deep paths on purpose: `tree` is any revision, older ones included, which have no public entry; and the
+  // part-way stop needs the trainer's onPartialSave, which the public train() does not offer.
   const { loadConfig } = await import(pathToFileURL(join(tree, 'src', 'config', 'load.ts')).href);
   const { train } = await import(pathToFileURL(join(tree, 'src', 'trainer', 'trainer.ts')).href);
   const cfg = loadConfig(null, [...settings, `run_dir=${runDir}`]);

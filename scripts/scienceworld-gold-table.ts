@@ -10,10 +10,15 @@
  * About 4 minutes for 90 replays on two cores. Exits 1 if any replay fails.
  */
 import { parseArgs } from 'node:util';
-import { splitVariations, taskNames } from '../src/envs/scienceworld/catalog.ts';
-import { goldReplayOptions, replayGold, type GoldReplay } from '../src/envs/scienceworld/gold.ts';
-import { GOLD_SAMPLE } from '../src/envs/scienceworld/goldSample.ts';
-import { ScienceWorldPool } from '../src/envs/scienceworld/pool.ts';
+import {
+  GOLD_SAMPLE,
+  goldReplayOptions,
+  replayGold,
+  ScienceWorldPool,
+  splitVariations,
+  taskNames,
+  type GoldReplay,
+} from '../src/internals.ts';
 
 function positiveInt(text: string, name: string): number {
   const value = Number(text);

@@ -13,7 +13,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { readRunMetrics } from '../../src/compare/metrics.ts';
+import { readRunMetrics } from '../../src/index.ts';
 
 const { values: a, positionals } = parseArgs({
   allowPositionals: true,

@@ -14,7 +14,7 @@
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { formatPairedDifference, pairedDifference } from '../../src/compare/stats.ts';
+import { formatPairedDifference, pairedDifference } from '../../src/index.ts';
 
 const root = process.argv[2] ?? 'runs/real-model-adapt';
 const mean = (xs: number[]) => xs.reduce((s, x) => s + x, 0) / xs.length;

@@ -7,7 +7,7 @@
  */
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { readRunMetrics } from '../../src/compare/metrics.ts';
+import { readRunMetrics } from '../../src/index.ts';
 
 const out = process.argv[2] ?? 'runs/real-model';
 const num = (v: unknown) => (typeof v === 'number' ? v : null);
