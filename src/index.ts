@@ -1,6 +1,6 @@
 /**
  * empo2 as a library: `import { train, loadConfig, registerEnv, type Env } from 'empo2'`. This is the
- * package's public entry (package.json `exports`, docs/API.md lists every name and test/api-docs.test.ts
+ * package's public entry (package.json `exports`, docs/API.md lists every name and test/public-api.test.ts
  * keeps the two in step); what is not exported here or in ./internals.ts is not part of the package's API.
  */
 export { loadConfig, type ConfigInput, type ConfigSource, type LoadConfigOptions } from './api/config.ts';
