@@ -30,7 +30,7 @@ const result = await train({
     // The smallest model, so that this runs in seconds on a CPU; drop these for the default tiny model.
     model: { hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, vocab_size: 300 },
     rollout: { tasks_per_batch: 2, group_size: 4 },
-    algo: { name: 'empo2' },
+    algo: { name: 'empo2' }, // the paper's method; without it the default, GiGPO (docs/CONFIG.md)
     train: { iterations: Number(values.iterations), eval_every: 0 },
   },
   resume: values.resume,
