@@ -5,7 +5,7 @@
  * plain `node` (no tsx, no loader): an environment in its own file, trained for 2 iterations, the result
  * read back. Offline: the project's dependencies come from npm's cache (see installOffline).
  */
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -15,8 +15,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 const ROOT = resolve(import.meta.dirname, '..');
 const work = mkdtempSync(join(tmpdir(), 'empo2-pack-'));
 const project = join(work, 'project');
+const running = new Set<ChildProcess>();
+// A step cut off by a time-out is ended first: npm still writing into the folder would make the removal fail.
 // Asynchronously: removing some 400 installed packages holds a worker for minutes on a busy machine.
-afterAll(() => rm(work, { recursive: true, force: true }), 600_000);
+afterAll(async () => {
+  await Promise.all([...running].map((child) => new Promise((ended) => child.once('close', ended).kill())));
+  await rm(work, { recursive: true, force: true });
+}, 600_000);
 
 // Plain Node first on PATH (npm's scripts and the `empo2` bin's shebang find it); no loader options inherited.
 const ENV = { ...process.env, PATH: `${dirname(process.execPath)}${delimiter}${process.env.PATH}`, NODE_OPTIONS: '', NO_COLOR: '1' };
@@ -28,12 +33,14 @@ const ENV = { ...process.env, PATH: `${dirname(process.execPath)}${delimiter}${p
 function run(command: string, args: string[], cwd: string): Promise<string> {
   return new Promise((done, fail) => {
     const child = spawn(command, args, { cwd, env: ENV, stdio: ['ignore', 'pipe', 'pipe'] });
+    running.add(child);
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     child.on('error', fail);
     child.on('close', (code, signal) => {
+      running.delete(child);
       if (code === 0) return done(stdout);
       const output = `${stdout}\n${stderr}`.slice(-4000);
       fail(new Error(`${command} ${args.join(' ')} (in ${cwd}) failed: exit ${code ?? signal}\n${output}`));
@@ -134,7 +141,8 @@ beforeAll(async () => {
   };
   writeFileSync(join(project, 'tsconfig.json'), JSON.stringify({ compilerOptions, include: ['src'] }, null, 2));
   await run(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', project], project);
-}, 900_000);
+  // Minutes on an idle machine (build, install, compile); far more when the machine is shared.
+}, 1_800_000);
 
 describe('the packed package in a project of its own', () => {
   it('holds the built JavaScript with its types, the bin, the worker and docs/API.md, and no TypeScript sources', () => {
