@@ -32,3 +32,5 @@ export { EpisodeProgress } from './run/progress.ts';
 export type { Episode, RolloutJob } from './run/records.ts';
 export { promptSettings } from './trainer/prompt-style.ts';
 export { rolloutSettings, runEpisodes, runEpisodesInChunks } from './trainer/rollout.ts';
+export type { EpisodeRecord } from './trajectory/format.ts';
+export { TrajectoryFile } from './trajectory/reader.ts';

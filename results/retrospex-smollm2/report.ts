@@ -10,9 +10,8 @@
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { formatPairedDifference, pairedDifference, summarize } from '../../src/compare/stats.ts';
-import type { EpisodeRecord } from '../../src/trajectory/format.ts';
-import { TrajectoryFile } from '../../src/trajectory/reader.ts';
+import { formatPairedDifference, pairedDifference, summarize } from '../../src/index.ts';
+import { TrajectoryFile, type EpisodeRecord } from '../../src/internals.ts';
 
 const { values: a } = parseArgs({ options: { out: { type: 'string', default: 'runs/retrospex-smollm2' }, dest: { type: 'string' } } });
 const OUT = a.out!;
