@@ -38,7 +38,7 @@ const result = await train({
   log: () => {}, // the lines below say enough
   onIteration: (line) =>
     console.log(
-      `iteration ${line.iteration}: mean score ${line.mean_score.toFixed(1)}, loss ${line.loss.toFixed(4)}, ${line.env_steps} env steps`,
+      `iteration ${line.iteration}: mean score ${line.mean_score?.toFixed(1) ?? 'none (every episode failed)'}, loss ${line.loss.toFixed(4)}, ${line.env_steps} env steps`,
     ),
 });
 

@@ -19,9 +19,11 @@ export interface TrainLine extends MetricsLine {
   type: 'train';
   /** Environment steps of the run so far. */
   env_steps: number;
-  /** Mean score (0-100) and success rate (0-1) of the iteration's training episodes. */
-  mean_score: number;
-  success_rate: number;
+  /** Mean score (0-100) and success rate (0-1) of the iteration's training episodes no failure ended (null: every one failed). */
+  mean_score: number | null;
+  success_rate: number | null;
+  /** Episodes an environment or engine failure ended (left out of the update and the scores). */
+  failed: number;
   loss: number;
   clip_fraction: number;
   kl: number;
