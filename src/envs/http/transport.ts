@@ -9,6 +9,7 @@
  * URL: one to another host or port (a dead one cost seconds of silent retries) is an error naming
  * where it pointed.
  */
+import { fetchUnderBase, MAX_REDIRECTS } from '../../util/redirect.ts';
 
 export type FailureKind =
   /** The request never reached the server (refused, no route, name unknown). */
@@ -57,66 +58,6 @@ export interface JsonCall {
 
 const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
 const MAX_BACKOFF_MS = 10_000;
-const MAX_REDIRECTS = 5;
-const REDIRECTS = new Set([301, 302, 303, 307, 308]);
-
-/** Whether `url` is the base URL or under it (same scheme, host and port; its path below the base's). */
-export function underBase(url: URL, baseUrl: string): boolean {
-  const base = new URL(baseUrl);
-  const path = base.pathname.replace(/\/+$/, '');
-  return url.origin === base.origin && (url.pathname === path || url.pathname.startsWith(`${path}/`));
-}
-
-function parseUrl(url: string, base: string): URL | null {
-  try {
-    return new URL(url, base);
-  } catch {
-    return null;
-  }
-}
-
-/**
- * fetch with redirects followed only under the base URL, as fetch itself would follow them (303,
- * and 301/302 after a POST, go on as a GET without the body). Throws an EnvServerError for a
- * redirect elsewhere or too many of them.
- */
-async function fetchUnderBase(
-  url: string,
-  init: RequestInit & { method: string },
-  s: CallSettings,
-  name: string,
-  sent: string,
-): Promise<Response> {
-  let at = url;
-  let request = init;
-  for (let hop = 0; ; hop++) {
-    const res = await fetch(at, { ...request, redirect: 'manual' });
-    if (!REDIRECTS.has(res.status)) return res;
-    await res.body?.cancel().catch(() => undefined);
-    const location = res.headers.get('location');
-    const target = location === null ? null : parseUrl(location, at);
-    if (target === null || !underBase(target, s.baseUrl)) {
-      throw new EnvServerError(
-        name,
-        'status',
-        `${name} answered HTTP ${res.status}, a redirect to ${target?.href ?? `${JSON.stringify(location)} (not a URL)`}, outside the configured base URL ${s.baseUrl} (env.options.base_url): not followed (${sent})`,
-        res.status,
-      );
-    }
-    if (hop + 1 >= MAX_REDIRECTS)
-      throw new EnvServerError(
-        name,
-        'status',
-        `${name} was redirected ${MAX_REDIRECTS} times (last to ${target.href}) (${sent})`,
-        res.status,
-      );
-    if (res.status === 303 || ((res.status === 301 || res.status === 302) && request.method === 'POST')) {
-      const { body: _body, ...rest } = request;
-      request = { ...rest, method: 'GET', headers: { Accept: 'application/json' } };
-    }
-    at = target.href;
-  }
-}
 
 export function retryable(e: EnvServerError, idempotent: boolean): boolean {
   if (e.kind === 'unreachable') return true;
@@ -173,9 +114,18 @@ async function attemptOnce(call: JsonCall, s: CallSettings): Promise<unknown> {
         body: call.body === undefined ? undefined : JSON.stringify(call.body),
         signal,
       },
-      s,
-      name,
-      sent,
+      {
+        baseUrl: s.baseUrl,
+        refuse: (r) =>
+          new EnvServerError(
+            name,
+            'status',
+            r.why === 'outside'
+              ? `${name} answered HTTP ${r.status}, a redirect to ${r.target?.href ?? `${JSON.stringify(r.location)} (not a URL)`}, outside the configured base URL ${s.baseUrl} (env.options.base_url): not followed (${sent})`
+              : `${name} was redirected ${MAX_REDIRECTS} times (last to ${r.target?.href}) (${sent})`,
+            r.status,
+          ),
+      },
     );
     status = res.status;
     text = await readCapped(res, s.maxResponseBytes, name);

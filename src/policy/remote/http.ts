@@ -5,6 +5,7 @@
  * Redirects are followed only under the base URL (another host or port could be anything, and
  * would be sent the prompts and the API key); one elsewhere fails the request at once, naming it.
  */
+import { fetchUnderBase, MAX_REDIRECTS } from '../../util/redirect.ts';
 
 /** The API key `empo2 serve` requires and the clients here send when none is given. */
 export const API_KEY_ENV = 'EMPO2_API_KEY';
@@ -22,9 +23,6 @@ export interface HttpSettings {
   /** Redirects are followed only to URLs under this one (default: the origin of the URL requested). */
   baseUrl?: string;
 }
-
-const REDIRECTS = new Set([301, 302, 303, 307, 308]);
-const MAX_REDIRECTS = 5;
 
 /** The server answered with an error status; `param` is the field an OpenAI-style error names. */
 export class RemoteHttpError extends Error {
@@ -118,7 +116,17 @@ async function attemptOnce(url: string, body: unknown | undefined, s: HttpSettin
       body: body === undefined ? undefined : JSON.stringify(body),
       signal: AbortSignal.timeout(s.timeoutMs),
     },
-    s.baseUrl ?? new URL(url).origin,
+    {
+      baseUrl: s.baseUrl ?? new URL(url).origin,
+      refuse: (r) =>
+        new RemoteHttpError(
+          r.status,
+          r.why === 'outside'
+            ? `${r.at} answered ${r.status}, a redirect to ${r.target?.href ?? `${JSON.stringify(r.location)} (not a URL)`}, outside the base URL ${s.baseUrl ?? new URL(url).origin}: not followed`
+            : `${url} was redirected ${MAX_REDIRECTS} times (last to ${r.target?.href})`,
+          null,
+        ),
+    },
   );
   const text = await res.text();
   let json: unknown;
@@ -141,45 +149,3 @@ async function attemptOnce(url: string, body: unknown | undefined, s: HttpSettin
 }
 
 /** Whether `url` is the base URL or under it: same origin, and its path at or below the base's. */
-function underBase(url: URL, baseUrl: string): boolean {
-  const base = new URL(baseUrl);
-  const path = base.pathname.replace(/\/+$/, '');
-  return url.origin === base.origin && (url.pathname === path || url.pathname.startsWith(`${path}/`));
-}
-
-/**
- * fetch, following redirects as fetch does (303, and 301/302 after a POST, go on as a GET without
- * the body) but only under `baseUrl`; a redirect elsewhere, or too many, is a RemoteHttpError with
- * the redirect's status, which is not retried.
- */
-async function fetchUnderBase(url: string, init: RequestInit & { method: string }, baseUrl: string): Promise<Response> {
-  let at = url;
-  let request = init;
-  for (let hop = 0; ; hop++) {
-    const res = await fetch(at, { ...request, redirect: 'manual' });
-    if (!REDIRECTS.has(res.status)) return res;
-    await res.body?.cancel().catch(() => undefined);
-    const location = res.headers.get('location');
-    let target: URL | null = null;
-    try {
-      target = location === null ? null : new URL(location, at);
-    } catch {
-      target = null;
-    }
-    if (target === null || !underBase(target, baseUrl))
-      throw new RemoteHttpError(
-        res.status,
-        `${at} answered ${res.status}, a redirect to ${target?.href ?? `${JSON.stringify(location)} (not a URL)`}, outside the base URL ${baseUrl}: not followed`,
-        null,
-      );
-    if (hop + 1 >= MAX_REDIRECTS)
-      throw new RemoteHttpError(res.status, `${url} was redirected ${MAX_REDIRECTS} times (last to ${target.href})`, null);
-    if (res.status === 303 || ((res.status === 301 || res.status === 302) && request.method === 'POST')) {
-      const { body: _body, headers, ...rest } = request;
-      const kept = { ...(headers as Record<string, string>) };
-      delete kept['Content-Type'];
-      request = { ...rest, method: 'GET', headers: kept };
-    }
-    at = target.href;
-  }
-}
