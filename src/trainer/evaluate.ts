@@ -7,7 +7,7 @@ import type { Env } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { EpisodeProgress } from '../run/progress.ts';
 import { isFailed, type EvalResult, type Episode, type RolloutJob, type TaskResult } from '../run/records.ts';
-import { rolloutSettings, runEpisodesInChunks, type TipSource } from './rollout.ts';
+import { environmentPlayer, rolloutSettings, type RolloutPlayer, type TipSource } from './rollout.ts';
 
 export interface EvaluateOptions {
   tasks: readonly string[];
@@ -19,6 +19,8 @@ export interface EvaluateOptions {
   progressLabel?: string;
   /** Given the episodes played, in job order (trajectory records). */
   played?: (episodes: readonly Episode[]) => void;
+  /** Who plays the episodes (default: the built-in rollout over `envs`); failed episodes are counted apart, not scored. */
+  player?: RolloutPlayer;
 }
 
 /** One episode per (task, variation) of the evaluation split, capped at env.eval_variations per task. */
@@ -35,10 +37,12 @@ export async function evaluate(engine: PolicyEngine, envs: Env[], cfg: Config, o
   // A status line every 2 minutes off a terminal too: a real model's evaluation of 102 episodes takes
   // half an hour on CPU, and its log would otherwise say nothing until a whole task has ended.
   const progress = progressLabel ? new EpisodeProgress(jobs, { label: progressLabel, logIntervalMs: 120_000 }) : undefined;
-  const { episodes, stats } = await runEpisodesInChunks(envs, engine, jobs, {
+  const player = o.player ?? environmentPlayer(envs);
+  const { episodes, stats } = await player(engine, jobs, {
     settingsFor: (start) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start),
     memory: withTips,
     progress,
+    evaluation: true,
   });
   progress?.finish();
   played?.(episodes);

@@ -429,6 +429,22 @@ export async function runEpisodesInChunks(
   return { episodes, stats };
 }
 
+/**
+ * Who plays a batch of episodes: by default the built-in rollout over the run's environments
+ * (runEpisodesInChunks); a program may pass another (the gateway's, where a user's agent plays each
+ * episode through an OpenAI-compatible API) that returns the same records, in job order.
+ */
+export type RolloutPlayer = (
+  engine: PolicyEngine,
+  jobs: RolloutJob[],
+  o: { settingsFor: (start: number) => RolloutSettings; memory?: RolloutMemory; progress?: ProgressSink; evaluation: boolean },
+) => Promise<{ episodes: Episode[]; stats: RolloutStats }>;
+
+/** The built-in player: the run's environments stepped in lockstep. */
+export function environmentPlayer(envs: Env[]): RolloutPlayer {
+  return (engine, jobs, o) => runEpisodesInChunks(envs, engine, jobs, o);
+}
+
 export function rolloutSettings(cfg: Config, evaluation: boolean, seed: number): RolloutSettings {
   return {
     prompt: promptSettings(cfg),

@@ -13,7 +13,7 @@ import { bannerLines } from '../run/iteration-log.ts';
 import { openRun, startRun, type RunContext } from '../run/run-context.ts';
 import { evaluationEpisodes } from './evaluate.ts';
 import { MemoryRuntime } from './memory-runtime.ts';
-import { oracleOf } from './rollout.ts';
+import { oracleOf, type RolloutPlayer } from './rollout.ts';
 import { buildWarmupExamples, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
 
 export interface Training {
@@ -23,6 +23,8 @@ export interface Training {
   /** The train-split variations of each task that batches are drawn from. */
   trainVariations: Map<string, number[]>;
   rehearsal: TipRehearsal | null;
+  /** Who plays the episodes (trainer.ts sets it: the built-in rollout, or the one the caller passed). */
+  player?: RolloutPlayer;
 }
 
 /**

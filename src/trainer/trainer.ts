@@ -21,7 +21,7 @@ import { closeRun, saveRunCheckpoint, saveRunPartWay, stopRequested } from '../r
 import { formatDuration } from '../util/duration.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { evaluate, formatEvalTable } from './evaluate.ts';
-import { rolloutSettings, runEpisodesInChunks } from './rollout.ts';
+import { environmentPlayer, rolloutSettings, type RolloutPlayer } from './rollout.ts';
 import { openTraining, type Training } from './setup.ts';
 import { prepareUpdate, runOptimiserSteps, updateSettings, type OptimiserProgress, type PreparedUpdate } from './update.ts';
 
@@ -38,6 +38,11 @@ export interface TrainOptions {
   onPartialSave?: (dir: string, progress: OptimiserProgress | null) => void;
   /** Show the rollouts' progress in place when stderr is a terminal (the CLI does). */
   progress?: boolean;
+  /**
+   * Who plays the episodes of training and evaluation (default: the built-in rollout over the run's
+   * environments); the gateway passes its own, where a user's agent plays each episode (../gateway/).
+   */
+  player?: RolloutPlayer;
 }
 
 export interface TrainResult {
@@ -77,6 +82,7 @@ class StoppedPartWay extends Error {}
 export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResult> {
   const log = opts.log ?? ((l: string) => console.log(l));
   const t = await openTraining(cfg, { resume: opts.resume, handleSignals: opts.handleSignals ?? false, signal: opts.signal, log });
+  t.player = opts.player ?? environmentPlayer(t.run.envs);
   const { run } = t;
   const { state, metrics } = run;
   // The "before" of the before/after table; on resume, the one logged when the run started.
@@ -235,6 +241,7 @@ async function iterationBatch(t: Training, it: number, clock: { started: number 
   const t0 = performance.now();
   const { jobs, modes } = drawModes(t, it);
   const { episodes, stats } = await rollOut(t, it, { jobs, modes }, showProgress);
+  logFailures(t, it, episodes);
   const rolloutSeconds = (performance.now() - t0) / 1000;
   if (rolloutSeconds > 60)
     t.run.log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration(rolloutSeconds)}; updating`);
@@ -382,13 +389,24 @@ async function rollOut(t: Training, it: number, drawn: { jobs: RolloutJob[]; mod
   const progress = showProgress
     ? new EpisodeProgress(jobs, { label: `iter ${it} rollouts`, logIntervalMs: 120_000, taskLines: false })
     : undefined;
-  const played = await runEpisodesInChunks(t.run.envs, t.run.rolloutEngine, jobs, {
+  const played = await t.player!(t.run.rolloutEngine, jobs, {
     settingsFor: (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start),
     memory: withTips,
     progress,
+    evaluation: false,
   });
   progress?.finish();
   return played;
+}
+
+/**
+ * Each failed episode with its reason (a user's agent threw, hung, or went over a budget: ../gateway/;
+ * an environment failed). They stay in the batch: prepareUpdate leaves them out, the scores count them apart.
+ */
+function logFailures(t: Training, it: number, episodes: readonly Episode[]): void {
+  episodes.forEach((e, i) => {
+    if (isFailed(e)) t.run.log(`iter ${it}: episode ${i} (task ${e.task} #${e.variation}) failed and is left out of the update: ${e.failure}`);
+  });
 }
 
 /** A spread sample of the iteration's episodes into trajectories/train.jsonl. */
@@ -422,6 +440,7 @@ async function evaluateAndLog(t: Training, iteration: number): Promise<EvalResul
     memory: shown,
     progressLabel: `eval @ iter ${iteration}`,
     played,
+    player: t.player,
   });
   const settings = {
     eval_split: cfg.env.eval_split,

@@ -1,0 +1,160 @@
+/**
+ * The episodes a player runs together, and their calls sampled in lockstep, as the built-in rollout
+ * samples its episodes (../trainer/rollout.ts): a batch waits until every episode still running has a
+ * call waiting (or `waitMs` has passed since the first one came), then samples all of them in one
+ * `engine.generate`, rows in episode order, with the seed of that step. So an agent that makes the
+ * built-in rollout's calls gets the built-in rollout's tokens, and many agents share each forward pass.
+ */
+import type { Generation, PolicyEngine } from '../policy/types.ts';
+import { RequestError } from './protocol.ts';
+
+export interface BatchSampling {
+  temperature: number;
+  topP: number;
+  /** The rollout's seed: step t is sampled with seed · 100003 + t, as in the built-in rollout. */
+  seed: number;
+  /** Pass per-episode cache keys so the engine can reuse each episode's KV cache. */
+  reusePrefix: boolean;
+}
+
+/** One call waiting for its tokens. */
+export interface PendingCall {
+  prompt: number[];
+  maxTokens: number;
+  stop: string[];
+  allowedTexts: readonly string[] | null;
+  resolve: (g: Generation) => void;
+  reject: (e: unknown) => void;
+}
+
+/** What a batch knows of each of its episodes. */
+export interface BatchMember {
+  readonly index: number;
+  readonly cacheKey: string;
+  /** Ended: it will make no more calls (its agent returned, failed or timed out). */
+  readonly ended: boolean;
+}
+
+export class LockstepBatch {
+  private readonly pending = new Map<number, PendingCall>();
+  private step = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> = Promise.resolve();
+  private flushing = false;
+  /** Prompt tokens the engine ran (the rest came from kept KV caches), over the batch's steps. */
+  prefilledTokens = 0;
+
+  constructor(
+    private readonly engine: PolicyEngine,
+    private readonly sampling: BatchSampling,
+    private readonly members: readonly BatchMember[],
+    private readonly waitMs: number,
+  ) {}
+
+  /** Queues the call of episode `member` and resolves with its tokens once its step is sampled. */
+  submit(member: BatchMember, call: Omit<PendingCall, 'resolve' | 'reject'>): Promise<Generation> {
+    if (this.pending.has(member.index))
+      return Promise.reject(new RequestError(409, 'this episode already has a call waiting: make one call at a time', null));
+    return new Promise<Generation>((resolve, reject) => {
+      this.pending.set(member.index, { ...call, resolve, reject });
+      this.maybeFlush();
+    });
+  }
+
+  /** Drops the waiting call of `member` (its client hung up, or the episode ended), rejecting it with `reason`. */
+  cancel(member: BatchMember, reason: unknown): void {
+    const call = this.pending.get(member.index);
+    if (!call) return;
+    this.pending.delete(member.index);
+    call.reject(reason);
+    this.maybeFlush();
+  }
+
+  /** Told when an episode ends, so that the others need not wait for it. */
+  ended(member: BatchMember): void {
+    this.cancel(member, new RequestError(410, 'the episode has ended', null));
+    this.engine.releaseCache?.([member.cacheKey]);
+    this.maybeFlush();
+  }
+
+  /** Calls waiting now. */
+  waiting(): number {
+    return this.pending.size;
+  }
+
+  /** Flushes at once when every running episode waits, else within `waitMs` of now. */
+  private maybeFlush(): void {
+    if (this.pending.size === 0 || this.flushing) {
+      if (this.pending.size === 0 && this.timer) {
+        clearTimeout(this.timer);
+        this.timer = null;
+      }
+      return;
+    }
+    const everyoneWaits = this.members.every((m) => m.ended || this.pending.has(m.index));
+    if (everyoneWaits) {
+      if (this.timer) clearTimeout(this.timer);
+      this.timer = null;
+      this.flush();
+    } else if (!this.timer) {
+      this.timer = setTimeout(() => {
+        this.timer = null;
+        this.flush();
+      }, this.waitMs);
+    }
+  }
+
+  private flush(): void {
+    this.flushing = true;
+    const calls = [...this.pending.entries()].sort((a, b) => a[0] - b[0]);
+    this.pending.clear();
+    this.running = this.running
+      .then(() => this.sample(calls))
+      .finally(() => {
+        this.flushing = false;
+        this.maybeFlush();
+      });
+  }
+
+  /** One step: the calls grouped by what `generate` takes for the whole batch (max tokens, stop texts), one call per group. */
+  private async sample(calls: [number, PendingCall][]): Promise<void> {
+    const groups = new Map<string, [number, PendingCall][]>();
+    for (const c of calls) {
+      const key = JSON.stringify([c[1].maxTokens, c[1].stop]);
+      groups.set(key, [...(groups.get(key) ?? []), c]);
+    }
+    const t = this.step++;
+    let g = 0;
+    for (const group of groups.values()) {
+      const seed = this.sampling.seed * 100_003 + t + 7_919 * g++;
+      const keyOf = new Map(this.members.map((m) => [m.index, m.cacheKey]));
+      try {
+        const before = this.engine.prefillCounts?.().prefilledTokens ?? 0;
+        const gens = await this.engine.generate(
+          group.map(([, c]) => c.prompt),
+          {
+            temperature: this.sampling.temperature,
+            topP: this.sampling.topP,
+            maxTokens: group[0][1].maxTokens,
+            stop: group[0][1].stop.length ? group[0][1].stop : undefined,
+            seed,
+            allowedTexts: group.some(([, c]) => c.allowedTexts !== null) ? group.map(([, c]) => c.allowedTexts) : undefined,
+            cacheKeys: this.sampling.reusePrefix ? group.map(([i]) => keyOf.get(i) ?? null) : undefined,
+          },
+        );
+        this.prefilledTokens += (this.engine.prefillCounts?.().prefilledTokens ?? 0) - before;
+        group.forEach(([, c], k) => c.resolve(gens[k]));
+      } catch (e) {
+        for (const [, c] of group) c.reject(e);
+      }
+    }
+  }
+
+  /** Stops the timer and rejects what waits (the batch is over). */
+  close(reason: unknown): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    for (const call of this.pending.values()) call.reject(reason);
+    this.pending.clear();
+  }
+}

@@ -1,0 +1,74 @@
+/**
+ * The gateway as the trainer uses it: started for a run, its player handed to the training loop
+ * (../trainer/trainer.ts `player`), closed with the run. `trainAgent()` (../api/train-agent.ts) and
+ * `empo2 train --agent` are built on it.
+ */
+import { basename, resolve } from 'node:path';
+import type { Config } from '../config/schema.ts';
+import type { PolicyEngine } from '../policy/types.ts';
+import type { RolloutJob } from '../run/records.ts';
+import { promptSettings } from '../trainer/prompt-style.ts';
+import type { RolloutPlayer } from '../trainer/rollout.ts';
+import { agentPlayer, type AgentRunner } from './player.ts';
+import { startGateway, type Gateway } from './server.ts';
+
+export { agentPlayer, episodeOf, type AgentInput, type AgentOutcome, type AgentRunner } from './player.ts';
+export { startGateway, type Gateway } from './server.ts';
+export { runAgentProcess, type AgentProcessOptions } from './agent-process.ts';
+
+export interface AgentPlayOptions<Task> {
+  agent: AgentRunner<Task>;
+  /** The task an agent plays for a job of the run. */
+  taskOf: (job: RolloutJob) => Task;
+  /** Seconds an episode may take (default 300). */
+  timeoutSeconds?: number;
+  /** Calls an episode may make when the config sets no env.max_steps (default 50). */
+  maxCalls?: number;
+  /** Response tokens an episode may use over all its calls (default 16384). */
+  maxTokens?: number;
+  /** Milliseconds a lockstep batch waits for episodes that have not called yet (default 1000). */
+  batchWaitMs?: number;
+  /** Episodes played at once (default: env.max_instances, else the whole batch). */
+  concurrency?: number | null;
+  host?: string;
+  port?: number;
+  log: (line: string) => void;
+}
+
+export interface AgentPlay {
+  player: RolloutPlayer;
+  gateway: Gateway;
+  modelName: string;
+  close(): Promise<void>;
+}
+
+/** Starts the gateway for a run of `cfg` and the player that plays its episodes with `o.agent`. */
+export async function openAgentPlay<Task>(cfg: Config, o: AgentPlayOptions<Task>): Promise<AgentPlay> {
+  const modelName = cfg.model.path ? basename(resolve(cfg.model.path)) || 'empo2' : 'empo2-tiny';
+  let engine: PolicyEngine | null = null;
+  const gateway = await startGateway({
+    modelName,
+    rendering: { template: promptSettings(cfg).template },
+    tokenizer: () => {
+      if (!engine) throw new Error('the gateway has no engine yet');
+      return engine.tokenizer;
+    },
+    host: o.host,
+    port: o.port,
+    log: o.log,
+  });
+  const player = agentPlayer<Task>({
+    gateway,
+    useEngine: (e) => (engine = e),
+    modelName,
+    agent: o.agent,
+    taskOf: o.taskOf,
+    budget: { maxCalls: o.maxCalls ?? 50, maxTokens: o.maxTokens ?? 16_384 },
+    timeoutMs: (o.timeoutSeconds ?? 300) * 1000,
+    batchWaitMs: o.batchWaitMs ?? 1000,
+    concurrency: o.concurrency === undefined ? cfg.env.max_instances : o.concurrency,
+    log: o.log,
+  });
+  o.log(`gateway: ${gateway.url} (each episode gets ${gateway.url}/episodes/<id>/v1 and its own key; model "${modelName}")`);
+  return { player, gateway, modelName, close: () => gateway.close() };
+}

@@ -1,0 +1,406 @@
+/**
+ * The training gateway: an OpenAI-compatible HTTP server the trainer runs while a user's agent plays
+ * its episodes. Every episode gets its own base URL, `{url}/episodes/{id}/v1`, and its own key (the
+ * key alone, on `{url}/v1`, also names it), so every call is attributed to its episode exactly, as
+ * agent-lightning's proxy gives each rollout attempt its own `/rollout/{id}/attempt/{id}/v1` prefix.
+ *
+ * Routes under a base URL: GET models, POST chat/completions and completions (streaming or not), and
+ * POST empo2/reward (the agent's reward, for agents that cannot return it: ./agent-process.ts).
+ * Every completion call is one step of its episode: the messages rendered with the model's chat
+ * template, the tips of a memory rollout put in the last user message (./prompt.ts), the call sampled
+ * with the other episodes' in lockstep (./batch.ts), and the sampled token ids and log-probs recorded
+ * as sampled. Each choice also carries `token_ids` (and `prompt_token_ids` with `return_token_ids`),
+ * as vLLM and `empo2 serve` name them.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { randomUUID } from 'node:crypto';
+import type { Generation, TextTokenizer } from '../policy/types.ts';
+import type { ShownTip } from '../run/records.ts';
+import { encodeCall, historyAfter, lastUserMessage, type PromptRendering } from './prompt.ts';
+import {
+  GatewayChatSchema,
+  GatewayCompletionSchema,
+  RequestError,
+  RewardReportSchema,
+  errorBody,
+  messageText,
+  parseRequest,
+  refuseToolChoice,
+  type GatewayMessage,
+} from './protocol.ts';
+import type { EpisodeSession } from './session.ts';
+import { sendStream, type StreamedAnswer } from './stream.ts';
+
+export interface GatewayOptions {
+  /** The id /models lists and answers carry; requests naming another model get a 404. */
+  modelName: string;
+  rendering: PromptRendering;
+  tokenizer: () => TextTokenizer;
+  host?: string;
+  /** 0 (default) picks a free port. */
+  port?: number;
+  maxBodyBytes?: number;
+  log?: (line: string) => void;
+}
+
+/** Tips for a memory rollout's state: what the trainer's tip source answers for one query. */
+/** `validActions`: the call's allowed texts (none: free text). */
+export type CallTips = (session: EpisodeSession, state: string, validActions: readonly string[]) => Promise<ShownTip[]>;
+
+export interface Gateway {
+  url: string;
+  /** The base URL an OpenAI client of `session` is given. */
+  baseURL(session: EpisodeSession): string;
+  /** Makes `session` reachable (its tips, if it uses the memory, from `tips`). */
+  add(session: EpisodeSession, tips: CallTips | null): void;
+  remove(session: EpisodeSession): void;
+  /** Requests received and not yet answered, over all episodes. */
+  openRequests(): number;
+  close(): Promise<void>;
+}
+
+interface Ctx extends GatewayOptions {
+  byId: Map<string, { session: EpisodeSession; tips: CallTips | null }>;
+  byKey: Map<string, string>;
+  created: number;
+}
+
+export async function startGateway(o: GatewayOptions): Promise<Gateway> {
+  const ctx: Ctx = { ...o, byId: new Map(), byKey: new Map(), created: Math.floor(Date.now() / 1000) };
+  let open = 0;
+  const server = createServer((req, res) => {
+    open++;
+    res.once('close', () => open--);
+    void handle(ctx, req, res).catch((e: unknown) => {
+      const err = e instanceof RequestError ? e : new RequestError(500, `internal error: ${(e as Error).message}`, null, 'server_error');
+      if (err.status >= 500) o.log?.(`gateway error: ${(e as Error).stack ?? String(e)}`);
+      if (err.status === 401) res.setHeader('WWW-Authenticate', 'Bearer');
+      sendJson(res, err.status, errorBody(err));
+    });
+  });
+  server.keepAliveTimeout = 5_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(o.port ?? 0, o.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const addr = server.address() as AddressInfo;
+  const url = `http://${addr.family === 'IPv6' ? `[${addr.address}]` : addr.address}:${addr.port}`;
+  return {
+    url,
+    baseURL: (s) => `${url}/episodes/${s.id}/v1`,
+    add: (session, tips) => {
+      ctx.byId.set(session.id, { session, tips });
+      ctx.byKey.set(session.key, session.id);
+    },
+    remove: (session) => {
+      ctx.byId.delete(session.id);
+      ctx.byKey.delete(session.key);
+    },
+    openRequests: () => open,
+    close: () =>
+      new Promise<void>((resolve, reject) => {
+        server.close((e) => (e ? reject(e) : resolve()));
+        server.closeAllConnections();
+      }),
+  };
+}
+
+/** The episode a request is for: by its path (`/episodes/{id}/v1/...`, the key must match) or by its key alone (`/v1/...`). */
+function route(ctx: Ctx, req: IncomingMessage): { entry: { session: EpisodeSession; tips: CallTips | null }; path: string } {
+  const url = (req.url ?? '/').split('?')[0].replace(/\/+$/, '');
+  const m = /^\/episodes\/([^/]+)(\/v1\/.*)$/.exec(url);
+  const auth = req.headers.authorization ?? '';
+  const key = /^Bearer\s+(.+)$/i.exec(auth)?.[1]?.trim() ?? null;
+  const path = m ? m[2] : url;
+  if (!path.startsWith('/v1/'))
+    throw new RequestError(404, `no route ${req.method} ${url}: use the episode's base URL ({gateway}/episodes/{id}/v1)`, null);
+  if (key === null) throw new RequestError(401, "missing API key: send the episode's key as Authorization: Bearer <key>", null);
+  const id = m ? m[1] : ctx.byKey.get(key);
+  const entry = id === undefined ? undefined : ctx.byId.get(id);
+  if (!entry)
+    throw new RequestError(
+      404,
+      m ? `no episode ${m[1]} is playing on this gateway (it ended, or never started)` : 'no episode has this key',
+      null,
+    );
+  if (entry.session.key !== key) throw new RequestError(401, `wrong API key for episode ${entry.session.id}`, null);
+  return { entry, path };
+}
+
+async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const { entry, path } = route(ctx, req);
+  const { session } = entry;
+  const post = async () => {
+    if (req.method !== 'POST') throw new RequestError(405, `${path} takes POST, not ${req.method}`, null);
+    return readJson(req, ctx.maxBodyBytes ?? 16 << 20);
+  };
+  if (path === '/v1/models') {
+    if (req.method !== 'GET') throw new RequestError(405, `${path} takes GET, not ${req.method}`, null);
+    return sendJson(res, 200, { object: 'list', data: [{ id: ctx.modelName, object: 'model', created: ctx.created, owned_by: 'empo2' }] });
+  }
+  if (path === '/v1/empo2/reward') {
+    const report = parseRequest(RewardReportSchema, await post());
+    if ((report.reward === undefined) === (report.score === undefined))
+      throw new RequestError(400, 'give either "reward" (1 is success) or "score" (0-100), not both', 'reward');
+    session.report = report;
+    return sendJson(res, 200, { object: 'empo2.reward', episode: session.id, recorded: true });
+  }
+  session.openRequests++;
+  try {
+    if (path === '/v1/chat/completions') return await chat(ctx, { entry, res }, await post());
+    if (path === '/v1/completions') return await completion(ctx, { entry, res }, await post());
+  } finally {
+    session.openRequests--;
+  }
+  throw new RequestError(
+    404,
+    `no route ${req.method} ${path} (routes: GET models, POST chat/completions, completions, empo2/reward)`,
+    null,
+  );
+}
+
+interface CallCtx {
+  entry: { session: EpisodeSession; tips: CallTips | null };
+  res: ServerResponse;
+}
+
+function checkModel(ctx: Ctx, model: string | undefined): void {
+  if (model !== undefined && model !== ctx.modelName)
+    throw new RequestError(
+      404,
+      `model "${model}" is not trained here (this gateway trains "${ctx.modelName}")`,
+      'model',
+      'not_found_error',
+      'model_not_found',
+    );
+}
+
+/** The response tokens this call may have: within the request's ask, the per-call cap and what the episode has left. */
+function callBudget(session: EpisodeSession, asked: number | null | undefined): number {
+  const { budget } = session.o;
+  if (session.ended) throw new RequestError(410, `episode ${session.id} has ended${session.failure ? ` (${session.failure})` : ''}`, null);
+  if (session.calls.length >= budget.maxCalls) {
+    session.end(`went over its budget of ${budget.maxCalls} calls`);
+    throw new RequestError(
+      429,
+      `episode ${session.id} went over its budget of ${budget.maxCalls} calls; it has ended`,
+      null,
+      'rate_limit_error',
+    );
+  }
+  const left = budget.maxTokens - session.completionTokens;
+  if (left <= 0) {
+    session.end(`went over its budget of ${budget.maxTokens} response tokens`);
+    throw new RequestError(
+      429,
+      `episode ${session.id} went over its budget of ${budget.maxTokens} response tokens; it has ended`,
+      null,
+      'rate_limit_error',
+    );
+  }
+  return Math.min(asked ?? budget.maxTokensPerCall, budget.maxTokensPerCall, left);
+}
+
+/** Samples one step of `session`: waits for its lockstep batch; a client that hangs up takes its call out. */
+async function sampleStep(
+  c: CallCtx,
+  call: { prompt: number[]; maxTokens: number; stop: string[]; allowedTexts: readonly string[] | null },
+): Promise<Generation> {
+  const { session } = c.entry;
+  const gone = () => {
+    if (!c.res.writableFinished) session.o.batch.cancel(session, new RequestError(499, 'the client closed the connection', null));
+  };
+  c.res.once('close', gone);
+  try {
+    const g = await session.o.batch.submit(session, call);
+    if (session.ended)
+      throw new RequestError(410, `episode ${session.id} has ended${session.failure ? ` (${session.failure})` : ''}`, null);
+    return g;
+  } finally {
+    c.res.off('close', gone);
+  }
+}
+
+async function chat(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
+  const r = parseRequest(GatewayChatSchema, body);
+  refuseToolChoice(r);
+  checkModel(ctx, r.model);
+  const { session, tips: tipSource } = c.entry;
+  const maxTokens = callBudget(session, r.max_completion_tokens ?? r.max_tokens);
+  const u = lastUserMessage(r.messages);
+  const state = r.empo2_state ?? messageText(r.messages[u >= 0 ? u : r.messages.length - 1]);
+  // The allowed texts of a constrained call are the state's valid actions, as the built-in rollout records them.
+  const valid = r.allowed_texts ?? [];
+  const shown = u >= 0 && session.o.usesMemory && tipSource ? await tipSource(session, state, valid) : [];
+  const tok = ctx.tokenizer();
+  const encoded = encodeCall(tok, ctx.rendering, {
+    messages: r.messages as GatewayMessage[],
+    tips: shown.map((t) => t.text),
+    previous: session.history,
+  });
+  const stop = r.stop == null ? [] : typeof r.stop === 'string' ? [r.stop] : r.stop;
+  const g = await sampleStep(c, { prompt: encoded.ids, maxTokens, stop, allowedTexts: r.allowed_texts ?? null });
+  const content = cutAtStop(g.text, stop);
+  session.record(
+    {
+      observation: state,
+      validActions: valid.slice(0, session.o.keptValidActions),
+      validActionCount: valid.length,
+      prompt: encoded.ids,
+      tipSpan: encoded.tipSpan,
+      response: g.tokens,
+      logprobs: g.logprobs,
+      action: content.trim(),
+    },
+    shown,
+  );
+  session.history = historyAfter(tok, encoded, g.tokens);
+  const answer: StreamedAnswer = {
+    kind: 'chat',
+    id: `chatcmpl-${randomUUID()}`,
+    model: ctx.modelName,
+    content,
+    generation: g,
+    promptTokens: encoded.ids.length,
+  };
+  if (r.stream) return sendStream(c.res, tok, answer, { logprobs: !!r.logprobs, usage: !!r.stream_options?.include_usage });
+  sendJson(c.res, 200, {
+    id: answer.id,
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model: ctx.modelName,
+    choices: [
+      {
+        index: 0,
+        message: { role: 'assistant', content },
+        logprobs: r.logprobs ? { content: tokenLogprobs(tok, g) } : null,
+        finish_reason: g.finish,
+        token_ids: g.tokens,
+        ...(r.return_token_ids ? { prompt_token_ids: encoded.ids } : {}),
+      },
+    ],
+    usage: usage(encoded.ids.length, g.tokens.length),
+  });
+}
+
+async function completion(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
+  const r = parseRequest(GatewayCompletionSchema, body);
+  checkModel(ctx, r.model);
+  const { session } = c.entry;
+  const maxTokens = callBudget(session, r.max_tokens);
+  const tok = ctx.tokenizer();
+  // A raw prompt has no user message to put tips in: text completions play without the memory's tips.
+  const prompt = tok.encode(r.prompt);
+  if (prompt.length === 0) throw new RequestError(400, '"prompt" encodes to no tokens', 'prompt');
+  const stop = r.stop == null ? [] : typeof r.stop === 'string' ? [r.stop] : r.stop;
+  const g = await sampleStep(c, { prompt, maxTokens, stop, allowedTexts: r.allowed_texts ?? null });
+  const text = cutAtStop(g.text, stop);
+  const state = r.empo2_state ?? r.prompt;
+  session.record(
+    {
+      observation: state,
+      validActions: (r.allowed_texts ?? []).slice(0, session.o.keptValidActions),
+      validActionCount: r.allowed_texts?.length ?? 0,
+      prompt,
+      tipSpan: null,
+      response: g.tokens,
+      logprobs: g.logprobs,
+      action: text.trim(),
+    },
+    [],
+  );
+  const answer: StreamedAnswer = {
+    kind: 'text',
+    id: `cmpl-${randomUUID()}`,
+    model: ctx.modelName,
+    content: text,
+    generation: g,
+    promptTokens: prompt.length,
+  };
+  if (r.stream) return sendStream(c.res, tok, answer, { logprobs: r.logprobs != null, usage: !!r.stream_options?.include_usage });
+  const labels = g.tokens.map((id) => tok.decode([id]));
+  sendJson(c.res, 200, {
+    id: answer.id,
+    object: 'text_completion',
+    created: Math.floor(Date.now() / 1000),
+    model: ctx.modelName,
+    choices: [
+      {
+        index: 0,
+        text,
+        logprobs:
+          r.logprobs != null ? { tokens: labels, token_logprobs: g.logprobs, top_logprobs: null, text_offset: offsets(labels) } : null,
+        finish_reason: g.finish,
+        token_ids: g.tokens,
+        ...(r.return_token_ids ? { prompt_token_ids: prompt } : {}),
+      },
+    ],
+    usage: usage(prompt.length, g.tokens.length),
+  });
+}
+
+export function tokenLogprobs(tok: TextTokenizer, g: Generation) {
+  const bytesOf = (tok as { tokenBytes?: (id: number) => Uint8Array }).tokenBytes?.bind(tok);
+  return g.tokens.map((id, k) => ({
+    token: tok.decode([id]),
+    logprob: g.logprobs[k],
+    bytes: [...(bytesOf ? bytesOf(id) : new TextEncoder().encode(tok.decode([id])))],
+    top_logprobs: [],
+  }));
+}
+
+function offsets(labels: string[]): number[] {
+  let at = 0;
+  return labels.map((l) => {
+    const o = at;
+    at += l.length;
+    return o;
+  });
+}
+
+export function usage(promptTokens: number, completionTokens: number) {
+  return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+}
+
+/** Response text as OpenAI returns it: cut before the first stop string. */
+function cutAtStop(text: string, stop: readonly string[]): string {
+  let end = text.length;
+  for (const s of stop) {
+    const at = text.indexOf(s);
+    if (at >= 0 && at < end) end = at;
+  }
+  return text.slice(0, end);
+}
+
+async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
+  if (!/^application\/json\b/i.test(req.headers['content-type'] ?? ''))
+    throw new RequestError(415, 'send the body as JSON (Content-Type: application/json)', null);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) throw new RequestError(413, `request body over ${limit} bytes`, null);
+    chunks.push(chunk as Buffer);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch (e) {
+    throw new RequestError(400, `the request body is not valid JSON: ${(e as Error).message}`, null);
+  }
+}
+
+export function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  if (res.headersSent) {
+    // An error after a stream started: said as an event, as OpenAI's servers do.
+    if (!res.writableEnded) res.end(`data: ${JSON.stringify(body)}\n\n`);
+    return;
+  }
+  if (res.destroyed) return;
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
+  res.end(text);
+}
