@@ -1,0 +1,92 @@
+/**
+ * `trainAgent()`: trains the model behind an agent the user already has, a function that plays one
+ * task with any OpenAI-compatible client and returns its reward. The trainer serves the policy through
+ * the gateway (../gateway/), gives every episode its own base URL and key, and trains on the calls the
+ * agent made with EMPO² (or GRPO, GiGPO) exactly as on its own rollouts: groups of rollouts per task,
+ * the memory's tips in memory rollouts, the update on every call's response tokens. docs/AGENTS.md.
+ */
+import { ConfigError } from '../config/load.ts';
+import type { Config } from '../config/schema.ts';
+import type { AgentInput, AgentOutcome, AgentPlayOptions } from '../gateway/index.ts';
+import { AGENT_ENV, registerAgentEnv } from '../gateway/tasks-env.ts';
+import { loadConfig } from './config.ts';
+import type { TrainOptions, TrainResult } from './train.ts';
+
+export type { AgentInput, AgentOutcome } from '../gateway/index.ts';
+
+/** An agent: plays one task through `input.baseURL` with `input.apiKey` and returns how it went. */
+export type Agent<Task> = (input: AgentInput<Task>) => Promise<AgentOutcome>;
+
+export interface TrainAgentOptions<Task> extends TrainOptions {
+  agent: Agent<Task>;
+  /** The training tasks: anything the agent reads (a string, an object); groups of rollouts are drawn from them. */
+  tasks: readonly Task[];
+  /** Held-out tasks for the evaluations (default: the training tasks). */
+  evalTasks?: readonly Task[];
+  /** Seconds an episode may take before it fails (default 300). */
+  timeoutSeconds?: number;
+  /** Calls an episode may make (default: env.max_steps, else 50). */
+  maxCalls?: number;
+  /** Response tokens an episode may use over its calls (default 16384); one call's are capped by rollout.max_tokens. */
+  maxTokens?: number;
+  /** Milliseconds a step waits for the episodes that have not called yet before sampling those that have (default 1000). */
+  batchWaitMs?: number;
+  /** Episodes played at once (default: env.max_instances, else the whole batch). */
+  concurrency?: number | null;
+  /** Text for the tiny model's tokenizer when model.path is null (default: the tasks' texts). */
+  corpus?: string[];
+  /** Where the gateway listens (default 127.0.0.1, a free port). */
+  host?: string;
+  port?: number;
+}
+
+const text = (task: unknown) => (typeof task === 'string' ? task : (JSON.stringify(task) ?? String(task)));
+
+/** The run's config: the caller's, with env.name `agent` over its tasks. */
+export function agentConfig(options: Pick<TrainAgentOptions<unknown>, 'config' | 'set' | 'tasks' | 'evalTasks' | 'corpus'>): Config {
+  const { tasks, evalTasks = [] } = options;
+  if (!Array.isArray(tasks) || tasks.length === 0) throw new ConfigError('trainAgent: give at least one task (tasks: [...])');
+  const cfg = loadConfig(options.config, { set: options.set });
+  if (cfg.env.name !== 'builtin' && cfg.env.name !== AGENT_ENV)
+    throw new ConfigError(
+      `trainAgent: env.name is "${cfg.env.name}", but an agent's episodes are played through the gateway (leave env.name out)`,
+    );
+  const corpus = options.corpus ?? [...tasks, ...evalTasks].map(text);
+  return {
+    ...cfg,
+    env: { ...cfg.env, name: AGENT_ENV, tasks: null, options: { train_tasks: tasks.length, eval_tasks: evalTasks.length, corpus } },
+  };
+}
+
+/** Trains the policy behind `options.agent` on `options.tasks`; returns as train() does. */
+export async function trainAgent<Task>(options: TrainAgentOptions<Task>): Promise<TrainResult> {
+  if (typeof options.agent !== 'function')
+    throw new ConfigError('trainAgent: agent must be an async function ({ baseURL, apiKey, model, task, signal }) => reward');
+  registerAgentEnv();
+  const config = agentConfig(options as TrainAgentOptions<unknown>);
+  const { tasks, evalTasks = [] } = options;
+  const log = options.log ?? ((l: string) => console.log(l));
+  const [{ train: runTraining }, { formatEvalTable }, { openAgentPlay }] = await Promise.all([
+    import('../trainer/trainer.ts'),
+    import('../trainer/evaluate.ts'),
+    import('../gateway/index.ts'),
+  ]);
+  const play = await openAgentPlay<Task>(config, {
+    ...(options as Omit<AgentPlayOptions<Task>, 'taskOf' | 'log'>),
+    taskOf: (job) => (job.variation < tasks.length ? tasks[job.variation] : evalTasks[job.variation - tasks.length]),
+    log,
+  });
+  try {
+    const result = await runTraining(config, {
+      resume: options.resume ?? false,
+      log,
+      signal: options.signal,
+      onIteration: options.onIteration,
+      player: play.player,
+    });
+    const evalTable = result.finalEval && !result.interrupted ? formatEvalTable(result.finalEval, result.initialEval) : null;
+    return { ...result, evalTable, config };
+  } finally {
+    await play.close();
+  }
+}
