@@ -1,8 +1,10 @@
 /** `empo2 train`: a run in run_dir, fresh or resumed from its latest checkpoint; Ctrl-C stops it with a checkpoint saved. */
 import type { Command } from 'commander';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { configFrom, withConfig } from '../options.ts';
+import { ConfigError } from '../../config/load.ts';
+import type { Config } from '../../config/schema.ts';
+import { configFrom, positiveInteger, withConfig } from '../options.ts';
 
 export function register(program: Command): void {
   withConfig(
@@ -13,14 +15,30 @@ export function register(program: Command): void {
     .option('--seed <n>', 'shortcut for --set seed=<n>')
     .option('--iterations <n>', 'shortcut for --set train.iterations=<n>')
     .option('--resume', 'continue the run in run_dir from its latest checkpoint (uses the saved config.yaml unless --config is given)')
+    .option(
+      '--agent <command>',
+      'train the model behind your own agent: a shell command run once per episode, talking to the gateway with any OpenAI client (docs/AGENTS.md); needs --tasks',
+    )
+    .option('--tasks <file>', '--agent: the training tasks, one JSON value (or line of text) per line')
+    .option('--eval-tasks <file>', '--agent: held-out tasks for the evaluations (default: the training tasks)')
+    .option('--agent-timeout <seconds>', '--agent: seconds an episode may run before its process group is killed (default 300)')
+    .option('--agent-max-calls <n>', '--agent: calls an episode may make when env.max_steps is not set (default 50)')
     .action(async (opts) => {
+      if (opts.agent || opts.tasks) await import('../../gateway/tasks-env.ts').then((m) => m.registerAgentEnv());
       let cfg = configFrom(opts);
       if (opts.resume && !opts.config) {
         const saved = join(cfg.run_dir, 'config.yaml');
         if (existsSync(saved)) cfg = configFrom(opts, saved);
       }
       const { train } = await import('../../trainer/trainer.ts');
-      const result = await train(cfg, { resume: !!opts.resume, handleSignals: true, progress: true });
+      const agent = opts.agent ? await agentRun(cfg, opts) : null;
+      if (agent) cfg = agent.cfg;
+      let result;
+      try {
+        result = await train(cfg, { resume: !!opts.resume, handleSignals: true, progress: true, player: agent?.player });
+      } finally {
+        await agent?.close();
+      }
       if (result.interrupted) {
         console.log(
           result.iterations === 0
@@ -38,4 +56,46 @@ export function register(program: Command): void {
         process.exitCode = 1;
       }
     });
+}
+
+/** Tasks from a file: one JSON value per line, or a line of plain text as a string; blank lines skipped. */
+export function readTasks(file: string, flag: string): unknown[] {
+  if (!existsSync(file)) throw new ConfigError(`${flag}: no file ${file}`);
+  const tasks = readFileSync(file, 'utf8')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l.length > 0)
+    .map((l) => {
+      try {
+        return JSON.parse(l) as unknown;
+      } catch {
+        return l;
+      }
+    });
+  if (tasks.length === 0) throw new ConfigError(`${flag}: ${file} holds no task (one per line)`);
+  return tasks;
+}
+
+/** The gateway and the player that runs `opts.agent` per episode, over the tasks of `--tasks`. */
+async function agentRun(
+  base: Config,
+  opts: { agent: string; tasks?: string; evalTasks?: string; agentTimeout?: string; agentMaxCalls?: string },
+) {
+  if (!opts.tasks) throw new ConfigError('--agent needs --tasks <file>: the tasks your agent plays, one per line');
+  const tasks = readTasks(opts.tasks, '--tasks');
+  const evalTasks = opts.evalTasks ? readTasks(opts.evalTasks, '--eval-tasks') : [];
+  const [{ agentConfig }, { openAgentPlay, runAgentProcess }] = await Promise.all([
+    import('../../api/train-agent.ts'),
+    import('../../gateway/index.ts'),
+  ]);
+  const cfg = agentConfig({ config: base, tasks, evalTasks });
+  const log = (l: string) => console.log(l);
+  const play = await openAgentPlay<unknown>(cfg, {
+    agent: (input) => runAgentProcess({ command: opts.agent, log: (l) => console.error(l) }, input),
+    taskOf: (job) => (job.variation < tasks.length ? tasks[job.variation] : evalTasks[job.variation - tasks.length]),
+    timeoutSeconds: positiveInteger(opts.agentTimeout, '--agent-timeout'),
+    maxCalls: positiveInteger(opts.agentMaxCalls, '--agent-max-calls'),
+    log,
+  });
+  return { cfg, player: play.player, close: play.close };
 }

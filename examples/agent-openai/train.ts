@@ -1,0 +1,31 @@
+/**
+ * Trains the model behind ./agent.ts with EMPO² through the gateway:
+ *
+ *   npx tsx examples/agent-openai/train.ts [model directory] [run directory]
+ *
+ * With a model directory (SmolLM2-135M-Instruct after `npm run setup`: models/SmolLM2-135M-Instruct)
+ * the agent talks to that model; without one, to the tiny built-in model (fast, and it learns little).
+ */
+import { trainAgent } from 'empo2';
+import { wordAgent, type WordTask } from './agent.ts';
+
+const [modelPath, runDir = 'runs/agent-openai'] = process.argv.slice(2);
+const words = ['apple', 'river', 'stone', 'light', 'green', 'house', 'bread', 'chair'];
+const tasks: WordTask[] = words.slice(0, 6).map((word) => ({ word }));
+const evalTasks: WordTask[] = words.slice(6).map((word) => ({ word }));
+
+const result = await trainAgent({
+  agent: wordAgent(),
+  tasks,
+  evalTasks,
+  config: {
+    run_dir: runDir,
+    model: { path: modelPath ?? null },
+    algo: { name: 'empo2' },
+    rollout: { tasks_per_batch: 2, group_size: 4, max_tokens: 8 },
+    train: { iterations: 2 },
+    env: { eval_variations: 2 },
+  },
+  timeoutSeconds: 600,
+});
+console.log(result.evalTable);
