@@ -13,6 +13,7 @@ const SRC = resolve(import.meta.dirname, '..', 'src');
 /** What the package's entries may re-export: every layer but the command line. */
 const PACKAGE_ENTRY_LAYERS = [
   'api',
+  'gateway',
   'dashboard',
   'compare',
   'serve',
@@ -45,7 +46,9 @@ export const ALLOWED: Record<string, readonly string[]> = {
   compare: ['run', 'algo', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
   serve: ['run', 'policy', 'config', 'util'],
   dashboard: ['compare', 'serve', 'trainer', 'run', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
+  gateway: ['serve', 'trainer', 'run', 'algo', 'memory', 'policy', 'envs', 'trajectory', 'config', 'util'],
   api: [
+    'gateway',
     'dashboard',
     'compare',
     'serve',
@@ -62,6 +65,7 @@ export const ALLOWED: Record<string, readonly string[]> = {
     'util',
   ],
   cli: [
+    'gateway',
     'dashboard',
     'compare',
     'serve',
@@ -83,7 +87,7 @@ export const ALLOWED: Record<string, readonly string[]> = {
 };
 
 /** Folders that may import from policy/ only its entry (policy/index.ts) and its types (policy/types.ts). */
-export const POLICY_ENTRY_ONLY: readonly string[] = ['trainer', 'run', 'adapt', 'retrospex'];
+export const POLICY_ENTRY_ONLY: readonly string[] = ['trainer', 'run', 'adapt', 'retrospex', 'gateway'];
 
 /** Where functions stay under MAX_FUNCTION_LINES lines: the training wing and the engines (folders, or single files). */
 export const SHORT_FUNCTIONS: readonly string[] = [

@@ -6,9 +6,8 @@
  * the memory's tips in memory rollouts, the update on every call's response tokens. docs/AGENTS.md.
  */
 import { ConfigError } from '../config/load.ts';
-import type { Config } from '../config/schema.ts';
 import type { AgentInput, AgentOutcome, AgentPlayOptions } from '../gateway/index.ts';
-import { AGENT_ENV, registerAgentEnv } from '../gateway/tasks-env.ts';
+import { agentConfig, registerAgentEnv } from '../gateway/tasks-env.ts';
 import { loadConfig } from './config.ts';
 import type { TrainOptions, TrainResult } from './train.ts';
 
@@ -40,31 +39,13 @@ export interface TrainAgentOptions<Task> extends TrainOptions {
   port?: number;
 }
 
-const text = (task: unknown) => (typeof task === 'string' ? task : (JSON.stringify(task) ?? String(task)));
-
-/** The run's config: the caller's, with env.name `agent` over its tasks. */
-export function agentConfig(options: Pick<TrainAgentOptions<unknown>, 'config' | 'set' | 'tasks' | 'evalTasks' | 'corpus'>): Config {
-  const { tasks, evalTasks = [] } = options;
-  if (!Array.isArray(tasks) || tasks.length === 0) throw new ConfigError('trainAgent: give at least one task (tasks: [...])');
-  const cfg = loadConfig(options.config, { set: options.set });
-  if (cfg.env.name !== 'builtin' && cfg.env.name !== AGENT_ENV)
-    throw new ConfigError(
-      `trainAgent: env.name is "${cfg.env.name}", but an agent's episodes are played through the gateway (leave env.name out)`,
-    );
-  const corpus = options.corpus ?? [...tasks, ...evalTasks].map(text);
-  return {
-    ...cfg,
-    env: { ...cfg.env, name: AGENT_ENV, tasks: null, options: { train_tasks: tasks.length, eval_tasks: evalTasks.length, corpus } },
-  };
-}
-
 /** Trains the policy behind `options.agent` on `options.tasks`; returns as train() does. */
 export async function trainAgent<Task>(options: TrainAgentOptions<Task>): Promise<TrainResult> {
   if (typeof options.agent !== 'function')
     throw new ConfigError('trainAgent: agent must be an async function ({ baseURL, apiKey, model, task, signal }) => reward');
   registerAgentEnv();
-  const config = agentConfig(options as TrainAgentOptions<unknown>);
   const { tasks, evalTasks = [] } = options;
+  const config = agentConfig(loadConfig(options.config, { set: options.set }), { tasks, evalTasks, corpus: options.corpus });
   const log = options.log ?? ((l: string) => console.log(l));
   const [{ train: runTraining }, { formatEvalTable }, { openAgentPlay }] = await Promise.all([
     import('../trainer/trainer.ts'),

@@ -10,11 +10,11 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { agentConfig } from '../api/train-agent.ts';
+import { loadConfig } from '../config/load.ts';
 import { train } from '../trainer/trainer.ts';
 import { TINY_MODEL } from '../../test/support/tiny.ts';
 import { openAgentPlay, runAgentProcess, type AgentInput } from './index.ts';
-import { registerAgentEnv } from './tasks-env.ts';
+import { agentConfig, registerAgentEnv } from './tasks-env.ts';
 
 const FAULTS = [
   'throws',
@@ -105,10 +105,8 @@ describe('faults through the gateway', () => {
     const root = mkdtempSync(join(tmpdir(), 'empo2-gateway-faults-'));
     registerAgentEnv();
     const tasks = Array.from({ length: 12 }, (_, i) => `task ${i}`);
-    const cfg = agentConfig({
-      tasks,
-      evalTasks: ['held-out'],
-      set: [
+    const cfg = agentConfig(
+      loadConfig(null, [
         ...TINY_MODEL,
         `run_dir=${join(root, 'run')}`,
         'train.iterations=1',
@@ -118,8 +116,9 @@ describe('faults through the gateway', () => {
         'rollout.max_tokens=8',
         'env.max_steps=6',
         'env.eval_variations=1',
-      ],
-    });
+      ]),
+      { tasks, evalTasks: ['held-out'] },
+    );
     const lines: string[] = [];
     const play = await openAgentPlay<unknown>(cfg, {
       agent: faultyAgent(),

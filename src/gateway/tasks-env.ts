@@ -5,6 +5,8 @@
  * groups from it as from any environment; the agent plays each job through the gateway, so the
  * environment itself is never stepped.
  */
+import { ConfigError } from '../config/load.ts';
+import type { Config } from '../config/schema.ts';
 import type { EnvSettings } from '../envs/index.ts';
 import { envNames, registerEnv } from '../envs/index.ts';
 import type { Env, ResetResult, Split, StepResult } from '../envs/types.ts';
@@ -86,4 +88,21 @@ export function registerAgentEnv(): void {
       return c;
     },
   });
+}
+
+const text = (task: unknown) => (typeof task === 'string' ? task : (JSON.stringify(task) ?? String(task)));
+
+/** A run's config for an agent's tasks: `cfg` with env.name `agent` over them (the tiny model's corpus: the tasks' texts unless given). */
+export function agentConfig(cfg: Config, o: { tasks: readonly unknown[]; evalTasks?: readonly unknown[]; corpus?: string[] }): Config {
+  const { tasks, evalTasks = [] } = o;
+  if (!Array.isArray(tasks) || tasks.length === 0) throw new ConfigError('trainAgent: give at least one task (tasks: [...])');
+  if (cfg.env.name !== 'builtin' && cfg.env.name !== AGENT_ENV)
+    throw new ConfigError(
+      `trainAgent: env.name is "${cfg.env.name}", but an agent's episodes are played through the gateway (leave env.name out)`,
+    );
+  const corpus = o.corpus ?? [...tasks, ...evalTasks].map(text);
+  return {
+    ...cfg,
+    env: { ...cfg.env, name: AGENT_ENV, tasks: null, options: { train_tasks: tasks.length, eval_tasks: evalTasks.length, corpus } },
+  };
 }

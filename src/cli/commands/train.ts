@@ -85,10 +85,10 @@ async function agentRun(
   const tasks = readTasks(opts.tasks, '--tasks');
   const evalTasks = opts.evalTasks ? readTasks(opts.evalTasks, '--eval-tasks') : [];
   const [{ agentConfig }, { openAgentPlay, runAgentProcess }] = await Promise.all([
-    import('../../api/train-agent.ts'),
+    import('../../gateway/tasks-env.ts'),
     import('../../gateway/index.ts'),
   ]);
-  const cfg = agentConfig({ config: base, tasks, evalTasks });
+  const cfg = agentConfig(base, { tasks, evalTasks });
   const log = (l: string) => console.log(l);
   const play = await openAgentPlay<unknown>(cfg, {
     agent: (input) => runAgentProcess({ command: opts.agent, log: (l) => console.error(l) }, input),
