@@ -3,7 +3,7 @@
  *
  *   npx tsx examples/agent-openai/train.ts [model directory] [run directory]
  *
- * With a model directory (SmolLM2-135M-Instruct after `npm run setup`: models/SmolLM2-135M-Instruct)
+ * With a model directory (SmolLM2-135M-Instruct after `npm run setup`: models/smollm2-135m-instruct)
  * the agent talks to that model; without one, to the tiny built-in model (fast, and it learns little).
  */
 import { trainAgent } from 'empo2';
