@@ -22,6 +22,8 @@ const result = await trainAgent({
     run_dir: runDir,
     model: { path: modelPath ?? null },
     algo: { name: 'empo2' },
+    // A real model's full fine-tune: the default 1e-3 is the tiny model's (SmolLM2 collapsed to '" " "' after one update with it).
+    optim: { lr: modelPath ? 1e-5 : 1e-3 },
     rollout: { tasks_per_batch: 2, group_size: 4, max_tokens: 8 },
     train: { iterations: 2 },
     env: { eval_variations: 2 },
