@@ -153,7 +153,9 @@ describe('faults through the gateway', () => {
         .split('\n')
         .map((l) => JSON.parse(l));
       const trainLine = metrics.find((m) => m.type === 'train');
-      expect(Object.values(trainLine.modes as Record<string, number>).reduce((a, b) => a + b, 0)).toBe(10);
+      // The failed episodes stay in the batch as outcome 'failed' (as an environment failure does): counted, not scored or trained on.
+      expect(Object.values(trainLine.modes as Record<string, number>).reduce((a, b) => a + b, 0)).toBe(60);
+      expect(trainLine.failed).toBe(50);
       expect(trainLine.sequences).toBeGreaterThan(0);
       expect(play.gateway.openRequests()).toBe(0);
       expect(leftoverProcesses()).toEqual([]);
