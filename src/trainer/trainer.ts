@@ -405,7 +405,8 @@ async function rollOut(t: Training, it: number, drawn: { jobs: RolloutJob[]; mod
  */
 function logFailures(t: Training, it: number, episodes: readonly Episode[]): void {
   episodes.forEach((e, i) => {
-    if (isFailed(e)) t.run.log(`iter ${it}: episode ${i} (task ${e.task} #${e.variation}) failed and is left out of the update: ${e.failure}`);
+    if (isFailed(e))
+      t.run.log(`iter ${it}: episode ${i} (task ${e.task} #${e.variation}) failed and is left out of the update: ${e.failure}`);
   });
 }
 
