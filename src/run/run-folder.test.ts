@@ -48,6 +48,7 @@ describe('the run folder', () => {
       ['torch-start', { 'initial-model/': '' }],
       ['torch-killed', { 'initial-model.tmp-1234/': '' }],
       ['configured', { 'config.yaml': 'run_dir: runs/x\nseed: 3\nmodel:\n  hidden_size: 32\n' }],
+      ['compare-prepared', { 'compare-run.json': '{}', 'train.log': '# empo2 compare ...\n' }],
     ] as const)
       expect(() => checkRunFolder(folder(name, files)), name).not.toThrow();
   });

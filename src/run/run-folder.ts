@@ -15,6 +15,8 @@ const RUN_ENTRIES = new Set([LOCK_FILE, 'metrics.jsonl', 'metrics.jsonl.abandone
 /** The PyTorch worker's first model, killed while it was being written (renamed to initial-model when complete). */
 const PARTIAL_INITIAL_MODEL = /^initial-model\.tmp-\d+$/;
 const SHOWN_ENTRIES = 8;
+/** What `empo2 compare` writes into a run's folder before it starts the run there (compare/runner.ts RUN_RECORD, and the child's log). */
+const COMPARE_ENTRIES = new Set(['compare-run.json', 'train.log']);
 
 /** Throws a ConfigError naming `runDir` unless a run may write there. */
 export function checkRunFolder(runDir: string): void {
@@ -32,6 +34,7 @@ export function checkRunFolder(runDir: string): void {
 
 function isRun(runDir: string, entries: readonly string[]): boolean {
   if (entries.some((e) => RUN_ENTRIES.has(e) || PARTIAL_INITIAL_MODEL.test(e))) return true;
+  if (entries.every((e) => COMPARE_ENTRIES.has(e))) return true;
   return entries.includes('config.yaml') && isRunConfig(`${runDir}/config.yaml`);
 }
 
