@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../config/load.ts';
-import { chooseEngine, REAL_MODEL_PARAMETERS } from './engine-choice.ts';
+import { chooseEngine, REAL_MODEL_PARAMETERS, torchProblem } from './engine-choice.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'empo2-engine-choice-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -66,5 +66,28 @@ describe('model.engine: auto', () => {
     };
     expect(chooseEngine(cfg('model.engine=tfjs'), smollm2, never)).toEqual({ engine: 'tfjs', reason: null });
     expect(chooseEngine(cfg('model.engine=torch'), small, never)).toEqual({ engine: 'torch', reason: null });
+  });
+});
+
+describe('the PyTorch check of model.engine: auto', () => {
+  it('tells a Python that takes too long to import torch from one that cannot', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'empo2-slow-python-'));
+    const slow = join(dir, 'python');
+    writeFileSync(slow, '#!/bin/sh\nsleep 5\n', { mode: 0o755 });
+    const broken = join(dir, 'python3');
+    writeFileSync(broken, '#!/bin/sh\nexit 1\n', { mode: 0o755 });
+    const saved = process.env.EMPO2_PYTHON;
+    try {
+      process.env.EMPO2_PYTHON = slow;
+      expect(torchProblem(300)).toMatch(
+        /did not finish importing torch, transformers and peft within 0.3 s \(a busy machine\?\); set model\.engine: torch/,
+      );
+      process.env.EMPO2_PYTHON = broken;
+      expect(torchProblem(10_000)).toMatch(/cannot import torch, transformers and peft/);
+    } finally {
+      if (saved === undefined) delete process.env.EMPO2_PYTHON;
+      else process.env.EMPO2_PYTHON = saved;
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

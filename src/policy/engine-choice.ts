@@ -48,14 +48,17 @@ export function chooseEngine(cfg: Config, modelDir: string | null, torchAvailabl
 let torchChecked: { python: string; problem: string | null } | null = null;
 
 /** Null when the project's Python imports torch, transformers and peft; else why not. Asked once per process. */
-export function torchProblem(): string | null {
+export function torchProblem(timeoutMs = 120_000): string | null {
   const python = projectPython();
   if (torchChecked?.python === python) return torchChecked.problem;
   let problem: string | null = null;
   if (!existsSync(python)) problem = `there is no Python at ${python} (${PYTHON_SETUP_ADVICE})`;
   else {
-    const r = spawnSync(python, ['-c', 'import torch, transformers, peft'], { encoding: 'utf8', timeout: 120_000 });
-    if (r.status !== 0) problem = `${python} cannot import torch, transformers and peft (${PYTHON_SETUP_ADVICE})`;
+    const r = spawnSync(python, ['-c', 'import torch, transformers, peft'], { encoding: 'utf8', timeout: timeoutMs });
+    // A busy machine can take minutes to import torch: that is not a missing install, and must not read as one.
+    if (r.error && (r.error as NodeJS.ErrnoException).code === 'ETIMEDOUT')
+      problem = `${python} did not finish importing torch, transformers and peft within ${timeoutMs / 1000} s (a busy machine?); set model.engine: torch to use the worker anyway`;
+    else if (r.status !== 0) problem = `${python} cannot import torch, transformers and peft (${PYTHON_SETUP_ADVICE})`;
   }
   torchChecked = { python, problem };
   return problem;
