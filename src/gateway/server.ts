@@ -12,8 +12,8 @@
  * as sampled. Each choice also carries `token_ids` (and `prompt_token_ids` with `return_token_ids`),
  * as vLLM and `empo2 serve` name them.
  */
+import { listenOn } from '../util/port.ts';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import type { Generation, TextTokenizer } from '../policy/types.ts';
 import type { ShownTip } from '../run/records.ts';
@@ -80,14 +80,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     });
   });
   server.keepAliveTimeout = 5_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(o.port ?? 0, o.host ?? '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const addr = server.address() as AddressInfo;
+  const addr = await listenOn(server, o.host ?? '127.0.0.1', o.port ?? 0);
   const url = `http://${addr.family === 'IPv6' ? `[${addr.address}]` : addr.address}:${addr.port}`;
   return {
     url,

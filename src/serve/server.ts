@@ -14,8 +14,8 @@
  * One request cannot stall the server: its work is bounded (limits.ts), generation yields between
  * tokens and stops when its clients hang up (queue.ts). Web pages cannot drive it (access.ts).
  */
+import { listenOn } from '../util/port.ts';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { realpathSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -147,14 +147,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   });
   // Keep-alive sockets would hold close() open for their idle timeout.
   server.keepAliveTimeout = 5_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(o.port ?? 8000, o.host ?? '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const addr = server.address() as AddressInfo;
+  const addr = await listenOn(server, o.host ?? '127.0.0.1', o.port ?? 8000);
   ctx.access.boundAddress = addr.address;
   const hostForUrl = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   return {
