@@ -19,7 +19,7 @@
 import { z } from 'zod';
 import { RequestError } from '../serve/protocol.ts';
 
-export { RequestError, errorBody, parseRequest } from '../serve/protocol.ts';
+export { RequestError, errorBody, parseRequest, readJson } from '../serve/protocol.ts';
 
 const TOOLS_REFUSED =
   'tool calls are not supported by the empo2 gateway: describe the tools in the prompt and parse the text answer (docs/AGENTS.md, "Tool calls")';

@@ -21,6 +21,7 @@ import { encodeCall, historyAfter, lastUserMessage, type PromptRendering } from 
 import {
   GatewayChatSchema,
   GatewayCompletionSchema,
+  readJson,
   RequestError,
   RewardReportSchema,
   errorBody,
@@ -129,7 +130,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   const { session } = entry;
   const post = async () => {
     if (req.method !== 'POST') throw new RequestError(405, `${path} takes POST, not ${req.method}`, null);
-    return readJson(req, ctx.maxBodyBytes ?? 16 << 20);
+    return readJson(req, ctx.maxBodyBytes ?? 16 << 20, { jsonContentType: true });
   };
   if (path === '/v1/models') {
     if (req.method !== 'GET') throw new RequestError(405, `${path} takes GET, not ${req.method}`, null);
@@ -367,23 +368,6 @@ function cutAtStop(text: string, stop: readonly string[]): string {
     if (at >= 0 && at < end) end = at;
   }
   return text.slice(0, end);
-}
-
-async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
-  if (!/^application\/json\b/i.test(req.headers['content-type'] ?? ''))
-    throw new RequestError(415, 'send the body as JSON (Content-Type: application/json)', null);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw new RequestError(413, `request body over ${limit} bytes`, null);
-    chunks.push(chunk as Buffer);
-  }
-  try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
-  } catch (e) {
-    throw new RequestError(400, `the request body is not valid JSON: ${(e as Error).message}`, null);
-  }
 }
 
 export function sendJson(res: ServerResponse, status: number, body: unknown): void {

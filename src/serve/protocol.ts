@@ -7,6 +7,7 @@
  * implement are accepted only at their neutral values, so generic clients that always send them
  * (penalties 0, best_of 1...) still work.
  */
+import type { IncomingMessage } from 'node:http';
 import { z } from 'zod';
 
 export class RequestError extends Error {
@@ -139,4 +140,27 @@ function valueAt(body: unknown, path: readonly PropertyKey[]): unknown {
     at = (at as Record<PropertyKey, unknown>)[key];
   }
   return at;
+}
+
+/**
+ * A request's JSON body, at most `limit` bytes (413 past it, before reading when Content-Length says
+ * so); 400 when it is not JSON, and 415 without a JSON Content-Type where `o.jsonContentType` asks for one.
+ */
+export async function readJson(req: IncomingMessage, limit: number, o: { jsonContentType?: boolean } = {}): Promise<unknown> {
+  if (o.jsonContentType && !/^application\/json\b/i.test(req.headers['content-type'] ?? ''))
+    throw new RequestError(415, 'send the body as JSON (Content-Type: application/json)', null);
+  if (Number(req.headers['content-length']) > limit) throw new RequestError(413, `request body over ${limit} bytes`, null);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) throw new RequestError(413, `request body over ${limit} bytes`, null);
+    chunks.push(chunk as Buffer);
+  }
+  const text = Buffer.concat(chunks).toString('utf8');
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new RequestError(400, `the request body is not valid JSON: ${(e as Error).message}`, null);
+  }
 }

@@ -41,6 +41,7 @@ import {
   RequestError,
   errorBody,
   parseRequest,
+  readJson,
   type ChatRequest,
   type CompletionRequest,
 } from './protocol.ts';
@@ -292,23 +293,6 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
   const result = await route.run();
   if (result instanceof PlainText) sendText(res, result.text);
   else send(res, 200, result);
-}
-
-async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
-  if (Number(req.headers['content-length']) > limit) throw new RequestError(413, `request body over ${limit} bytes`, null);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw new RequestError(413, `request body over ${limit} bytes`, null);
-    chunks.push(chunk as Buffer);
-  }
-  const text = Buffer.concat(chunks).toString('utf8');
-  try {
-    return JSON.parse(text);
-  } catch (e) {
-    throw new RequestError(400, `the request body is not valid JSON: ${(e as Error).message}`, null);
-  }
 }
 
 function sendText(res: ServerResponse, text: string): void {
