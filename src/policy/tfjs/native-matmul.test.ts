@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend, tf } from './backend.ts';
-import { nativeMatMulStatus, planBatchedProduct, registerNativeMatMul, unregisterNativeMatMul } from './native-matmul.ts';
+import { columnsMatMul, nativeMatMulStatus, planBatchedProduct, registerNativeMatMul, unregisterNativeMatMul } from './native-matmul.ts';
 
 const TOLERANCE = 1e-4;
 
@@ -232,6 +232,37 @@ describe.skipIf(!available)('native BatchMatMul vs the wasm kernel', () => {
     const after = tf.memory();
     expect(after.numTensors).toBe(before.numTensors);
     expect(after.numBytes).toBe(before.numBytes);
+    tf.dispose([a, b]);
+  });
+});
+
+describe.skipIf(!available)('columnsMatMul (a block of columns times b, read in place)', () => {
+  it('equals slicing the columns and multiplying, bit for bit', () => {
+    const a = random([2, 3, 5, 11]);
+    const widths = [4, 1, 6];
+    const bs = widths.map((w) => random([2, 3, w, 7]));
+    let start = 0;
+    for (const [j, w] of widths.entries()) {
+      const inPlace = columnsMatMul(a, bs[j], start)!;
+      const sliced = tf.matMul(tf.slice(a, [0, 0, 0, start], [2, 3, 5, w]), bs[j]);
+      expect(inPlace.shape).toEqual([2, 3, 5, 7]);
+      expect(Array.from(inPlace.dataSync())).toEqual(Array.from(sliced.dataSync()));
+      tf.dispose([inPlace, sliced]);
+      start += w;
+    }
+    tf.dispose([a, ...bs]);
+  });
+
+  it('refuses columns outside a, and is off with the wasm kernel', () => {
+    const a = random([1, 2, 3, 4]);
+    const b = random([1, 2, 3, 5]);
+    expect(() => columnsMatMul(a, b, 2)).toThrow(/columns \[2, 5\) of \[1,2,3,4\]/);
+    unregisterNativeMatMul();
+    try {
+      expect(columnsMatMul(a, b, 0)).toBeNull();
+    } finally {
+      expect(registerNativeMatMul()).toBe(true);
+    }
     tf.dispose([a, b]);
   });
 });

@@ -107,8 +107,65 @@ export function registerNativeMatMul(): boolean {
   };
   tf.unregisterKernel('BatchMatMul', 'wasm');
   tf.registerKernel(nativeKernel);
+  if (!tf.getKernel(COLUMNS_MATMUL, 'wasm'))
+    tf.registerKernel({ kernelName: COLUMNS_MATMUL, backendName: 'wasm', kernelFunc: makeColumnsMatMul(blas.sgemm) });
   status = activeStatus(blas);
   return true;
+}
+
+const COLUMNS_MATMUL = 'Empo2ColumnsMatMul';
+
+/**
+ * a[…, :, start : start + w] · b for a [batch…, m, S] and b [batch…, w, n] (the same batch shape):
+ * one sgemm per batch item reading the columns in place (leading dimension S), where tf.slice or
+ * tf.split on the wasm backend would first copy all of `a` out of the heap. The same product of the
+ * same values as on the sliced copy. Null when the native kernel is not active (then slice instead).
+ */
+export function columnsMatMul(a: tf.Tensor, b: tf.Tensor, start: number): tf.Tensor | null {
+  if (!nativeKernel || tf.getBackend() !== 'wasm') return null;
+  return tf.engine().runKernel(COLUMNS_MATMUL, { a, b }, { start }) as tf.Tensor;
+}
+
+function makeColumnsMatMul(sgemm: Sgemm): tf.KernelFunc {
+  return (args) => {
+    const { a, b } = args.inputs as { a: tf.TensorInfo; b: tf.TensorInfo };
+    const { start } = args.attrs as unknown as { start: number };
+    const S = a.shape[a.shape.length - 1];
+    const m = a.shape[a.shape.length - 2];
+    const [w, n] = b.shape.slice(-2);
+    const batch = product(a.shape.slice(0, -2));
+    if (a.dtype !== 'float32' || b.dtype !== 'float32' || product(b.shape.slice(0, -2)) !== batch || start < 0 || start + w > S)
+      throw new Error(`${COLUMNS_MATMUL}: columns [${start}, ${start + w}) of [${a.shape}] times [${b.shape}] do not fit`);
+    const backend = args.backend as BackendWasm;
+    const out = backend.makeOutput([...a.shape.slice(0, -2), m, n], 'float32');
+    if (batch * m * n === 0) return out;
+    // Views are taken after makeOutput: growing the wasm heap detaches earlier views.
+    const result = backend.typedArrayFromHeap(out) as Float32Array;
+    if (w === 0) {
+      result.fill(0);
+      return out;
+    }
+    const lhs = backend.typedArrayFromHeap(a) as Float32Array;
+    const rhs = backend.typedArrayFromHeap(b) as Float32Array;
+    for (let i = 0; i < batch; i++)
+      sgemm(
+        CBLAS_ROW_MAJOR,
+        CBLAS_NO_TRANS,
+        CBLAS_NO_TRANS,
+        m,
+        n,
+        w,
+        1,
+        lhs.subarray(i * m * S + start),
+        S,
+        rhs.subarray(i * w * n),
+        n,
+        0,
+        result.subarray(i * m * n),
+        n,
+      );
+    return out;
+  };
 }
 
 function activeStatus(loaded: LoadedBlas): NativeMatMulStatus {

@@ -9,6 +9,7 @@
 import { tf } from './backend.ts';
 import { LoraAdapters, type LoraConfig } from './lora.ts';
 import { rotaryFrequencies, type RopeScaling } from './rope.ts';
+import { columnsMatMul } from './native-matmul.ts';
 
 export interface ModelConfig {
   model_type: 'qwen2' | 'llama';
@@ -602,8 +603,35 @@ export function attendBlocks(q: tf.Tensor4D, blocks: readonly LayerCache[], mask
         );
   const probs = maskedSoftmax(scores, maskBias, rep);
   if (blocks.length === 1) return tf.matMul(probs, blocks[0].v) as tf.Tensor4D;
-  const parts = tf.split(probs, widths, 3);
-  return tf.addN(parts.map((p, j) => tf.matMul(p, blocks[j].v))) as tf.Tensor4D;
+  return attendSplit(probs as tf.Tensor4D, blocks, widths);
+}
+
+/**
+ * Σ_j probs[…, block j's columns] · v_j, the products tf.split would feed, without the wasm backend's
+ * slice: its kernel copies the whole input out of the heap for every part (readSync), so a prefill
+ * chunk over k key/value blocks copied its probabilities k times, and a long prompt prefilled in many
+ * chunks (a memory rollout's tips) spent most of its time copying. With the native BLAS each product
+ * reads its columns in place; otherwise gather copies only each part, in wasm. Either way the same
+ * values go into the same products, so the sums are the same.
+ */
+function attendSplit(probs: tf.Tensor4D, blocks: readonly LayerCache[], widths: readonly number[]): tf.Tensor4D {
+  let start = 0;
+  const outs = widths.map((w, j) => {
+    const from = start;
+    start += w;
+    const inPlace = columnsMatMul(probs, blocks[j].v, from);
+    if (inPlace) return inPlace;
+    const indices = tf.range(from, from + w, 1, 'int32');
+    const part = tf.gather(probs, indices, 3) as tf.Tensor4D;
+    indices.dispose();
+    const out = tf.matMul(part, blocks[j].v);
+    part.dispose();
+    return out;
+  });
+  probs.dispose();
+  const sum = tf.addN(outs) as tf.Tensor4D;
+  for (const o of outs) o.dispose();
+  return sum;
 }
 
 /** Query times per chunk so that one chunk's scores stay within `elements`. */
