@@ -10,7 +10,7 @@
 import type { ChatMessage, ChatTemplate } from '../policy/index.ts';
 import type { TextTokenizer } from '../policy/types.ts';
 import { renderChatML } from '../serve/chat.ts';
-import { renderTipBlock, type EncodedPrompt } from '../trainer/prompt.ts';
+import { parseAction, renderTipBlock, type EncodedPrompt } from '../trainer/prompt.ts';
 import { messageText, RequestError, type GatewayMessage } from './protocol.ts';
 
 /** Stands where the tip block goes while the messages are rendered; never in real text. */
@@ -91,4 +91,14 @@ function extend(tokenizer: TextTokenizer, r: PromptRendering, text: string, prev
 /** What the next call may extend: this call's tip-free prompt and the answer's tokens as sampled. */
 export function historyAfter(tokenizer: TextTokenizer, call: EncodedCall, response: readonly number[]): PromptHistory {
   return { ids: [...call.tipFree.ids, ...response], text: call.tipFree.text + tokenizer.decode([...response]) };
+}
+
+/**
+ * The action a chat call's answer is recorded as, as the built-in rollout records it for the same
+ * prompt style: with a chat template, the action parsed out of the free-text answer (its first line,
+ * without an "Action:" label; a slot of the valid actions filled where one is the only way on), else
+ * (the tiny model's plain prompts) the whole answer, trimmed.
+ */
+export function recordedAction(r: PromptRendering, answer: string, validActions: readonly string[]): string {
+  return r.template ? parseAction(answer, validActions) : answer.trim();
 }

@@ -15,6 +15,9 @@
  *   describes its tools in the prompt and parses the answer (docs/AGENTS.md).
  * - `empo2_state` (optional, a string): the state the memory keys on for this call (tips, novelty,
  *   GiGPO's anchor); default the last user message.
+ * - `empo2_valid_actions` (optional, strings): the state's valid actions, for the records and the
+ *   memory's query, without constraining the answer (`allowed_texts` constrains it, and stands for them
+ *   when they are not given): an agent whose model answers in free text can still say what it could do.
  */
 import { z } from 'zod';
 import { RequestError } from '../serve/protocol.ts';
@@ -50,6 +53,7 @@ const common = {
     .optional(),
   return_token_ids: z.boolean().nullable().optional(),
   empo2_state: z.string().optional(),
+  empo2_valid_actions: z.array(z.string()).max(100_000).nullable().optional(),
   /** Constrained decoding, as `empo2 serve` offers it: the only texts the answer may be. */
   allowed_texts: z.array(z.string().min(1)).min(1).nullable().optional(),
 };

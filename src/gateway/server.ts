@@ -17,7 +17,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { randomUUID } from 'node:crypto';
 import type { Generation, TextTokenizer } from '../policy/types.ts';
 import type { ShownTip } from '../run/records.ts';
-import { encodeCall, historyAfter, lastUserMessage, type PromptRendering } from './prompt.ts';
+import { encodeCall, historyAfter, lastUserMessage, recordedAction, type PromptRendering } from './prompt.ts';
 import {
   GatewayChatSchema,
   GatewayCompletionSchema,
@@ -227,8 +227,8 @@ async function chat(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
   const maxTokens = callBudget(session, r.max_completion_tokens ?? r.max_tokens);
   const u = lastUserMessage(r.messages);
   const state = r.empo2_state ?? messageText(r.messages[u >= 0 ? u : r.messages.length - 1]);
-  // The allowed texts of a constrained call are the state's valid actions, as the built-in rollout records them.
-  const valid = r.allowed_texts ?? [];
+  // The state's valid actions as the agent names them; a constrained call's allowed texts are them otherwise.
+  const valid = r.empo2_valid_actions ?? r.allowed_texts ?? [];
   const shown = u >= 0 && session.o.usesMemory && tipSource ? await tipSource(session, state, valid) : [];
   const tok = ctx.tokenizer();
   const encoded = encodeCall(tok, ctx.rendering, {
@@ -248,7 +248,7 @@ async function chat(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
       tipSpan: encoded.tipSpan,
       response: g.tokens,
       logprobs: g.logprobs,
-      action: content.trim(),
+      action: recordedAction(ctx.rendering, content, valid),
     },
     shown,
   );
@@ -294,11 +294,12 @@ async function completion(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
   const g = await sampleStep(c, { prompt, maxTokens, stop, allowedTexts: r.allowed_texts ?? null });
   const text = cutAtStop(g.text, stop);
   const state = r.empo2_state ?? r.prompt;
+  const valid = r.empo2_valid_actions ?? r.allowed_texts ?? [];
   session.record(
     {
       observation: state,
-      validActions: (r.allowed_texts ?? []).slice(0, session.o.keptValidActions),
-      validActionCount: r.allowed_texts?.length ?? 0,
+      validActions: valid.slice(0, session.o.keptValidActions),
+      validActionCount: valid.length,
       prompt,
       tipSpan: null,
       response: g.tokens,

@@ -5,20 +5,14 @@
  * engines take the same actions) the packed update agrees with the TypeScript engine's.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pythonGate } from '../../test/support/python.ts';
-import { TINY_MODEL } from '../../test/support/tiny.ts';
+import { saveTinyInstructModel } from '../../test/support/instruct-model.ts';
 import { loadConfig } from '../config/load.ts';
-import { sampleCorpus } from '../envs/builtin/index.ts';
-import { initBackend } from '../policy/tfjs/backend.ts';
-import { saveModelDir } from '../policy/tfjs/checkpoint.ts';
-import { buildTinyPolicy } from '../policy/tfjs/tiny.ts';
 import { train } from './trainer.ts';
 
-const CHATML =
-  "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 const root = mkdtempSync(join(tmpdir(), 'empo2-instruct-train-'));
 const modelDir = join(root, 'model');
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -56,14 +50,7 @@ const trainLines = (dir: string): Line[] =>
     .map((l) => JSON.parse(l))
     .filter((l) => l.type === 'train');
 
-beforeAll(async () => {
-  await initBackend();
-  const cfg = loadConfig(null, TINY_MODEL);
-  const { model, tokenizer } = buildTinyPolicy(sampleCorpus(60), cfg.model, 1);
-  await saveModelDir(modelDir, model, tokenizer);
-  model.dispose();
-  writeFileSync(join(modelDir, 'chat_template.jinja'), CHATML);
-});
+beforeAll(() => saveTinyInstructModel(modelDir));
 
 describe('training with the instruct prompt', () => {
   it('prefix reuse and packed episodes give the same actions and losses as per-step work, with less of it', async () => {
