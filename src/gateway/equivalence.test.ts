@@ -3,7 +3,9 @@
  * gateway over HTTP and builds the same messages as the built-in rollout's prompt gives the same
  * token ids, log-probs, tips, update statistics and evaluations as the in-process rollout, run for run
  * (EMPO² with memory rollouts on- and off-policy, the novelty reward and GiGPO's step groups, over two
- * iterations so that the second shows the tips the first wrote).
+ * iterations so that the second shows the tips the first wrote). Twice: the tiny model's plain prompt with
+ * constrained actions, and a model with a chat template, where the trainer uses the instruct prompt
+ * (token-in/token-out) and the agent sends the model's free-text answers back as it got them.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
