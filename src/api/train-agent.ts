@@ -22,6 +22,11 @@ export interface TrainAgentOptions<Task> extends TrainOptions {
   tasks: readonly Task[];
   /** Held-out tasks for the evaluations (default: the training tasks). */
   evalTasks?: readonly Task[];
+  /**
+   * A task's name: tasks of the same name form one task family, with its own row in the evaluation tables
+   * and its own memory (`memory.slot: task`); undefined or null: the family `agent` (default: all tasks are).
+   */
+  taskName?: (task: Task) => string | null | undefined;
   /** Seconds an episode may take before it fails (default 300). */
   timeoutSeconds?: number;
   /** Calls an episode may make (default: env.max_steps, else 50). */
@@ -45,7 +50,12 @@ export async function trainAgent<Task>(options: TrainAgentOptions<Task>): Promis
     throw new ConfigError('trainAgent: agent must be an async function ({ baseURL, apiKey, model, task, signal }) => reward');
   registerAgentEnv();
   const { tasks, evalTasks = [] } = options;
-  const config = agentConfig(loadConfig(options.config, { set: options.set }), { tasks, evalTasks, corpus: options.corpus });
+  const config = agentConfig(loadConfig(options.config, { set: options.set }), {
+    tasks,
+    evalTasks,
+    corpus: options.corpus,
+    taskName: options.taskName,
+  });
   const log = options.log ?? ((l: string) => console.log(l));
   const [{ train: runTraining }, { formatEvalTable }, { openAgentPlay }] = await Promise.all([
     import('../trainer/trainer.ts'),

@@ -21,6 +21,10 @@ export function register(program: Command): void {
     )
     .option('--tasks <file>', '--agent: the training tasks, one JSON value (or line of text) per line')
     .option('--eval-tasks <file>', '--agent: held-out tasks for the evaluations (default: the training tasks)')
+    .option(
+      '--task-name <field>',
+      "--agent: the field of a task (a JSON object) that names it: tasks of the same name get one row in the evaluation tables (default: one row, 'agent')",
+    )
     .option('--agent-timeout <seconds>', '--agent: seconds an episode may run before its process group is killed (default 300)')
     .option('--agent-max-calls <n>', '--agent: calls an episode may make when env.max_steps is not set (default 50)')
     .action(async (opts) => {
@@ -76,10 +80,20 @@ export function readTasks(file: string, flag: string): unknown[] {
   return tasks;
 }
 
+/** `--task-name <field>`: a task's name is that field of the task (a task that is not an object, or lacks it, has none). */
+function nameField(field: string): (task: unknown) => string | undefined {
+  return (task) => {
+    const v = typeof task === 'object' && task !== null && !Array.isArray(task) ? (task as Record<string, unknown>)[field] : undefined;
+    if (v === undefined || v === null) return undefined;
+    if (typeof v !== 'string') throw new ConfigError(`--task-name ${field}: a task's "${field}" is ${JSON.stringify(v)}, not a string`);
+    return v;
+  };
+}
+
 /** The gateway and the player that runs `opts.agent` per episode, over the tasks of `--tasks`. */
 async function agentRun(
   base: Config,
-  opts: { agent: string; tasks?: string; evalTasks?: string; agentTimeout?: string; agentMaxCalls?: string },
+  opts: { agent: string; tasks?: string; evalTasks?: string; taskName?: string; agentTimeout?: string; agentMaxCalls?: string },
 ) {
   if (!opts.tasks) throw new ConfigError('--agent needs --tasks <file>: the tasks your agent plays, one per line');
   const tasks = readTasks(opts.tasks, '--tasks');
@@ -88,7 +102,7 @@ async function agentRun(
     import('../../gateway/tasks-env.ts'),
     import('../../gateway/index.ts'),
   ]);
-  const cfg = agentConfig(base, { tasks, evalTasks });
+  const cfg = agentConfig(base, { tasks, evalTasks, taskName: opts.taskName === undefined ? undefined : nameField(opts.taskName) });
   const log = (l: string) => console.log(l);
   const play = await openAgentPlay<unknown>(cfg, {
     agent: (input) => runAgentProcess({ command: opts.agent, log: (l) => console.error(l) }, input),
