@@ -1,7 +1,7 @@
 /**
  * `empo2 train --agent "<command>" --tasks <file>`: a process per episode that finds its base URL, key,
  * model and task in EMPO2_* variables, calls the gateway and prints "reward: <number>" last; the run
- * trains an iteration on its episodes and evaluates on --eval-tasks.
+ * trains an iteration on its episodes and evaluates on --eval-tasks, a row per --task-name.
  */
 import { describe, expect, it } from 'vitest';
 import { spawnSync } from 'node:child_process';
@@ -27,8 +27,8 @@ describe('empo2 train --agent', () => {
     const root = mkdtempSync(join(tmpdir(), 'empo2-cli-agent-'));
     try {
       writeFileSync(join(root, 'agent.mjs'), AGENT);
-      writeFileSync(join(root, 'tasks.jsonl'), '{"word": "apple"}\n{"word": "river"}\n');
-      writeFileSync(join(root, 'eval.jsonl'), '{"word": "stone"}\n');
+      writeFileSync(join(root, 'tasks.jsonl'), '{"word": "apple", "kind": "fruit"}\n{"word": "river", "kind": "place"}\n');
+      writeFileSync(join(root, 'eval.jsonl'), '{"word": "stone", "kind": "place"}\n{"word": "pear", "kind": "fruit"}\n');
       const main = resolve(import.meta.dirname, '..', 'cli', 'main.ts');
       const set = [...TINY_MODEL, 'rollout.tasks_per_batch=2', 'rollout.group_size=2', 'rollout.max_tokens=6', 'env.eval_variations=1'];
       const r = spawnSync(
@@ -44,6 +44,8 @@ describe('empo2 train --agent', () => {
           join(root, 'tasks.jsonl'),
           '--eval-tasks',
           join(root, 'eval.jsonl'),
+          '--task-name',
+          'kind',
           '--run-dir',
           join(root, 'run'),
           '--iterations',
@@ -62,6 +64,11 @@ describe('empo2 train --agent', () => {
       expect(Object.values(trainLine.modes as Record<string, number>).reduce((a, b) => a + b, 0)).toBe(4);
       expect(trainLine.mean_score).toBeGreaterThanOrEqual(25);
       expect(r.stdout).not.toContain('left out of the update');
+      const rows = readFileSync(join(root, 'run', 'eval.md'), 'utf8')
+        .split('\n')
+        .filter((l) => l.startsWith('| ') && !l.startsWith('| task'))
+        .map((l) => l.split(' | ').slice(0, 2).join(' | '));
+      expect(rows).toEqual(['| fruit | 1', '| place | 1', '| **all** | 2']);
     } finally {
       rmSync(root, { recursive: true, force: true });
     }
