@@ -6,7 +6,7 @@
  * while the page is open.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, Page } from 'puppeteer-core';
@@ -14,6 +14,7 @@ import { loadConfig } from '../config/load.ts';
 import type { Config } from '../config/schema.ts';
 import { initBackend } from '../policy/tfjs/backend.ts';
 import { train } from '../trainer/trainer.ts';
+import { EpisodeRecordSchema, type EpisodeRecord } from '../trajectory/format.ts';
 import { TINY_RUN } from '../../test/support/tiny.ts';
 import { chromiumPath, CHROMIUM_ARGS, NO_CHROMIUM } from '../../test/support/chromium.ts';
 import { startDashboard, type RunningDashboard } from './server.ts';
@@ -177,6 +178,50 @@ describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPat
     const later = await page.$$eval('#episodes tbody tr', (rows) => rows.map((r) => r.children[2].textContent));
     expect(later.length).toBeGreaterThan(0);
     for (const m of later) expect(m).toMatch(/^tips · (on|off)-policy$/);
+    expect(pageErrors).toEqual([]);
+  });
+
+  it("shows an agent's gateway episode with its tips and without an empty valid-actions fold", async () => {
+    // A gateway step as the trainer records it (results/gateway-smollm2): a free-text call, no valid actions, tips shown.
+    const tip = { text: 'Say the word itself. The action you took was apple; you finally scored 100/100.', score: 100, similarity: 0.68 };
+    const step = (observation: string, action: string, reward: number) => ({
+      observation,
+      valid_actions: [],
+      valid_action_count: 0,
+      tips: [{ ...tip, action: 'apple' }],
+      action,
+      reward,
+      score: reward,
+      followed_tip: false,
+    });
+    const record: EpisodeRecord = {
+      ...{ type: 'episode', source: 'train', iteration: 2, trial: null, env_steps: 40, checkpoint: null, index: 0, group: 0 },
+      ...{ task: 'agent', variation: 5, description: '{"word":"house"}', mode: 'tips-off-policy', slot: 'agent' },
+      steps: [step('Say the word "house".', 'Please go ahead', 0), step('No. Say the word "house".', 'A home', 50)],
+      ...{ final_observation: 'No. Say the word "house".', score: 50, success: false, outcome: 'ended', reflection: 'Say it.' },
+      time: new Date().toISOString(),
+    };
+    const file = join(root, 'agent-episodes.jsonl');
+    writeFileSync(file, JSON.stringify(EpisodeRecordSchema.parse(record)) + '\n');
+    const agentDashboard = await startDashboard({ paths: [file], port: 0, cwd: root });
+    try {
+      await page.goto(`${agentDashboard.url}/#trajectories`, { waitUntil: 'load' });
+      await page.waitForSelector('#episodes tbody tr');
+      await page.click('#episodes tbody tr');
+      await page.waitForSelector('#episode .step aside.tips details');
+      expect(await page.$$eval('#episode .step aside.tips details summary', (s) => s.map((x) => x.textContent))).toEqual([
+        expect.stringMatching(/^1 tip shown/),
+        expect.stringMatching(/^1 tip shown/),
+      ]);
+      expect(await page.$$eval('#episode details.valid', (d) => d.length)).toBe(0);
+    } finally {
+      await agentDashboard.close();
+    }
+    // A built-in environment's steps keep theirs.
+    await openIteration(1);
+    await page.click('#episodes tbody tr');
+    await page.waitForSelector('#episode details.valid');
+    expect(await page.$eval('#episode details.valid summary', (s) => s.textContent)).toMatch(/^\d+ valid actions?/);
     expect(pageErrors).toEqual([]);
   });
 

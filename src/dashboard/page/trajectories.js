@@ -346,20 +346,24 @@ function stepRow(e, s, t, sourceId, emptyMemory) {
       : s.followed_tip === false
         ? h('span', { class: 'badge ignored' }, 'tips not followed')
         : null;
-  const valid = h(
-    'details',
-    { class: 'valid' },
-    h(
-      'summary',
-      {},
-      `${s.valid_action_count} valid action${s.valid_action_count === 1 ? '' : 's'}${s.valid_actions.length < s.valid_action_count ? ` (first ${s.valid_actions.length} recorded)` : ''}`,
-    ),
-    h(
-      'ul',
-      {},
-      s.valid_actions.map((a) => h('li', { class: a === s.action ? 'taken' : '' }, a)),
-    ),
-  );
+  // An agent played through the gateway (and any free-text environment) offers no valid actions: nothing to unfold.
+  const valid =
+    s.valid_action_count === 0
+      ? null
+      : h(
+          'details',
+          { class: 'valid' },
+          h(
+            'summary',
+            {},
+            `${s.valid_action_count} valid action${s.valid_action_count === 1 ? '' : 's'}${s.valid_actions.length < s.valid_action_count ? ` (first ${s.valid_actions.length} recorded)` : ''}`,
+          ),
+          h(
+            'ul',
+            {},
+            s.valid_actions.map((a) => h('li', { class: a === s.action ? 'taken' : '' }, a)),
+          ),
+        );
   const retrieveLink =
     e.slot !== null
       ? h(
