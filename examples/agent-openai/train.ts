@@ -1,5 +1,6 @@
 /**
- * Trains the model behind ./agent.ts with EMPO² through the gateway:
+ * Trains the model behind ./agent.ts with EMPO² through the gateway. In this repository, after
+ * `npm run build` (the file imports 'empo2', which resolves to dist/):
  *
  *   npx tsx examples/agent-openai/train.ts [model directory] [run directory] [--set key.path=value ...]
  *
@@ -44,4 +45,5 @@ const result = await trainAgent({
   set,
   timeoutSeconds: 600,
 });
-console.log(result.evalTable);
+// The log above ends with the held-out table (also in eval.md); the episodes, tips included: empo2 dashboard <run directory>.
+console.log(`run: ${result.runDir}`);
