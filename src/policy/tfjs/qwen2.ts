@@ -634,6 +634,18 @@ function attendSplit(probs: tf.Tensor4D, blocks: readonly LayerCache[], widths: 
   return sum;
 }
 
+/**
+ * x[:, :, a:b] of a rank-4 tensor: tf.slice's values, copied by gather in wasm. The wasm backend's
+ * slice copies the whole input out of the heap first, so slicing a long sequence's queries and mask
+ * into c chunks copied them c times (a memory rollout's tip-laden prompts, scored per step).
+ */
+function rowsOf(x: tf.Tensor, a: number, b: number): tf.Tensor {
+  const indices = tf.range(a, b, 1, 'int32');
+  const rows = tf.gather(x, indices, 2);
+  indices.dispose();
+  return rows;
+}
+
 /** Query times per chunk so that one chunk's scores stay within `elements`. */
 function queryChunk(B: number, nkv: number, rep: number, T: number, S: number, elements: number): number {
   return Math.max(1, Math.min(T, Math.floor(elements / (B * nkv * rep * S))));
@@ -681,9 +693,8 @@ export function memoryEfficientAttention(
   const chunks: [number, number][] = [];
   for (let a = 0; a < T; a += tc) chunks.push([a, Math.min(T, a + tc)]);
   const whole = chunks.length === 1;
-  const qChunk = (x: tf.Tensor4D, [a, b]: [number, number]) =>
-    whole ? x : (x.slice([0, 0, a * rep, 0], [B, nkv, (b - a) * rep, hd]) as tf.Tensor4D);
-  const maskChunk = (mask: tf.Tensor, [a, b]: [number, number]) => (whole ? mask : mask.slice([0, 0, a, 0], [mask.shape[0], 1, b - a, S]));
+  const qChunk = (x: tf.Tensor4D, [a, b]: [number, number]) => (whole ? x : (rowsOf(x, a * rep, b * rep) as tf.Tensor4D));
+  const maskChunk = (mask: tf.Tensor, [a, b]: [number, number]) => (whole ? mask : rowsOf(mask, a, b));
   /** Probabilities of one chunk's (unscaled) queries. */
   const probsOf = (qc: tf.Tensor4D, kk: tf.Tensor4D, mask: tf.Tensor, c: [number, number]) =>
     maskedSoftmax(tf.matMul(qc.mul(scale), kk, false, true), maskChunk(mask, c), rep);
