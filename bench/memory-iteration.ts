@@ -1,0 +1,113 @@
+/**
+ * What a memory iteration of EMPO² costs against a plain one (#75). Three runs of the same command
+ * from the same seed, two iterations each, differing only in the mode schedule:
+ *
+ *   plain       algo.p = 0              (no memory: GRPO's rollouts, with EMPO²'s novelty reward)
+ *   tips-on     algo.p = 1, algo.q = 0  (tips shown, updated on-policy with the tips)
+ *   tips-off    algo.p = 1, algo.q = 1  (tips shown, updated off-policy: tips removed)
+ *
+ * Iteration 1 fills the memory (nothing to retrieve yet) and is the same work in all three; iteration 2
+ * is the one measured: its rollout, memory (embedding, retrieval, reflection), update and whole-iteration
+ * seconds, the tokens prefilled, scored and trained, and each time as a ratio to the plain run's. The
+ * runs go one after another in one process tree, so they see the same machine.
+ *
+ *   npx tsx bench/memory-iteration.ts                                   # the tiny default's shape
+ *   npx tsx bench/memory-iteration.ts -c configs/real-empo2.yaml --set env.max_steps=10   # the real-model study's
+ *
+ * A run whose metrics already hold iteration 2 is read back, not run again (--fresh runs it again).
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+
+const { values } = parseArgs({
+  options: {
+    config: { type: 'string', short: 'c' },
+    seed: { type: 'string', default: '0' },
+    out: { type: 'string', default: 'runs/memory-iteration' },
+    set: { type: 'string', multiple: true, default: [] },
+    fresh: { type: 'boolean', default: false },
+  },
+});
+const seed = Number(values.seed);
+if (!Number.isInteger(seed) || seed < 0) throw new Error(`--seed: ${JSON.stringify(values.seed)} is not a non-negative integer`);
+const out = resolve(values.out);
+mkdirSync(out, { recursive: true });
+const cli = resolve(import.meta.dirname, '..', 'bin', 'empo2.js');
+
+const ARMS = [
+  { name: 'plain', sets: ['algo.p=0'] },
+  { name: 'tips-on', sets: ['algo.p=1', 'algo.q=0'] },
+  { name: 'tips-off', sets: ['algo.p=1', 'algo.q=1'] },
+] as const;
+
+interface Line {
+  type: string;
+  iteration: number;
+  elapsed_seconds: number;
+  rollout_seconds: number;
+  update_seconds: number;
+  memory_seconds?: number;
+  prefill_tokens?: number;
+  sequence_tokens?: number;
+  trained_tokens?: number;
+  mean_prompt_tokens?: number;
+  env_steps: number;
+  modes: Record<string, number>;
+}
+
+function trainLines(dir: string): Line[] {
+  const file = join(dir, 'metrics.jsonl');
+  if (!existsSync(file)) return [];
+  return readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l.trim())
+    .map((l) => JSON.parse(l) as Line)
+    .filter((l) => l.type === 'train');
+}
+
+function runArm(arm: (typeof ARMS)[number]): { it1: Line; it2: Line } {
+  const dir = join(out, arm.name);
+  if (values.fresh) rmSync(dir, { recursive: true, force: true });
+  let lines = trainLines(dir);
+  if (lines.length < 2) {
+    rmSync(dir, { recursive: true, force: true });
+    const args = [cli, 'train', ...(values.config ? ['-c', values.config] : []), '--seed', String(seed), '--run-dir', dir];
+    for (const s of ['algo.name=empo2', ...values.set, 'train.iterations=2', 'train.eval_every=0', ...arm.sets]) args.push('--set', s);
+    console.log(`\n== ${arm.name}: empo2 ${args.slice(1).join(' ')}`);
+    const r = spawnSync(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] });
+    if (r.status !== 0) throw new Error(`${arm.name}: empo2 train exited with ${r.status ?? r.signal}`);
+    lines = trainLines(dir);
+  }
+  const [it1, it2] = lines;
+  if (!it1 || !it2) throw new Error(`${arm.name}: ${dir}/metrics.jsonl has no iteration 2`);
+  return { it1, it2 };
+}
+
+const results = ARMS.map((arm) => ({ arm, ...runArm(arm) }));
+const seconds = (r: (typeof results)[number]) => r.it2.elapsed_seconds - r.it1.elapsed_seconds;
+const plain = results[0];
+const ratio = (x: number, base: number) => (base > 0 ? `${(x / base).toFixed(2)}×` : '—');
+const n = (x: number | undefined) => (x === undefined ? '—' : Math.round(x).toLocaleString('en-US'));
+
+console.log(
+  `\nIteration 2 of each run (seed ${seed}${values.config ? `, ${values.config}` : ''}${values.set.length ? `, ${values.set.join(' ')}` : ''}):\n`,
+);
+console.log(
+  '| run | modes | env steps | mean prompt tokens | prefilled tokens | update sequence tokens | rollout s | memory s | update s | iteration s | iteration vs plain | rollout vs plain | update vs plain |',
+);
+console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+for (const r of results) {
+  const modes = Object.entries(r.it2.modes)
+    .filter(([, k]) => k > 0)
+    .map(([m, k]) => `${m} ${k}`)
+    .join(', ');
+  console.log(
+    `| ${r.arm.name} | ${modes} | ${r.it2.env_steps - r.it1.env_steps} | ${n(r.it2.mean_prompt_tokens)} | ${n(r.it2.prefill_tokens)} | ${n(r.it2.sequence_tokens)} | ` +
+      `${r.it2.rollout_seconds.toFixed(1)} | ${(r.it2.memory_seconds ?? 0).toFixed(1)} | ${r.it2.update_seconds.toFixed(1)} | ${seconds(r).toFixed(1)} | ` +
+      `${ratio(seconds(r), seconds(plain))} | ${ratio(r.it2.rollout_seconds, plain.it2.rollout_seconds)} | ${ratio(r.it2.update_seconds, plain.it2.update_seconds)} |`,
+  );
+}
+const worst = Math.max(...results.slice(1).map((r) => seconds(r) / seconds(plain)));
+console.log(`\nslowest memory iteration: ${worst.toFixed(2)}× a plain one (#75's target: at most 1.3×)`);
