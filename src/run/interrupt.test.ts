@@ -28,8 +28,24 @@ const CHILD = join(REPO_ROOT, 'test', 'support', 'interrupt-child.ts');
 const root = mkdtempSync(join(tmpdir(), 'empo2-interrupt-'));
 /** Processes this file started, ended (if still there) when it is done, whatever failed. */
 const started = new Set<ChildProcess>();
+/**
+ * Kills what is left, with its process group: the servers and trainers here run detached (their own
+ * groups, so a Ctrl-C sent to one does not reach the others), so nothing else would end a server the
+ * test had stopped (SIGSTOP) if the worker exits without running afterAll (a run cut short for time).
+ */
+function endStarted(): void {
+  for (const c of started) {
+    if (c.exitCode !== null || c.signalCode !== null) continue;
+    try {
+      process.kill(-c.pid!, 'SIGKILL');
+    } catch {
+      c.kill('SIGKILL');
+    }
+  }
+}
+process.once('exit', endStarted);
 afterAll(() => {
-  for (const c of started) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  endStarted();
   rmSync(root, { recursive: true, force: true });
 });
 
