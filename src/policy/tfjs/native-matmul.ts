@@ -136,36 +136,47 @@ function makeColumnsMatMul(sgemm: Sgemm): tf.KernelFunc {
     const batch = product(a.shape.slice(0, -2));
     if (a.dtype !== 'float32' || b.dtype !== 'float32' || product(b.shape.slice(0, -2)) !== batch || start < 0 || start + w > S)
       throw new Error(`${COLUMNS_MATMUL}: columns [${start}, ${start + w}) of [${a.shape}] times [${b.shape}] do not fit`);
-    const backend = args.backend as BackendWasm;
-    const out = backend.makeOutput([...a.shape.slice(0, -2), m, n], 'float32');
-    if (batch * m * n === 0) return out;
-    // Views are taken after makeOutput: growing the wasm heap detaches earlier views.
-    const result = backend.typedArrayFromHeap(out) as Float32Array;
-    if (w === 0) {
-      result.fill(0);
-      return out;
-    }
-    const lhs = backend.typedArrayFromHeap(a) as Float32Array;
-    const rhs = backend.typedArrayFromHeap(b) as Float32Array;
-    for (let i = 0; i < batch; i++)
-      sgemm(
-        CBLAS_ROW_MAJOR,
-        CBLAS_NO_TRANS,
-        CBLAS_NO_TRANS,
-        m,
-        n,
-        w,
-        1,
-        lhs.subarray(i * m * S + start),
-        S,
-        rhs.subarray(i * w * n),
-        n,
-        0,
-        result.subarray(i * m * n),
-        n,
-      );
-    return out;
+    return heapProduct(args.backend as BackendWasm, { a, b, outShape: [...a.shape.slice(0, -2), m, n], k: w }, (lhs, rhs, result) => {
+      for (let i = 0; i < batch; i++)
+        sgemm(
+          CBLAS_ROW_MAJOR,
+          CBLAS_NO_TRANS,
+          CBLAS_NO_TRANS,
+          m,
+          n,
+          w,
+          1,
+          lhs.subarray(i * m * S + start),
+          S,
+          rhs.subarray(i * w * n),
+          n,
+          0,
+          result.subarray(i * m * n),
+          n,
+        );
+    });
   };
+}
+
+/**
+ * The part every product kernel here shares: allocates the output, answers empty products (no rows
+ * or columns: nothing; K = 0: zeros) and otherwise hands `run` the operands' and the output's views
+ * of the wasm heap, taken after the output is allocated (growing the heap detaches earlier views).
+ */
+function heapProduct(
+  backend: BackendWasm,
+  p: { a: tf.TensorInfo; b: tf.TensorInfo; outShape: number[]; k: number },
+  run: (lhs: Float32Array, rhs: Float32Array, result: Float32Array) => void,
+): tf.TensorInfo {
+  const out = backend.makeOutput(p.outShape, 'float32');
+  if (product(p.outShape) === 0) return out;
+  const result = backend.typedArrayFromHeap(out) as Float32Array;
+  if (p.k === 0) {
+    result.fill(0);
+    return out;
+  }
+  run(backend.typedArrayFromHeap(p.a) as Float32Array, backend.typedArrayFromHeap(p.b) as Float32Array, result);
+  return out;
 }
 
 function activeStatus(loaded: LoadedBlas): NativeMatMulStatus {
@@ -290,44 +301,33 @@ function makeNativeBatchMatMul(sgemm: Sgemm, fallback: tf.KernelConfig): tf.Kern
     const plan = a.dtype === 'float32' && b.dtype === 'float32' ? planBatchedProduct(a.shape, b.shape, transposeA, transposeB) : null;
     if (!plan) return fallback.kernelFunc(args);
 
-    const backend = args.backend as BackendWasm;
-    const out = backend.makeOutput(plan.outShape, 'float32');
     const { batch, m, n, k, lda, ldb, strideA, strideB } = plan;
-    if (batch * m * n === 0) return out;
-    // Views are taken after makeOutput: growing the wasm heap detaches earlier views.
-    const result = backend.typedArrayFromHeap(out) as Float32Array;
-    if (k === 0) {
-      result.fill(0);
-      return out;
-    }
-    const lhs = backend.typedArrayFromHeap(a) as Float32Array;
-    const rhs = backend.typedArrayFromHeap(b) as Float32Array;
     const transA = transposeA ? CBLAS_TRANS : CBLAS_NO_TRANS;
     const transB = transposeB ? CBLAS_TRANS : CBLAS_NO_TRANS;
-    if (batch === 1) {
-      sgemm(CBLAS_ROW_MAJOR, transA, transB, m, n, k, 1, lhs, lda, rhs, ldb, 0, result, n);
-      return out;
-    }
-    const strideOut = m * n;
-    for (let i = 0; i < batch; i++) {
-      sgemm(
-        CBLAS_ROW_MAJOR,
-        transA,
-        transB,
-        m,
-        n,
-        k,
-        1,
-        lhs.subarray(i * strideA),
-        lda,
-        rhs.subarray(i * strideB),
-        ldb,
-        0,
-        result.subarray(i * strideOut),
-        n,
-      );
-    }
-    return out;
+    return heapProduct(args.backend as BackendWasm, { a, b, outShape: plan.outShape, k }, (lhs, rhs, result) => {
+      if (batch === 1) {
+        sgemm(CBLAS_ROW_MAJOR, transA, transB, m, n, k, 1, lhs, lda, rhs, ldb, 0, result, n);
+        return;
+      }
+      const strideOut = m * n;
+      for (let i = 0; i < batch; i++)
+        sgemm(
+          CBLAS_ROW_MAJOR,
+          transA,
+          transB,
+          m,
+          n,
+          k,
+          1,
+          lhs.subarray(i * strideA),
+          lda,
+          rhs.subarray(i * strideB),
+          ldb,
+          0,
+          result.subarray(i * strideOut),
+          n,
+        );
+    });
   };
 }
 
