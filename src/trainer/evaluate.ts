@@ -95,6 +95,11 @@ async function resumedPlay(
 ): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
   if (o.player) throw new Error('evaluate: a resumable evaluation plays with the built-in environments, not another player');
   const episodes = o.chunks.done.flatMap((c) => c.episodes);
+  const moved = episodes.findIndex((e, i) => e.task !== jobs[i]?.task || e.variation !== jobs[i]?.variation);
+  if (moved >= 0)
+    throw new Error(
+      `the recorded episode ${moved + 1} played ${episodes[moved].task} variation ${episodes[moved].variation}, but this evaluation's episode ${moved + 1} is ${jobs[moved] ? `${jobs[moved].task} variation ${jobs[moved].variation}` : 'past its end'}`,
+    );
   const stats = emptyStats();
   for (const c of o.chunks.done) addStats(stats, c.stats);
   const from = episodes.length;
