@@ -16,6 +16,7 @@ import type { Episode, EvalResult } from '../run/records.ts';
 import { loadTrainerState } from '../run/trainer-state.ts';
 import { evaluate, evaluationEpisodes, formatEvalTable, type EvaluationChunks } from '../trainer/evaluate.ts';
 import { MemoryRuntime } from '../trainer/memory-runtime.ts';
+import { isActing, type ActingEngine } from '../trainer/rollout.ts';
 import { TrajectoryWriter } from '../trajectory/writer.ts';
 import { writeJsonAtomic } from '../util/atomic-write.ts';
 import { EvalPartial, modelFingerprint, partialPathOf } from './eval-partial.ts';
@@ -78,6 +79,8 @@ export function defaultEvalTrajectories(modelDir: string): string | null {
 export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: EvalOutput): Promise<EvalResult> {
   const t0 = performance.now();
   const partial = openPartial(cfg, output);
+  const acting = isActing(engine) ? engine : null;
+  if (partial?.done.length && partial.engineState !== undefined) acting?.restoreActingState?.(partial.engineState);
   let tasks: string[] = [];
   const envs = await openEnvPool(cfg, (first) => {
     tasks = cfg.env.tasks ?? first.tasks();
@@ -105,7 +108,7 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
       memory,
       progressLabel: 'eval',
       played,
-      chunks: chunksOf(partial),
+      chunks: chunksOf(partial, acting),
     });
     result.summary.seconds += partial?.earlierSeconds ?? 0;
     if (writer)
@@ -152,14 +155,14 @@ function openPartial(cfg: Config, output: EvalOutput): EvalPartial | null {
 }
 
 /** Hands evaluate() the recorded chunks, and records each new one with the time it took. */
-function chunksOf(partial: EvalPartial | null): EvaluationChunks | undefined {
+function chunksOf(partial: EvalPartial | null, acting: ActingEngine | null): EvaluationChunks | undefined {
   if (!partial) return undefined;
   let since = performance.now();
   return {
     done: partial.done,
     played: (chunk) => {
       const now = performance.now();
-      partial.record(chunk, (now - since) / 1000);
+      partial.record(chunk, (now - since) / 1000, acting?.actingState?.());
       since = now;
     },
   };

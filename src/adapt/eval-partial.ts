@@ -28,6 +28,8 @@ interface PartialFile {
   /** Seconds spent playing the chunks, over every session (the final record's `seconds` adds them). */
   seconds: number;
   chunks: PlayedChunk[];
+  /** The playing engine's state after the last chunk (ActingEngine.actingState), where it keeps one. */
+  engine_state?: unknown;
 }
 
 /** Where an evaluation with these outputs keeps its finished chunks: beside --json, else beside --trajectories; null when it names neither. */
@@ -76,6 +78,11 @@ export class EvalPartial {
     return this.file.chunks;
   }
 
+  /** The engine's state after the recorded chunks, where it saved one. */
+  get engineState(): unknown {
+    return this.file.engine_state;
+  }
+
   /** Seconds spent on the recorded chunks in earlier sessions. */
   get earlierSeconds(): number {
     return this.file.seconds;
@@ -86,7 +93,7 @@ export class EvalPartial {
    * recorded, nor any after it: an interrupt that reaches the worker or the simulators before this process
    * fails the episodes it cuts, and a resume must play them again rather than keep them as failed.
    */
-  record(chunk: PlayedChunk, seconds: number): void {
+  record(chunk: PlayedChunk, seconds: number, engineState: unknown): void {
     if (this.stopped) return;
     const failed = chunk.episodes.find((e: Episode) => isFailed(e) || e.engineError !== undefined);
     if (failed) {
@@ -96,6 +103,7 @@ export class EvalPartial {
     }
     this.file.chunks.push(chunk);
     this.file.seconds += seconds;
+    this.file.engine_state = engineState;
     writeTextAtomic(this.path, JSON.stringify(this.file));
   }
 

@@ -94,9 +94,16 @@ export interface ActingEngine extends PolicyEngine {
     opts: GenerateOptions,
     parse: (text: string, valid: readonly string[]) => string,
   ): Promise<(Generation & { rescored?: RescoredStep })[]>;
+  /**
+   * What of the engine's own state a later chunk's choices depend on (JSON), and its restoration: a
+   * resumed evaluation restores what the stopped one saved after its last finished chunk, so its next
+   * chunk starts where an uninterrupted run's would (Retrospex: the text vectors computed so far).
+   */
+  actingState?(): unknown;
+  restoreActingState?(state: unknown): void;
 }
 
-const isActing = (engine: PolicyEngine): engine is ActingEngine => typeof (engine as Partial<ActingEngine>).act === 'function';
+export const isActing = (engine: PolicyEngine): engine is ActingEngine => typeof (engine as Partial<ActingEngine>).act === 'function';
 
 /** Cache keys unique within the process, so engines never mix two episodes' KV caches. */
 let nextEpisodeKey = 0;
