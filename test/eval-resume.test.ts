@@ -2,9 +2,9 @@
  * `empo2 eval --resume`, as a long evaluation meets it: the process is killed after its first lockstep
  * chunks, and the same command with --resume plays only the chunks after them, writing the --json and
  * trajectories an uninterrupted run writes (all but timing fields). A resume of a different evaluation
- * (another seed, another model, another critic) is refused, naming what differs; so is a plain re-run
- * over a partial file, which would otherwise silently throw away hours of finished chunks. The same for
- * `--method retrospex` with a tiny critic learnt from the plain evaluation's episodes.
+ * (another seed, another model, another critic) is refused, naming what differs; a plain re-run starts
+ * again, saying so. The same for `--method retrospex` with a tiny critic learnt from the plain
+ * evaluation's episodes.
  */
 import { spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -85,11 +85,6 @@ async function uninterruptedAndResumed(name: string, extra: string[]) {
   expect(killed.chunks, 'killed before the last chunk').toBeLessThan(8);
   expect(existsSync(parts.json)).toBe(false);
 
-  const again = await run(args);
-  expect(again.code, 'a plain re-run over a partial file is refused').not.toBe(0);
-  expect(again.stderr).toContain(`${parts.json}.partial holds a partial evaluation (${killed.chunks} episodes in ${killed.chunks} chunks)`);
-  expect(again.stderr).toContain('pass --resume to go on from it, or delete it to start again');
-
   const resumed = await run([...args, '--resume']);
   expect(resumed.code, resumed.stderr).toBe(0);
   expect(resumed.stdout).toContain(`--resume: ${killed.chunks} episodes (${killed.chunks} chunks) read from ${parts.json}.partial`);
@@ -121,8 +116,15 @@ describe('empo2 eval --resume', () => {
     expect(moved.stderr).toContain(`model.path: "${model}" → "${otherModel}"`);
     expect(moved.stderr).toMatch(/model\.files\.chat_template\.jinja: "\d+ bytes, sha256 [0-9a-f]{64}" → "\d+ bytes, sha256 [0-9a-f]{64}"/);
     for (const r of [otherSeed, moved]) expect(r.stderr).not.toMatch(/\n\s+at /);
-    // The refusals left it as it was: the right command still goes on from it.
+    // The refusals left it as it was.
     expect(JSON.parse(readFileSync(partial, 'utf8')).chunks).toHaveLength(killed.chunks);
+    // Without --resume the evaluation starts again (as compare's re-runs expect), saying so, and replaces it.
+    const again = await run(args);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toContain(`${partial} holds a partial evaluation; this run starts again from the first episode`);
+    expect(again.stdout).not.toContain('--resume: ');
+    expect(existsSync(partial)).toBe(false);
+    expect(outputsOf(join(root, 'plain-resumed.json'), join(root, 'plain-resumed.jsonl'))).toEqual(whole);
   }, 300_000);
 
   it('refuses --resume without an output to keep the chunks beside', async () => {

@@ -4,8 +4,8 @@
 # session's end) and started again: it goes on with the first job not done. An evaluation stopped part-way
 # goes on from its last finished lockstep chunk (env.max_instances episodes, kept in <job>.json.partial;
 # every eval runs with --resume, docs/EVALUATING.md): a 3-hour session loses at most the chunk it was in.
-# A partial file left with other settings (seed, variations, instances, model, critic) is refused, naming
-# the difference; delete it to start that job again.
+# A partial file left with other settings (seed, variations, instances, model, critic) stops the job,
+# naming the difference; delete it to start that job again.
 #
 #   per seed k (0, 1, 2), built-in power/clue/unlock, then the same on ScienceWorld find-living-thing:
 #     log        the frozen model on the train split at temperature 1, every episode recorded

@@ -50,8 +50,8 @@ export class EvalPartial {
 
   /**
    * Opens the partial file of `path` for an evaluation that `identity` describes: its chunks when `resume`
-   * is set and the file is there and matches; none when there is no file. A file left by another
-   * evaluation, or one met without `resume`, stops the command with a message saying what to do.
+   * is set and the file is there and matches; none when there is no file or no `resume`. A file left by
+   * another evaluation stops a resume with a message naming what differs.
    */
   static open(path: string, identity: unknown, o: { resume: boolean; log: (line: string) => void }): EvalPartial {
     const fresh = (): PartialFile => ({ format: FORMAT, version: 1, identity, seconds: 0, chunks: [] });
@@ -59,12 +59,17 @@ export class EvalPartial {
       if (o.resume) o.log(`--resume: no partial evaluation at ${path}; starting from the first episode`);
       return new EvalPartial(path, fresh(), o.log);
     }
+    if (!o.resume) {
+      // As before resuming existed, a plain run starts again (scripts such as compare's re-run their
+      // evaluations so); the old chunks stay on disk until this run's first chunk ends, so a user who
+      // meant to resume can stop now and lose nothing.
+      o.log(
+        `${path} holds a partial evaluation; this run starts again from the first episode and replaces it when its first chunk ends (stop now and add --resume to go on from it instead)`,
+      );
+      return new EvalPartial(path, fresh(), o.log);
+    }
     const saved = readPartial(path);
     const done = saved.chunks.reduce((n, c) => n + c.episodes.length, 0);
-    if (!o.resume)
-      throw new ConfigError(
-        `${path} holds a partial evaluation (${done} episodes in ${saved.chunks.length} chunks); pass --resume to go on from it, or delete it to start again`,
-      );
     const differences = identityDifferences(saved.identity, identity);
     if (differences.length > 0)
       throw new ConfigError(
