@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The Retrospex study (PROTOCOL.md), one job after another, from the repository root. Each job is one
-# empo2 command; a job whose output file exists is skipped, so the script can be stopped (Ctrl-C) and
-# started again: it goes on with the first job not done (an evaluation stopped part-way starts again).
+# empo2 command; a job whose output file exists is skipped, so the script can be stopped (Ctrl-C, a
+# session's end) and started again: it goes on with the first job not done. An evaluation stopped part-way
+# goes on from its last finished lockstep chunk (env.max_instances episodes, kept in <job>.json.partial;
+# every eval runs with --resume, docs/EVALUATING.md): a 3-hour session loses at most the chunk it was in.
+# A partial file left with other settings (seed, variations, instances, model, critic) stops the job,
+# naming the difference; delete it to start that job again.
 #
 #   per seed k (0, 1, 2), built-in power/clue/unlock, then the same on ScienceWorld find-living-thing:
 #     log        the frozen model on the train split at temperature 1, every episode recorded
@@ -67,7 +71,8 @@ arm() {
   local d=$OUT/$set/seed$k
   # The PyTorch worker named, not left to model.engine auto: auto probes the venv with a 2-minute timeout,
   # and on a machine busy enough to starve the probe it silently plays on the tfjs engine instead.
-  local base=(node bin/empo2.js eval "$MODEL" -c "$cfg" --set "seed=$k" --set model.engine=torch)
+  # --resume: a stopped evaluation goes on from the chunks it finished (none yet: it starts at the first).
+  local base=(node bin/empo2.js eval "$MODEL" -c "$cfg" --set "seed=$k" --set model.engine=torch --resume)
   local job
   for job in "$@"; do
     case $job in

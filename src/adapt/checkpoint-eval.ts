@@ -14,10 +14,12 @@ import { recordEpisodes, TRAJECTORIES_DIR } from '../run/episode-log.ts';
 import { timing } from '../run/iteration-log.ts';
 import type { Episode, EvalResult } from '../run/records.ts';
 import { loadTrainerState } from '../run/trainer-state.ts';
-import { evaluate, evaluationEpisodes, formatEvalTable } from '../trainer/evaluate.ts';
+import { evaluate, evaluationEpisodes, formatEvalTable, type EvaluationChunks } from '../trainer/evaluate.ts';
 import { MemoryRuntime } from '../trainer/memory-runtime.ts';
+import { isActing, type ActingEngine } from '../trainer/rollout.ts';
 import { TrajectoryWriter } from '../trajectory/writer.ts';
 import { writeJsonAtomic } from '../util/atomic-write.ts';
+import { EvalPartial, modelFingerprint, partialPathOf } from './eval-partial.ts';
 
 /** What `empo2 eval --json` writes: the result plus what was evaluated and how, so a reader can tell a stale file. */
 export interface EvalRecord {
@@ -54,6 +56,10 @@ export interface EvalOutput {
   trajectories?: string;
   /** Fields saying how actions were chosen, added to the EvalRecord (Retrospex: method and critic). */
   method?: Pick<EvalRecord, 'method' | 'critic'>;
+  /** Go on from the chunks a stopped run of the same evaluation recorded (eval-partial.ts); needs `json` or `trajectories`. */
+  resume?: boolean;
+  /** What else decides the episodes besides the config and the model's files (the engine, a served model, the critic's content). */
+  identity?: Record<string, unknown>;
 }
 
 /**
@@ -72,6 +78,9 @@ export function defaultEvalTrajectories(modelDir: string): string | null {
 /** Evaluates `engine` on the config's held-out variations (at most env.max_instances environments open at once), prints and optionally saves the result. */
 export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: EvalOutput): Promise<EvalResult> {
   const t0 = performance.now();
+  const partial = openPartial(cfg, output);
+  const acting = isActing(engine) ? engine : null;
+  if (partial?.done.length && partial.engineState !== undefined) acting?.restoreActingState?.(partial.engineState);
   let tasks: string[] = [];
   const envs = await openEnvPool(cfg, (first) => {
     tasks = cfg.env.tasks ?? first.tasks();
@@ -93,7 +102,15 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
     };
     const played = (episodes: readonly Episode[]) =>
       recordEpisodes(writer, episodes, at, { count: cfg.trajectories.eval_per_evaluation, mode: memory ? 'tips' : 'plain', slots: memory });
-    const result = await evaluate(engine, envs, cfg, { tasks, iteration: 0, memory, progressLabel: 'eval', played });
+    const result = await evaluate(engine, envs, cfg, {
+      tasks,
+      iteration: 0,
+      memory,
+      progressLabel: 'eval',
+      played,
+      chunks: chunksOf(partial, acting),
+    });
+    result.summary.seconds += partial?.earlierSeconds ?? 0;
     if (writer)
       console.log(
         `episodes recorded in ${output.trajectories} (read them with: empo2 dashboard ${dashboardArgument(output.trajectories!)})`,
@@ -105,12 +122,50 @@ export async function evaluateEngine(engine: PolicyEngine, cfg: Config, output: 
       throw new Error(
         `the evaluation is invalid, it gives no score: ${result.invalid}${output.json ? `; ${output.json} was not written` : ''}`,
       );
-    if (output.json)
-      writeJsonAtomic(output.json, { ...evalRecordOf(result, cfg, { modelDir: output.modelDir, t0, memory }), ...output.method });
+    if (output.json) {
+      const record = evalRecordOf(result, cfg, { modelDir: output.modelDir, t0, memory });
+      writeJsonAtomic(output.json, { ...record, seconds: record.seconds + (partial?.earlierSeconds ?? 0), ...output.method });
+    }
+    partial?.remove();
     return result;
   } finally {
     await Promise.all(envs.map((e) => e.close()));
   }
+}
+
+/**
+ * The partial file of an evaluation whose outputs are named: its finished chunks on --resume, and the
+ * keeper of each new one. What decides the episodes is its identity: the whole config, the model's files,
+ * the method, and what the caller adds (the engine, a served model, the critic's content).
+ */
+function openPartial(cfg: Config, output: EvalOutput): EvalPartial | null {
+  const path = partialPathOf(output);
+  if (!path) {
+    if (output.resume) throw new ConfigError('--resume needs --json or --trajectories: the finished chunks are kept beside them');
+    return null;
+  }
+  const outputs = [output.json, output.trajectories].filter((p): p is string => p !== undefined);
+  const identity = {
+    config: JSON.parse(JSON.stringify(cfg)),
+    model: modelFingerprint(output.modelDir, outputs),
+    method: output.method ?? null,
+    ...output.identity,
+  };
+  return EvalPartial.open(path, identity, { resume: output.resume === true, log: (l) => console.log(l) });
+}
+
+/** Hands evaluate() the recorded chunks, and records each new one with the time it took. */
+function chunksOf(partial: EvalPartial | null, acting: ActingEngine | null): EvaluationChunks | undefined {
+  if (!partial) return undefined;
+  let since = performance.now();
+  return {
+    done: partial.done,
+    played: (chunk) => {
+      const now = performance.now();
+      partial.record(chunk, (now - since) / 1000, acting?.actingState?.());
+      since = now;
+    },
+  };
 }
 
 /** What `empo2 eval --json` writes of `result`. */

@@ -119,6 +119,17 @@ export class RetrospexEngine implements ActingEngine {
     return candidates.map((c) => c.map(() => all[at++]));
   }
 
+  /** The text vectors computed so far: a later step reuses them rather than computing them in another batch. */
+  actingState(): { vectors: [string, string][] } {
+    return { vectors: this.vectors.snapshot() };
+  }
+
+  restoreActingState(state: unknown): void {
+    const vectors = (state as { vectors?: unknown } | null)?.vectors;
+    if (!Array.isArray(vectors)) throw new Error('the saved Retrospex state has no text vectors');
+    this.vectors.restore(vectors as [string, string][]);
+  }
+
   generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]> {
     return this.inner.generate(prompts, opts);
   }

@@ -55,4 +55,24 @@ export class TextVectors {
     }
     return texts.map((t) => this.cache.get(t)!);
   }
+
+  /**
+   * The vectors computed so far, exactly (base64 of their float32 bytes), in the order computed. An
+   * embedder's vector of a text varies in its last bits with the batch it was computed in (MiniLM pads
+   * each batch to its longest text), so a resumed evaluation takes these rather than computing them again.
+   */
+  snapshot(): [string, string][] {
+    return [...this.cache].map(([t, v]) => [t, Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64')]);
+  }
+
+  /** Starts from the vectors of a snapshot (of an embedder of the same width). */
+  restore(entries: readonly [string, string][]): void {
+    this.cache.clear();
+    for (const [t, b64] of entries) {
+      const bytes = Buffer.from(b64, 'base64');
+      if (bytes.length !== this.dim * 4)
+        throw new Error(`a saved text vector has ${bytes.length / 4} dimensions, but the embedder gives ${this.dim}`);
+      this.cache.set(t, new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length)));
+    }
+  }
 }

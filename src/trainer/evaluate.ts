@@ -6,8 +6,18 @@ import type { Config } from '../config/schema.ts';
 import type { Env } from '../envs/types.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { EpisodeProgress } from '../run/progress.ts';
-import { isFailed, type EvalResult, type Episode, type RolloutJob, type TaskResult } from '../run/records.ts';
-import { environmentPlayer, rolloutSettings, type RolloutPlayer, type TipSource } from './rollout.ts';
+import { isFailed, type EvalResult, type Episode, type RolloutJob, type RolloutStats, type TaskResult } from '../run/records.ts';
+import type { ProgressSink } from '../run/progress.ts';
+import {
+  addStats,
+  emptyStats,
+  environmentPlayer,
+  rolloutSettings,
+  runEpisodesInChunks,
+  type PlayedChunk,
+  type RolloutPlayer,
+  type TipSource,
+} from './rollout.ts';
 
 export interface EvaluateOptions {
   tasks: readonly string[];
@@ -21,6 +31,16 @@ export interface EvaluateOptions {
   played?: (episodes: readonly Episode[]) => void;
   /** Who plays the episodes (default: the built-in rollout over `envs`); failed episodes are counted apart, not scored. */
   player?: RolloutPlayer;
+  /** A resumable evaluation (built-in player only): the chunks played already, and who keeps each new one. */
+  chunks?: EvaluationChunks;
+}
+
+/** What a resumable evaluation has played: whole lockstep chunks of envs.length jobs, from the first job on. */
+export interface EvaluationChunks {
+  /** Chunks played before, in order from job 0 (a resumed evaluation); their episodes are not played again. */
+  done: readonly PlayedChunk[];
+  /** Told each chunk as soon as it has been played. */
+  played: (chunk: PlayedChunk) => void;
 }
 
 /** One episode per (task, variation) of the evaluation split, capped at env.eval_variations per task. */
@@ -36,14 +56,12 @@ export async function evaluate(engine: PolicyEngine, envs: Env[], cfg: Config, o
   const withTips = memory ? { tips: memory.tipSource(), uses: () => true } : undefined;
   // A status line every 2 minutes off a terminal too: a real model's evaluation of 102 episodes takes
   // half an hour on CPU, and its log would otherwise say nothing until a whole task has ended.
-  const progress = progressLabel ? new EpisodeProgress(jobs, { label: progressLabel, logIntervalMs: 120_000 }) : undefined;
-  const player = o.player ?? environmentPlayer(envs);
-  const { episodes, stats } = await player(engine, jobs, {
-    settingsFor: (start) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start),
-    memory: withTips,
-    progress,
-    evaluation: true,
-  });
+  const toPlay = jobs.slice(o.chunks?.done.reduce((n, c) => n + c.episodes.length, 0) ?? 0);
+  const progress = progressLabel ? new EpisodeProgress(toPlay, { label: progressLabel, logIntervalMs: 120_000 }) : undefined;
+  const settingsFor = (start: number) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start);
+  const { episodes, stats } = o.chunks
+    ? await resumedPlay(engine, envs, jobs, { settingsFor, memory: withTips, progress, chunks: o.chunks, player: o.player })
+    : await (o.player ?? environmentPlayer(envs))(engine, jobs, { settingsFor, memory: withTips, progress, evaluation: true });
   progress?.finish();
   played?.(episodes);
   const perTask: TaskResult[] = tasks.map((task) => ({ task, ...scoresOf(episodes.filter((e) => e.task === task)) }));
@@ -63,6 +81,37 @@ export async function evaluate(engine: PolicyEngine, envs: Env[], cfg: Config, o
     },
     ...(invalid ? { invalid } : {}),
   };
+}
+
+/**
+ * The chunks of `o.chunks.done`, then the rest played from the first job after them. Progress counts
+ * only the episodes played now, so its rate and ETA are this session's.
+ */
+async function resumedPlay(
+  engine: PolicyEngine,
+  envs: Env[],
+  jobs: RolloutJob[],
+  o: Omit<Parameters<RolloutPlayer>[2], 'evaluation'> & { chunks: EvaluationChunks; player?: RolloutPlayer },
+): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
+  if (o.player) throw new Error('evaluate: a resumable evaluation plays with the built-in environments, not another player');
+  const episodes = o.chunks.done.flatMap((c) => c.episodes);
+  const moved = episodes.findIndex((e, i) => e.task !== jobs[i]?.task || e.variation !== jobs[i]?.variation);
+  if (moved >= 0)
+    throw new Error(
+      `the recorded episode ${moved + 1} played ${episodes[moved].task} variation ${episodes[moved].variation}, but this evaluation's episode ${moved + 1} is ${jobs[moved] ? `${jobs[moved].task} variation ${jobs[moved].variation}` : 'past its end'}`,
+    );
+  const stats = emptyStats();
+  for (const c of o.chunks.done) addStats(stats, c.stats);
+  const from = episodes.length;
+  const p = o.progress;
+  const progress: ProgressSink | undefined = p && {
+    started: (episode, limit) => p.started(episode - from, limit),
+    stepped: (played) => p.stepped(played.map((e) => e - from)),
+    ended: (episode, score) => p.ended(episode - from, score),
+  };
+  const rest = await runEpisodesInChunks(envs, engine, jobs, { ...o, progress, from, chunkPlayed: o.chunks.played });
+  addStats(stats, rest.stats);
+  return { episodes: [...episodes, ...rest.episodes], stats };
 }
 
 /** Episodes played, mean score and success rate of those no failure ended, and how many failed. */

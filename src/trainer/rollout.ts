@@ -54,7 +54,7 @@ export interface RolloutSettings {
   maxObservationBytes?: number;
 }
 
-function emptyStats(): RolloutStats {
+export function emptyStats(): RolloutStats {
   return { envSteps: 0, generatedTokens: 0, promptTokens: 0, policySeconds: 0, envSeconds: 0, memorySeconds: 0, prefilledTokens: 0 };
 }
 
@@ -94,9 +94,16 @@ export interface ActingEngine extends PolicyEngine {
     opts: GenerateOptions,
     parse: (text: string, valid: readonly string[]) => string,
   ): Promise<(Generation & { rescored?: RescoredStep })[]>;
+  /**
+   * What of the engine's own state a later chunk's choices depend on (JSON), and its restoration: a
+   * resumed evaluation restores what the stopped one saved after its last finished chunk, so its next
+   * chunk starts where an uninterrupted run's would (Retrospex: the text vectors computed so far).
+   */
+  actingState?(): unknown;
+  restoreActingState?(state: unknown): void;
 }
 
-const isActing = (engine: PolicyEngine): engine is ActingEngine => typeof (engine as Partial<ActingEngine>).act === 'function';
+export const isActing = (engine: PolicyEngine): engine is ActingEngine => typeof (engine as Partial<ActingEngine>).act === 'function';
 
 /** Cache keys unique within the process, so engines never mix two episodes' KV caches. */
 let nextEpisodeKey = 0;
@@ -400,18 +407,24 @@ function actRow(e: LiveEpisode, prompt: number[]): ActRow {
  * Episode indices given to the memory and the order of the returned episodes are positions in
  * `jobs`, so callers' per-episode choices do not depend on the chunking. Bounding live environments
  * matters for simulators that are processes (ScienceWorld: one JVM each).
+ *
+ * A chunk depends on nothing an earlier chunk did (its sampling seeds come from its start, the caches
+ * of its episodes are released as they end), so a resumed evaluation plays from `from` (a chunk start)
+ * and gets the chunks an uninterrupted one would: `chunkPlayed` hears each as it ends.
  */
 export async function runEpisodesInChunks(
   envs: Env[],
   engine: PolicyEngine,
   jobs: RolloutJob[],
-  o: { settingsFor: (start: number) => RolloutSettings; memory?: RolloutMemory; progress?: ProgressSink },
-): Promise<{ episodes: Episode[]; stats: RolloutStats }> {
+  o: ChunkedRolloutOptions,
+): Promise<PlayedChunk> {
   if (envs.length === 0) throw new Error('runEpisodesInChunks: no environments');
-  const { memory, progress } = o;
+  const { memory, progress, from = 0 } = o;
+  if (from % envs.length !== 0 || from < 0 || from > jobs.length)
+    throw new Error(`runEpisodesInChunks: from = ${from} is not the start of a chunk of ${envs.length} among ${jobs.length} jobs`);
   const episodes: Episode[] = [];
   const stats = emptyStats();
-  for (let start = 0; start < jobs.length; start += envs.length) {
+  for (let start = from; start < jobs.length; start += envs.length) {
     const chunk = jobs.slice(start, start + envs.length);
     const shifted = memory && {
       tips: (queries: Parameters<TipSource>[0]) => memory.tips(queries.map((q) => ({ ...q, episode: q.episode + start }))),
@@ -424,9 +437,32 @@ export async function runEpisodesInChunks(
     };
     const part = await runEpisodes(envs, engine, chunk, { settings: o.settingsFor(start), memory: shifted, progress: shiftedProgress });
     episodes.push(...part.episodes);
-    for (const key of Object.keys(stats) as (keyof RolloutStats)[]) stats[key] += part.stats[key];
+    addStats(stats, part.stats);
+    o.chunkPlayed?.({ start, ...part });
   }
-  return { episodes, stats };
+  return { start: from, episodes, stats };
+}
+
+/** Episodes played from job `start` on (in job order), and what playing them took. */
+export interface PlayedChunk {
+  start: number;
+  episodes: Episode[];
+  stats: RolloutStats;
+}
+
+export interface ChunkedRolloutOptions {
+  settingsFor: (start: number) => RolloutSettings;
+  memory?: RolloutMemory;
+  progress?: ProgressSink;
+  /** The first job to play, a chunk start (default 0): the jobs before it were played already (a resumed evaluation). */
+  from?: number;
+  /** Told each chunk (env count of jobs) as soon as it has been played. */
+  chunkPlayed?: (chunk: PlayedChunk) => void;
+}
+
+/** Adds `part` into `total`, field by field. */
+export function addStats(total: RolloutStats, part: RolloutStats): void {
+  for (const key of Object.keys(total) as (keyof RolloutStats)[]) total[key] += part[key];
 }
 
 /**

@@ -48,6 +48,10 @@ export function register(program: Command): void {
     )
     .option('--decay <d>', "with --method retrospex: the likelihood's weight is max(b, d^t) after t steps (default d 0.95)")
     .option('--floor <b>', "with --method retrospex: the likelihood's weight never goes below b (default 0.25)")
+    .option(
+      '--resume',
+      'go on from the lockstep chunks a stopped run of this same evaluation finished (kept in <--json or --trajectories file>.partial); refused if anything that decides the episodes differs',
+    )
     .action(async (given: string, opts) => {
       if (opts.json) checkOutputFile(opts.json, '--json');
       if (opts.trajectories) checkOutputFile(opts.trajectories, '--trajectories');
@@ -65,10 +69,10 @@ export function register(program: Command): void {
         const timeout = Number(opts.remoteTimeout);
         if (!(timeout > 0)) throw new ConfigError(`--remote-timeout must be a positive number of seconds, got "${opts.remoteTimeout}"`);
         const remote = { baseUrl: opts.remote, model: opts.remoteModel, timeoutMs: timeout * 1000 };
-        await evaluateRemote(modelDir, remote, cfg, { json: opts.json, trajectories, retrospex });
+        await evaluateRemote(modelDir, remote, cfg, { json: opts.json, trajectories, retrospex, resume: opts.resume });
         return;
       }
-      await evaluateModelDir(modelDir, cfg, { json: opts.json, trajectories, retrospex });
+      await evaluateModelDir(modelDir, cfg, { json: opts.json, trajectories, retrospex, resume: opts.resume });
     });
 }
 
@@ -77,6 +81,14 @@ export interface EvalCommandOptions {
   trajectories?: string;
   /** `--method retrospex`: the LLM's candidates rescored by this critic. */
   retrospex?: { critic: string; acting: ActingSettings };
+  /** `--resume`: go on from the chunks a stopped run of the same evaluation recorded. */
+  resume?: boolean;
+}
+
+/** What decides the episodes besides the config and the model's files: the engine that plays, and the critic's content. */
+async function identityOf(engine: string, opts: EvalCommandOptions): Promise<Record<string, unknown>> {
+  const { fileSha256 } = await import('../../adapt/eval-partial.ts');
+  return { engine, ...(opts.retrospex ? { critic_sha256: fileSha256(opts.retrospex.critic) } : {}) };
 }
 
 /** The engine that plays: the policy itself, or (Retrospex) the policy's candidates rescored by a critic, which then owns the policy. */
@@ -110,8 +122,10 @@ export async function evaluateModelDir(dir: string, cfg: Config, opts: EvalComma
   console.error(`empo2 eval | ${dir} | ${created.description}`);
   const { engine, method, column } = await playingEngine(created.engine, opts);
   try {
-    const output = { column: column ?? 'checkpoint', json: opts.json, modelDir: dir, trajectories: opts.trajectories, method };
-    return await evaluateEngine(engine, cfg, output);
+    // The engine's kind and device ("tfjs engine", "torch worker on cpu"), not its parameter counts.
+    const identity = await identityOf(created.description.split(',')[0], opts);
+    const output: EvalOutput = { column: column ?? 'checkpoint', json: opts.json, modelDir: dir, trajectories: opts.trajectories };
+    return await evaluateEngine(engine, cfg, { ...output, method, resume: opts.resume, identity });
   } finally {
     engine.dispose();
   }
@@ -130,8 +144,14 @@ export async function evaluateRemote(
   console.log(`evaluating "${await served.model()}" served at ${served.baseUrl}, tokenizer from ${tokenizerDir}`);
   const { engine, method, column } = await playingEngine(served, opts);
   try {
-    const output = { column: column ?? 'served model', json: opts.json, modelDir: tokenizerDir, trajectories: opts.trajectories, method };
-    await evaluateEngine(engine, cfg, output);
+    const identity = await identityOf(`served ${await served.model()} at ${served.baseUrl}`, opts);
+    const output: EvalOutput = {
+      column: column ?? 'served model',
+      json: opts.json,
+      modelDir: tokenizerDir,
+      trajectories: opts.trajectories,
+    };
+    await evaluateEngine(engine, cfg, { ...output, method, resume: opts.resume, identity });
   } finally {
     engine.dispose();
   }
