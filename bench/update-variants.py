@@ -24,6 +24,8 @@ text itself is the name):
   dropout=X             LoRA dropout (the recorded run's is kept otherwise)
   autocast=bfloat16|none
   base=bf16|fp32        the frozen base's linear products in bf16, the rest fp32 (the worker's base_bf16)
+  base=round-weights    diagnosis: the frozen base's weights rounded to bf16, every product in fp32
+  base=round-inputs     diagnosis: the frozen base's inputs rounded to bf16, weights and products fp32
   head=fp32|bf16        under autocast, the output layer in fp32 (the engine's choice on CPU) or not
   micro_batch_tokens=N
 Printed: per variant, seconds per rep, the ratio to the first variant per rep (median, min, max), the
@@ -43,6 +45,7 @@ import statistics
 import sys
 import threading
 import time
+import types
 from typing import Any, Optional
 
 import torch
@@ -140,6 +143,21 @@ def apply(engine: Engine, settings: dict[str, str], base: dict[str, Any]) -> Non
     elif "forward" in vars(head):
         del head.forward
     engine.spec.micro_batch_tokens = int(settings.get("micro_batch_tokens", base["micro_batch_tokens"]))
+
+
+def _fp32_rounded_input_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.linear(x.to(torch.bfloat16).float(), self.weight, self.bias)
+
+
+def round_base(engine: Engine, how: str) -> None:
+    """Diagnosis of base_bf16's error: only its weight rounding (round-weights) or only its input rounding (round-inputs), products fp32."""
+    head = engine._causal_lm().get_output_embeddings()
+    for module in engine._causal_lm().modules():
+        if isinstance(module, torch.nn.Linear) and module is not head and not module.weight.requires_grad:
+            if how == "round-weights":
+                module.weight.data = module.weight.data.to(torch.bfloat16).float()
+            else:
+                module.forward = types.MethodType(_fp32_rounded_input_forward, module)
 
 
 def scored_logprobs(engine: Engine, batches: list) -> torch.Tensor:
@@ -275,6 +293,7 @@ def main() -> None:
     ap.add_argument("--generate", action="store_true", help="also time generation under each variant: a rollout-like prefill and steps on the recorded sequences")
     ap.add_argument("--no-update", action="store_true", help="with --generate: time generation only")
     ap.add_argument("--parity", action="store_true", help="log-prob parity of every variant against the first on every recorded sequence (all tokens and the scored ones), and the PPO ratio after the recorded updates (made in the first variant) computed under each")
+    ap.add_argument("--parity-only", action="store_true", help="--parity alone: no timing")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -309,14 +328,18 @@ def main() -> None:
     base = {"dropout": float((spec.lora or {}).get("dropout", 0.0)), "micro_batch_tokens": spec.micro_batch_tokens}
     # One engine per autocast setting (autocast on CPU stores the frozen weights in bf16 at init), each
     # with the first one's activation budget so that all make the same micro-batching choices.
-    EngineKey = tuple[Optional[str], bool]
+    EngineKey = tuple[Optional[str], str]
     engines: dict[EngineKey, Engine] = {}
     snapshots: dict[EngineKey, tuple[list[torch.Tensor], dict[str, Any]]] = {}
 
-    def engine_for(autocast: Optional[str], base_bf16: bool = False) -> Engine:
-        key = (autocast, base_bf16)
+    def engine_for(autocast: Optional[str], base: str = "fp32") -> Engine:
+        key = (autocast, base)
         if key not in engines:
-            e = Engine(dataclasses.replace(spec, autocast=autocast, base_bf16=base_bf16), Dist())
+            if base not in ("fp32", "bf16", "round-weights", "round-inputs"):
+                raise SystemExit(f"--variants: base must be fp32, bf16, round-weights or round-inputs (got {base!r})")
+            e = Engine(dataclasses.replace(spec, autocast=autocast, base_bf16=base == "bf16"), Dist())
+            if base.startswith("round-"):
+                round_base(e, base)
             spec.activation_mb = e.spec.activation_mb
             engines[key] = e
             snapshots[key] = ([p.detach().clone() for p in e.params], copy.deepcopy(e.optimizer.state_dict()))
@@ -335,8 +358,9 @@ def main() -> None:
     def prepare(v: str) -> Engine:
         """The variant's engine with the weights, optimiser state and seed of the start, settings applied."""
         autocast = settings[v].get("autocast", "none")
-        e = engine_for(None if autocast == "none" else autocast, settings[v].get("base", "fp32") == "bf16")
-        weights, optim_state = snapshots[(e.spec.autocast, e.base_bf16)]
+        key = (None if autocast == "none" else autocast, settings[v].get("base", "fp32"))
+        e = engine_for(*key)
+        weights, optim_state = snapshots[key]
         with torch.no_grad():
             for p, w in zip(e.params, weights):
                 p.copy_(w)
@@ -405,6 +429,13 @@ def main() -> None:
                 gen_mismatch[v] = (float(diff.max()), float(diff.mean()))
                 print(f"  generate rep {rep + 1} {v}: prefill {len(fulls)} x {cut} tokens {t1 - t0:.1f} s, 3 steps (+60 tokens, 12 sampled) {t2 - t1:.1f} s; sampler vs learner log-probs max {gen_mismatch[v][0]:.2e} mean {gen_mismatch[v][1]:.2e}", flush=True)
 
+    if args.parity_only:
+        report = {"requests": args.requests, "threads": args.threads, "parity": parity(args.requests, lines, variants, prepare, logps_fn=lambda e, bs: scored_logprobs(e, bs))}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=2)
+                f.write("\n")
+        return
     if args.parity:
         report_parity = parity(args.requests, lines, variants, prepare, logps_fn=lambda e, bs: scored_logprobs(e, bs))
     else:

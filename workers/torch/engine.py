@@ -368,6 +368,8 @@ class Engine:
             raise RequestError(f"init: autocast must be null, 'bfloat16' or 'float16' (got {spec.autocast!r})")
         if spec.autocast and self.device.type == "cpu":
             check_cpu_autocast(spec.autocast, spec.dtype)
+        # Decided (or refused) before the model loads; LoRA is what lora or adapter_dir will give it.
+        self.base_bf16 = resolve_base_bf16(spec, self.device, spec.lora is not None or spec.adapter_dir is not None, d.world)
         if not os.path.isfile(os.path.join(spec.model_dir, "config.json")):
             raise RequestError(f"init: {spec.model_dir} has no config.json (a model directory needs config.json, the safetensors weights and tokenizer.json)")
         model = self._load_model(spec)
@@ -384,7 +386,6 @@ class Engine:
         if spec.autocast and self.device.type == "cpu":
             fp32_output_layer(self._causal_lm(model))
             bf16_frozen_linears(self._causal_lm(model))
-        self.base_bf16 = resolve_base_bf16(spec, self.device, self.lora, d.world)
         if self.base_bf16:
             bf16_base_products(self._causal_lm(model))
         self.checkpointing = False
