@@ -33,10 +33,6 @@ from step_resume import StepFile
 # Files besides the weights that make a saved directory a complete policy (tokenizer, chat template).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json")
 
-# base_bf16's default (null) on CPUs with native bf16; set from the parity measured in
-# results/smollm2-speed/bf16-parity-2026-12-02.md.
-AUTO_BASE_BF16 = False
-
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -95,8 +91,9 @@ class InitSpec:
     # Benchmarks: weights drawn at random from config.json alone (on the device, no weight files read),
     # e.g. a Qwen2.5-7B-shaped model for bench/gpu-check.sh.
     random_weights: bool = False
-    # The frozen base's linear products in bf16, everything else fp32 (resolve_base_bf16); None: auto.
-    base_bf16: Optional[bool] = None
+    # The frozen base's linear products in bf16, everything else fp32 (resolve_base_bf16). Off by
+    # default: it moves log-probs by up to 0.15 (results/smollm2-speed/bf16-parity-2026-12-02.md).
+    base_bf16: bool = False
 
 
 def available_memory_mb() -> float:
@@ -210,15 +207,11 @@ def bf16_base_products(model: torch.nn.Module) -> int:
 
 def resolve_base_bf16(spec: "InitSpec", device: torch.device, lora: bool, world: int) -> bool:
     """
-    Whether the frozen base multiplies in bf16 (bf16_base_products). Asked for (true), it needs what
-    makes it pay and keeps it exact elsewhere: a CPU with native bf16, fp32 weights, no autocast (which
-    already runs every product in bf16) and LoRA (a frozen base); refused otherwise, saying which.
-    Auto (null): on exactly where all of that holds and one process runs, off elsewhere (GPUs keep
-    dtype / autocast).
+    Whether the frozen base multiplies in bf16 (bf16_base_products). Asked for, it needs what makes it
+    pay and keeps everything else fp32: a CPU with native bf16, fp32 weights, no autocast (which already
+    runs every product, the base's too, in bf16), LoRA (a frozen base) and one process; refused
+    otherwise, saying which.
     """
-    fits = device.type == "cpu" and spec.dtype == "float32" and not spec.autocast and lora and world == 1
-    if spec.base_bf16 is None:
-        return AUTO_BASE_BF16 and fits and cpu_has_bf16()
     if not spec.base_bf16:
         return False
     if device.type != "cpu":

@@ -57,9 +57,10 @@ export interface TorchEngineOptions {
   autocast?: 'bfloat16' | 'float16' | null;
   /**
    * CPU: LoRA's frozen base layers multiply in bf16 and everything else stays fp32 (needs AVX512-BF16 or
-   * AMX, dtype float32, no autocast, LoRA; refused otherwise). null/undefined: the worker decides (AUTO_DOC).
+   * AMX, dtype float32, no autocast, LoRA; refused otherwise). Default false: it moves log-probs by up to
+   * 0.15 against fp32 (results/smollm2-speed/bf16-parity-2026-12-02.md).
    */
-  baseBf16?: boolean | null;
+  baseBf16?: boolean;
   gradientCheckpointing?: boolean | null;
   attnImplementation?: 'sdpa' | 'eager' | 'flash_attention_2';
   /** Train LoRA adapters only (new adapters with these settings). */
@@ -396,7 +397,7 @@ export class TorchEngine implements PolicyEngine {
           device: options.device ?? 'cpu',
           dtype: options.dtype ?? 'float32',
           autocast: options.autocast ?? null,
-          base_bf16: options.baseBf16 ?? null,
+          base_bf16: options.baseBf16 ?? false,
           gradient_checkpointing: options.gradientCheckpointing ?? null,
           attn_implementation: options.attnImplementation ?? 'sdpa',
           lora: options.lora
