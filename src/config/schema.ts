@@ -69,7 +69,13 @@ export const TorchSchema = strict({
     .nullable()
     .default(null)
     .describe(
-      'mixed precision for matrix products, weights and optimiser stay in dtype (null: off). GPU: bfloat16 or float16. CPU: bfloat16 only, on a CPU with AVX512-BF16 or AMX (about 2x the fp32 product rate there; log-probs move by up to ~0.1, so sampling and training share it; results/smollm2-speed/update-speed-2026-11-24.md)',
+      'mixed precision for matrix products, weights and optimiser stay in dtype (null: off). GPU: bfloat16 or float16. CPU: bfloat16 only, on a CPU with AVX512-BF16 or AMX (about 2x the fp32 product rate there; log-probs move by up to ~0.2, so sampling and training share it; results/smollm2-speed/update-speed-2026-11-24.md, bf16-parity-2026-12-02.md)',
+    ),
+  base_bf16: z
+    .boolean()
+    .default(false)
+    .describe(
+      "LoRA's frozen base layers multiply in bf16 (weights stored bf16, output back to fp32) while the adapters, norms, attention, output layer and log-softmax stay fp32; needs a CPU with AVX512-BF16 or AMX, dtype float32, no autocast and LoRA (refused otherwise). Off by default: it moves log-probs by up to 0.15 against fp32 (results/smollm2-speed/bf16-parity-2026-12-02.md)",
     ),
   gradient_checkpointing: z
     .boolean()

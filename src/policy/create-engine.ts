@@ -186,6 +186,7 @@ async function startTorchWorker(cfg: Config, modelDir: string, extra: Partial<To
     device: t.device,
     dtype: t.dtype,
     autocast: t.autocast,
+    baseBf16: t.base_bf16,
     seed: cfg.seed,
     threads: t.threads ?? undefined,
     launcher: t.launcher ?? undefined,

@@ -91,6 +91,9 @@ class InitSpec:
     # Benchmarks: weights drawn at random from config.json alone (on the device, no weight files read),
     # e.g. a Qwen2.5-7B-shaped model for bench/gpu-check.sh.
     random_weights: bool = False
+    # The frozen base's linear products in bf16, everything else fp32 (resolve_base_bf16). Off by
+    # default: it moves log-probs by up to 0.15 (results/smollm2-speed/bf16-parity-2026-12-02.md).
+    base_bf16: bool = False
 
 
 def available_memory_mb() -> float:
@@ -180,6 +183,50 @@ def fp32_output_layer(model: torch.nn.Module) -> None:
     head = model.get_output_embeddings()
     if isinstance(head, torch.nn.Linear):
         head.forward = types.MethodType(_fp32_linear_forward, head)
+
+
+def _bf16_base_linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.linear(x.to(torch.bfloat16), self.weight, self.bias).to(x.dtype)
+
+
+def bf16_base_products(model: torch.nn.Module) -> int:
+    """
+    base_bf16: the frozen linear layers (LoRA's base layers) store their weights in bf16 and multiply
+    in bf16, their input rounded to bf16 and their output returned in fp32, so that LoRA's A and B,
+    the norms, attention, the residual stream, the output layer and the log-softmax stay fp32. The
+    rounding then enters only where the frozen weights are applied, against autocast's every product
+    (results/smollm2-speed/bf16-parity-2026-12-02.md). Returns how many layers.
+    """
+    n = bf16_frozen_linears(model)
+    head = model.get_output_embeddings()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module is not head and module.weight.dtype == torch.bfloat16 and not module.weight.requires_grad:
+            module.forward = types.MethodType(_bf16_base_linear_forward, module)
+    return n
+
+
+def resolve_base_bf16(spec: "InitSpec", device: torch.device, lora: bool, world: int) -> bool:
+    """
+    Whether the frozen base multiplies in bf16 (bf16_base_products). Asked for, it needs what makes it
+    pay and keeps everything else fp32: a CPU with native bf16, fp32 weights, no autocast (which already
+    runs every product, the base's too, in bf16), LoRA (a frozen base) and one process; refused
+    otherwise, saying which.
+    """
+    if not spec.base_bf16:
+        return False
+    if device.type != "cpu":
+        raise RequestError("init: base_bf16 is for CPUs; on a GPU use dtype 'bfloat16' or autocast")
+    if spec.autocast:
+        raise RequestError("init: base_bf16 and autocast exclude each other (autocast already runs every product, the base's too, in bf16); set one")
+    if spec.dtype != "float32":
+        raise RequestError(f"init: base_bf16 needs dtype 'float32' (got {spec.dtype!r}): only the frozen base is stored in bf16, LoRA and the rest stay fp32")
+    if not lora:
+        raise RequestError("init: base_bf16 needs LoRA (lora or adapter_dir): without adapters no weight is frozen")
+    if world > 1:
+        raise RequestError("init: base_bf16 runs in one process (not under torchrun / FSDP)")
+    if not cpu_has_bf16():
+        raise RequestError("init: base_bf16 needs a CPU with AVX512-BF16 or AMX (this one has neither; bf16 would be emulated, slower than float32); set base_bf16 false")
+    return True
 
 
 def bf16_frozen_linears(model: torch.nn.Module) -> int:
@@ -314,6 +361,8 @@ class Engine:
             raise RequestError(f"init: autocast must be null, 'bfloat16' or 'float16' (got {spec.autocast!r})")
         if spec.autocast and self.device.type == "cpu":
             check_cpu_autocast(spec.autocast, spec.dtype)
+        # Decided (or refused) before the model loads; LoRA is what lora or adapter_dir will give it.
+        self.base_bf16 = resolve_base_bf16(spec, self.device, spec.lora is not None or spec.adapter_dir is not None, d.world)
         if not os.path.isfile(os.path.join(spec.model_dir, "config.json")):
             raise RequestError(f"init: {spec.model_dir} has no config.json (a model directory needs config.json, the safetensors weights and tokenizer.json)")
         model = self._load_model(spec)
@@ -330,6 +379,8 @@ class Engine:
         if spec.autocast and self.device.type == "cpu":
             fp32_output_layer(self._causal_lm(model))
             bf16_frozen_linears(self._causal_lm(model))
+        if self.base_bf16:
+            bf16_base_products(self._causal_lm(model))
         self.checkpointing = False
         if spec.gradient_checkpointing:
             self._set_checkpointing(model, True)
@@ -510,6 +561,7 @@ class Engine:
             "device": str(self.device),
             "dtype": self.spec.dtype,
             "autocast": self.spec.autocast,
+            "base_bf16": self.base_bf16,
             "lora": self.lora,
             "gradient_checkpointing": self.spec.gradient_checkpointing,  # null: auto (on where needed)
             "world_size": self.dist.world,
@@ -952,7 +1004,7 @@ class Engine:
                 # Merging changes the weights in place; merge a copy so training can go on with adapters.
                 plain = copy.deepcopy(self.model)
                 if self.spec.dtype == "float32":
-                    # Base weights kept in bf16 for CPU autocast (bf16_frozen_linears): merge in fp32, or
+                    # Base weights kept in bf16 for CPU autocast or base_bf16 (bf16_frozen_linears): merge in fp32, or
                     # rounding to bf16 would swallow most of the small adapter update.
                     for module in plain.modules():
                         if isinstance(module, torch.nn.Linear) and module.weight.dtype != torch.float32:

@@ -118,6 +118,7 @@ def parse_init(req: dict[str, Any]) -> InitSpec:
         device=field(req, "device", w, lambda v: isinstance(v, str), "'cpu', 'cuda' or 'auto'", "cpu"),
         dtype=field(req, "dtype", w, lambda v: isinstance(v, str), "'float32', 'bfloat16' or 'float16'", "float32"),
         autocast=field(req, "autocast", w, lambda v: isinstance(v, str), "null, 'bfloat16' or 'float16'", None),
+        base_bf16=field(req, "base_bf16", w, lambda v: isinstance(v, bool), "true or false", False),
         gradient_checkpointing=field(req, "gradient_checkpointing", w, lambda v: v is None or isinstance(v, bool), "true, false or null (auto)", None),
         attn_implementation=field(req, "attn_implementation", w, lambda v: v in ("sdpa", "eager", "flash_attention_2"), "'sdpa', 'eager' or 'flash_attention_2'", "sdpa"),
         lora=lora,

@@ -55,6 +55,12 @@ export interface TorchEngineOptions {
   dtype?: 'float32' | 'bfloat16' | 'float16';
   /** Mixed precision on GPU: weights stay in `dtype`, matrix products run in this type. */
   autocast?: 'bfloat16' | 'float16' | null;
+  /**
+   * CPU: LoRA's frozen base layers multiply in bf16 and everything else stays fp32 (needs AVX512-BF16 or
+   * AMX, dtype float32, no autocast, LoRA; refused otherwise). Default false: it moves log-probs by up to
+   * 0.15 against fp32 (results/smollm2-speed/bf16-parity-2026-12-02.md).
+   */
+  baseBf16?: boolean;
   gradientCheckpointing?: boolean | null;
   attnImplementation?: 'sdpa' | 'eager' | 'flash_attention_2';
   /** Train LoRA adapters only (new adapters with these settings). */
@@ -108,6 +114,8 @@ export interface WorkerInfo {
   device: string;
   dtype: string;
   autocast: string | null;
+  /** Whether the frozen base multiplies in bf16 (baseBf16, resolved). */
+  base_bf16: boolean;
   lora: boolean;
   gradient_checkpointing: boolean | null;
   world_size: number;
@@ -389,6 +397,7 @@ export class TorchEngine implements PolicyEngine {
           device: options.device ?? 'cpu',
           dtype: options.dtype ?? 'float32',
           autocast: options.autocast ?? null,
+          base_bf16: options.baseBf16 ?? false,
           gradient_checkpointing: options.gradientCheckpointing ?? null,
           attn_implementation: options.attnImplementation ?? 'sdpa',
           lora: options.lora
