@@ -207,6 +207,11 @@ describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPat
     try {
       await page.goto(`${agentDashboard.url}/#trajectories`, { waitUntil: 'load' });
       await page.waitForSelector('#episodes tbody tr');
+      // The list names the task by its text too: "agent #5" alone does not say which word.
+      expect(await page.$eval('#episodes tbody tr td:nth-child(2)', (td) => [td.textContent, td.getAttribute('title')])).toEqual([
+        'agent #5{"word":"house"}',
+        '{"word":"house"}',
+      ]);
       await page.click('#episodes tbody tr');
       await page.waitForSelector('#episode .step aside.tips details');
       expect(await page.$$eval('#episode .step aside.tips details summary', (s) => s.map((x) => x.textContent))).toEqual([
@@ -219,6 +224,10 @@ describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPat
     }
     // A built-in environment's steps keep theirs.
     await openIteration(1);
+    // A long task text is the row's tooltip only.
+    const [label, title] = await page.$eval('#episodes tbody tr td:nth-child(2)', (td) => [td.textContent, td.getAttribute('title')]);
+    expect(label).toMatch(/^\w+ #\d+$/);
+    expect(title!.length).toBeGreaterThan(40);
     await page.click('#episodes tbody tr');
     await page.waitForSelector('#episode details.valid');
     expect(await page.$eval('#episode details.valid summary', (s) => s.textContent)).toMatch(/^\d+ valid actions?/);

@@ -24,6 +24,8 @@ export interface EpisodeSummary {
   checkpoint: string | null;
   task: string;
   variation: number;
+  /** The task's text, at most DESCRIPTION_CHARS characters (a list shows it; the episode has all of it). */
+  description: string;
   mode: TrajectoryMode;
   score: number;
   success: boolean;
@@ -34,6 +36,9 @@ export interface EpisodeSummary {
   followed_steps: number;
   has_reflection: boolean;
 }
+
+/** How much of a task's text an episode's summary keeps: a line in a list, bounded whatever the environment writes. */
+export const DESCRIPTION_CHARS = 120;
 
 interface Located extends EpisodeSummary {
   offset: number;
@@ -171,6 +176,7 @@ export class TrajectoryFile {
       checkpoint: r.checkpoint,
       task: r.task,
       variation: r.variation,
+      description: r.description.length > DESCRIPTION_CHARS ? r.description.slice(0, DESCRIPTION_CHARS - 1) + '…' : r.description,
       mode: r.mode,
       score: r.score,
       success: r.success,

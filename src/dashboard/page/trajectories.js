@@ -190,7 +190,7 @@ export function trajectoriesView(root, ctx) {
               'tr',
               { dataset: { episode: ref }, class: ref === current ? 'chosen' : '', onclick: () => go({ episode: ref }) },
               h('td', { class: 'nowrap', title: answer.files[e.file]?.path ?? '' }, playedAt(e)),
-              h('td', { class: 'nowrap' }, `${e.task} #${e.variation}`),
+              taskCell(e),
               h(
                 'td',
                 {},
@@ -493,3 +493,18 @@ function rescoredCandidates(s) {
 function bestScore(tips) {
   return Math.max(...tips.map((t) => t.score ?? -Infinity));
 }
+
+/**
+ * A list row's task: family and variation, with the task's text as its tooltip, and shown under it when
+ * it is short (a user's agent task such as {"word":"house"}, where "agent #5" alone says nothing).
+ */
+function taskCell(e) {
+  const text = e.description ?? '';
+  return h(
+    'td',
+    { class: 'nowrap', title: text },
+    `${e.task} #${e.variation}`,
+    text && text.length <= SHORT_DESCRIPTION ? h('div', { class: 'muted task-text' }, text) : null,
+  );
+}
+const SHORT_DESCRIPTION = 40;
