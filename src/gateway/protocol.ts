@@ -20,26 +20,18 @@
  *   when they are not given): an agent whose model answers in free text can still say what it could do.
  */
 import { z } from 'zod';
-import { RequestError } from '../serve/protocol.ts';
+import { RequestError, samplingFields } from '../serve/protocol.ts';
 
 export { RequestError, errorBody, parseRequest, readJson } from '../serve/protocol.ts';
 
 const TOOLS_REFUSED =
   'tool calls are not supported by the empo2 gateway: describe the tools in the prompt and parse the text answer (docs/AGENTS.md, "Tool calls")';
 
-const stop = z
-  .union([z.string(), z.array(z.string()).max(16)], { error: 'must be a string or an array of strings' })
-  .nullable()
-  .optional();
 const zeroPenalty = z.literal(0, { error: 'penalties are not supported (only 0)' }).nullable().optional();
 
 /** Fields both routes share. */
 const common = {
-  model: z.string().optional(),
-  temperature: z.number().min(0).max(2).nullable().optional(),
-  top_p: z.number().gt(0).max(1).nullable().optional(),
-  seed: z.number().int().nullable().optional(),
-  stop,
+  ...samplingFields,
   n: z.literal(1, { error: 'only n = 1 is supported: each call is one step of the episode' }).nullable().optional(),
   stream: z.boolean().nullable().optional(),
   stream_options: z.strictObject({ include_usage: z.boolean().optional() }).nullable().optional(),

@@ -40,17 +40,21 @@ const stop = z
   .union([z.string(), z.array(z.string()).max(16)], { error: 'must be a string or an array of strings' })
   .nullable()
   .optional();
+/** OpenAI's sampling fields as both servers here (serve, the training gateway) accept them. */
+export const samplingFields = {
+  model: z.string().optional(),
+  temperature: z.number().min(0).max(2).nullable().optional(),
+  top_p: z.number().gt(0).max(1).nullable().optional(),
+  seed: z.number().int().nullable().optional(),
+  stop,
+};
 const allowedList = z
   .array(z.string().min(1, { error: 'an allowed text cannot be empty' }))
   .min(1, { error: 'give at least one allowed text' });
 
 /** Fields every generation request shares. */
 const sampling = {
-  model: z.string().optional(),
-  temperature: z.number().min(0).max(2).nullable().optional(),
-  top_p: z.number().gt(0).max(1).nullable().optional(),
-  seed: z.number().int().nullable().optional(),
-  stop,
+  ...samplingFields,
   n: z.literal(1, { error: 'only n = 1 is supported (send the prompt again, or several prompts, for more samples)' }).nullable().optional(),
   stream: z.literal(false, { error: 'streaming is not supported by empo2 serve' }).nullable().optional(),
   user: z.string().optional(),
