@@ -8,9 +8,9 @@ the same causal computation; the history is encoded once (in the trunk) instead 
 
 How the model runs it, without a KV cache (Hugging Face drops caches inside gradient-checkpointed
 layers): the SDPA attention function is wrapped (BranchAttention). While the trunk runs, the wrapper
-keeps each layer's keys and values; while a batch of branches runs, it puts the trunk's keys and values
-before the branches' own and applies a mask that hides trunk positions >= prefix per branch (and keeps
-each branch causal). Otherwise it passes every call through unchanged.
+keeps each layer's keys and values; while a batch of branches runs, each branch's queries attend to the
+trunk's first `prefix` keys and values followed by the branch's own, causally (BranchAttention._branches).
+Otherwise it passes every call through unchanged.
 
 Training: the trunk runs once with gradients; its keys and values are detached into leaf tensors that
 the branch batches use, so each batch's backward stops there and frees its activations; the grads
@@ -44,19 +44,34 @@ class BranchAttention:
         self.original = original
         self.mode: Optional[str] = None  # None, "record" or "branch"
         self.kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.mask: Optional[torch.Tensor] = None
+        self.prefixes: list[int] = []
 
     def __call__(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any, *args: Any, **kwargs: Any):
         if self.mode == "record":
             self.kv[module.layer_idx] = (key, value)
         elif self.mode == "branch":
-            trunk_k, trunk_v = self.kv[module.layer_idx]
-            n = key.shape[0]
-            key = torch.cat([trunk_k.to(key.dtype).expand(n, -1, -1, -1), key], dim=2)
-            value = torch.cat([trunk_v.to(value.dtype).expand(n, -1, -1, -1), value], dim=2)
-            kwargs["is_causal"] = False
-            return self.original(module, query, key, value, self.mask, *args, **kwargs)
+            return self._branches(module, query, key, value, *args, **kwargs)
         return self.original(module, query, key, value, attention_mask, *args, **kwargs)
+
+    def _branches(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args: Any, **kwargs: Any):
+        """
+        Row r (a branch, right-padded to the batch's width W) attends to the trunk's first prefixes[r] keys and
+        causally to its own. Run as one causal pass per row over keys [trunk[:P], branch] with P placeholder
+        queries before the branch's (zeros, their outputs dropped): SDPA's causal kernels skip the blocks above
+        the diagonal, where an explicit mask would make them compute every block. Pads come after a row's
+        tokens, so no real token sees them.
+        """
+        trunk_k, trunk_v = self.kv[module.layer_idx]
+        kwargs["is_causal"] = True
+        rows = []
+        for r, P in enumerate(self.prefixes):
+            q = query[r : r + 1]
+            q = torch.cat([q.new_zeros(q.shape[:2] + (P, q.shape[3])), q], dim=2)
+            k = torch.cat([trunk_k[:, :, :P].to(key.dtype), key[r : r + 1]], dim=2)
+            v = torch.cat([trunk_v[:, :, :P].to(value.dtype), value[r : r + 1]], dim=2)
+            out, _ = self.original(module, q, k, v, None, *args, **kwargs)
+            rows.append(out[:, P:])  # [1, W, heads, head_dim]: the layout the model expects back
+        return torch.cat(rows, dim=0), None
 
     @contextlib.contextmanager
     def recording(self):
@@ -68,13 +83,13 @@ class BranchAttention:
             self.mode = None
 
     @contextlib.contextmanager
-    def branching(self, kv: dict[int, tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor):
-        """Passes run inside (and a backward that recomputes them, under gradient checkpointing) see `kv` before their own tokens, under `mask`."""
-        self.mode, self.kv, self.mask = "branch", kv, mask
+    def branching(self, kv: dict[int, tuple[torch.Tensor, torch.Tensor]], prefixes: list[int]):
+        """Passes run inside (and a backward that recomputes them, under gradient checkpointing) see `kv` before their own tokens: row r its first prefixes[r]."""
+        self.mode, self.kv, self.prefixes = "branch", kv, prefixes
         try:
             yield
         finally:
-            self.mode, self.kv, self.mask = None, {}, None
+            self.mode, self.kv, self.prefixes = None, {}, []
 
 
 def install(attention_functions: Any) -> BranchAttention:
@@ -91,29 +106,23 @@ def install(attention_functions: Any) -> BranchAttention:
 class BranchBatch:
     ids: torch.Tensor  # [n, W]
     positions: torch.Tensor  # [n, W]
-    mask: torch.Tensor  # [n, 1, W, T + W], True: attend
     keep: torch.Tensor  # [n, W], True where the hidden state predicts a scored token
     targets: list[int]
 
 
-def branch_batch(branches: list[Branch], trunk_len: int, pad_token: int) -> BranchBatch:
-    """Right-padded rows of branches; pads see what the token before them sees and themselves (no empty row)."""
+def branch_batch(branches: list[Branch], pad_token: int) -> BranchBatch:
+    """Right-padded rows of branches, at positions prefix, prefix + 1, ..."""
     n = len(branches)
     W = max(len(b.ids) for b in branches)
     ids = torch.full((n, W), pad_token, dtype=torch.long)
     positions = torch.zeros((n, W), dtype=torch.long)
-    mask = torch.zeros((n, 1, W, trunk_len + W), dtype=torch.bool)
     keep = torch.zeros((n, W), dtype=torch.bool)
-    causal = torch.ones((W, W), dtype=torch.bool).tril()
     targets: list[int] = []
     for r, b in enumerate(branches):
-        m = len(b.ids)
-        ids[r, :m] = torch.tensor(b.ids, dtype=torch.long)
+        ids[r, : len(b.ids)] = torch.tensor(b.ids, dtype=torch.long)
         positions[r] = b.prefix + torch.arange(W)
-        mask[r, 0, :, : b.prefix] = True
-        mask[r, 0, :, trunk_len:] = causal
         # The hidden state before each scored token predicts it (the first branch token is never scored).
         scored = [j for j, p in enumerate(b.policy_tokens) if p]
         keep[r, [j - 1 for j in scored]] = True
         targets.extend(b.ids[j] for j in scored)
-    return BranchBatch(ids, positions, mask, keep, targets)
+    return BranchBatch(ids, positions, keep, targets)

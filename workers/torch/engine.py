@@ -722,8 +722,8 @@ class Engine:
 
     def _branch_pass(self, branches: list[Branch], trunk_len: int, kv: dict, temperature: float, then: Callable[[torch.Tensor], None]) -> None:
         """Scores a batch of branches over the trunk's keys and values `kv`; `then` gets their log-probs (flattened in order) while the trunk is still in place, so that a backward in it may recompute checkpointed layers."""
-        batch = branch_batch(branches, trunk_len, self.spec.pad_token)
-        with self.branch_attention.branching(kv, batch.mask.to(self.device)):
+        batch = branch_batch(branches, self.spec.pad_token)
+        with self.branch_attention.branching(kv, [b.prefix for b in branches]):
             then(self._scored_logprobs(batch.keep, batch.targets, temperature, input_ids=batch.ids.to(self.device), position_ids=batch.positions.to(self.device), attention_mask=None))
 
     def _branched_logprobs(self, s: Seq, temperature: float) -> torch.Tensor:

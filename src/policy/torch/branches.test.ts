@@ -201,6 +201,16 @@ describe.skipIf(!gate.available)(`trunk plus branches (${gate.label})`, () => {
       await expect(engine.trainStep([{ ...first, advantages: first.advantages.slice(1) }], OBJECTIVE)).rejects.toThrow(
         /train_step\.batch\[0\]\.advantages has \d+ values but the sequence has \d+ policy tokens/,
       );
+      // Eager attention (as under torchrun) takes none: the engine says so, and the worker refuses them.
+      const eager = await TorchEngine.start(options({ attnImplementation: 'eager' }));
+      try {
+        expect(eager.supportsBranches).toBe(false);
+        await expect(eager.logprobs([first])).rejects.toThrow(
+          /logprobs\.batch\[0\]\.branches: this worker does not take trunk-plus-branches sequences/,
+        );
+      } finally {
+        await eager.close();
+      }
     } finally {
       await engine.close();
     }
