@@ -652,6 +652,8 @@ class Engine:
             return
         budget = self.spec.activation_mb * 2**20
         widths = [len(seqs[i].prompt) + len(seqs[i].response) for i in indices]
+        # A branch runs alone at the least (_branch_chunks): its tokens' activations count as a sequence's.
+        widths += [len(b.ids) for i in indices for b in seqs[i].branches or []]
         self._set_checkpointing(self.model, any(w * self.activation_bytes(w, True, checkpointing=False) > budget for w in widths))
 
     def micro_batches(self, seqs: Sequence[Seq], indices: Sequence[int], training: bool = False) -> list[list[int]]:

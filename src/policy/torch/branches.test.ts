@@ -9,7 +9,7 @@
  * the output distribution are far from uniform (as in episodes.test.ts).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pythonGate } from '../../../test/support/python.ts';
@@ -258,6 +258,37 @@ describe.skipIf(!gate.available)(`trunk plus branches (${gate.label})`, () => {
       await perStepEngine.close();
       await branchedEngine.close();
       await narrowEngine.close();
+    }
+  }, 240_000);
+
+  it('a step with branched sequences killed between micro-batches resumes from its save and ends as the straight step, bit for bit', async () => {
+    const o = options({ microBatchTokens: 40 });
+    const setup = await TorchEngine.start(o);
+    const c = await makeCase(setup);
+    await setup.close();
+    // Per-step sequences first, then one micro-batch per trunk with branches (the worker's order).
+    const batch = [...c.perStep, ...c.branched];
+    const straight = await TorchEngine.start(o);
+    const expected = await straight.trainStep(batch, OBJECTIVE, 0.9);
+    await straight.close();
+    const resume = { file: join(tempDir(), 'step.pt'), everySeconds: 0 };
+    const killed = await TorchEngine.start(o);
+    let total = 0;
+    killed.setProgressListener((op, done, n) => {
+      total = n;
+      // After the first trunk with branches, before the second.
+      if (op === 'train_step' && done === n - 1) process.kill(killed.pid, 'SIGKILL');
+    });
+    await expect(killed.trainStep(batch, OBJECTIVE, 0.9, undefined, resume)).rejects.toThrow();
+    expect(total).toBeGreaterThan(2);
+    expect(existsSync(resume.file)).toBe(true);
+    const resumed = await TorchEngine.start(o);
+    try {
+      const { resumedMicroBatches, ...stats } = await resumed.trainStep(batch, OBJECTIVE, 0.9, undefined, resume);
+      expect(resumedMicroBatches).toBe(total - 1);
+      expect(stats).toEqual(expected);
+    } finally {
+      await resumed.close();
     }
   }, 240_000);
 });
