@@ -702,8 +702,9 @@ class Engine:
         trunk_len = len(s.prompt) + len(s.response)
         budget = self.spec.activation_mb * 2**20 if training and self.spec.activation_mb else None
         c = self._causal_lm().config
-        # Keys and values of every layer per row and position, as SDPA holds them (repeated per query head where it repeats them).
-        kv_row = self.kv_bytes_per_token() * max(1, c.num_attention_heads // int(getattr(c, "num_key_value_heads", None) or c.num_attention_heads))
+        # What each row's causal SDPA pass over [trunk, branch] holds per layer and position: keys and values (repeated per
+        # query head where SDPA repeats them), and as much again for its queries (placeholders over the trunk) and outputs.
+        kv_row = 2 * self.kv_bytes_per_token() * max(1, c.num_attention_heads // int(getattr(c, "num_key_value_heads", None) or c.num_attention_heads))
         chunks: list[list[Branch]] = []
         current: list[Branch] = []
         width = 0
@@ -722,7 +723,7 @@ class Engine:
             chunks.append(current)
         return chunks
 
-    def _branch_pass(self, branches: list[Branch], trunk_len: int, kv: dict, temperature: float, then: Callable[[torch.Tensor], None]) -> None:
+    def _branch_pass(self, branches: list[Branch], kv: dict, temperature: float, then: Callable[[torch.Tensor], None]) -> None:
         """Scores a batch of branches over the trunk's keys and values `kv`; `then` gets their log-probs (flattened in order) while the trunk is still in place, so that a backward in it may recompute checkpointed layers."""
         batch = branch_batch(branches, self.spec.pad_token)
         with self.branch_attention.branching(kv, [b.prefix for b in branches]):
@@ -732,9 +733,8 @@ class Engine:
         """log-probs of a trunk-plus-branches sequence (no gradients): the trunk's scored tokens, then each branch's."""
         with self.branch_attention.recording() as kv:
             parts = [self.response_logprobs([Seq(s.prompt, s.response, policy_tokens=s.policy_tokens)], temperature)]
-        trunk_len = len(s.prompt) + len(s.response)
         for chunk in self._branch_chunks(s, training=False):
-            self._branch_pass(chunk, trunk_len, kv, temperature, parts.append)
+            self._branch_pass(chunk, kv, temperature, parts.append)
         return torch.cat(parts)
 
     def _train_branched(self, s: Seq, cfg: ObjectiveConfig, temperature: float, loss_scale: float) -> torch.Tensor:
@@ -766,7 +766,6 @@ class Engine:
         trunk_kv = [t for layer in layers for t in kv[layer]]
         leaves = [t.detach().requires_grad_(True) for t in trunk_kv]
         leaf_kv = {layer: (leaves[2 * i], leaves[2 * i + 1]) for i, layer in enumerate(layers)}
-        trunk_len = len(s.prompt) + len(s.response)
         at = s.trunk_scored
         for chunk in self._branch_chunks(s, training=True):
             n = sum(b.scored for b in chunk)
@@ -774,7 +773,7 @@ class Engine:
             def backward(logp: torch.Tensor, start: int = at, end: int = at + n) -> None:
                 (terms_of(logp, start, end).loss_sum * loss_scale).backward()
 
-            self._branch_pass(chunk, trunk_len, leaf_kv, temperature, backward)
+            self._branch_pass(chunk, leaf_kv, temperature, backward)
             at += n
         trunk_loss = terms_of(trunk_logp, 0, s.trunk_scored).loss_sum * loss_scale
         outputs: list[torch.Tensor] = [trunk_loss] if trunk_loss.requires_grad else []
