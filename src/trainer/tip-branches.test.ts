@@ -1,7 +1,7 @@
 /**
  * An EMPO² run whose memory rollouts are all updated on-policy with their tips (algo.p = 1, q = 0),
  * through the PyTorch worker with the instruct prompt: scoring each episode as its tip-free trunk plus
- * one branch per tipped step (optim.tip_branches, the default where the worker takes them) gives the
+ * one branch per tipped step (optim.tip_branches: on by default with one minibatch) gives the
  * actions, losses and gradient norms of scoring each step alone with its tips, with fewer tokens run
  * through the model.
  */
@@ -16,6 +16,7 @@ import { initBackend } from '../policy/tfjs/backend.ts';
 import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { latestCheckpoint } from '../run/checkpoint.ts';
 import { train } from './trainer.ts';
+import { updateSettings } from './update.ts';
 
 const gate = pythonGate(['torch', 'transformers']);
 const root = mkdtempSync(join(tmpdir(), 'empo2-tip-branches-'));
@@ -63,6 +64,16 @@ beforeAll(async () => {
   if (!gate.available) return;
   await initBackend();
   await saveTinyInstructModel(modelDir);
+});
+
+describe('optim.tip_branches', () => {
+  it('null is on with one minibatch only (with more, one sample per episode would change what each optimiser step sees)', () => {
+    const dir = join(root, 'settings');
+    expect(updateSettings(config(dir, [])).tipBranches).toBe(true);
+    expect(updateSettings(config(dir, ['algo.minibatches=4'])).tipBranches).toBe(false);
+    expect(updateSettings(config(dir, ['algo.minibatches=4', 'optim.tip_branches=true'])).tipBranches).toBe(true);
+    expect(updateSettings(config(dir, ['optim.tip_branches=false'])).tipBranches).toBe(false);
+  });
 });
 
 describe.skipIf(!gate.available)(`on-policy updates with tips as trunk plus branches (${gate.label})`, () => {

@@ -59,7 +59,9 @@ export interface UpdateSettings {
   pack?: boolean;
   /**
    * With `pack`, on-policy-with-tips episodes as trunk plus branches (packing.ts packEpisodeBranches) where
-   * the engine takes them (PolicyEngine.supportsBranches); false: one sequence per tipped step. Default: on.
+   * the engine takes them (PolicyEngine.supportsBranches); false: one sequence per tipped step. An episode
+   * is then one sample instead of one per tipped step, which changes what each optimiser step sees when
+   * `minibatches` > 1; absent: on only with one minibatch (where nothing but float rounding changes).
    */
   tipBranches?: boolean;
   /** GiGPO's step-level advantage on top of the episode one (null or absent: GRPO's alone). */
@@ -87,7 +89,7 @@ export function updateSettings(cfg: Config): UpdateSettings {
     offPolicyRatio: cfg.experimental.off_policy_ratio,
     offPolicyWeightCap: cfg.experimental.off_policy_weight_cap,
     pack: cfg.optim.pack_episodes ?? promptSettings(cfg).template !== undefined,
-    tipBranches: cfg.optim.tip_branches ?? true,
+    tipBranches: cfg.optim.tip_branches ?? cfg.algo.minibatches === 1,
     gigpo: algo.stepAdvantage === 'gigpo' ? { omega: cfg.algo.gigpo_omega, gamma: cfg.algo.gigpo_gamma, mode: cfg.algo.gigpo_mode } : null,
   };
 }
@@ -136,7 +138,7 @@ export async function prepareUpdate(engine: PolicyEngine, batch: UpdateEpisode[]
   const stepRewards = episodes.map((e) => e.steps.map((st, t) => st.reward * s.rewardScale + (e.intrinsic?.[t] ?? 0)));
   const returns = stepRewards.map(rolloutReturn);
   const { advantages, stepGroups } = stepAdvantages(episodes, { stepRewards, returns }, s);
-  const branches = (s.tipBranches ?? true) && engine.supportsBranches === true;
+  const branches = (s.tipBranches ?? s.minibatches === 1) && engine.supportsBranches === true;
   const built = trainingSamples(episodes, advantages, s, branches);
   const offPolicyMeanWeight = await pairOffPolicyRatios(engine, built.offPolicySamples, s);
   const { samples, droppedLowProb, offPolicySequences, steps, packedSteps } = built;
