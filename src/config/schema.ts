@@ -375,7 +375,7 @@ export const OptimSchema = strict({
     .nullable()
     .default(null)
     .describe(
-      'with pack_episodes, score an on-policy-with-tips episode as its tip-free steps packed into one sequence plus a short branch per step with its tips (same log-probs as one sequence per step, about half the tokens with the full history) where the engine takes branches (the PyTorch worker in one process); the episode is then one sample, not one per step, which changes what each optimiser step sees when algo.minibatches > 1 (null: on only with one minibatch)',
+      "with pack_episodes, score an on-policy-with-tips episode's steps in each minibatch as their tip-free steps packed into one sequence plus a short branch per step with its tips, instead of one sequence per step (same log-probs and minibatches, about half the tokens with the full history; null: on where the engine takes branches, the PyTorch worker in one process)",
     ),
 });
 

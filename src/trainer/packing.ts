@@ -20,10 +20,16 @@ function startsWith(ids: readonly number[], prefix: readonly number[]): boolean 
  * that dropped a turn) starts a new sequence. Per-token arrays keep one value per policy token.
  */
 export function packEpisodeSteps(steps: readonly TrainSequence[]): TrainSequence[] {
+  return packEpisodeChains(steps).sequences;
+}
+
+/** packEpisodeSteps, with the indices (into `steps`) of the steps in each sequence. */
+export function packEpisodeChains(steps: readonly TrainSequence[]): { sequences: TrainSequence[]; members: number[][] } {
+  const members: number[][] = [];
   const out: TrainSequence[] = [];
   let chain: TrainSequence | null = null;
   let full: number[] = [];
-  for (const step of steps) {
+  for (const [t, step] of steps.entries()) {
     if (
       chain &&
       chain.lowProbMask === step.lowProbMask &&
@@ -38,6 +44,7 @@ export function packEpisodeSteps(steps: readonly TrainSequence[]): TrainSequence
       chain.mask.push(...step.mask);
       if (chain.refLogprobs) chain.refLogprobs.push(...step.refLogprobs!);
       full.push(...context, ...step.response);
+      members[members.length - 1].push(t);
       continue;
     }
     chain = {
@@ -51,9 +58,11 @@ export function packEpisodeSteps(steps: readonly TrainSequence[]): TrainSequence
     };
     full = [...step.prompt, ...step.response];
     out.push(chain);
+    members.push([t]);
   }
   // A sequence of one step is an ordinary one: no policyTokens to carry.
-  return out.map((s) => (s.policyTokens!.every((x) => x === 1) ? (({ policyTokens: _, ...rest }) => rest)(s) : s));
+  const sequences = out.map((s) => (s.policyTokens!.every((x) => x === 1) ? (({ policyTokens: _, ...rest }) => rest)(s) : s));
+  return { sequences, members };
 }
 
 type TipSpan = readonly [number, number] | null | undefined;

@@ -1,7 +1,7 @@
 /**
  * An EMPO² run whose memory rollouts are all updated on-policy with their tips (algo.p = 1, q = 0),
  * through the PyTorch worker with the instruct prompt: scoring each episode as its tip-free trunk plus
- * one branch per tipped step (optim.tip_branches: on by default with one minibatch) gives the
+ * one branch per tipped step (optim.tip_branches, on by default) gives the
  * actions, losses and gradient norms of scoring each step alone with its tips, with fewer tokens run
  * through the model.
  */
@@ -67,11 +67,10 @@ beforeAll(async () => {
 });
 
 describe('optim.tip_branches', () => {
-  it('null is on with one minibatch only (with more, one sample per episode would change what each optimiser step sees)', () => {
+  it('null is on, whatever the minibatches (each minibatch packs its own steps)', () => {
     const dir = join(root, 'settings');
     expect(updateSettings(config(dir, [])).tipBranches).toBe(true);
-    expect(updateSettings(config(dir, ['algo.minibatches=4'])).tipBranches).toBe(false);
-    expect(updateSettings(config(dir, ['algo.minibatches=4', 'optim.tip_branches=true'])).tipBranches).toBe(true);
+    expect(updateSettings(config(dir, ['algo.minibatches=4'])).tipBranches).toBe(true);
     expect(updateSettings(config(dir, ['optim.tip_branches=false'])).tipBranches).toBe(false);
   });
 });
@@ -95,10 +94,11 @@ describe.skipIf(!gate.available)(`on-policy updates with tips as trunk plus bran
         expect(Math.abs(a[i][k] - b[i][k]), `iteration ${i + 1} ${k}`).toBeLessThanOrEqual(1e-5 * Math.max(1e-3, Math.abs(b[i][k])));
     }
     // Iteration 1 has an empty memory (no tips): the same sequences either way. Iteration 2 shows tips:
-    // one trunk with branches per episode against one sequence per tipped step, and fewer tokens.
+    // fewer tokens run through the model.
     expect(a[0].sequence_tokens).toBe(b[0].sequence_tokens);
     expect(a[1].modes).toEqual({ plain: 0, 'tips-on-policy': 3, 'tips-off-policy': 0 });
-    expect(a[1].sequences).toBe(3);
+    // The samples (and so the minibatches) are the same either way; the engine got one trunk with branches per episode.
+    expect(a[1].sequences).toBe(b[1].sequences);
     expect(b[1].sequences).toBeGreaterThan(3);
     expect(a[1].sequence_tokens).toBeLessThan(0.7 * b[1].sequence_tokens);
     // The weights after both updates.
@@ -119,5 +119,22 @@ describe.skipIf(!gate.available)(`on-policy updates with tips as trunk plus bran
     expect(moved).toBeGreaterThan(1e-3);
     expect(gap / moved).toBeLessThan(1e-4);
     for (const m of [wa, wb, initial]) m.dispose();
+  }, 300_000);
+
+  it('with two minibatches each optimiser step packs its own steps: the same losses', async () => {
+    const branched = join(root, 'branched-2');
+    const perStep = join(root, 'per-step-2');
+    await train(config(branched, ['algo.minibatches=2']), { resume: false, log: () => {} });
+    await train(config(perStep, ['algo.minibatches=2', 'optim.tip_branches=false']), { resume: false, log: () => {} });
+    const [a, b] = [trainLines(branched), trainLines(perStep)];
+    for (let i = 0; i < 2; i++) {
+      for (const k of ['env_steps', 'trained_tokens', 'sequences']) expect(a[i][k], `iteration ${i + 1} ${k}`).toBe(b[i][k]);
+      for (const k of ['loss', 'grad_norm', 'mean_ratio'])
+        expect(Math.abs(a[i][k] - b[i][k]), `iteration ${i + 1} ${k}`).toBeLessThanOrEqual(1e-5 * Math.max(1e-3, Math.abs(b[i][k])));
+    }
+    expect(a[1].sequence_tokens).toBeLessThan(0.8 * b[1].sequence_tokens);
+    console.log(
+      `[tip-branches] two minibatches: sequence tokens ${a[1].sequence_tokens} vs ${b[1].sequence_tokens}; loss ${a[1].loss} vs ${b[1].loss}`,
+    );
   }, 300_000);
 });

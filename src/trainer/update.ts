@@ -30,7 +30,7 @@ import type { Mode } from '../algo/modes.ts';
 import { isFailed, type Episode, type UpdateStats } from '../run/records.ts';
 import { removeTips } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
-import { packEpisodeBranches, packEpisodeSteps, sequenceTokens as countSequenceTokens } from './packing.ts';
+import { packEpisodeBranches, packEpisodeChains, sequenceTokens as countSequenceTokens } from './packing.ts';
 
 export interface UpdateEpisode extends Episode {
   /** How the episode was rolled out and is to be updated (default: plain). */
@@ -59,9 +59,10 @@ export interface UpdateSettings {
   pack?: boolean;
   /**
    * With `pack`, on-policy-with-tips episodes as trunk plus branches (packing.ts packEpisodeBranches) where
-   * the engine takes them (PolicyEngine.supportsBranches); false: one sequence per tipped step. An episode
-   * is then one sample instead of one per tipped step, which changes what each optimiser step sees when
-   * `minibatches` > 1; absent: on only with one minibatch (where nothing but float rounding changes).
+   * the engine takes them (PolicyEngine.supportsBranches); false: one sequence per tipped step. The samples
+   * stay those of packEpisodeSteps through the shuffle and the minibatch split; each minibatch's steps of an
+   * episode are packed into trunk plus branches when it is trained, so every optimiser step sees the same
+   * tokens either way. Default: on.
    */
   tipBranches?: boolean;
   /** GiGPO's step-level advantage on top of the episode one (null or absent: GRPO's alone). */
@@ -89,7 +90,7 @@ export function updateSettings(cfg: Config): UpdateSettings {
     offPolicyRatio: cfg.experimental.off_policy_ratio,
     offPolicyWeightCap: cfg.experimental.off_policy_weight_cap,
     pack: cfg.optim.pack_episodes ?? promptSettings(cfg).template !== undefined,
-    tipBranches: cfg.optim.tip_branches ?? cfg.algo.minibatches === 1,
+    tipBranches: cfg.optim.tip_branches ?? true,
     gigpo: algo.stepAdvantage === 'gigpo' ? { omega: cfg.algo.gigpo_omega, gamma: cfg.algo.gigpo_gamma, mode: cfg.algo.gigpo_mode } : null,
   };
 }
@@ -100,7 +101,7 @@ export function updateSettings(cfg: Config): UpdateSettings {
  * data, so that an update interrupted between optimiser steps resumes from it (../run/partial.ts).
  */
 export interface PreparedUpdate {
-  samples: TrainSequence[];
+  samples: UpdateSample[];
   returns: number[];
   droppedLowProb: number;
   offPolicySequences: number;
@@ -108,6 +109,15 @@ export interface PreparedUpdate {
   steps: number;
   packedSteps: number;
   stepGroups: UpdateStats['stepGroups'];
+}
+
+/**
+ * A training sample: a sequence as packEpisodeSteps makes it and, for an on-policy episode with tips whose
+ * engine takes branches, the steps it holds, which the minibatch it falls in packs into trunk plus branches
+ * with that episode's other steps there (trainedSequences).
+ */
+export interface UpdateSample extends TrainSequence {
+  branchSource?: { episode: number; steps: { index: number; sample: TrainSequence; tipSpan: [number, number] | null }[] };
 }
 
 /** Where an update is between optimiser steps: enough to go on from there exactly. */
@@ -138,7 +148,7 @@ export async function prepareUpdate(engine: PolicyEngine, batch: UpdateEpisode[]
   const stepRewards = episodes.map((e) => e.steps.map((st, t) => st.reward * s.rewardScale + (e.intrinsic?.[t] ?? 0)));
   const returns = stepRewards.map(rolloutReturn);
   const { advantages, stepGroups } = stepAdvantages(episodes, { stepRewards, returns }, s);
-  const branches = (s.tipBranches ?? s.minibatches === 1) && engine.supportsBranches === true;
+  const branches = (s.tipBranches ?? true) && engine.supportsBranches === true;
   const built = trainingSamples(episodes, advantages, s, branches);
   const offPolicyMeanWeight = await pairOffPolicyRatios(engine, built.offPolicySamples, s);
   const { samples, droppedLowProb, offPolicySequences, steps, packedSteps } = built;
@@ -177,7 +187,7 @@ function trainingSamples(episodes: readonly UpdateEpisode[], advantages: number[
   let offPolicySequences = 0;
   let steps = 0;
   let packedSteps = 0;
-  const samples: TrainSequence[] = [];
+  const samples: UpdateSample[] = [];
   const offPolicySamples: TrainSequence[] = [];
   episodes.forEach((episode, i) => {
     const offPolicy = episode.mode === 'tips-off-policy';
@@ -203,13 +213,17 @@ function trainingSamples(episodes: readonly UpdateEpisode[], advantages: number[
       tipSpans.push(step.tipSpan);
     });
     steps += stepSamples.length;
-    // On-policy with tips: the tip-free steps as one trunk plus a branch per tipped step, where the engine takes branches.
-    const sequences = !s.pack
+    const chains = s.pack ? packEpisodeChains(stepSamples) : null;
+    // On-policy with tips, where the engine takes branches: each sample keeps its steps, packed into trunk plus branches per minibatch.
+    const sequences: UpdateSample[] = !chains
       ? stepSamples
       : branches && episode.mode === 'tips-on-policy'
-        ? packEpisodeBranches(stepSamples, tipSpans)
-        : packEpisodeSteps(stepSamples);
-    for (const seq of sequences) if (seq.policyTokens) packedSteps += countSteps(seq.policyTokens) + (seq.branches?.length ?? 0);
+        ? chains.sequences.map((seq, k) => ({
+            ...seq,
+            branchSource: { episode: i, steps: chains.members[k].map((t) => ({ index: t, sample: stepSamples[t], tipSpan: tipSpans[t] })) },
+          }))
+        : chains.sequences;
+    for (const seq of sequences) if (seq.policyTokens) packedSteps += countSteps(seq.policyTokens);
     samples.push(...sequences);
     if (offPolicy) offPolicySamples.push(...sequences);
   });
@@ -276,7 +290,7 @@ export async function runOptimiserSteps(engine: PolicyEngine, prepared: Prepared
     const rngState = rng.getState();
     let done = resuming ? from.minibatchesDone : 0;
     for (let start = done * size; start < all.length; start += size) {
-      const minibatch = order.slice(start, start + size).map((i) => all[i]);
+      const minibatch = trainedSequences(order.slice(start, start + size).map((i) => all[i]));
       const stats = await engine.trainStep(minibatch, s.objective, s.temperature, s.lr, stepResume?.());
       sequenceTokens += minibatch.reduce((n, x) => n + countSequenceTokens(x), 0);
       optimizerSteps++;
@@ -320,6 +334,35 @@ export async function runOptimiserSteps(engine: PolicyEngine, prepared: Prepared
     sequenceTokens,
     stepGroups,
   };
+}
+
+/**
+ * A minibatch as the engine trains it: samples with a branch source (UpdateSample) are replaced, episode
+ * by episode, by their steps packed into trunk plus branches (packing.ts packEpisodeBranches); the others
+ * go as they are. The same tokens with the same values, scored as the per-step samples would be.
+ */
+function trainedSequences(minibatch: readonly UpdateSample[]): TrainSequence[] {
+  const out: TrainSequence[] = [];
+  const episodes = new Map<number, NonNullable<UpdateSample['branchSource']>['steps']>();
+  for (const x of minibatch) {
+    if (!x.branchSource) {
+      out.push(x);
+      continue;
+    }
+    const steps = episodes.get(x.branchSource.episode) ?? [];
+    steps.push(...x.branchSource.steps);
+    episodes.set(x.branchSource.episode, steps);
+  }
+  for (const steps of episodes.values()) {
+    steps.sort((a, b) => a.index - b.index);
+    out.push(
+      ...packEpisodeBranches(
+        steps.map((x) => x.sample),
+        steps.map((x) => x.tipSpan),
+      ),
+    );
+  }
+  return out;
 }
 
 /** Responses in a packed sequence: runs of policy tokens. */
