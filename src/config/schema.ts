@@ -370,6 +370,13 @@ export const OptimSchema = strict({
     .describe(
       "train an episode's steps as one sequence where its prompts extend each other, instead of one sequence per step (same log-probs, far less work with the full history; null: on for the instruct prompt style)",
     ),
+  tip_branches: z
+    .boolean()
+    .nullable()
+    .default(null)
+    .describe(
+      "with pack_episodes, score an on-policy-with-tips episode's steps in each minibatch as their tip-free steps packed into one sequence plus a short branch per step with its tips, instead of one sequence per step (same log-probs and minibatches, about half the tokens with the full history; null: on where the engine takes branches, the PyTorch worker in one process)",
+    ),
 });
 
 export const TrainSchema = strict({

@@ -56,6 +56,27 @@ export interface ScoredSequence {
    * masks in) has one value per policy token, in order. Absent: every response token is the policy's.
    */
   policyTokens?: number[];
+  /**
+   * Trunk plus branches (an on-policy episode scored with its tips, ../trainer/packing.ts
+   * packEpisodeBranches): this sequence (prompt + response) is the episode without its tips, and each
+   * branch is one step's [tips, the rest of its prompt after them, its response], whose tokens see the
+   * first `prefix` tokens of the trunk (prompt + response coordinates) and the branch's earlier tokens,
+   * at positions prefix, prefix + 1, …: each branch token has the position and context it has in the
+   * step's own full prompt. Scored tokens: the trunk's policy tokens, then each branch's (its
+   * `policyTokens`), branch by branch; per-token arrays (log-probs out; advantages, old log-probs,
+   * masks in) hold one value per scored token in that order. Only engines whose `supportsBranches`
+   * is true take them.
+   */
+  branches?: SequenceBranch[];
+}
+
+/** One branch of a trunk-plus-branches sequence (ScoredSequence.branches). */
+export interface SequenceBranch {
+  /** Trunk tokens (from the start of its prompt) the branch attends to; its first token is at position `prefix`. */
+  prefix: number;
+  ids: number[];
+  /** 1 for the branch's scored tokens, 0 for context; one per id. */
+  policyTokens: number[];
 }
 
 export interface TrainSequence extends ScoredSequence {
@@ -101,6 +122,8 @@ export interface PolicyEngine {
    */
   readonly contextLength?: number;
   generate(prompts: number[][], opts: GenerateOptions): Promise<Generation[]>;
+  /** Whether logprobs and trainStep take sequences with `branches` (absent: they do not). */
+  readonly supportsBranches?: boolean;
   logprobs(batch: ScoredSequence[], temperature?: number): Promise<number[][]>;
   /** One optimiser step on the whole batch (gradients accumulated over micro-batches). */
   trainStep(

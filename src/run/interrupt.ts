@@ -186,6 +186,7 @@ export function policyCalls(engine: PolicyEngine, interrupts: () => InterruptHan
   return {
     tokenizer: engine.tokenizer,
     contextLength: engine.contextLength,
+    supportsBranches: engine.supportsBranches,
     generate: (prompts, opts) => guard(() => engine.generate(prompts, opts)),
     logprobs: (batch, temperature) => guard(() => engine.logprobs(batch, temperature)),
     trainStep: (batch, objective, temperature, lr, resume) => guard(() => engine.trainStep(batch, objective, temperature, lr, resume)),

@@ -6,6 +6,7 @@
  * (the same causal computation); only the work differs.
  */
 import type { TrainSequence } from '../policy/types.ts';
+import { removeTips } from './prompt.ts';
 
 function startsWith(ids: readonly number[], prefix: readonly number[]): boolean {
   if (prefix.length > ids.length) return false;
@@ -19,10 +20,16 @@ function startsWith(ids: readonly number[], prefix: readonly number[]): boolean 
  * that dropped a turn) starts a new sequence. Per-token arrays keep one value per policy token.
  */
 export function packEpisodeSteps(steps: readonly TrainSequence[]): TrainSequence[] {
+  return packEpisodeChains(steps).sequences;
+}
+
+/** packEpisodeSteps, with the indices (into `steps`) of the steps in each sequence. */
+export function packEpisodeChains(steps: readonly TrainSequence[]): { sequences: TrainSequence[]; members: number[][] } {
+  const members: number[][] = [];
   const out: TrainSequence[] = [];
   let chain: TrainSequence | null = null;
   let full: number[] = [];
-  for (const step of steps) {
+  for (const [t, step] of steps.entries()) {
     if (
       chain &&
       chain.lowProbMask === step.lowProbMask &&
@@ -37,6 +44,7 @@ export function packEpisodeSteps(steps: readonly TrainSequence[]): TrainSequence
       chain.mask.push(...step.mask);
       if (chain.refLogprobs) chain.refLogprobs.push(...step.refLogprobs!);
       full.push(...context, ...step.response);
+      members[members.length - 1].push(t);
       continue;
     }
     chain = {
@@ -50,7 +58,98 @@ export function packEpisodeSteps(steps: readonly TrainSequence[]): TrainSequence
     };
     full = [...step.prompt, ...step.response];
     out.push(chain);
+    members.push([t]);
   }
   // A sequence of one step is an ordinary one: no policyTokens to carry.
-  return out.map((s) => (s.policyTokens!.every((x) => x === 1) ? (({ policyTokens: _, ...rest }) => rest)(s) : s));
+  const sequences = out.map((s) => (s.policyTokens!.every((x) => x === 1) ? (({ policyTokens: _, ...rest }) => rest)(s) : s));
+  return { sequences, members };
+}
+
+type TipSpan = readonly [number, number] | null | undefined;
+
+/**
+ * An on-policy episode scored with the tips each step was sampled with, as trunk plus branches
+ * (ScoredSequence.branches): each step's prompt with its tips cut out extends the previous step's
+ * (earlier turns carry no tips), so the steps without their tips pack into one trunk as in
+ * packEpisodeSteps; each step that had tips (`tipSpans[t]`, a non-empty [start, end) of its prompt)
+ * becomes a branch [its tips, the rest of its prompt, its response] that sees the trunk's first
+ * `start` tokens (the step's prompt before its tips), where its response is scored; in the trunk that
+ * response is context. A step without tips is scored in the trunk. Every scored token then has the
+ * context and position it has in the step's own full prompt: the same log-probs as scoring the steps
+ * one by one, with the history encoded once instead of once per step.
+ *
+ * Per-token arrays: the trunk's scored tokens in order, then each branch's, in step order. A trunk
+ * step that does not extend the previous one starts a new trunk, as in packEpisodeSteps. Without any
+ * tips the result is packEpisodeSteps(steps).
+ */
+export function packEpisodeBranches(steps: readonly TrainSequence[], tipSpans: readonly TipSpan[]): TrainSequence[] {
+  if (tipSpans.length !== steps.length) throw new Error(`packEpisodeBranches: ${steps.length} steps but ${tipSpans.length} tip spans`);
+  const tipped = (span: TipSpan): span is readonly [number, number] => Boolean(span && span[1] > span[0]);
+  if (!tipSpans.some(tipped)) return packEpisodeSteps(steps);
+  interface Trunk {
+    seq: TrainSequence;
+    full: number[];
+    branchValues: { advantages: number[]; oldLogprobs: number[]; mask: number[]; refLogprobs: number[] };
+  }
+  const trunks: Trunk[] = [];
+  let trunk: Trunk | null = null;
+  steps.forEach((step, t) => {
+    const span = tipSpans[t];
+    const hasTips = tipped(span);
+    const tipFree = hasTips ? removeTips(step.prompt, span) : step.prompt;
+    if (
+      !trunk ||
+      trunk.seq.lowProbMask !== step.lowProbMask ||
+      Boolean(trunk.seq.refLogprobs) !== Boolean(step.refLogprobs) ||
+      !startsWith(tipFree, trunk.full)
+    ) {
+      const { advantages: _a, oldLogprobs: _o, mask: _m, refLogprobs: _r, ...rest } = step;
+      trunk = {
+        seq: {
+          ...rest,
+          prompt: [...tipFree],
+          response: [],
+          policyTokens: [],
+          advantages: [],
+          oldLogprobs: [],
+          mask: [],
+          ...(step.refLogprobs ? { refLogprobs: [] } : {}),
+        },
+        full: [...tipFree],
+        branchValues: { advantages: [], oldLogprobs: [], mask: [], refLogprobs: [] },
+      };
+      trunks.push(trunk);
+    }
+    const { seq, full, branchValues } = trunk;
+    const context = tipFree.slice(full.length);
+    seq.response.push(...context, ...step.response);
+    seq.policyTokens!.push(...context.map(() => 0), ...step.response.map(() => (hasTips ? 0 : 1)));
+    full.push(...context, ...step.response);
+    const into = hasTips ? branchValues : seq;
+    into.advantages.push(...step.advantages);
+    into.oldLogprobs.push(...step.oldLogprobs);
+    into.mask.push(...step.mask);
+    if (step.refLogprobs) (hasTips ? branchValues.refLogprobs : seq.refLogprobs!).push(...step.refLogprobs);
+    if (hasTips) {
+      const tail = step.prompt.slice(span[0]);
+      (seq.branches ??= []).push({
+        prefix: span[0],
+        ids: [...tail, ...step.response],
+        policyTokens: [...tail.map(() => 0), ...step.response.map(() => 1)],
+      });
+    }
+  });
+  return trunks.map(({ seq, branchValues }) => {
+    if (!seq.branches) return seq.policyTokens!.every((x) => x === 1) ? (({ policyTokens: _, ...rest }) => rest)(seq) : seq;
+    seq.advantages.push(...branchValues.advantages);
+    seq.oldLogprobs.push(...branchValues.oldLogprobs);
+    seq.mask.push(...branchValues.mask);
+    if (seq.refLogprobs) seq.refLogprobs.push(...branchValues.refLogprobs);
+    return seq;
+  });
+}
+
+/** Tokens a sequence runs through the model: its prompt and response, and its branches' tokens. */
+export function sequenceTokens(s: Pick<TrainSequence, 'prompt' | 'response' | 'branches'>): number {
+  return s.prompt.length + s.response.length + (s.branches ?? []).reduce((n, b) => n + b.ids.length, 0);
 }

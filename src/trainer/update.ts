@@ -11,7 +11,10 @@
  *      rollout), and a step whose advantage is 0 is left out (skipZeroAdvantage);
  *   4. the prompt each step is scored on: as sampled (plain and on-policy-with-tips rollouts), or
  *      with the tip block cut out (off-policy rollouts, whose ratio ρ = πθ(a|s,u) / πold(a|s,u,tips)
- *      or its decoupled variant is paired in ../algo/off-policy.ts, offPolicyRatio);
+ *      or its decoupled variant is paired in ../algo/off-policy.ts, offPolicyRatio); with packing, an
+ *      episode's steps go into one sequence where their prompts extend each other, and an
+ *      on-policy-with-tips episode is scored as its tip-free trunk plus a branch per tipped step where
+ *      the engine takes branches (packing.ts packEpisodeBranches: the same log-probs, less work);
  *   5. low-probability masks (token-level δ, or sequence-level min old log-prob) on off-policy
  *      samples (or on all, by config);
  *   6. clipped-ratio objective, token mean, over `minibatches` optimiser steps for `epochs` passes.
@@ -27,7 +30,7 @@ import type { Mode } from '../algo/modes.ts';
 import { isFailed, type Episode, type UpdateStats } from '../run/records.ts';
 import { removeTips } from './prompt.ts';
 import { promptSettings } from './prompt-style.ts';
-import { packEpisodeSteps } from './packing.ts';
+import { packEpisodeBranches, packEpisodeChains, sequenceTokens as countSequenceTokens } from './packing.ts';
 
 export interface UpdateEpisode extends Episode {
   /** How the episode was rolled out and is to be updated (default: plain). */
@@ -54,6 +57,14 @@ export interface UpdateSettings {
   lr?: number;
   /** Train each episode's steps as packed sequences where its prompts extend each other (packing.ts). */
   pack?: boolean;
+  /**
+   * With `pack`, on-policy-with-tips episodes as trunk plus branches (packing.ts packEpisodeBranches) where
+   * the engine takes them (PolicyEngine.supportsBranches); false: one sequence per tipped step. The samples
+   * stay those of packEpisodeSteps through the shuffle and the minibatch split; each minibatch's steps of an
+   * episode are packed into trunk plus branches when it is trained, so every optimiser step sees the same
+   * tokens either way. Default: on.
+   */
+  tipBranches?: boolean;
   /** GiGPO's step-level advantage on top of the episode one (null or absent: GRPO's alone). */
   gigpo?: GigpoSettings | null;
 }
@@ -79,6 +90,7 @@ export function updateSettings(cfg: Config): UpdateSettings {
     offPolicyRatio: cfg.experimental.off_policy_ratio,
     offPolicyWeightCap: cfg.experimental.off_policy_weight_cap,
     pack: cfg.optim.pack_episodes ?? promptSettings(cfg).template !== undefined,
+    tipBranches: cfg.optim.tip_branches ?? true,
     gigpo: algo.stepAdvantage === 'gigpo' ? { omega: cfg.algo.gigpo_omega, gamma: cfg.algo.gigpo_gamma, mode: cfg.algo.gigpo_mode } : null,
   };
 }
@@ -89,7 +101,7 @@ export function updateSettings(cfg: Config): UpdateSettings {
  * data, so that an update interrupted between optimiser steps resumes from it (../run/partial.ts).
  */
 export interface PreparedUpdate {
-  samples: TrainSequence[];
+  samples: UpdateSample[];
   returns: number[];
   droppedLowProb: number;
   offPolicySequences: number;
@@ -97,6 +109,15 @@ export interface PreparedUpdate {
   steps: number;
   packedSteps: number;
   stepGroups: UpdateStats['stepGroups'];
+}
+
+/**
+ * A training sample: a sequence as packEpisodeSteps makes it and, for an on-policy episode with tips whose
+ * engine takes branches, the steps it holds, which the minibatch it falls in packs into trunk plus branches
+ * with that episode's other steps there (trainedSequences).
+ */
+export interface UpdateSample extends TrainSequence {
+  branchSource?: { episode: number; steps: { index: number; sample: TrainSequence; tipSpan: [number, number] | null }[] };
 }
 
 /** Where an update is between optimiser steps: enough to go on from there exactly. */
@@ -127,7 +148,8 @@ export async function prepareUpdate(engine: PolicyEngine, batch: UpdateEpisode[]
   const stepRewards = episodes.map((e) => e.steps.map((st, t) => st.reward * s.rewardScale + (e.intrinsic?.[t] ?? 0)));
   const returns = stepRewards.map(rolloutReturn);
   const { advantages, stepGroups } = stepAdvantages(episodes, { stepRewards, returns }, s);
-  const built = trainingSamples(episodes, advantages, s);
+  const branches = (s.tipBranches ?? true) && engine.supportsBranches === true;
+  const built = trainingSamples(episodes, advantages, s, branches);
   const offPolicyMeanWeight = await pairOffPolicyRatios(engine, built.offPolicySamples, s);
   const { samples, droppedLowProb, offPolicySequences, steps, packedSteps } = built;
   return { samples, returns, droppedLowProb, offPolicySequences, offPolicyMeanWeight, steps, packedSteps, stepGroups };
@@ -160,17 +182,18 @@ function stepAdvantages(
 }
 
 /** Steps 3–5: the training sequences (packed where configured), with the off-policy ones apart for their ratio. */
-function trainingSamples(episodes: readonly UpdateEpisode[], advantages: number[][], s: UpdateSettings) {
+function trainingSamples(episodes: readonly UpdateEpisode[], advantages: number[][], s: UpdateSettings, branches: boolean) {
   let droppedLowProb = 0;
   let offPolicySequences = 0;
   let steps = 0;
   let packedSteps = 0;
-  const samples: TrainSequence[] = [];
+  const samples: UpdateSample[] = [];
   const offPolicySamples: TrainSequence[] = [];
   episodes.forEach((episode, i) => {
     const offPolicy = episode.mode === 'tips-off-policy';
     const masked = offPolicy || s.maskScope === 'all';
     const stepSamples: TrainSequence[] = [];
+    const tipSpans: ([number, number] | null)[] = [];
     episode.steps.forEach((step, t) => {
       const A = advantages[i][t];
       // Without a KL term a step with A = 0 has no gradient; packing keeps its tokens as context of later steps.
@@ -187,9 +210,19 @@ function trainingSamples(episodes: readonly UpdateEpisode[], advantages: number[
         mask: step.response.map(() => (keep ? 1 : 0)),
         lowProbMask: masked,
       });
+      tipSpans.push(step.tipSpan);
     });
     steps += stepSamples.length;
-    const sequences = s.pack ? packEpisodeSteps(stepSamples) : stepSamples;
+    const chains = s.pack ? packEpisodeChains(stepSamples) : null;
+    // On-policy with tips, where the engine takes branches: each sample keeps its steps, packed into trunk plus branches per minibatch.
+    const sequences: UpdateSample[] = !chains
+      ? stepSamples
+      : branches && episode.mode === 'tips-on-policy'
+        ? chains.sequences.map((seq, k) => ({
+            ...seq,
+            branchSource: { episode: i, steps: chains.members[k].map((t) => ({ index: t, sample: stepSamples[t], tipSpan: tipSpans[t] })) },
+          }))
+        : chains.sequences;
     for (const seq of sequences) if (seq.policyTokens) packedSteps += countSteps(seq.policyTokens);
     samples.push(...sequences);
     if (offPolicy) offPolicySamples.push(...sequences);
@@ -257,9 +290,9 @@ export async function runOptimiserSteps(engine: PolicyEngine, prepared: Prepared
     const rngState = rng.getState();
     let done = resuming ? from.minibatchesDone : 0;
     for (let start = done * size; start < all.length; start += size) {
-      const minibatch = order.slice(start, start + size).map((i) => all[i]);
+      const minibatch = trainedSequences(order.slice(start, start + size).map((i) => all[i]));
       const stats = await engine.trainStep(minibatch, s.objective, s.temperature, s.lr, stepResume?.());
-      sequenceTokens += minibatch.reduce((n, x) => n + x.prompt.length + x.response.length, 0);
+      sequenceTokens += minibatch.reduce((n, x) => n + countSequenceTokens(x), 0);
       optimizerSteps++;
       totals.loss += stats.loss;
       totals.tokens += stats.tokens;
@@ -301,6 +334,35 @@ export async function runOptimiserSteps(engine: PolicyEngine, prepared: Prepared
     sequenceTokens,
     stepGroups,
   };
+}
+
+/**
+ * A minibatch as the engine trains it: samples with a branch source (UpdateSample) are replaced, episode
+ * by episode, by their steps packed into trunk plus branches (packing.ts packEpisodeBranches); the others
+ * go as they are. The same tokens with the same values, scored as the per-step samples would be.
+ */
+function trainedSequences(minibatch: readonly UpdateSample[]): TrainSequence[] {
+  const out: TrainSequence[] = [];
+  const episodes = new Map<number, NonNullable<UpdateSample['branchSource']>['steps']>();
+  for (const x of minibatch) {
+    if (!x.branchSource) {
+      out.push(x);
+      continue;
+    }
+    const steps = episodes.get(x.branchSource.episode) ?? [];
+    steps.push(...x.branchSource.steps);
+    episodes.set(x.branchSource.episode, steps);
+  }
+  for (const steps of episodes.values()) {
+    steps.sort((a, b) => a.index - b.index);
+    out.push(
+      ...packEpisodeBranches(
+        steps.map((x) => x.sample),
+        steps.map((x) => x.tipSpan),
+      ),
+    );
+  }
+  return out;
 }
 
 /** Responses in a packed sequence: runs of policy tokens. */

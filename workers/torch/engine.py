@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from transformers import DynamicCache
 
+from branches import Branch, branch_batch, install as install_branch_attention
 from decoding import ByteStops, StreamStops, TokenTries, choose, token_byte_table
 from objective import ObjectiveConfig, objective_terms
 from prefix_cache import BatchedCache, CachedPrefix, PrefixCache, common_prefix, extract, prefill_groups
@@ -52,11 +53,17 @@ class Seq:
     low_prob_mask: bool = True
     # A packed episode: 1 for the response tokens that are the policy's (scored), 0 for context.
     policy_tokens: Optional[list[int]] = None
+    # Trunk plus branches (./branches.py): this sequence is the trunk; scored tokens are the trunk's, then each branch's.
+    branches: Optional[list[Branch]] = None
+
+    @property
+    def trunk_scored(self) -> int:
+        return len(self.response) if self.policy_tokens is None else sum(self.policy_tokens)
 
     @property
     def scored(self) -> int:
         """How many tokens are scored: one log-prob and one value of every per-token array each."""
-        return len(self.response) if self.policy_tokens is None else sum(self.policy_tokens)
+        return self.trunk_scored + sum(b.scored for b in self.branches or [])
 
 
 @dataclass
@@ -410,6 +417,13 @@ class Engine:
             self._load_optimizer(spec.optimizer_state)
         # KV caches outlive a call only for models whose every layer attends to the whole prefix.
         self.reuses_prefixes = full_attention_only(self._causal_lm().config)
+        # Trunk-plus-branches sequences (./branches.py): through the SDPA attention function, in one process,
+        # on models whose every layer attends to the whole prefix.
+        self.branch_attention = None
+        if spec.attn_implementation == "sdpa" and d.world == 1 and self.reuses_prefixes:
+            from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+            self.branch_attention = install_branch_attention(ALL_ATTENTION_FUNCTIONS)
         self.prefix_cache = PrefixCache(int(spec.kv_cache_mb * 2**20))
         self._token_bytes: Any = None  # per-token bytes for stop strings, built on first use
         self.tokenizer = None
@@ -565,6 +579,7 @@ class Engine:
             "lora": self.lora,
             "gradient_checkpointing": self.spec.gradient_checkpointing,  # null: auto (on where needed)
             "world_size": self.dist.world,
+            "branches": self.branch_attention is not None,
             "threads": torch.get_num_threads(),
             "activation_mb": self.spec.activation_mb,
             "kv_cache": {**self.prefix_cache.stats(), "bytes_per_token": self.kv_bytes_per_token(), "prefix_reuse": self.reuses_prefixes and self.dist.world == 1},
@@ -637,6 +652,8 @@ class Engine:
             return
         budget = self.spec.activation_mb * 2**20
         widths = [len(seqs[i].prompt) + len(seqs[i].response) for i in indices]
+        # A branch runs alone at the least (_branch_chunks): its tokens' activations count as a sequence's.
+        widths += [len(b.ids) for i in indices for b in seqs[i].branches or []]
         self._set_checkpointing(self.model, any(w * self.activation_bytes(w, True, checkpointing=False) > budget for w in widths))
 
     def micro_batches(self, seqs: Sequence[Seq], indices: Sequence[int], training: bool = False) -> list[list[int]]:
@@ -648,9 +665,18 @@ class Engine:
         order = sorted(indices, key=lambda i: (len(seqs[i].prompt) + len(seqs[i].response), i))
         budget = self.spec.activation_mb * 2**20 if training and self.spec.activation_mb else None
         groups: list[list[int]] = []
+        branched: list[list[int]] = []
         current: list[int] = []
         for i in order:
             width = len(seqs[i].prompt) + len(seqs[i].response)
+            if seqs[i].branches and budget is not None and width * self.activation_bytes(width, True) > budget:
+                need = width * self.activation_bytes(width, True) / 2**30
+                hint = "shorten the episodes (env.max_steps, prompt.history)" if self.checkpointing else "set model.torch.gradient_checkpointing: true (or null: on where needed)"
+                raise RequestError(f"train_step: a {width}-token trunk needs about {need:.1f} GiB of activations, over the {budget / 2**30:.1f} GiB budget (activation_mb); {hint}")
+            if seqs[i].branches:
+                # A trunk with branches is a micro-batch of its own, its branches run in batches under the budgets (_branch_chunks).
+                branched.append([i])
+                continue
             if budget is not None and width * self.activation_bytes(width, True) > budget:
                 need = width * self.activation_bytes(width, True) / 2**30
                 hint = "shorten the episodes (env.max_steps, prompt.history)" if self.checkpointing else "set model.torch.gradient_checkpointing: true (or null: on where needed)"
@@ -664,7 +690,101 @@ class Engine:
             current.append(i)
         if current:
             groups.append(current)
-        return groups
+        return groups + branched
+
+    def _branch_chunks(self, s: Seq, training: bool) -> list[list[Branch]]:
+        """
+        A branched sequence's branches in batches, in order: at most micro_batch_tokens padded branch tokens
+        each and, training with an activation budget, the branch tokens' activations (they attend to
+        trunk + branch positions) and the trunk keys and values each row holds, within it. A branch that
+        alone exceeds it runs alone (it is shorter than the step's own sequence it stands for).
+        """
+        trunk_len = len(s.prompt) + len(s.response)
+        budget = self.spec.activation_mb * 2**20 if training and self.spec.activation_mb else None
+        c = self._causal_lm().config
+        # What each row's causal SDPA pass over [trunk, branch] holds per layer and position: keys and values (repeated per
+        # query head where SDPA repeats them), and as much again for its queries (placeholders over the trunk) and outputs.
+        kv_row = 2 * self.kv_bytes_per_token() * max(1, c.num_attention_heads // int(getattr(c, "num_key_value_heads", None) or c.num_attention_heads))
+        chunks: list[list[Branch]] = []
+        current: list[Branch] = []
+        width = 0
+        for b in s.branches or []:
+            w = max(width, len(b.ids))
+            n = len(current) + 1
+            full = n * w > self.spec.micro_batch_tokens
+            if budget is not None:
+                full = full or n * (w * self.activation_bytes(trunk_len + w, True) + (trunk_len + w) * kv_row) > budget
+            if current and full:
+                chunks.append(current)
+                current, w = [], len(b.ids)
+            current.append(b)
+            width = w
+        if current:
+            chunks.append(current)
+        return chunks
+
+    def _branch_pass(self, branches: list[Branch], kv: dict, temperature: float, then: Callable[[torch.Tensor], None]) -> None:
+        """Scores a batch of branches over the trunk's keys and values `kv`; `then` gets their log-probs (flattened in order) while the trunk is still in place, so that a backward in it may recompute checkpointed layers."""
+        batch = branch_batch(branches, self.spec.pad_token)
+        with self.branch_attention.branching(kv, [b.prefix for b in branches]):
+            then(self._scored_logprobs(batch.keep, batch.targets, temperature, input_ids=batch.ids.to(self.device), position_ids=batch.positions.to(self.device), attention_mask=None))
+
+    def _branched_logprobs(self, s: Seq, temperature: float) -> torch.Tensor:
+        """log-probs of a trunk-plus-branches sequence (no gradients): the trunk's scored tokens, then each branch's."""
+        with self.branch_attention.recording() as kv:
+            parts = [self.response_logprobs([Seq(s.prompt, s.response, policy_tokens=s.policy_tokens)], temperature)]
+        for chunk in self._branch_chunks(s, training=False):
+            self._branch_pass(chunk, kv, temperature, parts.append)
+        return torch.cat(parts)
+
+    def _train_branched(self, s: Seq, cfg: ObjectiveConfig, temperature: float, loss_scale: float) -> torch.Tensor:
+        """
+        Accumulates the gradient of a trunk-plus-branches sequence's loss sum (./branches.py): the trunk with
+        gradients, its keys and values detached into leaves, each branch batch's backward into the weights
+        and those leaves, then one backward through the trunk of its own loss and the leaves' gradients.
+        Returns [loss_sum, tokens, clipped, ratio_sum, kl_sum].
+        """
+        stats = torch.zeros(5, dtype=torch.float64, device=self.device)
+
+        def terms_of(logp: torch.Tensor, start: int, end: int):
+            cut = lambda xs: torch.tensor(xs[start:end], dtype=torch.float32, device=self.device)
+            terms = objective_terms(
+                logp,
+                cut(s.old_logprobs),
+                cut(s.advantages),
+                cut(s.mask),
+                cut(s.ref_logprobs if s.ref_logprobs is not None else s.old_logprobs) if cfg.kl_coef > 0 else None,
+                cfg,
+                torch.full((end - start,), 1.0 if s.low_prob_mask else 0.0, device=self.device) if cfg.low_prob_delta is not None else None,
+            )
+            stats.add_(torch.stack([terms.loss_sum, terms.tokens, terms.clipped, terms.ratio_sum, terms.kl_sum]).detach().double())
+            return terms
+
+        with self.branch_attention.recording() as kv:
+            trunk_logp = self.response_logprobs([Seq(s.prompt, s.response, policy_tokens=s.policy_tokens)], temperature)
+        layers = sorted(kv)
+        trunk_kv = [t for layer in layers for t in kv[layer]]
+        leaves = [t.detach().requires_grad_(True) for t in trunk_kv]
+        leaf_kv = {layer: (leaves[2 * i], leaves[2 * i + 1]) for i, layer in enumerate(layers)}
+        at = s.trunk_scored
+        for chunk in self._branch_chunks(s, training=True):
+            n = sum(b.scored for b in chunk)
+
+            def backward(logp: torch.Tensor, start: int = at, end: int = at + n) -> None:
+                (terms_of(logp, start, end).loss_sum * loss_scale).backward()
+
+            self._branch_pass(chunk, leaf_kv, temperature, backward)
+            at += n
+        trunk_loss = terms_of(trunk_logp, 0, s.trunk_scored).loss_sum * loss_scale
+        outputs: list[torch.Tensor] = [trunk_loss] if trunk_loss.requires_grad else []
+        grads: list[Optional[torch.Tensor]] = [None] * len(outputs)
+        for t, leaf in zip(trunk_kv, leaves):
+            if leaf.grad is not None and t.requires_grad:
+                outputs.append(t)
+                grads.append(leaf.grad)
+        if outputs:
+            torch.autograd.backward(outputs, grads)
+        return stats
 
     def response_logprobs(self, seqs: Sequence[Seq], temperature: float) -> torch.Tensor:
         """log pi(response_t | prompt, response_<t) for every scored response token, flattened in order, fp32."""
@@ -686,6 +806,11 @@ class Engine:
                 scored = [j for j, p in enumerate(s.policy_tokens) if p]
                 keep[b, [len(s.prompt) - 1 + j for j in scored]] = True
                 targets.extend(s.response[j] for j in scored)
+        mask = attention.to(self.device) if self.mask_padding else None
+        return self._scored_logprobs(keep, targets, temperature, input_ids=ids.to(self.device), attention_mask=mask)
+
+    def _scored_logprobs(self, keep: torch.Tensor, targets: list[int], temperature: float, **inputs: Any) -> torch.Tensor:
+        """Runs the model on `inputs`; the log-probs of `targets` at the positions `keep` marks ([B, L], row-major order)."""
         keep = keep.to(self.device)
 
         # Only scored positions reach the output layer (a [B, L, V] logits tensor of a 150k-token
@@ -698,8 +823,7 @@ class Engine:
         hook = self._causal_lm().get_output_embeddings().register_forward_pre_hook(responses_only)
         try:
             with self._autocast():
-                mask = attention.to(self.device) if self.mask_padding else None
-                out = self.model(input_ids=ids.to(self.device), attention_mask=mask, logits_to_keep=0, use_cache=False)
+                out = self.model(**inputs, logits_to_keep=0, use_cache=False)
         finally:
             hook.remove()
         logits = out.logits.float()  # [n, V]
@@ -724,7 +848,10 @@ class Engine:
                 for i in group:
                     result[i] = []
                 continue
-            flat = self.response_logprobs([seqs[i] for i in group], temperature).cpu().tolist()
+            if seqs[group[0]].branches:
+                flat = self._branched_logprobs(seqs[group[0]], temperature).cpu().tolist()
+            else:
+                flat = self.response_logprobs([seqs[i] for i in group], temperature).cpu().tolist()
             at = 0
             for i in group:
                 n = seqs[i].scored
@@ -928,6 +1055,12 @@ class Engine:
                     (logp.sum() * 0.0).backward()  # keeps FSDP's collectives in step; contributes nothing
                     continue
                 group = [seqs[i] for i in groups[r]]
+                if group[0].branches:
+                    stats += self._train_branched(group[0], cfg, temperature, loss_scale)
+                    if step_file:
+                        step_file.maybe_save(r + 1, rounds, stats, rng_states())
+                    self.progress(r + 1, rounds)
+                    continue
                 logp = self.response_logprobs(group, temperature)
                 flat = lambda pick: torch.tensor([x for s in group for x in pick(s)], dtype=torch.float32, device=self.device)
                 terms = objective_terms(

@@ -59,6 +59,7 @@ except ImportError as e:  # the caller turns this into set-up advice
     sys.exit(3)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from branches import Branch  # noqa: E402
 from engine import Dist, Engine, InitSpec, RequestError, Seq, StepResume  # noqa: E402
 from objective import ObjectiveConfig  # noqa: E402
 from step_resume import StepFileError, request_digest  # noqa: E402
@@ -151,7 +152,7 @@ def parse_batch(engine: Engine, req: dict[str, Any], op: str, training: bool, kl
         policy = field(item, "policy_tokens", w, lambda v: isinstance(v, list) and all(x in (0, 1) and not isinstance(x, bool) for x in v), "null or a list of 0/1 flags, one per response token", None)
         if policy is not None and len(policy) != len(response):
             raise RequestError(f"{w}.policy_tokens has {len(policy)} flags but the response has {len(response)} tokens")
-        seq = Seq(prompt, response, policy_tokens=policy)
+        seq = Seq(prompt, response, policy_tokens=policy, branches=parse_branches(engine, item, w, len(prompt) + len(response)))
         if training:
             per_token = f"the response has {len(response)} tokens" if policy is None else f"the sequence has {seq.scored} policy tokens"
             for key in ("advantages", "old_logprobs", "mask") + (("ref_logprobs",) if kl and "ref_logprobs" in item else ()):
@@ -162,6 +163,33 @@ def parse_batch(engine: Engine, req: dict[str, Any], op: str, training: bool, kl
             seq.low_prob_mask = field(item, "low_prob_mask", w, lambda v: isinstance(v, bool), "true or false", True)
         seqs.append(seq)
     return seqs
+
+
+def parse_branches(engine: Engine, item: dict[str, Any], w: str, trunk_len: int) -> Optional[list[Branch]]:
+    """A sequence's `branches` (trunk plus branches, ./branches.py), or None."""
+    spec = field(item, "branches", w, lambda v: isinstance(v, list), "null or a list of {prefix, ids, policy_tokens}", None)
+    if not spec:
+        return None
+    if engine.branch_attention is None:
+        raise RequestError(
+            f"{w}.branches: this worker does not take trunk-plus-branches sequences (they need attn_implementation 'sdpa', one process "
+            "(not torchrun / FSDP) and a model without sliding-window layers); send each step as its own sequence"
+        )
+    out: list[Branch] = []
+    for k, b in enumerate(spec):
+        wb = f"{w}.branches[{k}]"
+        if not is_obj(b):
+            raise RequestError(f"{wb} must be an object")
+        prefix = field(b, "prefix", wb, lambda v: is_int(v) and 0 <= v <= trunk_len, f"a number of trunk tokens (0..{trunk_len})")
+        ids = field(b, "ids", wb, lambda v: int_list(v) and len(v) > 0, "a non-empty list of token ids")
+        engine.check_ids(ids, f"{wb}.ids")
+        policy = field(b, "policy_tokens", wb, lambda v: isinstance(v, list) and all(x in (0, 1) and not isinstance(x, bool) for x in v), "a list of 0/1 flags, one per id")
+        if len(policy) != len(ids):
+            raise RequestError(f"{wb}.policy_tokens has {len(policy)} flags but the branch has {len(ids)} ids")
+        if policy[0] != 0:
+            raise RequestError(f"{wb}.policy_tokens[0] must be 0: a branch's first token (its tips) is context")
+        out.append(Branch(prefix, ids, policy))
+    return out
 
 
 def parse_objective(req: dict[str, Any]) -> ObjectiveConfig:

@@ -832,6 +832,8 @@ function seqLen(s: ScoredSequence): number {
  * marks 1 (a packed episode). Throws, prefixed with `where`, when policyTokens is malformed.
  */
 export function scoredPositions(s: ScoredSequence, where: string): number[] {
+  // Trunk plus branches is the PyTorch worker's (supportsBranches); the trainer sends this engine one sequence per tipped step.
+  if (s.branches?.length) throw new Error(`${where}: the TypeScript engine does not take trunk-plus-branches sequences (branches)`);
   const p = s.policyTokens;
   if (p === undefined) return s.response.map((_, j) => j);
   if (!Array.isArray(p) || p.length !== s.response.length)

@@ -119,6 +119,8 @@ export interface WorkerInfo {
   lora: boolean;
   gradient_checkpointing: boolean | null;
   world_size: number;
+  /** Whether the worker takes trunk-plus-branches sequences (SDPA attention, one process, no sliding-window layers). */
+  branches?: boolean;
   threads: number;
   kv_cache: { keys: number; bytes: number; max_bytes: number; bytes_per_token: number; prefix_reuse: boolean };
 }
@@ -353,6 +355,15 @@ export class TorchEngine implements PolicyEngine {
   ) {}
 
   /** The model's max_position_embeddings, from its config.json (undefined where that has none). */
+  /**
+   * Trunk-plus-branches sequences (ScoredSequence.branches), scored with the trunk's keys and values
+   * shared by its branches: where the worker says it takes them (SDPA attention, one process: not under
+   * torchrun / FSDP, a model without sliding-window layers).
+   */
+  get supportsBranches(): boolean {
+    return this.info.branches === true;
+  }
+
   get contextLength(): number | undefined {
     if (this.context === null) this.context = contextLengthOf(this.options.modelDir);
     return this.context;
@@ -490,7 +501,7 @@ export class TorchEngine implements PolicyEngine {
   async logprobs(batch: ScoredSequence[], temperature = 1): Promise<number[][]> {
     if (batch.length === 0) return [];
     const { logprobs } = await this.call<{ logprobs: number[][] }>('logprobs', {
-      batch: batch.map((s) => ({ prompt: s.prompt, response: s.response, policy_tokens: s.policyTokens ?? null })),
+      batch: batch.map((s) => ({ prompt: s.prompt, response: s.response, policy_tokens: s.policyTokens ?? null, ...wireBranches(s) })),
       temperature,
     });
     return logprobs;
@@ -516,6 +527,7 @@ export class TorchEngine implements PolicyEngine {
         prompt: s.prompt,
         response: s.response,
         policy_tokens: s.policyTokens ?? null,
+        ...wireBranches(s),
         advantages: s.advantages,
         old_logprobs: s.oldLogprobs,
         mask: s.mask,
@@ -589,6 +601,11 @@ export class TorchEngine implements PolicyEngine {
 }
 
 /** max_position_embeddings in a model directory's config.json, or undefined where it cannot be read. */
+/** A sequence's branches as the worker reads them (absent when it has none: the request is as before). */
+function wireBranches(s: ScoredSequence): { branches?: { prefix: number; ids: number[]; policy_tokens: number[] }[] } {
+  return s.branches?.length ? { branches: s.branches.map((b) => ({ prefix: b.prefix, ids: b.ids, policy_tokens: b.policyTokens })) } : {};
+}
+
 function contextLengthOf(modelDir: string): number | undefined {
   try {
     const value = (JSON.parse(readFileSync(join(modelDir, 'config.json'), 'utf8')) as { max_position_embeddings?: unknown })
