@@ -16,10 +16,14 @@
  */
 import { parseArgs } from 'node:util';
 import { resolve } from 'node:path';
-import type { TrainSequence, TrainStats } from '../src/policy/types.ts';
-import { TorchEngine } from '../src/policy/torch/engine.ts';
-import { packEpisodeBranches, sequenceTokens } from '../src/trainer/packing.ts';
-import type { ObjectiveConfig } from '../src/algo/objective.ts';
+import {
+  TorchEngine,
+  packEpisodeBranches,
+  sequenceTokens,
+  type ObjectiveConfig,
+  type TrainSequence,
+  type TrainStats,
+} from '../src/internals.ts';
 
 const { values } = parseArgs({
   options: {
