@@ -9,6 +9,9 @@ import { sampleCorpus } from '../../src/envs/builtin/index.ts';
 import { initBackend } from '../../src/policy/tfjs/backend.ts';
 import { saveModelDir } from '../../src/policy/tfjs/checkpoint.ts';
 import { buildTinyPolicy } from '../../src/policy/tfjs/tiny.ts';
+import { Qwen2Model } from '../../src/policy/tfjs/qwen2.ts';
+import { trainByteLevelBPE, Tokenizer } from '../../src/policy/tokenizer.ts';
+import { CHAT_SPECIAL_TOKENS, IM_END } from '../../src/policy/chat-tokens.ts';
 import { TINY_MODEL } from './tiny.ts';
 
 export const CHATML_TEMPLATE =
@@ -22,4 +25,40 @@ export async function saveTinyInstructModel(dir: string): Promise<void> {
   await saveModelDir(dir, model, tokenizer);
   model.dispose();
   writeFileSync(join(dir, 'chat_template.jinja'), CHATML_TEMPLATE);
+}
+
+/**
+ * A random two-layer Qwen2 saved to `dir` with a byte-level BPE learnt from `corpus` and the chat
+ * special tokens, its end of turn `<|im_end|>`: the PyTorch worker's equivalence tests load it.
+ */
+export async function saveRandomChatModel(
+  dir: string,
+  options: { corpus: readonly string[]; vocabSize: number; seed: number; label: string },
+): Promise<Tokenizer> {
+  await initBackend();
+  const tokenizer = Tokenizer.fromJSON(
+    trainByteLevelBPE([...options.corpus], { vocabSize: options.vocabSize, specialTokens: CHAT_SPECIAL_TOKENS }),
+    options.label,
+  );
+  const model = Qwen2Model.random(
+    {
+      model_type: 'qwen2',
+      vocab_size: tokenizer.vocabSize,
+      hidden_size: 32,
+      intermediate_size: 64,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      max_position_embeddings: 1024,
+      rms_norm_eps: 1e-6,
+      rope_theta: 10000,
+      tie_word_embeddings: true,
+      initializer_range: 0.3,
+      eos_token_id: tokenizer.requireTokenId(IM_END),
+    },
+    options.seed,
+  );
+  await saveModelDir(dir, model, tokenizer);
+  model.dispose();
+  return tokenizer;
 }

@@ -13,13 +13,11 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pythonGate } from '../../../test/support/python.ts';
-import { initBackend } from '../tfjs/backend.ts';
-import { Qwen2Model } from '../tfjs/qwen2.ts';
-import { saveModelDir } from '../tfjs/checkpoint.ts';
+import { saveRandomChatModel } from '../../../test/support/instruct-model.ts';
 import { readSafetensorsDir, toFloat32 } from '../safetensors.ts';
-import { trainByteLevelBPE, Tokenizer } from '../tokenizer.ts';
+import type { Tokenizer } from '../tokenizer.ts';
 import type { ObjectiveConfig } from '../../algo/objective.ts';
-import { CHAT_SPECIAL_TOKENS, IM_END, END_OF_TEXT } from '../chat-tokens.ts';
+import { IM_END, END_OF_TEXT } from '../chat-tokens.ts';
 import type { TrainSequence } from '../types.ts';
 import { packEpisodeBranches } from '../../trainer/packing.ts';
 import { TorchEngine, type TorchEngineOptions } from './engine.ts';
@@ -138,34 +136,10 @@ function weights(dir: string): Map<string, Float32Array> {
 
 beforeAll(async () => {
   if (!gate.available) return;
-  await initBackend();
-  tokenizer = Tokenizer.fromJSON(
-    trainByteLevelBPE(CORPUS, { vocabSize: 300, specialTokens: CHAT_SPECIAL_TOKENS }),
-    'branches test tokenizer',
-  );
+  modelDir = tempDir();
+  tokenizer = await saveRandomChatModel(modelDir, { corpus: CORPUS, vocabSize: 300, seed: 29, label: 'branches test tokenizer' });
   IM_END_ID = tokenizer.requireTokenId(IM_END);
   EOT_ID = tokenizer.requireTokenId(END_OF_TEXT);
-  modelDir = tempDir();
-  const model = Qwen2Model.random(
-    {
-      model_type: 'qwen2',
-      vocab_size: tokenizer.vocabSize,
-      hidden_size: 32,
-      intermediate_size: 64,
-      num_hidden_layers: 2,
-      num_attention_heads: 4,
-      num_key_value_heads: 2,
-      max_position_embeddings: 1024,
-      rms_norm_eps: 1e-6,
-      rope_theta: 10000,
-      tie_word_embeddings: true,
-      initializer_range: 0.3,
-      eos_token_id: IM_END_ID,
-    },
-    29,
-  );
-  await saveModelDir(modelDir, model, tokenizer);
-  model.dispose();
 });
 
 afterAll(() => {
