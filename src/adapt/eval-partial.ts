@@ -41,12 +41,16 @@ export function partialPathOf(o: { json?: string; trajectories?: string }): stri
 /** The chunks an evaluation has finished, read back on --resume and written as each new one ends. */
 export class EvalPartial {
   private stopped: string | null = null;
+  /** file.seconds as read: `record` adds this session's chunks to the file, not to what came before. */
+  private readonly secondsBefore: number;
 
   private constructor(
     readonly path: string,
     private readonly file: PartialFile,
     private readonly log: (line: string) => void,
-  ) {}
+  ) {
+    this.secondsBefore = file.seconds;
+  }
 
   /**
    * Opens the partial file of `path` for an evaluation that `identity` describes: its chunks when `resume`
@@ -90,7 +94,7 @@ export class EvalPartial {
 
   /** Seconds spent on the recorded chunks in earlier sessions. */
   get earlierSeconds(): number {
-    return this.file.seconds;
+    return this.secondsBefore;
   }
 
   /**
