@@ -5,7 +5,7 @@
  * data and the critics, and how often the critic overruled the likelihood. Writes <dest>/results.md and
  * <dest>/episodes.csv (every evaluation episode's score, so the pairing can be redone without the runs).
  *
- *   npx tsx results/retrospex-smollm2/report.ts --out runs/retrospex-smollm2 --dest results/retrospex-smollm2
+ *   npx tsx results/retrospex-smollm2/report.ts --out results/retrospex-smollm2/runs --dest results/retrospex-smollm2
  */
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -13,7 +13,9 @@ import { parseArgs } from 'node:util';
 import { formatPairedDifference, pairedDifference, summarize } from '../../src/index.ts';
 import { TrajectoryFile, type EpisodeRecord } from '../../src/internals.ts';
 
-const { values: a } = parseArgs({ options: { out: { type: 'string', default: 'runs/retrospex-smollm2' }, dest: { type: 'string' } } });
+const { values: a } = parseArgs({
+  options: { out: { type: 'string', default: 'results/retrospex-smollm2/runs' }, dest: { type: 'string' } },
+});
 const OUT = a.out!;
 const DEST = a.dest ?? 'results/retrospex-smollm2';
 const ARMS = ['no-critic', 'retrospex', 'proposals'] as const;

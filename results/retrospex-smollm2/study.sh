@@ -24,7 +24,7 @@ if [ "${DRY:-0}" = 1 ]; then
   OUT=${OUT:-/tmp/retrospex-smollm2-dry} SEEDS=${SEEDS:-0} LOG_VARIATIONS=2 SW_LOG_VARIATIONS=2 EVAL_VARIATIONS=2 EPOCHS=20
   DEST=${DEST:-$OUT}
 fi
-OUT=${OUT:-runs/retrospex-smollm2}
+OUT=${OUT:-results/retrospex-smollm2/runs}
 SEEDS=${SEEDS:-0 1 2}
 LOG_VARIATIONS=${LOG_VARIATIONS:-43}
 SW_LOG_VARIATIONS=${SW_LOG_VARIATIONS:-128}
