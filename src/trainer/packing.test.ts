@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { TrainSequence } from '../policy/types.ts';
-import { packEpisodeBranches, packEpisodeSteps, sequenceTokens } from './packing.ts';
+import { packEpisodeBranches, packEpisodeChains, packEpisodeSteps, sequenceTokens } from './packing.ts';
 import { removeTips } from './prompt.ts';
 
 const step = (prompt: number[], response: number[], a = 1): TrainSequence => ({
@@ -52,6 +52,22 @@ describe('packing an episode into one training sequence', () => {
     const s1 = step([1], [10]);
     const s2 = { ...step([1, 10, 2], [11]), lowProbMask: true };
     expect(packEpisodeSteps([s1, s2])).toHaveLength(2);
+  });
+
+  it('keeps an unscored step in its chain as context, and says which steps each sequence holds', () => {
+    const s1 = step([1, 2], [10], 1);
+    const s2 = step([1, 2, 10, 3], [11, 12], 2);
+    const s3 = step([1, 2, 10, 3, 11, 12, 4], [13], 3);
+    const s4 = step([9], [14], 4); // starts a new chain
+    const { sequences, members } = packEpisodeChains([s1, s2, s3, s4], (t) => t !== 1);
+    expect(members).toEqual([[0, 1, 2], [3]]);
+    expect(sequences[0].response).toEqual([10, 3, 11, 12, 4, 13]);
+    expect(sequences[0].policyTokens).toEqual([1, 0, 0, 0, 0, 1]);
+    expect(sequences[0].advantages).toEqual([1, 3]);
+    expect(sequences[0].oldLogprobs).toEqual([...s1.oldLogprobs, ...s3.oldLogprobs]);
+    expect(sequences[1]).toEqual(s4);
+    // A lone unscored step keeps its policyTokens (all 0): it is nobody's scored sequence.
+    expect(packEpisodeChains([s2], () => false).sequences[0]).toMatchObject({ policyTokens: [0, 0], advantages: [] });
   });
 });
 

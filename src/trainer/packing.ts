@@ -23,44 +23,55 @@ export function packEpisodeSteps(steps: readonly TrainSequence[]): TrainSequence
   return packEpisodeChains(steps).sequences;
 }
 
-/** packEpisodeSteps, with the indices (into `steps`) of the steps in each sequence. */
-export function packEpisodeChains(steps: readonly TrainSequence[]): { sequences: TrainSequence[]; members: number[][] } {
+/**
+ * packEpisodeSteps, with the indices (into `steps`) of the steps in each sequence. A step for which
+ * `scored(t)` is false still extends its sequence, but its response is context there (policy token 0,
+ * no per-token values): packEpisodeBranches scores it in a branch instead.
+ */
+export function packEpisodeChains(
+  steps: readonly TrainSequence[],
+  scored: (t: number) => boolean = () => true,
+): { sequences: TrainSequence[]; members: number[][] } {
   const members: number[][] = [];
   const out: TrainSequence[] = [];
   let chain: TrainSequence | null = null;
   let full: number[] = [];
   for (const [t, step] of steps.entries()) {
+    const values = scored(t);
+    const policy = step.response.map(() => (values ? 1 : 0));
     if (
-      chain &&
-      chain.lowProbMask === step.lowProbMask &&
-      Boolean(chain.refLogprobs) === Boolean(step.refLogprobs) &&
-      startsWith(step.prompt, full)
+      !chain ||
+      chain.lowProbMask !== step.lowProbMask ||
+      Boolean(chain.refLogprobs) !== Boolean(step.refLogprobs) ||
+      !startsWith(step.prompt, full)
     ) {
-      const context = step.prompt.slice(full.length);
-      chain.response.push(...context, ...step.response);
-      chain.policyTokens!.push(...context.map(() => 0), ...step.response.map(() => 1));
+      chain = {
+        ...step,
+        prompt: [...step.prompt],
+        response: [],
+        policyTokens: [],
+        advantages: [],
+        oldLogprobs: [],
+        mask: [],
+        ...(step.refLogprobs ? { refLogprobs: [] } : {}),
+      };
+      full = [...step.prompt];
+      out.push(chain);
+      members.push([]);
+    }
+    const context = step.prompt.slice(full.length);
+    chain.response.push(...context, ...step.response);
+    chain.policyTokens!.push(...context.map(() => 0), ...policy);
+    if (values) {
       chain.advantages.push(...step.advantages);
       chain.oldLogprobs.push(...step.oldLogprobs);
       chain.mask.push(...step.mask);
       if (chain.refLogprobs) chain.refLogprobs.push(...step.refLogprobs!);
-      full.push(...context, ...step.response);
-      members[members.length - 1].push(t);
-      continue;
     }
-    chain = {
-      ...step,
-      response: [...step.response],
-      policyTokens: step.response.map(() => 1),
-      advantages: [...step.advantages],
-      oldLogprobs: [...step.oldLogprobs],
-      mask: [...step.mask],
-      ...(step.refLogprobs ? { refLogprobs: [...step.refLogprobs] } : {}),
-    };
-    full = [...step.prompt, ...step.response];
-    out.push(chain);
-    members.push([t]);
+    full.push(...context, ...step.response);
+    members[members.length - 1].push(t);
   }
-  // A sequence of one step is an ordinary one: no policyTokens to carry.
+  // A sequence of one scored step is an ordinary one: no policyTokens to carry.
   const sequences = out.map((s) => (s.policyTokens!.every((x) => x === 1) ? (({ policyTokens: _, ...rest }) => rest)(s) : s));
   return { sequences, members };
 }
@@ -84,67 +95,27 @@ type TipSpan = readonly [number, number] | null | undefined;
  */
 export function packEpisodeBranches(steps: readonly TrainSequence[], tipSpans: readonly TipSpan[]): TrainSequence[] {
   if (tipSpans.length !== steps.length) throw new Error(`packEpisodeBranches: ${steps.length} steps but ${tipSpans.length} tip spans`);
-  const tipped = (span: TipSpan): span is readonly [number, number] => Boolean(span && span[1] > span[0]);
-  if (!tipSpans.some(tipped)) return packEpisodeSteps(steps);
-  interface Trunk {
-    seq: TrainSequence;
-    full: number[];
-    branchValues: { advantages: number[]; oldLogprobs: number[]; mask: number[]; refLogprobs: number[] };
-  }
-  const trunks: Trunk[] = [];
-  let trunk: Trunk | null = null;
-  steps.forEach((step, t) => {
-    const span = tipSpans[t];
-    const hasTips = tipped(span);
-    const tipFree = hasTips ? removeTips(step.prompt, span) : step.prompt;
-    if (
-      !trunk ||
-      trunk.seq.lowProbMask !== step.lowProbMask ||
-      Boolean(trunk.seq.refLogprobs) !== Boolean(step.refLogprobs) ||
-      !startsWith(tipFree, trunk.full)
-    ) {
-      const { advantages: _a, oldLogprobs: _o, mask: _m, refLogprobs: _r, ...rest } = step;
-      trunk = {
-        seq: {
-          ...rest,
-          prompt: [...tipFree],
-          response: [],
-          policyTokens: [],
-          advantages: [],
-          oldLogprobs: [],
-          mask: [],
-          ...(step.refLogprobs ? { refLogprobs: [] } : {}),
-        },
-        full: [...tipFree],
-        branchValues: { advantages: [], oldLogprobs: [], mask: [], refLogprobs: [] },
-      };
-      trunks.push(trunk);
-    }
-    const { seq, full, branchValues } = trunk;
-    const context = tipFree.slice(full.length);
-    seq.response.push(...context, ...step.response);
-    seq.policyTokens!.push(...context.map(() => 0), ...step.response.map(() => (hasTips ? 0 : 1)));
-    full.push(...context, ...step.response);
-    const into = hasTips ? branchValues : seq;
-    into.advantages.push(...step.advantages);
-    into.oldLogprobs.push(...step.oldLogprobs);
-    into.mask.push(...step.mask);
-    if (step.refLogprobs) (hasTips ? branchValues.refLogprobs : seq.refLogprobs!).push(...step.refLogprobs);
-    if (hasTips) {
-      const tail = step.prompt.slice(span[0]);
-      (seq.branches ??= []).push({
-        prefix: span[0],
+  const tipped = (t: number): boolean => Boolean(tipSpans[t] && tipSpans[t][1] > tipSpans[t][0]);
+  const tipFree = steps.map((step, t) => (tipped(t) ? { ...step, prompt: removeTips(step.prompt, tipSpans[t]!) } : step));
+  const { sequences, members } = packEpisodeChains(tipFree, (t) => !tipped(t));
+  return sequences.map((trunk, i) => {
+    const branched = members[i].filter(tipped);
+    if (branched.length === 0) return trunk;
+    const seq: TrainSequence = { ...trunk, branches: [] };
+    for (const t of branched) {
+      const step = steps[t];
+      const start = tipSpans[t]![0];
+      const tail = step.prompt.slice(start);
+      seq.branches!.push({
+        prefix: start,
         ids: [...tail, ...step.response],
         policyTokens: [...tail.map(() => 0), ...step.response.map(() => 1)],
       });
+      seq.advantages.push(...step.advantages);
+      seq.oldLogprobs.push(...step.oldLogprobs);
+      seq.mask.push(...step.mask);
+      if (seq.refLogprobs) seq.refLogprobs.push(...step.refLogprobs!);
     }
-  });
-  return trunks.map(({ seq, branchValues }) => {
-    if (!seq.branches) return seq.policyTokens!.every((x) => x === 1) ? (({ policyTokens: _, ...rest }) => rest)(seq) : seq;
-    seq.advantages.push(...branchValues.advantages);
-    seq.oldLogprobs.push(...branchValues.oldLogprobs);
-    seq.mask.push(...branchValues.mask);
-    if (seq.refLogprobs) seq.refLogprobs.push(...branchValues.refLogprobs);
     return seq;
   });
 }
