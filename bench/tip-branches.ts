@@ -2,8 +2,10 @@
  * What scoring an on-policy-with-tips episode as trunk plus branches saves (#75): one optimiser step of
  * the PyTorch worker on the same episode sent one sequence per step (each with its tips and its whole
  * history, as before) and as one tip-free trunk plus a branch per step (src/trainer/packing.ts
- * packEpisodeBranches), from the same weights on two fresh workers. Prints the sequence tokens, the
- * step's wall seconds, and the loss and gradient norm of both (equal up to float rounding with LoRA
+ * packEpisodeBranches), the latter with both forms of the branch attention (workers/torch/branches.py: one
+ * causal pass per branch with placeholder queries over the trunk, and two flash passes merged by their
+ * log-sum-exps, the default), from the same weights on fresh workers. Prints the sequence tokens, the
+ * step's wall seconds, and the loss and gradient norm of each (equal up to float rounding with LoRA
  * dropout 0, the default here; --dropout 0.05 is the study's LoRA).
  *
  * The episode is synthetic but shaped like the real-model study's (configs/real-empo2.yaml, the full
@@ -72,7 +74,10 @@ const branched = packEpisodeBranches(steps, spans);
 const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.3, dualClip: 10, klCoef: 0, lowProbDelta: null };
 const modelDir = resolve(values.model!);
 
-async function timed(batch: TrainSequence[]): Promise<{ stats: TrainStats; seconds: number }> {
+async function timed(batch: TrainSequence[], attention?: string): Promise<{ stats: TrainStats; seconds: number }> {
+  // The worker reads its branch attention's form at start (workers/torch/branches.py).
+  if (attention) process.env.EMPO2_BRANCH_ATTENTION = attention;
+  else delete process.env.EMPO2_BRANCH_ATTENTION;
   const engine = await TorchEngine.start({
     modelDir,
     optimizer: { lr: 1e-4, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0 },
@@ -102,13 +107,14 @@ const count = (b: TrainSequence[]) => b.reduce((n, s) => n + sequenceTokens(s), 
 console.log(
   `one episode: ${S} steps, ${K} tip tokens per step, first prompt ${FIRST}, +${CONTEXT} tokens per step, ${RESPONSE}-token responses (${values.model}, LoRA r16, dropout ${values.dropout}, ${values.threads} thread(s))`,
 );
-const rows: [string, TrainSequence[]][] = [
+const rows: [string, TrainSequence[], string?][] = [
   ['per step (before)', steps],
-  ['trunk + branches (after)', branched],
+  ['trunk + branches, placeholder queries', branched, 'placeholder'],
+  ['trunk + branches, merged by log-sum-exp (after)', branched],
 ];
-for (const [name, batch] of rows) {
+for (const [name, batch, attention] of rows) {
   if (values.only && !name.startsWith(values.only)) continue;
-  const { stats, seconds } = await timed(batch);
+  const { stats, seconds } = await timed(batch, attention);
   console.log(
     `| ${name} | ${batch.length} sequences | ${count(batch).toLocaleString('en-US')} sequence tokens | ${seconds.toFixed(1)} s | loss ${stats.loss} | grad norm ${stats.gradNorm} |`,
   );

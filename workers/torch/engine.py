@@ -703,7 +703,8 @@ class Engine:
         budget = self.spec.activation_mb * 2**20 if training and self.spec.activation_mb else None
         c = self._causal_lm().config
         # What each row's causal SDPA pass over [trunk, branch] holds per layer and position: keys and values (repeated per
-        # query head where SDPA repeats them), and as much again for its queries (placeholders over the trunk) and outputs.
+        # query head where SDPA repeats them), and as much again for its queries and outputs (the placeholder form; the merged
+        # form holds less).
         kv_row = 2 * self.kv_bytes_per_token() * max(1, c.num_attention_heads // int(getattr(c, "num_key_value_heads", None) or c.num_attention_heads))
         chunks: list[list[Branch]] = []
         current: list[Branch] = []

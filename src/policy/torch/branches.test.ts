@@ -5,6 +5,10 @@
  * the updated weights that the same steps give sent one sequence each (today's path), whether the
  * branches run in one batch or one at a time, with gradient checkpointing or without.
  *
+ * The branch attention itself (workers/torch/check_branches.py): both of its forms (two CPU flash passes
+ * merged by their log-sum-exps, and one causal pass with placeholder queries) against SDPA under an
+ * explicit mask, values and gradients, on random batches of branches.
+ *
  * Model: a tiny Qwen2 built and saved by our own code, weights drawn wide (std 0.3) so that attention and
  * the output distribution are far from uniform (as in episodes.test.ts).
  */
@@ -12,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pythonGate } from '../../../test/support/python.ts';
+import { pythonGate, REPO_ROOT, runPython } from '../../../test/support/python.ts';
 import { saveRandomChatModel } from '../../../test/support/instruct-model.ts';
 import { readSafetensorsDir, toFloat32 } from '../safetensors.ts';
 import type { Tokenizer } from '../tokenizer.ts';
@@ -147,6 +151,18 @@ afterAll(() => {
 });
 
 describe.skipIf(!gate.available)(`trunk plus branches (${gate.label})`, () => {
+  it('the branch attention, merged by log-sum-exp or with placeholder queries, equals masked SDPA: values and gradients', async () => {
+    const r = JSON.parse(await runPython(join(REPO_ROOT, 'workers', 'torch', 'check_branches.py'), []));
+    expect(r.cases).toBe(24);
+    const forms = r.max_abs_difference as Record<string, Record<string, number>>;
+    expect(Object.keys(forms).sort()).toEqual(['merged_float32', 'merged_float64', 'placeholder_float32', 'placeholder_float64']);
+    // Inputs of size about 1.5: float64 agrees to rounding, float32 to a few ulps of the sums (seen: 1e-14 and 6e-6).
+    for (const [form, diffs] of Object.entries(forms)) {
+      expect(Object.keys(diffs)).toHaveLength(6);
+      for (const [what, d] of Object.entries(diffs)) expect(d, `${form} ${what}`).toBeLessThan(form.endsWith('64') ? 1e-10 : 5e-5);
+    }
+  });
+
   it(`log-probs of a trunk with branches equal the per-step sequences' (max |Δ| < ${LOGPROB_TOL}); bad branches are refused`, async () => {
     const engine = await TorchEngine.start(options());
     try {
