@@ -103,8 +103,10 @@ arm() {
 
 builtin() {
   local k
-  for k in $SEEDS; do arm builtin configs/real-grpo.yaml "$LOG_VARIATIONS" 34 17 "$k" log critic no-critic retrospex; done
-  for k in $SEEDS; do arm builtin configs/real-grpo.yaml "$LOG_VARIATIONS" 34 17 "$k" proposals; done
+  # Retrospex and proposals: 9 episodes in lockstep (4 chunks per family of 34), not 17: with 17 the worker's KV caches
+  # (17 x 4 proposal rows) passed 16 GB and the kernel killed it on this 24 GB machine (RUNS.md, session 32).
+  for k in $SEEDS; do arm builtin configs/real-grpo.yaml "$LOG_VARIATIONS" 34 9 "$k" log critic no-critic retrospex; done
+  for k in $SEEDS; do arm builtin configs/real-grpo.yaml "$LOG_VARIATIONS" 34 9 "$k" proposals; done
 }
 
 scienceworld() {
