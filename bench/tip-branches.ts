@@ -37,6 +37,9 @@ const { values } = parseArgs({
     response: { type: 'string', default: '8' },
     dropout: { type: 'string', default: '0' },
     threads: { type: 'string', default: '1' },
+    // Fixed, not the worker's default (a third of the memory free at its start): the budget decides the branch batches and
+    // gradient checkpointing, so with the default two arms started at different free memory would run different work.
+    'activation-mb': { type: 'string', default: '3072' },
     only: { type: 'string' },
   },
 });
@@ -86,6 +89,7 @@ async function timed(batch: TrainSequence[], attention?: string): Promise<{ stat
     endTokens: [2],
     padToken: 2,
     threads: Number(values.threads),
+    activationMb: Number(values['activation-mb']),
     seed: 0,
     lora: {
       r: 16,
@@ -105,7 +109,7 @@ async function timed(batch: TrainSequence[], attention?: string): Promise<{ stat
 
 const count = (b: TrainSequence[]) => b.reduce((n, s) => n + sequenceTokens(s), 0);
 console.log(
-  `one episode: ${S} steps, ${K} tip tokens per step, first prompt ${FIRST}, +${CONTEXT} tokens per step, ${RESPONSE}-token responses (${values.model}, LoRA r16, dropout ${values.dropout}, ${values.threads} thread(s))`,
+  `one episode: ${S} steps, ${K} tip tokens per step, first prompt ${FIRST}, +${CONTEXT} tokens per step, ${RESPONSE}-token responses (${values.model}, LoRA r16, dropout ${values.dropout}, ${values.threads} thread(s), activation budget ${values['activation-mb']} MB)`,
 );
 const rows: [string, TrainSequence[], string?][] = [
   ['per step (before)', steps],
