@@ -118,14 +118,16 @@ class BranchAttention:
         """_branches by PrefixThenCausal, row by row; keys and values repeated per query head (grouped-query attention)."""
         groups = getattr(module, "num_key_value_groups", 1)
         heads = lambda t: (t.repeat_interleave(groups, dim=1) if groups > 1 else t).contiguous()
+        # The trunk's keys and values repeated once per call (layer), not once per row.
+        longest = max(self.prefixes)
+        tk, tv = heads(trunk_k[:, :, :longest].to(key.dtype)), heads(trunk_v[:, :, :longest].to(value.dtype))
         rows = []
         for r, P in enumerate(self.prefixes):
             q, k, v = query[r : r + 1].contiguous(), heads(key[r : r + 1]), heads(value[r : r + 1])
             if P == 0:
                 out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
             else:
-                pk, pv = heads(trunk_k[:, :, :P].to(key.dtype)), heads(trunk_v[:, :, :P].to(value.dtype))
-                out = PrefixThenCausal.apply(q, pk, pv, k, v, scale)
+                out = PrefixThenCausal.apply(q, tk[:, :, :P], tv[:, :, :P], k, v, scale)
             rows.append(out.transpose(1, 2))  # [1, W, heads, head_dim]: the layout the model expects back
         return torch.cat(rows, dim=0)
 
