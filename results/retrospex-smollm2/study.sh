@@ -18,6 +18,8 @@
 #   bash results/retrospex-smollm2/study.sh builtin         # the built-in arms only (about 10-14 h)
 #   bash results/retrospex-smollm2/study.sh report          # results.md from what is done so far
 #   DRY=1 bash results/retrospex-smollm2/study.sh builtin   # 2 variations per family, 20 passes, seed 0, into /tmp
+#   SEEDS=2 JOBS="log critic no-critic" bash results/retrospex-smollm2/study.sh builtin   # only those jobs (beside a
+#                                                           # Retrospex job: two of those do not fit in 24 GB together)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 if [ "${DRY:-0}" = 1 ]; then
@@ -30,6 +32,7 @@ LOG_VARIATIONS=${LOG_VARIATIONS:-43}
 SW_LOG_VARIATIONS=${SW_LOG_VARIATIONS:-128}
 EVAL_VARIATIONS=${EVAL_VARIATIONS:-34}
 EPOCHS=${EPOCHS:-500}
+JOBS=${JOBS:-log critic no-critic retrospex proposals}
 THREADS=${THREADS:-1}
 MODEL=models/smollm2-135m-instruct
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
@@ -75,6 +78,7 @@ arm() {
   local base=(node bin/empo2.js eval "$MODEL" -c "$cfg" --set "seed=$k" --set model.engine=torch --resume)
   local job
   for job in "$@"; do
+    [[ " $JOBS " == *" $job "* ]] || continue
     case $job in
       log)
         mkdir -p "$d/logged/trajectories"
