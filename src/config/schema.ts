@@ -84,6 +84,14 @@ export const TorchSchema = strict({
     .describe(
       'recompute activations in the backward pass (less memory, about a third more compute); null: on CPU, only for training steps whose sequences would not fit the memory otherwise',
     ),
+  activation_mb: z
+    .number()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe(
+      "bound on one training micro-batch's activations, in MiB: it decides the micro-batches and where gradient checkpointing (null) turns on, so the float sums and the speed. null: on CPU a third of the memory available when the run's worker first starts, written into the run's config.yaml so a resumed run keeps it; on GPUs none",
+    ),
   threads: z.number().int().positive().nullable().default(null).describe('torch CPU threads (null: torch decides)'),
   launcher: z
     .array(z.string())
@@ -682,6 +690,7 @@ export const RESUMABLE_OPTIONS = [
   'model.torch.threads',
   'model.torch.launcher',
   'model.torch.gradient_checkpointing',
+  'model.torch.activation_mb',
   'optim.micro_batch_tokens',
   'trajectories.train_per_iteration',
   'trajectories.eval_per_evaluation',

@@ -115,6 +115,11 @@ export interface TrainingEngine {
    * process of its own): a Ctrl-C cannot be handled in the middle of such a call.
    */
   holdsTheThread: boolean;
+  /**
+   * The training activation budget in MiB as the engine resolved it (model.torch.activation_mb, or on
+   * CPU the worker's share of the memory free at its start); null where there is none (tfjs, a GPU).
+   */
+  activationMb: number | null;
   /** Starts the optimiser's moments afresh, as RL does after the tip warm-up; absent where the engine has no call for it (the worker). */
   resetOptimizer?(): void;
   close(): Promise<void>;
@@ -131,6 +136,7 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string, 
       writePolicy: (dir) => saveTrainingPolicy(dir, engine),
       description: `tfjs engine, ${countParameters(engine.model.config).toLocaleString()} parameters${cfg.model.lora ? ` (LoRA r=${cfg.model.lora.r})` : ''}${why}`,
       holdsTheThread: true,
+      activationMb: null,
       resetOptimizer: () => engine.optimizer.importState(0, new Map()),
       close: async () => engine.dispose(),
     };
@@ -165,8 +171,9 @@ export async function createTrainingEngine(cfg: Config, from: 'fresh' | string, 
   return {
     engine,
     writePolicy: (dir) => engine.save(lora ? join(dir, 'adapter') : dir, { optimizer: true }),
-    description: `torch worker on ${info.device} (${info.dtype}), ${info.parameters.toLocaleString()} parameters, ${info.trainable_parameters.toLocaleString()} trainable${why}`,
+    description: `torch worker on ${info.device} (${info.dtype}), ${info.parameters.toLocaleString()} parameters, ${info.trainable_parameters.toLocaleString()} trainable${info.activation_mb ? `, activation budget ${info.activation_mb.toLocaleString('en')} MiB` : ''}${why}`,
     holdsTheThread: false,
+    activationMb: info.activation_mb ?? null,
     close: () => engine.close(),
   };
 }
@@ -190,6 +197,7 @@ async function startTorchWorker(cfg: Config, modelDir: string, extra: Partial<To
     seed: cfg.seed,
     threads: t.threads ?? undefined,
     launcher: t.launcher ?? undefined,
+    activationMb: t.activation_mb ?? undefined,
     ...extra,
   });
 }

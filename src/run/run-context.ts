@@ -103,14 +103,18 @@ export async function openRun<M extends RunMemory>(
 }
 
 async function openLockedRun<M extends RunMemory>(
-  cfg: Config,
+  requested: Config,
   o: { resume: boolean; log: (line: string) => void; backend: string; lock: RunLock },
   parts: RunParts<M>,
 ): Promise<RunContext<M>> {
   const { log } = o;
-  const runDir = cfg.run_dir;
-  const { restoreFrom, partial } = resumePoint(cfg, o.resume, log);
+  const runDir = requested.run_dir;
+  const { restoreFrom, partial } = resumePoint(requested, o.resume, log);
+  // The activation budget decides the micro-batches and so the float sums: a resume keeps the run's.
+  let cfg = restoreFrom ? withActivationBudget(requested, savedActivationBudget(runDir)) : requested;
   const training = await createTrainingEngine(cfg, restoreFrom ?? 'fresh', () => environmentCorpus(cfg.env));
+  // What a CPU worker took from the memory free at its start goes into config.yaml, for the resume.
+  cfg = withActivationBudget(cfg, training.activationMb);
   const baseModelDir = cfg.model.path ? await resolveModelPath(cfg.model.path) : null;
   const holder: { interrupts: InterruptHandling | null } = { interrupts: null };
   const engine = policyCalls(training.engine, () => holder.interrupts);
@@ -153,6 +157,18 @@ async function openLockedRun<M extends RunMemory>(
       holder.interrupts = handling;
     },
   };
+}
+
+/** `cfg` with model.torch.activation_mb set to `mb` where it is null (unchanged where it is set or `mb` is null). */
+function withActivationBudget(cfg: Config, mb: number | null): Config {
+  if (cfg.model.torch.activation_mb !== null || mb === null) return cfg;
+  return { ...cfg, model: { ...cfg.model, torch: { ...cfg.model.torch, activation_mb: mb } } };
+}
+
+/** The activation budget in the run's config.yaml (null: none recorded, as in runs from before it was). */
+function savedActivationBudget(runDir: string): number | null {
+  const path = join(runDir, 'config.yaml');
+  return existsSync(path) ? loadConfig(path).model.torch.activation_mb : null;
 }
 
 /**

@@ -4,7 +4,7 @@
  * one (A = return) and the novelty reward (so every iteration trains).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pythonGate } from '../../test/support/python.ts';
@@ -85,7 +85,16 @@ describe.skipIf(!gate.available)(`training through the PyTorch worker (${gate.la
     const ptDir = join(root, 'torch');
     await train(config(tsDir, 'tfjs', 3), { resume: false, log: () => {} });
     await train(config(ptDir, 'torch', 2), { resume: false, log: () => {} });
-    await train(config(ptDir, 'torch', 3), { resume: true, log: () => {} });
+    // The budget the worker took from free memory is in config.yaml, and the resume passes it back (here one
+    // MiB less, as if the run had started on another machine), whatever is free now.
+    const savedConfig = join(ptDir, 'config.yaml');
+    const budget = loadConfig(savedConfig).model.torch.activation_mb!;
+    expect(Number.isInteger(budget) && budget > 0, `recorded budget ${budget}`).toBe(true);
+    writeFileSync(savedConfig, readFileSync(savedConfig, 'utf8').replace(`activation_mb: ${budget}\n`, `activation_mb: ${budget - 1}\n`));
+    const resumeLog: string[] = [];
+    await train(config(ptDir, 'torch', 3), { resume: true, log: (l) => resumeLog.push(l) });
+    expect(resumeLog.join('\n')).toContain(`activation budget ${(budget - 1).toLocaleString('en')} MiB`);
+    expect(loadConfig(savedConfig).model.torch.activation_mb).toBe(budget - 1);
     const a = trainLines(tsDir);
     const b = trainLines(ptDir);
     expect(b.map((l) => l.iteration)).toEqual([1, 2, 3]);

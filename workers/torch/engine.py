@@ -404,8 +404,9 @@ class Engine:
             self._shard(model)
         self.model = model
         if spec.activation_mb is None and self.device.type == "cpu":
-            # A third of what is free now: the model, optimiser and KV caches are loaded already.
-            spec.activation_mb = available_memory_mb() / 3
+            # A third of what is free now (the model, optimiser and KV caches are loaded already), in whole MiB:
+            # the trainer records it in the run's config, and a resume passes it back as it was.
+            spec.activation_mb = float(math.floor(available_memory_mb() / 3))
         self.model.eval()
         trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not trainable:

@@ -81,8 +81,9 @@ export interface TorchEngineOptions {
   kvCacheMb?: number;
   /**
    * Bound on one training micro-batch's activations, in MiB (default on CPU: a third of the memory
-   * available when the worker starts; on GPUs none). Long packed episodes are split under it, and a
-   * sequence that alone exceeds it is refused, naming gradient checkpointing.
+   * available when the worker starts, in whole MiB, reported as `info.activation_mb`; on GPUs none).
+   * Long packed episodes are split under it, and a sequence that alone exceeds it is refused, naming
+   * gradient checkpointing.
    */
   activationMb?: number;
   /** Interpreter; default projectPython(). */
@@ -122,6 +123,8 @@ export interface WorkerInfo {
   /** Whether the worker takes trunk-plus-branches sequences (SDPA attention, one process, no sliding-window layers). */
   branches?: boolean;
   threads: number;
+  /** The training activation budget in MiB (activationMb, or on CPU what the worker took from free memory); null: none. */
+  activation_mb: number | null;
   kv_cache: { keys: number; bytes: number; max_bytes: number; bytes_per_token: number; prefix_reuse: boolean };
 }
 
