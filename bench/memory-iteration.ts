@@ -1,10 +1,17 @@
 /**
- * What a memory iteration of EMPO² costs against a plain one (#75). Three runs of the same command
- * from the same seed, two iterations each, differing only in the mode schedule:
+ * What a memory iteration of EMPO² costs against a plain one (#75). Runs of the same command from the
+ * same seed, two iterations each, differing only in the mode schedule (and one in how it trains):
  *
- *   plain       algo.p = 0              (no memory: GRPO's rollouts, with EMPO²'s novelty reward)
- *   tips-on     algo.p = 1, algo.q = 0  (tips shown, updated on-policy with the tips)
- *   tips-off    algo.p = 1, algo.q = 1  (tips shown, updated off-policy: tips removed)
+ *   plain           algo.p = 0              (no memory: GRPO's rollouts, with EMPO²'s novelty reward)
+ *   tips-off        algo.p = 1, algo.q = 1  (tips shown, updated off-policy: tips removed)
+ *   tips-on         algo.p = 1, algo.q = 0  (tips shown, updated on-policy with the tips)
+ *   tips-on-before  the same, each step scored as a sequence of its own (optim.tip_branches false): the
+ *                   on-policy update as it was before #75 (PyTorch worker only; --no-before leaves it out)
+ *
+ * #75 changed nothing else on the PyTorch worker's path (its rollouts reuse cached prefixes as before, the
+ * plain and off-policy updates pack episodes as before), so the other arms are their own "before".
+ * On the worker the activation budget, which decides micro-batches and gradient checkpointing, is fixed
+ * (--activation-mb, default 3072) rather than a share of whatever memory is free when each run starts.
  *
  * Iteration 1 fills the memory (nothing to retrieve yet) and is the same work in all three; iteration 2
  * is the one measured: its rollout, memory (embedding, retrieval, reflection), update and whole-iteration
@@ -12,7 +19,7 @@
  * runs go one after another in one process tree, so they see the same machine.
  *
  *   npx tsx bench/memory-iteration.ts                                   # the tiny default's shape
- *   npx tsx bench/memory-iteration.ts -c configs/real-empo2.yaml --set env.max_steps=10   # the real-model study's
+ *   npx tsx bench/memory-iteration.ts -c configs/real-empo2.yaml --set env.max_steps=10   # the real-model study's, shorter episodes
  *
  * A run whose metrics already hold iteration 2 is read back, not run again (--fresh runs it again).
  */
@@ -28,19 +35,28 @@ const { values } = parseArgs({
     out: { type: 'string', default: 'runs/memory-iteration' },
     set: { type: 'string', multiple: true, default: [] },
     fresh: { type: 'boolean', default: false },
+    'no-before': { type: 'boolean', default: false },
+    'activation-mb': { type: 'string', default: '3072' },
   },
 });
+const activationMb = Number(values['activation-mb']);
+if (!(activationMb > 0)) throw new Error(`--activation-mb: ${JSON.stringify(values['activation-mb'])} is not a positive number of MiB`);
 const seed = Number(values.seed);
 if (!Number.isInteger(seed) || seed < 0) throw new Error(`--seed: ${JSON.stringify(values.seed)} is not a non-negative integer`);
 const out = resolve(values.out);
 mkdirSync(out, { recursive: true });
 const cli = resolve(import.meta.dirname, '..', 'bin', 'empo2.js');
 
-const ARMS = [
+interface Arm {
+  name: string;
+  sets: string[];
+}
+const ARMS: Arm[] = [
   { name: 'plain', sets: ['algo.p=0'] },
-  { name: 'tips-on', sets: ['algo.p=1', 'algo.q=0'] },
   { name: 'tips-off', sets: ['algo.p=1', 'algo.q=1'] },
-] as const;
+  { name: 'tips-on', sets: ['algo.p=1', 'algo.q=0'] },
+  ...(values['no-before'] ? [] : [{ name: 'tips-on-before', sets: ['algo.p=1', 'algo.q=0', 'optim.tip_branches=false'] }]),
+];
 
 interface Line {
   type: string;
@@ -67,14 +83,21 @@ function trainLines(dir: string): Line[] {
     .filter((l) => l.type === 'train');
 }
 
-function runArm(arm: (typeof ARMS)[number]): { it1: Line; it2: Line } {
+function runArm(arm: Arm): { it1: Line; it2: Line } {
   const dir = join(out, arm.name);
   if (values.fresh) rmSync(dir, { recursive: true, force: true });
   let lines = trainLines(dir);
   if (lines.length < 2) {
     rmSync(dir, { recursive: true, force: true });
     const args = [cli, 'train', ...(values.config ? ['-c', values.config] : []), '--seed', String(seed), '--run-dir', dir];
-    for (const s of ['algo.name=empo2', ...values.set, 'train.iterations=2', 'train.eval_every=0', ...arm.sets]) args.push('--set', s);
+    const fixed = [
+      'algo.name=empo2',
+      `model.torch.activation_mb=${activationMb}`,
+      ...values.set,
+      'train.iterations=2',
+      'train.eval_every=0',
+    ];
+    for (const s of [...fixed, ...arm.sets]) args.push('--set', s);
     console.log(`\n== ${arm.name}: empo2 ${args.slice(1).join(' ')}`);
     const r = spawnSync(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] });
     if (r.status !== 0) throw new Error(`${arm.name}: empo2 train exited with ${r.status ?? r.signal}`);
@@ -109,5 +132,13 @@ for (const r of results) {
       `${ratio(seconds(r), seconds(plain))} | ${ratio(r.it2.rollout_seconds, plain.it2.rollout_seconds)} | ${ratio(r.it2.update_seconds, plain.it2.update_seconds)} |`,
   );
 }
-const worst = Math.max(...results.slice(1).map((r) => seconds(r) / seconds(plain)));
+const now = results.filter((r) => r.arm.name !== 'plain' && r.arm.name !== 'tips-on-before');
+const worst = Math.max(...now.map((r) => seconds(r) / seconds(plain)));
 console.log(`\nslowest memory iteration: ${worst.toFixed(2)}× a plain one (#75's target: at most 1.3×)`);
+const [after, before] = ['tips-on', 'tips-on-before'].map((name) => results.find((r) => r.arm.name === name));
+if (after && before)
+  console.log(
+    `on-policy update with tips, before → after: ${before.it2.update_seconds.toFixed(1)} → ${after.it2.update_seconds.toFixed(1)} s ` +
+      `(${ratio(after.it2.update_seconds, before.it2.update_seconds)}), ${n(before.it2.sequence_tokens)} → ${n(after.it2.sequence_tokens)} sequence tokens; ` +
+      `iteration ${seconds(before).toFixed(1)} → ${seconds(after).toFixed(1)} s`,
+  );
