@@ -90,9 +90,11 @@ function runArm(arm: Arm): { it1: Line; it2: Line } {
   if (lines.length < 2) {
     rmSync(dir, { recursive: true, force: true });
     const args = [cli, 'train', ...(values.config ? ['-c', values.config] : []), '--seed', String(seed), '--run-dir', dir];
+    // A run always evaluates at its start and its end, outside the iterations measured: one episode per task.
     const fixed = [
       'algo.name=empo2',
       `model.torch.activation_mb=${activationMb}`,
+      'env.eval_variations=1',
       ...values.set,
       'train.iterations=2',
       'train.eval_every=0',
