@@ -109,9 +109,9 @@ async function openLockedRun<M extends RunMemory>(
 ): Promise<RunContext<M>> {
   const { log } = o;
   const runDir = requested.run_dir;
-  const { restoreFrom, partial } = resumePoint(requested, o.resume, log);
+  const { restoreFrom, partial, saved } = resumePoint(requested, o.resume, log);
   // The activation budget decides the micro-batches and so the float sums: a resume keeps the run's.
-  let cfg = restoreFrom ? withActivationBudget(requested, savedActivationBudget(runDir)) : requested;
+  let cfg = withActivationBudget(requested, saved?.model.torch.activation_mb ?? null);
   const training = await createTrainingEngine(cfg, restoreFrom ?? 'fresh', () => environmentCorpus(cfg.env));
   // What a CPU worker took from the memory free at its start goes into config.yaml, for the resume.
   cfg = withActivationBudget(cfg, training.activationMb);
@@ -165,12 +165,6 @@ function withActivationBudget(cfg: Config, mb: number | null): Config {
   return { ...cfg, model: { ...cfg.model, torch: { ...cfg.model.torch, activation_mb: mb } } };
 }
 
-/** The activation budget in the run's config.yaml (null: none recorded, as in runs from before it was). */
-function savedActivationBudget(runDir: string): number | null {
-  const path = join(runDir, 'config.yaml');
-  return existsSync(path) ? loadConfig(path).model.torch.activation_mb : null;
-}
-
 /**
  * Where the run goes on from: nothing (a fresh run), its latest checkpoint, or an iteration saved
  * part-way after it; a fresh run is refused where a run already is, and a resume is checked against
@@ -187,14 +181,14 @@ function resumePoint(cfg: Config, resume: boolean, log: (line: string) => void) 
   const partial = resume ? partialToResume(runDir, checkpointIteration) : null;
   const restoreFrom = partial?.dir ?? (resume ? checkpoint : null);
   if (resume && !restoreFrom) throw new Error(`--resume: no checkpoint in ${join(runDir, 'checkpoints')}`);
-  if (restoreFrom) checkResumeConfig(cfg, runDir, loadTrainerState(restoreFrom).iteration, log);
+  const saved = restoreFrom ? checkResumeConfig(cfg, runDir, loadTrainerState(restoreFrom).iteration, log) : null;
   if (partial) {
     const p = partial.batch.progress;
     log(
       `resuming inside iteration ${partial.batch.iteration} from ${partial.dir}: rollouts done${p ? `, ${p.optimizerSteps} optimiser step${p.optimizerSteps === 1 ? '' : 's'} done` : ''}`,
     );
   }
-  return { restoreFrom, partial: partial?.batch ?? null };
+  return { restoreFrom, partial: partial?.batch ?? null, saved };
 }
 
 /**
@@ -252,11 +246,11 @@ export async function closeRun(run: RunContext, afterError = false): Promise<voi
 }
 
 /**
- * A resume continues the run as it was configured: options other than RESUMABLE_OPTIONS must equal
+ * A resume continues the run as it was configured (its config.yaml is returned): options other than RESUMABLE_OPTIONS must equal
  * the run's config.yaml (the checkpoint's weights and optimiser would otherwise be silently kept
  * under a config that says something else), and the run cannot be shortened below its checkpoint.
  */
-function checkResumeConfig(cfg: Config, runDir: string, checkpointIteration: number, log: (line: string) => void): void {
+function checkResumeConfig(cfg: Config, runDir: string, checkpointIteration: number, log: (line: string) => void): Config | null {
   if (cfg.train.iterations < checkpointIteration) {
     throw new ConfigError(
       `--resume: train.iterations is ${cfg.train.iterations}, but the run's latest checkpoint is at iteration ${checkpointIteration}; a run cannot be shortened (evaluate an earlier checkpoint instead)`,
@@ -265,9 +259,10 @@ function checkResumeConfig(cfg: Config, runDir: string, checkpointIteration: num
   const savedPath = join(runDir, 'config.yaml');
   if (!existsSync(savedPath)) {
     log(`--resume: ${savedPath} is missing, so the options cannot be checked against the run's`);
-    return;
+    return null;
   }
-  const conflicts = resumeConflicts(loadConfig(savedPath), cfg);
+  const saved = loadConfig(savedPath);
+  const conflicts = resumeConflicts(saved, cfg);
   if (conflicts.length > 0) {
     throw new ConfigError(
       `--resume: these options differ from the run's (${savedPath}) and cannot change in the middle of a run:\n` +
@@ -275,4 +270,5 @@ function checkResumeConfig(cfg: Config, runDir: string, checkpointIteration: num
         `\nA resume may change only: ${RESUMABLE_OPTIONS.join(', ')}. Start a new run (another run_dir) to change the others.`,
     );
   }
+  return saved;
 }
