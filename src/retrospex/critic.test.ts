@@ -49,6 +49,7 @@ const mdp: LoggedData = {
   transitions: [step('s0', 'a', 0, 's1', false), step('s1', 'c', 2, 'end', true), step('s0', 'b', 1, 'end', true)],
   files: [{ path: 'by hand', episodes: 2 }],
   episodes: 2,
+  failedEpisodes: 0,
   tasks: ['mdp'],
   problems: [],
 };

@@ -121,6 +121,17 @@ describe('readLoggedData', () => {
     expect(data.tasks).toEqual(['clue', 'power']);
   });
 
+  it("leaves out an episode the environment or the engine broke off (outcome 'failed'), as training does, and counts it", () => {
+    const cut = { ...record('clue', [['study', 'read note', 0]], 'the note says: white box'), outcome: 'failed', failure: 'prompt past the context' };
+    writeFileSync(join(dir, 'with-failed.jsonl'), lines(power, cut, { ...clue, outcome: 'step_limit' }));
+    const data = readLoggedData([join(dir, 'with-failed.jsonl')]);
+    expect(data.episodes).toBe(2);
+    expect(data.failedEpisodes).toBe(1);
+    expect(data.files[0].episodes).toBe(2);
+    expect(data.transitions.map((t) => t.action)).toEqual(['go to kitchen', 'take battery', 'put battery in lamp', 'read note']);
+    expect(data.transitions.at(-1)).toMatchObject({ reward: 30, done: true });
+  });
+
   it('keeps only the tasks asked for', () => {
     const data = readLoggedData([join(dir, 'run')], ['clue']);
     expect(data.episodes).toBe(2);

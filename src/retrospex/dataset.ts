@@ -9,7 +9,9 @@
  * the task description and the observation the action was chosen from. A step's reward is the
  * environment's (the score gained, as the authors' score differences); the last step of an episode is
  * terminal, since the recorded episode ended there (done, or the step limit, which empo2's environments
- * also report as done).
+ * also report as done). An episode whose outcome is `failed` (the environment or the engine broke it off,
+ * e.g. a prompt past the model's context) is left out, as training and scoring leave it out: its last
+ * step is neither terminal nor followed by one the policy took.
  */
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
@@ -30,6 +32,8 @@ export interface LoggedData {
   /** The trajectory files read, with how many episodes each gave. */
   files: { path: string; episodes: number }[];
   episodes: number;
+  /** Episodes left out because their outcome is `failed` (not the agent's doing). */
+  failedEpisodes: number;
   /** Task names (the environment's, e.g. "power") of the episodes kept. */
   tasks: string[];
   /** Lines that could not be read, each naming file:line and what is wrong. */
@@ -83,7 +87,7 @@ export function episodeTransitions(e: Pick<EpisodeRecord, 'description' | 'steps
 export function readLoggedData(sources: readonly string[], tasks?: readonly string[]): LoggedData {
   if (sources.length === 0) throw new Error('no logged episodes given: name run folders, adapt outputs or trajectory .jsonl files');
   const files = [...new Set(sources.flatMap(trajectoryFiles))];
-  const data: LoggedData = { transitions: [], files: [], episodes: 0, tasks: [], problems: [] };
+  const data: LoggedData = { transitions: [], files: [], episodes: 0, failedEpisodes: 0, tasks: [], problems: [] };
   const seenTasks = new Set<string>();
   for (const path of files) {
     const file = new TrajectoryFile(path);
@@ -93,7 +97,12 @@ export function readLoggedData(sources: readonly string[], tasks?: readonly stri
     for (const summary of file.episodes) {
       if (tasks && !tasks.includes(summary.task)) continue;
       if (summary.steps === 0) continue;
-      data.transitions.push(...episodeTransitions(file.episode(summary.line)));
+      const episode = file.episode(summary.line);
+      if (episode.outcome === 'failed') {
+        data.failedEpisodes++;
+        continue;
+      }
+      data.transitions.push(...episodeTransitions(episode));
       seenTasks.add(summary.task);
       kept++;
     }

@@ -183,6 +183,7 @@ export function saveCritic(
     data: {
       files: o.data.files,
       episodes: o.data.episodes,
+      failed_episodes_left_out: o.data.failedEpisodes,
       transitions: o.data.transitions.length,
       tasks: o.data.tasks,
       unread_lines: o.data.problems.length,
