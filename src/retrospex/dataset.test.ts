@@ -122,7 +122,11 @@ describe('readLoggedData', () => {
   });
 
   it("leaves out an episode the environment or the engine broke off (outcome 'failed'), as training does, and counts it", () => {
-    const cut = { ...record('clue', [['study', 'read note', 0]], 'the note says: white box'), outcome: 'failed', failure: 'prompt past the context' };
+    const cut = {
+      ...record('clue', [['study', 'read note', 0]], 'the note says: white box'),
+      outcome: 'failed',
+      failure: 'prompt past the context',
+    };
     writeFileSync(join(dir, 'with-failed.jsonl'), lines(power, cut, { ...clue, outcome: 'step_limit' }));
     const data = readLoggedData([join(dir, 'with-failed.jsonl')]);
     expect(data.episodes).toBe(2);

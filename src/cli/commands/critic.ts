@@ -148,7 +148,9 @@ export async function criticTrainCommand(
   if (data.problems.length > 5) log(`skipped ${data.problems.length - 5} more unreadable lines`);
   log(`logged episodes: ${data.files.map((f) => `${f.path} (${f.episodes})`).join(', ')}`);
   if (data.failedEpisodes > 0)
-    log(`left out ${data.failedEpisodes} episode${data.failedEpisodes === 1 ? '' : 's'} whose outcome is failed (broken off by the environment or the engine)`);
+    log(
+      `left out ${data.failedEpisodes} episode${data.failedEpisodes === 1 ? '' : 's'} whose outcome is failed (broken off by the environment or the engine)`,
+    );
   const { initBackend } = await import('../../policy/tfjs/backend.ts');
   await initBackend();
   const { createEncoder } = await import('../../retrospex/encoder.ts');
