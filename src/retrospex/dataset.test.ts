@@ -134,6 +134,10 @@ describe('readLoggedData', () => {
     expect(data.files[0].episodes).toBe(2);
     expect(data.transitions.map((t) => t.action)).toEqual(['go to kitchen', 'take battery', 'put battery in lamp', 'read note']);
     expect(data.transitions.at(-1)).toMatchObject({ reward: 30, done: true });
+    writeFileSync(join(dir, 'only-failed.jsonl'), lines(cut));
+    expect(() => readLoggedData([join(dir, 'only-failed.jsonl')])).toThrow(
+      /no episodes with steps in .*only-failed\.jsonl.*1 left out as failed/,
+    );
   });
 
   it('keeps only the tasks asked for', () => {

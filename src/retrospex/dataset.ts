@@ -114,7 +114,7 @@ export function readLoggedData(sources: readonly string[], tasks?: readonly stri
     const what = tasks ? ` of task ${tasks.join(', ')}` : '';
     const read = files.map((f) => basename(f)).join(', ');
     throw new Error(
-      `no episodes${what} with steps in ${sources.join(', ')} (read ${read}${data.problems.length ? `; ${data.problems[0]}` : ''})`,
+      `no episodes${what} with steps in ${sources.join(', ')} (read ${read}${data.failedEpisodes ? `; ${data.failedEpisodes} left out as failed` : ''}${data.problems.length ? `; ${data.problems[0]}` : ''})`,
     );
   }
   return data;
