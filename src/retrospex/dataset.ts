@@ -15,6 +15,7 @@
  */
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
+import { isFailed } from '../run/records.ts';
 import { TrajectoryFile } from '../trajectory/reader.ts';
 import type { EpisodeRecord } from '../trajectory/format.ts';
 
@@ -98,7 +99,7 @@ export function readLoggedData(sources: readonly string[], tasks?: readonly stri
       if (tasks && !tasks.includes(summary.task)) continue;
       if (summary.steps === 0) continue;
       const episode = file.episode(summary.line);
-      if (episode.outcome === 'failed') {
+      if (isFailed(episode)) {
         data.failedEpisodes++;
         continue;
       }

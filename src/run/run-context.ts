@@ -246,9 +246,10 @@ export async function closeRun(run: RunContext, afterError = false): Promise<voi
 }
 
 /**
- * A resume continues the run as it was configured (its config.yaml is returned): options other than RESUMABLE_OPTIONS must equal
- * the run's config.yaml (the checkpoint's weights and optimiser would otherwise be silently kept
- * under a config that says something else), and the run cannot be shortened below its checkpoint.
+ * A resume continues the run as it was configured: options other than RESUMABLE_OPTIONS must equal the
+ * run's config.yaml (the checkpoint's weights and optimiser would otherwise be silently kept under a
+ * config that says something else), and the run cannot be shortened below its checkpoint. Returns that
+ * config.yaml (null where it is missing).
  */
 function checkResumeConfig(cfg: Config, runDir: string, checkpointIteration: number, log: (line: string) => void): Config | null {
   if (cfg.train.iterations < checkpointIteration) {
