@@ -66,7 +66,7 @@ interface Line {
   // The update phase: intrinsic rewards, the optimiser (optimizer_seconds: preparing the batch and its
   // steps) and the tips written at the episodes' ends (part of memory_seconds).
   update_seconds: number;
-  optimizer_seconds?: number;
+  optimizer_seconds: number;
   memory_seconds?: number;
   prefill_tokens?: number;
   sequence_tokens?: number;
@@ -126,7 +126,7 @@ console.log(
   '| run | modes | env steps | mean prompt tokens | prefilled tokens | update sequence tokens | rollout s | memory s | update s | optimiser s | iteration s | iteration vs plain | rollout vs plain | optimiser vs plain |',
 );
 console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
-const optimiser = (l: Line) => l.optimizer_seconds ?? l.update_seconds;
+const optimiser = (l: Line) => l.optimizer_seconds;
 for (const r of results) {
   const modes = Object.entries(r.it2.modes)
     .filter(([, k]) => k > 0)
