@@ -6,6 +6,7 @@
  * built-in rollout's calls gets the built-in rollout's tokens, and many agents share each forward pass.
  */
 import type { Generation, PolicyEngine } from '../policy/types.ts';
+import { batchedOrApart } from '../util/apart.ts';
 import { RequestError } from './protocol.ts';
 
 export interface BatchSampling {
@@ -116,7 +117,13 @@ export class LockstepBatch {
       });
   }
 
-  /** One step: the calls grouped by what `generate` takes for the whole batch (max tokens, stop texts), one call per group. */
+  /**
+   * One step: the calls grouped by what `generate` takes for the whole batch (max tokens, stop texts), one
+   * call per group. Prompts are checked against the model's context before they get here (./server.ts),
+   * so a throw is rare; when one comes, the group's calls are sampled again one at a time, so that only the
+   * call the engine cannot take fails (its episode ends with the engine's error) and the others go on.
+   * A call sampled alone is drawn with its own seed, not as its row of the batch: only on this fault path.
+   */
   private async sample(calls: [number, PendingCall][]): Promise<void> {
     const groups = new Map<string, [number, PendingCall][]>();
     for (const c of calls) {
@@ -127,27 +134,31 @@ export class LockstepBatch {
     let g = 0;
     for (const group of groups.values()) {
       const seed = this.sampling.seed * 100_003 + t + 7_919 * g++;
-      const keyOf = new Map(this.members.map((m) => [m.index, m.cacheKey]));
-      try {
-        const before = this.engine.prefillCounts?.().prefilledTokens ?? 0;
-        const gens = await this.engine.generate(
-          group.map(([, c]) => c.prompt),
-          {
-            temperature: this.sampling.temperature,
-            topP: this.sampling.topP,
-            maxTokens: group[0][1].maxTokens,
-            stop: group[0][1].stop.length ? group[0][1].stop : undefined,
-            seed,
-            allowedTexts: group.some(([, c]) => c.allowedTexts !== null) ? group.map(([, c]) => c.allowedTexts) : undefined,
-            cacheKeys: this.sampling.reusePrefix ? group.map(([i]) => keyOf.get(i) ?? null) : undefined,
-          },
-        );
-        this.prefilledTokens += (this.engine.prefillCounts?.().prefilledTokens ?? 0) - before;
-        group.forEach(([, c], k) => c.resolve(gens[k]));
-      } catch (e) {
-        for (const [, c] of group) c.reject(e);
-      }
+      await batchedOrApart(group, {
+        run: (rows, alone) => this.generate(rows, alone ? seed + 1_000_003 * (1 + group.indexOf(rows[0])) : seed),
+        settle: ([, c], o) => (o.ok ? c.resolve(o.value) : c.reject(o.error)),
+      });
     }
+  }
+
+  private async generate(rows: readonly [number, PendingCall][], seed: number): Promise<Generation[]> {
+    const keyOf = new Map(this.members.map((m) => [m.index, m.cacheKey]));
+    const first = rows[0][1];
+    const before = this.engine.prefillCounts?.().prefilledTokens ?? 0;
+    const gens = await this.engine.generate(
+      rows.map(([, c]) => c.prompt),
+      {
+        temperature: this.sampling.temperature,
+        topP: this.sampling.topP,
+        maxTokens: first.maxTokens,
+        stop: first.stop.length ? first.stop : undefined,
+        seed,
+        allowedTexts: rows.some(([, c]) => c.allowedTexts !== null) ? rows.map(([, c]) => c.allowedTexts) : undefined,
+        cacheKeys: this.sampling.reusePrefix ? rows.map(([i]) => keyOf.get(i) ?? null) : undefined,
+      },
+    );
+    this.prefilledTokens += (this.engine.prefillCounts?.().prefilledTokens ?? 0) - before;
+    return gens;
   }
 
   /** Stops the timer and rejects what waits (the batch is over). */

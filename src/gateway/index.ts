@@ -7,6 +7,7 @@ import { basename, resolve } from 'node:path';
 import type { Config } from '../config/schema.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import type { RolloutJob } from '../run/records.ts';
+import { longestTokenBytes } from '../serve/limits.ts';
 import { promptSettings } from '../trainer/prompt-style.ts';
 import type { RolloutPlayer } from '../trainer/rollout.ts';
 import { agentPlayer, type AgentRunner } from './player.ts';
@@ -53,13 +54,17 @@ export async function openAgentPlay<Task>(cfg: Config, o: AgentPlayOptions<Task>
       if (!engine) throw new Error('the gateway has no engine yet');
       return engine.tokenizer;
     },
+    contextLength: () => engine?.contextLength,
     host: o.host,
     port: o.port,
     log: o.log,
   });
   const player = agentPlayer<Task>({
     gateway,
-    useEngine: (e) => (engine = e),
+    useEngine: (e) => {
+      engine = e;
+      longestTokenBytes(e.tokenizer); // a pass over the vocabulary (kept per tokenizer), done before the first call waits on it
+    },
     modelName,
     agent: o.agent,
     taskOf: o.taskOf,

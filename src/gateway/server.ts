@@ -32,12 +32,15 @@ import {
 } from './protocol.ts';
 import type { EpisodeSession } from './session.ts';
 import { sendStream, type StreamedAnswer } from './stream.ts';
+import { checkBytesFit, checkContext, type PromptLimit } from '../serve/limits.ts';
 
 export interface GatewayOptions {
   /** The id /models lists and answers carry; requests naming another model get a 404. */
   modelName: string;
   rendering: PromptRendering;
   tokenizer: () => TextTokenizer;
+  /** The model's context in tokens (the engine's max_position_embeddings); undefined: unknown, prompts are not checked. */
+  contextLength?: () => number | undefined;
   host?: string;
   /** 0 (default) picks a free port. */
   port?: number;
@@ -199,6 +202,30 @@ function callBudget(session: EpisodeSession, asked: number | null | undefined): 
   return Math.min(asked ?? budget.maxTokensPerCall, budget.maxTokensPerCall, left);
 }
 
+/** The context a call's prompt must fit in, where the engine knows it. */
+function promptLimit(ctx: Ctx): PromptLimit | null {
+  const context = ctx.contextLength?.();
+  return context === undefined ? null : { tokenizer: ctx.tokenizer(), maxModelLen: context };
+}
+
+/**
+ * A prompt that cannot fit in the context with the call's max tokens (the request's max_tokens, at most
+ * rollout.max_tokens) ends its episode as failed with the 400 as its reason, as the built-in rollout ends
+ * an episode whose prompt outgrows the context: refusing before sampling keeps the batch's other episodes
+ * going (it is never sent to the engine) and keeps an over-long prompt out of the update. Refusing
+ * prompt + max tokens, not the prompt alone, is vLLM's rule (a 400 when it exceeds max_model_len).
+ */
+function refusePrompt(session: EpisodeSession, check: () => unknown): void {
+  try {
+    check();
+  } catch (e) {
+    if (!(e instanceof RequestError)) throw e;
+    session.end(`a call's prompt was refused: ${e.message}`);
+    const said = e.message.endsWith('.') ? e.message : `${e.message}.`;
+    throw new RequestError(e.status, `${said} Episode ${session.id} has ended.`, e.param, e.type, e.code);
+  }
+}
+
 /** Samples one step of `session`: waits for its lockstep batch; a client that hangs up takes its call out. */
 async function sampleStep(
   c: CallCtx,
@@ -210,7 +237,16 @@ async function sampleStep(
   };
   c.res.once('close', gone);
   try {
-    const g = await session.o.batch.submit(session, call);
+    let g: Generation;
+    try {
+      g = await session.o.batch.submit(session, call);
+    } catch (e) {
+      if (e instanceof RequestError) throw e;
+      // The engine could not sample this call (the batch sampled the others apart from it: ./batch.ts).
+      const why = `the engine failed on its call: ${e instanceof Error ? e.message : String(e)}`;
+      session.end(why);
+      throw new RequestError(500, `${why}; episode ${session.id} has ended`, null, 'server_error');
+    }
     if (session.ended)
       throw new RequestError(410, `episode ${session.id} has ended${session.failure ? ` (${session.failure})` : ''}`, null);
     return g;
@@ -225,6 +261,10 @@ async function chat(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
   checkModel(ctx, r.model);
   const { session, tips: tipSource } = c.entry;
   const maxTokens = callBudget(session, r.max_completion_tokens ?? r.max_tokens);
+  const limit = promptLimit(ctx);
+  // Measured before the memory is asked for tips on the state or anything is tokenised (a 10 MB message took 23-50 s to tokenise).
+  const bytes = r.messages.reduce((n, m) => n + Buffer.byteLength(messageText(m), 'utf8'), 0);
+  if (limit) refusePrompt(session, () => checkBytesFit(limit, bytes, maxTokens, 'messages'));
   const u = lastUserMessage(r.messages);
   const state = r.empo2_state ?? messageText(r.messages[u >= 0 ? u : r.messages.length - 1]);
   // The state's valid actions as the agent names them; a constrained call's allowed texts are them otherwise.
@@ -236,6 +276,7 @@ async function chat(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
     tips: shown.map((t) => t.text),
     previous: session.history,
   });
+  if (limit) refusePrompt(session, () => checkContext(encoded.ids.length, maxTokens, limit.maxModelLen, 'messages'));
   const stop = r.stop == null ? [] : typeof r.stop === 'string' ? [r.stop] : r.stop;
   const g = await sampleStep(c, { prompt: encoded.ids, maxTokens, stop, allowedTexts: r.allowed_texts ?? null });
   const content = cutAtStop(g.text, stop);
@@ -287,9 +328,12 @@ async function completion(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
   const { session } = c.entry;
   const maxTokens = callBudget(session, r.max_tokens);
   const tok = ctx.tokenizer();
+  const limit = promptLimit(ctx);
+  if (limit) refusePrompt(session, () => checkBytesFit(limit, Buffer.byteLength(r.prompt, 'utf8'), maxTokens, 'prompt'));
   // A raw prompt has no user message to put tips in: text completions play without the memory's tips.
   const prompt = tok.encode(r.prompt);
   if (prompt.length === 0) throw new RequestError(400, '"prompt" encodes to no tokens', 'prompt');
+  if (limit) refusePrompt(session, () => checkContext(prompt.length, maxTokens, limit.maxModelLen, 'prompt'));
   const stop = r.stop == null ? [] : typeof r.stop === 'string' ? [r.stop] : r.stop;
   const g = await sampleStep(c, { prompt, maxTokens, stop, allowedTexts: r.allowed_texts ?? null });
   const text = cutAtStop(g.text, stop);

@@ -368,6 +368,24 @@ describe('EngineQueue limits', () => {
     ]);
   });
 
+  it('fails only the request the engine throws on when it shares a call with others', async () => {
+    const { engine } = recordingEngine();
+    const generate = engine.generate.bind(engine);
+    const tried: number[][] = [];
+    engine.generate = async (prompts, opts) => {
+      tried.push(prompts.map((p) => p[0]));
+      if (prompts.some((p) => p[0] === 9)) throw new Error('cannot sample token 9');
+      return generate(prompts, opts);
+    };
+    const q = new EngineQueue({ engine, vocabSize: 10, maxModelLen: 100 });
+    const [a, bad, b] = await Promise.allSettled([q.generate([[1], [2]], base), q.generate([[9]], base), q.generate([[3]], base)]);
+    expect(a.status === 'fulfilled' && a.value.map((g) => g.tokens[0])).toEqual([1, 2]);
+    expect(bad.status === 'rejected' && (bad.reason as Error).message).toBe('cannot sample token 9');
+    expect(b.status === 'fulfilled' && b.value.map((g) => g.tokens[0])).toEqual([3]);
+    // One merged call (it threw), then each request alone.
+    expect(tried).toEqual([[1, 2, 9, 3], [1, 2], [9], [3]]);
+  });
+
   it('refuses requests beyond the waiting limit, and drops those whose client has gone', async () => {
     const { engine, calls } = recordingEngine();
     const q = new EngineQueue({ engine, vocabSize: 10, maxModelLen: 100 }, { maxPending: 2 });

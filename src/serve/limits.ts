@@ -62,29 +62,70 @@ export function checkWork(rows: number, longest: number, maxTokens: number, limi
   }
 }
 
+/** What a prompt must fit in: the model's context (prompt plus max_tokens), and the tokenizer that measures it. */
+export interface PromptLimit {
+  tokenizer: TextTokenizer;
+  /** The model's context in tokens (max_position_embeddings). */
+  maxModelLen: number;
+}
+
+/** The limit a served engine's requests are checked against. */
+export function servedLimit(served: ServedEngine): PromptLimit {
+  return { tokenizer: served.engine.tokenizer, maxModelLen: served.maxModelLen };
+}
+
+/** Error code OpenAI's API gives a prompt too long for the model; clients (litellm, LangChain) recognise it. */
+export const CONTEXT_LENGTH_EXCEEDED = 'context_length_exceeded';
+
 /**
  * Before tokenising: refuses a text that cannot fit in the context with `maxTokens`, naming it
  * by `param`. Returns the fewest tokens it can encode to.
  */
-export function checkTextFits(served: ServedEngine, text: string, maxTokens: number, param: string): number {
-  if (maxTokens >= served.maxModelLen) {
+export function checkTextFits(limit: PromptLimit, text: string, maxTokens: number, param: string): number {
+  return checkBytesFit(limit, Buffer.byteLength(text, 'utf8'), maxTokens, param);
+}
+
+/** checkTextFits for texts of `bytes` UTF-8 bytes in all (several messages, measured one by one). */
+export function checkBytesFit(limit: PromptLimit, bytes: number, maxTokens: number, param: string): number {
+  if (maxTokens >= limit.maxModelLen) {
     throw new RequestError(
       400,
-      `max_tokens (${maxTokens}) leaves no room for a prompt in the model's context of ${served.maxModelLen} tokens`,
+      `max_tokens (${maxTokens}) leaves no room for a prompt in the model's context of ${limit.maxModelLen} tokens`,
       'max_tokens',
+      'invalid_request_error',
+      CONTEXT_LENGTH_EXCEEDED,
     );
   }
-  const bytes = Buffer.byteLength(text, 'utf8');
-  const least = Math.ceil(bytes / longestTokenBytes(served.engine.tokenizer));
-  if (least + maxTokens > served.maxModelLen) {
+  const longest = longestTokenBytes(limit.tokenizer);
+  const least = Math.ceil(bytes / longest);
+  if (least + maxTokens > limit.maxModelLen) {
     throw new RequestError(
       400,
-      `"${param}" is ${bytes} bytes, at least ${least} tokens (no token is longer than ${longestTokenBytes(served.engine.tokenizer)} bytes): ` +
-        `with max_tokens (${maxTokens}) it cannot fit in the model's context of ${served.maxModelLen} tokens`,
+      `"${param}" is ${bytes} bytes, at least ${least} tokens (no token is longer than ${longest} bytes): ` +
+        `with max_tokens (${maxTokens}) it cannot fit in the model's context of ${limit.maxModelLen} tokens`,
       param,
+      'invalid_request_error',
+      CONTEXT_LENGTH_EXCEEDED,
     );
   }
   return least;
+}
+
+/**
+ * After tokenising: refuses a prompt of `promptTokens` that, with `maxTokens` to generate, exceeds the
+ * context, in the words of vLLM's and OpenAI's error (which clients match on to shorten their history).
+ */
+export function checkContext(promptTokens: number, maxTokens: number, maxModelLen: number, param: string): void {
+  if (promptTokens + maxTokens <= maxModelLen) return;
+  const where = param === 'messages' ? 'messages' : 'prompt';
+  throw new RequestError(
+    400,
+    `This model's maximum context length is ${maxModelLen} tokens. However, you requested ${promptTokens + maxTokens} tokens ` +
+      `(${promptTokens} in the ${where}, ${maxTokens} in the completion). Please reduce the length of the ${where} or completion.`,
+    param,
+    'invalid_request_error',
+    CONTEXT_LENGTH_EXCEEDED,
+  );
 }
 
 /** Token ids inside the vocabulary, and the prompt plus max_tokens inside the context. */
@@ -93,13 +134,7 @@ export function checkPrompt(served: ServedEngine, ids: number[], param: (j: numb
   const bad = ids.findIndex((id) => id >= served.vocabSize);
   if (bad >= 0)
     throw new RequestError(400, `"${param(bad)}": token id ${ids[bad]} is outside the vocabulary (size ${served.vocabSize})`, param(bad));
-  if (ids.length + maxTokens > served.maxModelLen) {
-    throw new RequestError(
-      400,
-      `prompt (${ids.length} tokens) plus max_tokens (${maxTokens}) exceeds the model's context of ${served.maxModelLen} tokens`,
-      'max_tokens',
-    );
-  }
+  checkContext(ids.length, maxTokens, served.maxModelLen, param(null));
 }
 
 function checkCount(n: number, limit: number, what: string, param: string, advice: string): void {

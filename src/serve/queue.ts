@@ -14,6 +14,7 @@
  */
 import { randomInt } from 'node:crypto';
 import type { GenerateOptions, Generation, PolicyEngine, ScoredSequence } from '../policy/types.ts';
+import { batchedOrApart } from '../util/apart.ts';
 
 /** An engine and the limits requests to it are checked against; a weight swap replaces all three. */
 export interface ServedEngine {
@@ -228,28 +229,45 @@ export class EngineQueue {
     return group;
   }
 
+  /**
+   * The merged requests in one engine call. Each request's prompts were checked against the context
+   * and vocabulary before (./limits.ts), so a throw is rare; when one comes, the requests are run again
+   * one at a time, so that only the request the engine cannot take fails.
+   */
   private async runGroup(group: GenerateTask[]): Promise<void> {
-    const prompts = group.flatMap((t) => t.prompts);
-    const constrained = group.some((t) => t.opts.allowedTexts?.some((a) => a));
-    const allowedTexts = constrained ? group.flatMap((t) => t.opts.allowedTexts ?? t.prompts.map(() => null)) : undefined;
-    const { seed, ...rest } = group[0].opts;
-    this.stats.generateCalls++;
     this.stats.generateRequests += group.length;
+    await batchedOrApart(group, {
+      run: (tasks) => this.generateFor(tasks),
+      settle: (t, o) => (o.ok ? t.resolve(o.value) : t.reject(o.error)),
+      // A call stopped because every client has gone is not worth running again.
+      retryApart: () => group.some((t) => !t.signal?.aborted),
+    });
+  }
+
+  /** One engine call over `tasks`, each task's generations in its own list. */
+  private async generateFor(tasks: readonly GenerateTask[]): Promise<Generation[][]> {
+    const live = tasks.filter((t) => !t.signal?.aborted);
+    if (live.length === 0) throw tasks[0].signal!.reason;
+    const prompts = tasks.flatMap((t) => t.prompts);
+    const constrained = tasks.some((t) => t.opts.allowedTexts?.some((a) => a));
+    const allowedTexts = constrained ? tasks.flatMap((t) => t.opts.allowedTexts ?? t.prompts.map(() => null)) : undefined;
+    const { seed, ...rest } = tasks[0].opts;
+    this.stats.generateCalls++;
     // The call stops once every request in it has gone; a request that goes alone is answered at once.
     const stop = new AbortController();
-    let live = group.length;
+    let left = live.length;
     const gone = new Map<GenerateTask, () => void>();
-    for (const t of group) {
+    for (const t of live) {
       if (!t.signal) continue;
       const onAbort = () => {
         t.reject(t.signal!.reason);
-        if (--live === 0) stop.abort(t.signal!.reason);
+        if (--left === 0) stop.abort(t.signal!.reason);
       };
       gone.set(t, onAbort);
       t.signal.addEventListener('abort', onAbort, { once: true });
     }
     try {
-      this.options.useAdapter?.(group[0].adapter ?? null, this.served);
+      this.options.useAdapter?.(tasks[0].adapter ?? null, this.served);
       const gens = await this.served.engine.generate(prompts, {
         ...rest,
         allowedTexts,
@@ -257,13 +275,10 @@ export class EngineQueue {
         signal: stop.signal,
       });
       let at = 0;
-      for (const t of group) {
-        t.resolve(gens.slice(at, at + t.prompts.length));
-        at += t.prompts.length;
-      }
+      return tasks.map((t) => gens.slice(at, (at += t.prompts.length)));
     } catch (e) {
       if (stop.signal.aborted) this.stats.cancelledCalls++;
-      for (const t of group) t.reject(e);
+      throw e;
     } finally {
       for (const [t, onAbort] of gone) t.signal!.removeEventListener('abort', onAbort);
     }

@@ -32,6 +32,7 @@ import {
   checkCompletionCounts,
   checkPrompt,
   checkTextFits,
+  servedLimit,
   checkWork,
   longestTokenBytes,
 } from './limits.ts';
@@ -403,7 +404,7 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
   let texts: (string | null)[];
   let param: (i: number, j: number | null) => string;
   const encodeAll = (all: string[], name: (i: number) => string): number[][] => {
-    const least = all.map((t, i) => checkTextFits(served, t, maxTokens, name(i)));
+    const least = all.map((t, i) => checkTextFits(servedLimit(served), t, maxTokens, name(i)));
     checkWork(all.length, longestOf(least), maxTokens, ctx.maxRequestTokens, 'prompt');
     return all.map((t) => tok.encode(t));
   };
@@ -504,9 +505,9 @@ async function chat(ctx: Ctx, r: ChatRequest, signal: AbortSignal) {
   // ...and the longest message alone able to fit.
   const lengths = r.messages.map((m) => Buffer.byteLength(messageText(m), 'utf8'));
   const longest = lengths.indexOf(longestOf(lengths));
-  checkTextFits(served, messageText(r.messages[longest]), explicitMax ?? 1, `messages[${longest}].content`);
+  checkTextFits(servedLimit(served), messageText(r.messages[longest]), explicitMax ?? 1, `messages[${longest}].content`);
   const rendered = renderChatML(r.messages);
-  checkTextFits(served, rendered, explicitMax ?? 1, 'messages');
+  checkTextFits(servedLimit(served), rendered, explicitMax ?? 1, 'messages');
   const prompt = tok.encode(rendered);
   const maxTokens = explicitMax ?? Math.max(1, Math.min(ctx.defaultChatMaxTokens, served.maxModelLen - prompt.length));
   checkWork(1, prompt.length, maxTokens, ctx.maxRequestTokens, 'messages');
