@@ -589,7 +589,12 @@ describe('empo2 serve: weight updates', () => {
     expect(again.json.error.message).toMatch(/outside the vocabulary \(size 300\)/);
     const long = await post(server.url, '/v1/completions', { prompt: [[5]], max_tokens: 1500 }, { headers: auth });
     expect(long.status).toBe(400);
-    expect(long.json.error.message).toMatch(/context of 1024 tokens/);
+    expect(long.json.error).toMatchObject({
+      message:
+        "This model's maximum context length is 1024 tokens. However, you requested 1501 tokens (1 in the prompt, 1500 in the completion). Please reduce the length of the prompt or completion.",
+      code: 'context_length_exceeded',
+      param: 'prompt[0]',
+    });
   });
 });
 
