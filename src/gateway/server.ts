@@ -241,7 +241,7 @@ async function sampleStep(
     try {
       g = await session.o.batch.submit(session, call);
     } catch (e) {
-      if (e instanceof RequestError) throw e;
+      if (e instanceof RequestError || session.ended) throw e;
       // The engine could not sample this call (the batch sampled the others apart from it: ./batch.ts).
       const why = `the engine failed on its call: ${e instanceof Error ? e.message : String(e)}`;
       session.end(why);
