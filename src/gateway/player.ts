@@ -235,7 +235,7 @@ async function playEpisode<Task>(o: AgentPlayerOptions<Task>, session: EpisodeSe
  */
 export function episodeOf(session: EpisodeSession, outcome: AgentOutcome, failure: string | null): Episode {
   const calls = session.calls;
-  const base = { ...session.job, description: describe(session.o.task) };
+  const base = { ...session.job, description: describe(session.o.task), episodeId: session.id };
   const fail = (why: string): Episode => ({
     ...base,
     steps: calls.map((c) => ({ ...c, reward: 0, score: 0 })),
