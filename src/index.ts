@@ -12,6 +12,7 @@ export { createEnv, envNames, registerEnv, type EnvDefinition, type EnvFactory, 
 export { SUCCESS_SCORE, type Env, type ResetResult, type Split, type StepResult } from './envs/types.ts';
 export type { TrainLine } from './run/metrics-log.ts';
 export type { EvalResult, TaskResult } from './run/records.ts';
+export { AllEpisodesFailedError } from './run/failure-streak.ts';
 export { readRunMetrics, type RunMetrics } from './compare/metrics.ts';
 export { formatPairedDifference, pairedDifference, summarize, type PairedDifference, type Summary } from './compare/stats.ts';
 export { startDashboard, type DashboardOptions, type RunningDashboard } from './dashboard/server.ts';

@@ -41,6 +41,11 @@ export interface TrainResult {
   evalTable: string | null;
   /** Stopped by the signal (or a Ctrl-C the program passed on) before the run's end. */
   interrupted: boolean;
+  /**
+   * Iterations of this call in which every episode failed: nothing was learned in them. Three in a row
+   * stop the run: train() and trainAgent() then reject with an AllEpisodesFailedError instead.
+   */
+  failedIterations: number[];
   /** The config the run used, as validated (and saved in the run folder's config.yaml). */
   config: Config;
 }

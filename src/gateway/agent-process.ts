@@ -27,7 +27,10 @@ export interface AgentProcessOptions {
   log?: (line: string) => void;
 }
 
-const REWARD_LINE = /^reward\s*[:=]\s*(-?\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*$/i;
+// nan and inf as Python prints them, so that the episode fails naming the value (./outcome.ts), not for want of a reward.
+const REWARD_LINE = /^reward\s*[:=]\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|[-+]?inf(?:inity)?|nan)\s*$/i;
+const rewardValue = (text: string) =>
+  /nan/i.test(text) ? Number.NaN : /inf/i.test(text) ? (text.startsWith('-') ? -Infinity : Infinity) : Number(text);
 
 /** The outcome in the last non-empty line of `stdout`, or undefined when it states none. */
 export function parseRewardLine(stdout: string): AgentOutcome {
@@ -38,7 +41,7 @@ export function parseRewardLine(stdout: string): AgentOutcome {
     .at(-1);
   if (last === undefined) return undefined;
   const m = REWARD_LINE.exec(last);
-  if (m) return Number(m[1]);
+  if (m) return rewardValue(m[1]);
   if (!last.startsWith('{')) return undefined;
   let json: unknown;
   try {

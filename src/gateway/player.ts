@@ -15,6 +15,7 @@ import type { PolicyEngine } from '../policy/types.ts';
 import type { Episode, RolloutJob, RolloutStats, ShownTip } from '../run/records.ts';
 import type { RolloutMemory, RolloutPlayer, RolloutSettings } from '../trainer/rollout.ts';
 import { LockstepBatch } from './batch.ts';
+import { outcomeFailure } from './outcome.ts';
 import type { Gateway } from './server.ts';
 import { EpisodeSession, type EpisodeBudget } from './session.ts';
 
@@ -34,10 +35,11 @@ export interface AgentInput<Task = unknown> {
 }
 
 /**
- * How an episode went, as the agent says it: a number is the reward (1 is success); or an object with
- * `reward` (1 is success) or `score` (0-100, as empo2's environments score), optionally the reward and
+ * How an episode went, as the agent says it: a number is the reward, in [0, 1] (1 is success); or an
+ * object with `reward` or `score` (in [0, 100], as empo2's environments score), optionally the reward and
  * score after each call (`steps`, in score units, one per call) and the last thing the agent saw
  * (`finalObservation`, which the reflection reads). Nothing (undefined): the reward POSTed to the gateway.
+ * A value out of range fails the episode (./outcome.ts).
  */
 export type AgentOutcome =
   | number
@@ -233,7 +235,7 @@ async function playEpisode<Task>(o: AgentPlayerOptions<Task>, session: EpisodeSe
  */
 export function episodeOf(session: EpisodeSession, outcome: AgentOutcome, failure: string | null): Episode {
   const calls = session.calls;
-  const base = { ...session.job, description: describe(session.o.task) };
+  const base = { ...session.job, description: describe(session.o.task), episodeId: session.id };
   const fail = (why: string): Episode => ({
     ...base,
     steps: calls.map((c) => ({ ...c, reward: 0, score: 0 })),
@@ -247,8 +249,9 @@ export function episodeOf(session: EpisodeSession, outcome: AgentOutcome, failur
   if (calls.length === 0) return fail('the agent made no call to the gateway');
   const r = typeof outcome === 'number' ? { reward: outcome } : (outcome ?? reported(session));
   if (!r) return fail('the agent never reported a reward (return it, print "reward: <number>" last, or POST it to {baseURL}/empo2/reward)');
-  const score = r.score ?? (r.reward !== undefined ? r.reward * 100 : Number.NaN);
-  if (!Number.isFinite(score)) return fail(`the agent reported a reward that is not a finite number (${JSON.stringify(outcome)})`);
+  const bad = outcomeFailure(r, outcome === undefined || outcome === null);
+  if (bad !== null) return fail(bad);
+  const score = r.score ?? r.reward! * 100;
   if (r.steps && r.steps.length !== calls.length)
     return fail(`the agent reported ${r.steps.length} step rewards for ${calls.length} calls`);
   const steps = calls.map((c, t) => {

@@ -100,11 +100,14 @@ export function messageText(m: GatewayMessage): string {
   return typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join('');
 }
 
-/** What the agent reports at the end of an episode, by POST {baseURL}/empo2/reward. */
+/** Any number, an infinity too (JSON's 1e999 reads as one): ./outcome.ts names a value out of range, so that the agent is told it. */
+const reported = z.custom<number>((v) => typeof v === 'number', { error: 'must be a number' });
+
+/** What the agent reports at the end of an episode, by POST {baseURL}/empo2/reward (ranges: ./outcome.ts). */
 export const RewardReportSchema = z.strictObject({
-  reward: z.number().finite().optional(),
-  score: z.number().finite().optional(),
-  steps: z.array(z.strictObject({ reward: z.number().finite(), score: z.number().finite() })).optional(),
+  reward: reported.optional(),
+  score: reported.optional(),
+  steps: z.array(z.strictObject({ reward: reported, score: reported })).optional(),
   final_observation: z.string().optional(),
   description: z.string().optional(),
 });

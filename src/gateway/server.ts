@@ -17,6 +17,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { randomUUID } from 'node:crypto';
 import type { Generation, TextTokenizer } from '../policy/types.ts';
 import type { ShownTip } from '../run/records.ts';
+import { outcomeProblem } from './outcome.ts';
 import { encodeCall, historyAfter, lastUserMessage, recordedAction, type PromptRendering } from './prompt.ts';
 import {
   GatewayChatSchema,
@@ -144,6 +145,8 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
     if ((report.reward === undefined) === (report.score === undefined))
       throw new RequestError(400, 'give either "reward" (1 is success) or "score" (0-100), not both', 'reward');
     session.report = report;
+    const bad = outcomeProblem(report);
+    if (bad) throw new RequestError(400, `${bad.message}; the episode fails unless a valid report replaces it`, bad.field);
     return sendJson(res, 200, { object: 'empo2.reward', episode: session.id, recorded: true });
   }
   session.openRequests++;

@@ -76,6 +76,8 @@ export interface Episode extends RolloutJob {
   outcome?: EpisodeOutcome;
   /** What failed, for an episode whose outcome is 'failed'. */
   failure?: string;
+  /** The id its agent was given (AgentInput.episode.id, EMPO2_EPISODE_ID), for an episode a user's agent played through the gateway. */
+  episodeId?: string;
 }
 
 /** Whether an environment or engine failure ended the episode. */

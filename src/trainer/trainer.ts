@@ -15,6 +15,7 @@ import { EvaluationInterrupted } from '../run/interrupt.ts';
 import { evalRecord, formatEvalLine, formatIterationLine, tipFollowRate, trainRecord } from '../run/iteration-log.ts';
 import type { TrainLine } from '../run/metrics-log.ts';
 import { STEP_FILE, type PartialHeader } from '../run/partial.ts';
+import { FailureStreak } from '../run/failure-streak.ts';
 import { EpisodeProgress, watchUpdate } from '../run/progress.ts';
 import { isFailed, type Episode, type EvalResult, type RolloutJob, type RolloutStats, type UpdateStats } from '../run/records.ts';
 import { closeRun, saveRunCheckpoint, saveRunPartWay, stopRequested } from '../run/run-context.ts';
@@ -96,12 +97,14 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   let lastEval: EvalResult | null = initialEval;
   let interrupted = false;
   const failedIterations: number[] = [];
+  const streak = new FailureStreak();
   try {
     for (let it = state.iteration + 1; it <= cfg.train.iterations && !interrupted; it++) {
       const done = await runIteration(t, it, clock, opts);
       lastEval = done.evaluation ?? lastEval;
       interrupted = done.stop;
-      if (done.allFailed) failedIterations.push(it);
+      if (done.episodes.every(isFailed)) failedIterations.push(it);
+      streak.count(it, done.episodes);
     }
   } catch (e) {
     if (!(e instanceof StoppedPartWay)) {
@@ -166,7 +169,7 @@ async function runIteration(t: Training, it: number, clock: { started: number },
   const last = it === cfg.train.iterations;
   const evaluation = cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last ? await evaluateAndLog(t, it) : null;
   if (it % cfg.train.checkpoint_every === 0 || last || stopRequested(t.run)) log(`checkpoint ${await saveRunCheckpoint(t.run)}`);
-  return { evaluation, stop: stopRequested(t.run) && !last, allFailed: batch.episodes.every(isFailed) };
+  return { evaluation, stop: stopRequested(t.run) && !last, episodes: batch.episodes };
 }
 
 /**
@@ -406,7 +409,9 @@ async function rollOut(t: Training, it: number, drawn: { jobs: RolloutJob[]; mod
 function logFailures(t: Training, it: number, episodes: readonly Episode[]): void {
   episodes.forEach((e, i) => {
     if (isFailed(e))
-      t.run.log(`iter ${it}: episode ${i} (task ${e.task} #${e.variation}) failed and is left out of the update: ${e.failure}`);
+      t.run.log(
+        `iter ${it}: episode ${e.episodeId ?? i} (task ${e.task} #${e.variation}) failed and is left out of the update: ${e.failure}`,
+      );
   });
 }
 

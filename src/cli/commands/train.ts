@@ -1,6 +1,6 @@
 /** `empo2 train`: a run in run_dir, fresh or resumed from its latest checkpoint; Ctrl-C stops it with a checkpoint saved. */
 import type { Command } from 'commander';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError } from '../../config/load.ts';
 import type { Config } from '../../config/schema.ts';
@@ -19,8 +19,9 @@ export function register(program: Command): void {
       '--agent <command>',
       'train the model behind your own agent: a shell command run once per episode, talking to the gateway with any OpenAI client (docs/AGENTS.md); needs --tasks',
     )
-    .option('--tasks <file>', '--agent: the training tasks, one JSON value (or line of text) per line')
+    .option('--tasks <file>', '--agent: the training tasks, one JSON value per line')
     .option('--eval-tasks <file>', '--agent: held-out tasks for the evaluations (default: the training tasks)')
+    .option('--tasks-as-text', '--agent: read each line of --tasks and --eval-tasks as a text task (a string), not as JSON')
     .option(
       '--task-name <field>',
       "--agent: the field of a task (a JSON object) that names it: tasks of the same name get one row in the evaluation tables (default: one row, 'agent')",
@@ -62,24 +63,6 @@ export function register(program: Command): void {
     });
 }
 
-/** Tasks from a file: one JSON value per line, or a line of plain text as a string; blank lines skipped. */
-export function readTasks(file: string, flag: string): unknown[] {
-  if (!existsSync(file)) throw new ConfigError(`${flag}: no file ${file}`);
-  const tasks = readFileSync(file, 'utf8')
-    .split('\n')
-    .map((l) => l.trim())
-    .filter((l) => l.length > 0)
-    .map((l) => {
-      try {
-        return JSON.parse(l) as unknown;
-      } catch {
-        return l;
-      }
-    });
-  if (tasks.length === 0) throw new ConfigError(`${flag}: ${file} holds no task (one per line)`);
-  return tasks;
-}
-
 /** `--task-name <field>`: a task's name is that field of the task (a task that is not an object, or lacks it, has none). */
 function nameField(field: string): (task: unknown) => string | undefined {
   return (task) => {
@@ -93,15 +76,25 @@ function nameField(field: string): (task: unknown) => string | undefined {
 /** The gateway and the player that runs `opts.agent` per episode, over the tasks of `--tasks`. */
 async function agentRun(
   base: Config,
-  opts: { agent: string; tasks?: string; evalTasks?: string; taskName?: string; agentTimeout?: string; agentMaxCalls?: string },
+  opts: {
+    agent: string;
+    tasks?: string;
+    evalTasks?: string;
+    tasksAsText?: boolean;
+    taskName?: string;
+    agentTimeout?: string;
+    agentMaxCalls?: string;
+  },
 ) {
   if (!opts.tasks) throw new ConfigError('--agent needs --tasks <file>: the tasks your agent plays, one per line');
-  const tasks = readTasks(opts.tasks, '--tasks');
-  const evalTasks = opts.evalTasks ? readTasks(opts.evalTasks, '--eval-tasks') : [];
-  const [{ agentConfig }, { openAgentPlay, runAgentProcess }] = await Promise.all([
+  const [{ agentConfig }, { openAgentPlay, runAgentProcess }, { readTasksFile }] = await Promise.all([
     import('../../gateway/tasks-env.ts'),
     import('../../gateway/index.ts'),
+    import('../../gateway/tasks-file.ts'),
   ]);
+  const asText = opts.tasksAsText ?? false;
+  const tasks = readTasksFile(opts.tasks, { flag: '--tasks', asText });
+  const evalTasks = opts.evalTasks ? readTasksFile(opts.evalTasks, { flag: '--eval-tasks', asText }) : [];
   const cfg = agentConfig(base, { tasks, evalTasks, taskName: opts.taskName === undefined ? undefined : nameField(opts.taskName) });
   const log = (l: string) => console.log(l);
   const play = await openAgentPlay<unknown>(cfg, {
