@@ -10,19 +10,9 @@
  * current probability is below δ; the sequence-level variant is applied by the caller through m.
  */
 import * as tf from '@tensorflow/tfjs';
+import type { ObjectiveConfig } from './objective-config.ts';
 
-export interface ObjectiveConfig {
-  /** ε_low: lower clip range of the ratio. */
-  clipLow: number;
-  /** ε_high: upper clip range of the ratio. */
-  clipHigh: number;
-  /** c: dual-clip bound for negative advantages; null disables it. */
-  dualClip: number | null;
-  /** β: weight of the KL penalty to the reference policy (k3 estimator); 0 disables it. */
-  klCoef: number;
-  /** δ: drop tokens whose probability under πθ is below this; null disables token-level masking. */
-  lowProbDelta: number | null;
-}
+export type { ObjectiveConfig };
 
 export interface ObjectiveInputs {
   /** log πθ(a_t | ...) for every response token, [n]; carries the gradient. */

@@ -7,8 +7,7 @@
  * template, token-in/token-out: where the new prompt's text extends the previous call's prompt and
  * answer, the previous ids are kept as sampled and only the new text is encoded.
  */
-import type { ChatMessage, ChatTemplate } from '../policy/index.ts';
-import type { TextTokenizer } from '../policy/types.ts';
+import type { ChatMessage, ChatTemplate, TextTokenizer } from '../policy/types.ts';
 import { renderChatML } from '../serve/chat.ts';
 import { parseAction, renderTipBlock, type EncodedPrompt } from '../trainer/prompt.ts';
 import { messageText, RequestError, type GatewayMessage } from './protocol.ts';

@@ -3,8 +3,12 @@
  * OpenAI-compatible server, a PyTorch worker). Everything is in token ids so no engine re-tokenises
  * another's text.
  */
-import type { ObjectiveConfig } from '../algo/objective.ts';
+import type { ObjectiveConfig } from '../algo/objective-config.ts';
 import type { SampleOptions } from './sampling.ts';
+
+// The chat template's types for the layers that may import only this file and ./index.ts: through here
+// their declarations stay clear of ./index.ts's, which name the TensorFlow.js engine and so its types.
+export type { ChatMessage, ChatTemplate } from './chat-template.ts';
 
 export interface TextTokenizer {
   encode(text: string): number[];

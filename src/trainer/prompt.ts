@@ -12,8 +12,8 @@
  * plans from earlier trials (when an episode has any) before the task, where the task stays in view.
  */
 import type { PastReflection } from '../memory/reflexion.ts';
-import { IM_END, IM_START, type ChatMessage, type ChatTemplate } from '../policy/index.ts';
-import type { TextTokenizer } from '../policy/types.ts';
+import { IM_END, IM_START } from '../policy/index.ts';
+import type { ChatMessage, ChatTemplate, TextTokenizer } from '../policy/types.ts';
 
 export interface Turn {
   observation: string;

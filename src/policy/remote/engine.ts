@@ -22,7 +22,7 @@
  * The weights live on the server, so this engine cannot train or save.
  */
 import pLimit from 'p-limit';
-import type { ObjectiveConfig } from '../../algo/objective.ts';
+import type { ObjectiveConfig } from '../../algo/objective-config.ts';
 import { Rng } from '../../util/rng.ts';
 import type { GenerateOptions, Generation, PolicyEngine, ScoredSequence, TextTokenizer, TrainSequence, TrainStats } from '../types.ts';
 import { isClientError, requestJson, type HttpSettings } from './http.ts';

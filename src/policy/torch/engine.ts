@@ -12,7 +12,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
-import type { ObjectiveConfig } from '../../algo/objective.ts';
+import type { ObjectiveConfig } from '../../algo/objective-config.ts';
 import type { AdamWConfig } from '../tfjs/adamw.ts';
 import type { LoraConfig } from '../tfjs/lora.ts';
 import { Tokenizer } from '../tokenizer.ts';
