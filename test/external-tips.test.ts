@@ -15,6 +15,8 @@ import { loadConfig } from '../src/config/load.ts';
 import type { Config } from '../src/config/schema.ts';
 import { CACHE_FILE } from '../src/external/cache.ts';
 import { MEMORY_FILE, checkpointsDir, latestCheckpoint } from '../src/run/checkpoint.ts';
+import { adapt } from '../src/adapt/tips.ts';
+import { createEngine } from '../src/policy/create-engine.ts';
 import { train } from '../src/trainer/trainer.ts';
 import { startServedFixture, type ServedFixture } from './support/served-fixture.ts';
 import { TINY_RUN } from './support/tiny.ts';
@@ -108,7 +110,7 @@ function memoryTexts(dir: string): string[] {
 }
 
 describe('memory.reflector: openai', () => {
-  it('writes the tips through the served model, and a repeated run is answered from the cache alone', async () => {
+  it('writes the tips through the served model (training and adapt); a repeated or resumed run is answered from the cache alone', async () => {
     const first = join(root, 'first');
     const writer = `{base_url: "${proxy.url}", model: tiny, temperature: 1}`;
     await train(config(first, writer), { resume: false, log: () => {} });
@@ -162,6 +164,31 @@ describe('memory.reflector: openai', () => {
     expect(resumed).toHaveLength(2);
     expect(resumed[1].external.reflector).toMatchObject({ calls: 4, cached: 4, requests: 0 });
     expect(memoryTexts(first)).toEqual(texts);
+
+    // empo2 adapt with the run's config: the same writer, its cache in the adaptation's folder.
+    const checkpoint = latestCheckpoint(first)!;
+    const runCfg = config(first, writer);
+    const { engine } = await createEngine({ ...runCfg, model: { ...runCfg.model, path: checkpoint } }, 'fresh');
+    const out = join(root, 'adapt');
+    const adaptLines: string[] = [];
+    const trials = await adapt(engine, runCfg, {
+      task: 'fetch',
+      trials: 2,
+      variations: 1,
+      split: 'test',
+      memoryFrom: checkpoint,
+      outDir: out,
+      log: (l) => adaptLines.push(l),
+    });
+    engine.dispose();
+    expect(adaptLines[0]).toMatch(/openai \(tiny\) reflector/);
+    for (const t of trials) {
+      expect(t.external?.reflector).toMatchObject({ calls: 1, failed: 0 });
+      expect(t.tips_skipped).toBe(0);
+    }
+    expect(trials[1].memory_size).toBeGreaterThan(0);
+    expect(proxy.chats).toBe(8 + trials.reduce((n, t) => n + t.external!.reflector.requests, 0));
+    expect(readFileSync(join(out, CACHE_FILE), 'utf8').trim().split('\n').length).toBe(proxy.chats - 8);
   }, 180_000);
 
   it('finishes a run whose writer fails in every way, counting the skipped tips and leaving no request open', async () => {
