@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/load.ts';
 import type { Config } from '../src/config/schema.ts';
 import { CACHE_FILE } from '../src/external/cache.ts';
+import { oneLineTip } from '../src/memory/external-reflector.ts';
 import { MEMORY_FILE, checkpointsDir, latestCheckpoint } from '../src/run/checkpoint.ts';
 import { adapt } from '../src/adapt/tips.ts';
 import { createEngine } from '../src/policy/create-engine.ts';
@@ -125,11 +126,11 @@ describe('memory.reflector: openai', () => {
       expect(l.tips_added).toBeGreaterThan(0);
     }
     expect(proxy.chats).toBe(8);
-    // The tips in memory begin with what the served model answered (whitespace folded, cut to the policy's tokens).
+    // The tips in memory begin with what the served model answered (on one line, cut to the policy's tokens).
     const answers = readFileSync(join(first, CACHE_FILE), 'utf8')
       .trim()
       .split('\n')
-      .map((l) => (JSON.parse(l).text as string).replace(/\s+/g, ' ').trim());
+      .map((l) => oneLineTip(JSON.parse(l).text));
     expect(answers).toHaveLength(8);
     const texts = memoryTexts(first);
     expect(texts.length).toBe(lines[1].memory_size);

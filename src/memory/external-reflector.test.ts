@@ -60,7 +60,7 @@ function reflector(maxTokens: number): ExternalReflector {
 
 describe('openai reflector', () => {
   it("asks the policy reflector's prompt and caps the tip at the policy's tokens; an empty or failed answer is no tip", async () => {
-    answers.push('  Go  north\nfirst, then open the door.  ', '   ', null);
+    answers.push('  Go\u0007  north\nfirst, then open the door.  ', '   ', null);
     const r = reflector(12);
     const tips = await r.reflect([trajectory, trajectory, trajectory]);
     expect(tips).toEqual(['Go north fir', null, null]);

@@ -39,7 +39,7 @@ export class ExternalReflector implements Reflector {
         });
         if (!answer.ok) return null;
         // An empty answer is no tip: the episode is skipped as for a failed call, rather than stored as an action and score alone.
-        return capTokens(limitWords(answer.text.replace(/\s+/g, ' ').trim(), MAX_TIP_WORDS), this.tokenizer, this.s.maxTokens) || null;
+        return capTokens(limitWords(oneLineTip(answer.text), MAX_TIP_WORDS), this.tokenizer, this.s.maxTokens) || null;
       }),
     );
   }
@@ -51,6 +51,14 @@ export class ExternalReflector implements Reflector {
   close(): void {
     this.model.close();
   }
+}
+
+/** An answer as one line of prompt text: whitespace folded, control characters (which no tip needs) dropped. */
+export function oneLineTip(text: string): string {
+  return text
+    .replace(/[\u0000-\u0008\u000E-\u001F\u007F]/g, '')
+    .replace(/\s+/g, ' ')
+    .trim();
 }
 
 /** `text` cut to at most `maxTokens` tokens of `tokenizer` (kept as written when it fits). */
