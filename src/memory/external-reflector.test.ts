@@ -7,7 +7,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../config/load.ts';
-import { ExternalModelSchema } from '../config/schema.ts';
+import { ExternalModelSchema, resumeConflicts } from '../config/schema.ts';
 import { ExternalModel } from '../external/client.ts';
 import type { TextTokenizer } from '../policy/types.ts';
 import { ExternalReflector, capTokens } from './external-reflector.ts';
@@ -80,6 +80,15 @@ describe('openai reflector', () => {
     // A tokenizer whose decode adds a replacement character where a cut split one.
     const splitting: TextTokenizer = { ...chars, decode: (ids) => chars.decode(ids) + '\uFFFD' };
     expect(capTokens('abcdefgh', splitting, 4)).toBe('abcd');
+  });
+
+  it('lets a resume move the writer to another server, not change the model', () => {
+    const writer = (url: string, model: string) => `memory.reflector_model={base_url: "${url}", model: ${model}, timeout_s: 5}`;
+    const saved = loadConfig(null, ['memory.reflector=openai', writer('http://a:1/v1', 'm')]);
+    expect(resumeConflicts(saved, loadConfig(null, ['memory.reflector=openai', writer('http://b:2/v1', 'm')]))).toEqual([]);
+    expect(resumeConflicts(saved, loadConfig(null, ['memory.reflector=openai', writer('http://a:1/v1', 'other')]))).toEqual([
+      'memory.reflector_model.model: "m" in the run, "other" now',
+    ]);
   });
 
   it('refuses openai without a model, a model without openai, and an address that is not http', () => {
