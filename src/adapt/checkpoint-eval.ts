@@ -199,7 +199,9 @@ async function checkpointMemory(cfg: Config, engine: PolicyEngine, dir: string):
     throw new ConfigError(
       `train.eval_with_memory is set, but algo ${cfg.algo.name} with p = ${cfg.algo.p} keeps no tip memory; pass the run's config or set algo.p > 0`,
     );
-  return MemoryRuntime.create(cfg, algo, engine, { checkpoint: dir });
+  // An evaluation writes no tips: no tip writer is made (an external one would need its key for nothing).
+  const reader: Config = { ...cfg, memory: { ...cfg.memory, reflector: 'summary', reflector_model: null } };
+  return MemoryRuntime.create(reader, algo, engine, { checkpoint: dir });
 }
 
 /** What to open in the dashboard to read a trajectory file: its run, when it sits in one's trajectories/ folder. */

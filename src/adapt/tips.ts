@@ -7,6 +7,7 @@
  */
 import { join } from 'node:path';
 import { resolveAlgo, type Config } from '../config/schema.ts';
+import type { ExternalUsage } from '../external/usage.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import { recordEpisodes } from '../run/episode-log.ts';
 import type { Episode } from '../run/records.ts';
@@ -51,6 +52,9 @@ export interface TrialResult extends TrialScores {
    */
   best_tip_is_solver: number | null;
   solver_action_share: { with_tips: number | null; without_tips: number | null } | null;
+  /** memory.reflector: openai only: episodes whose tip the writer could not write, and what its calls cost this trial. */
+  tips_skipped?: number;
+  external?: { reflector: ExternalUsage };
 }
 
 /** What one step was shown: the actions of its tips, best first, and the solver's next action (undefined without a solver). */
@@ -121,7 +125,11 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
     // Resumed, the memory is the one the last finished trial left (the reflector is seeded alike every call).
     resumed = loadTrialState<TrialResult, object>(key);
     const saved = resumed ? { memory: resumed.carry, where: join(o.outDir, TRIAL_STATE_FILE) } : undefined;
-    memory = await MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, { checkpoint: o.memoryFrom, saved });
+    memory = await MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, {
+      checkpoint: o.memoryFrom,
+      saved,
+      writer: { cacheDir: o.outDir, log },
+    });
   } catch (e) {
     await bed.close();
     throw e;
@@ -140,7 +148,7 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
       saveTrialState(key, { results, carry: memory.toJSON() });
       const solverNote = r.best_tip_is_solver === null ? '' : ` | best tip = solver's action ${pct(r.best_tip_is_solver)}`;
       log(
-        `trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.tips_shown_per_step.toFixed(1)} tips per step | tips followed ${pct(r.tips_followed)}${solverNote} | ${r.memory_size} tips in memory`,
+        `trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.tips_shown_per_step.toFixed(1)} tips per step | tips followed ${pct(r.tips_followed)}${solverNote} | ${r.memory_size} tips in memory${r.tips_skipped ? ` | ${r.tips_skipped} tips skipped (writer failed)` : ''}`,
       );
     }
   } catch (e) {
@@ -193,6 +201,7 @@ async function tipTrial(
   const memoryUse = { tips: counted, uses: () => true };
   const episodes = await playTrial(bed, a.engine, cfg, { jobs: bed.jobs, trial, trials: o.trials, seed, memory: memoryUse });
   const { reflections } = await memory.writeTips(episodes);
+  const writing = memory.takeWriting();
   recordEpisodes(a.recorder, episodes, { source: 'adapt', trial }, { mode: 'tips', slots: memory, reflections });
   return {
     ...trialScores(trial, episodes),
@@ -200,6 +209,7 @@ async function tipTrial(
     memory_size: [...new Set(bed.jobs.map((j) => memory.slotOf(j)))].reduce((n, slot) => n + memory.tips.size(slot), 0),
     tips_shown_per_step: tipsShown / Math.max(1, steps),
     ...tipUse(episodes, shown, bed.hasSolver),
+    ...(writing.external ? { tips_skipped: writing.skipped, external: { reflector: writing.external } } : {}),
   };
 }
 

@@ -147,6 +147,8 @@ function describeIssue(issue: z.core.$ZodIssue): string {
     return issue.keys
       .map((k) => {
         const key = at ? `${at}.${k}` : k;
+        if (/^(api_?key|key|token|secret|authorization)$/i.test(k) && closestKey(at, 'api_key_env') === 'api_key_env')
+          return `${key}: a key never goes into a config; put it in an environment variable and name that variable in ${at}.api_key_env`;
         const near = closestKey(at, k);
         return `${key}: unknown option${near ? ` (did you mean "${near}"?)` : ''}`;
       })

@@ -322,6 +322,46 @@ export const AlgoSchema = strict({
     ),
 });
 
+/**
+ * An OpenAI-compatible model the run asks for text (src/external/): where it is, which model, and the
+ * name of the environment variable that holds its key. The key itself never goes into a config.
+ */
+export const ExternalModelSchema = strict({
+  base_url: z
+    .string()
+    .min(1)
+    .describe('the server, e.g. http://127.0.0.1:8080/v1 (llama.cpp), http://127.0.0.1:11434/v1 (Ollama), http://127.0.0.1:8000/v1 (vLLM)'),
+  model: z.string().min(1).describe('model name to request'),
+  api_key_env: z
+    .string()
+    .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be the name of an environment variable (letters, digits, _), not the key itself')
+    .nullable()
+    .default(null)
+    .describe(
+      'the environment variable that holds the API key, e.g. OPENAI_API_KEY (null: send no key); the key never goes into a config or a log',
+    ),
+  temperature: z.number().min(0).max(2).default(0).describe('sampling temperature of the requests'),
+  timeout_s: z.number().positive().default(60).describe('time limit per request attempt'),
+  max_retries: z
+    .number()
+    .int()
+    .min(0)
+    .max(20)
+    .default(4)
+    .describe('extra attempts on 429, 5xx, time-outs and connection errors, with backoff'),
+  max_retry_wait_s: z
+    .number()
+    .positive()
+    .default(60)
+    .describe('longest wait before a retry; a Retry-After asking for longer fails the call instead'),
+  concurrency: z.number().int().positive().max(256).default(4).describe('requests in flight at once'),
+  cache: z
+    .boolean()
+    .default(true)
+    .describe('keep every answer on disk, keyed by the request (model and body), so a resumed or repeated run does not ask twice'),
+  cache_dir: z.string().min(1).nullable().default(null).describe('folder of the cache (null: the run folder); several runs may share one'),
+});
+
 export const MemorySchema = strict({
   embedder: z
     .enum(['hashed', 'minilm'])
@@ -344,12 +384,20 @@ export const MemorySchema = strict({
   top_k: z.number().int().positive().default(10).describe('tips shown per step (highest score first)'),
   slot: z.enum(['task', 'variation']).default('task').describe('one memory per task (paper) or per task variation (reference)'),
   reflector: z
-    .enum(['auto', 'summary', 'policy'])
+    .enum(['auto', 'summary', 'policy', 'openai'])
     .default('auto')
     .describe(
-      'tip writer: the policy reflects (paper), a trajectory summary, or auto (policy for a model.path, summary for the tiny default)',
+      'tip writer: the policy reflects (paper), a trajectory summary, an OpenAI-compatible model (memory.reflector_model), or auto (policy for a model.path, summary for the tiny default)',
     ),
-  reflection_max_tokens: z.number().int().positive().default(128).describe('policy reflector: maximum tokens of a tip'),
+  reflector_model: ExternalModelSchema.nullable()
+    .default(null)
+    .describe('memory.reflector: openai: the model that writes the tips (docs/EXTERNAL.md)'),
+  reflection_max_tokens: z
+    .number()
+    .int()
+    .positive()
+    .default(128)
+    .describe("maximum tokens of a tip, counted with the policy's tokenizer (policy and openai reflectors)"),
   per_step_entries: z
     .boolean()
     .default(true)
@@ -560,6 +608,7 @@ export const ConfigSchema = strict({
 });
 
 export type Config = z.infer<typeof ConfigSchema>;
+export type ExternalModelSettings = z.infer<typeof ExternalModelSchema>;
 
 /** The algorithm's effective settings once the grpo / empo2 defaults are applied. */
 export interface ResolvedAlgo {
@@ -639,6 +688,13 @@ export function configProblems(cfg: Config): string[] {
     if (remote.lora_name !== null && remote.sync !== 'lora')
       out.push(`rollout.remote.lora_name: "${remote.lora_name}" is for sync: lora (sync is ${remote.sync})`);
   }
+  const writer = cfg.memory.reflector_model;
+  if (cfg.memory.reflector === 'openai' && !writer)
+    out.push('memory.reflector: openai needs memory.reflector_model ({base_url, model, api_key_env})');
+  if (writer && cfg.memory.reflector !== 'openai')
+    out.push(`memory.reflector_model is for memory.reflector: openai (reflector is ${cfg.memory.reflector})`);
+  if (writer && !/^https?:\/\/[^/\s]/.test(writer.base_url))
+    out.push(`memory.reflector_model.base_url: "${writer.base_url}" is not an http:// or https:// address`);
   if (cfg.algo.name === 'grpo') {
     if (cfg.algo.p !== null && cfg.algo.p > 0)
       out.push(`algo.p: ${cfg.algo.p} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
@@ -686,6 +742,13 @@ export const RESUMABLE_OPTIONS = [
   'rollout.remote.timeout_s',
   'rollout.remote.retries',
   'rollout.remote.concurrency',
+  'memory.reflector_model.base_url',
+  'memory.reflector_model.api_key_env',
+  'memory.reflector_model.timeout_s',
+  'memory.reflector_model.max_retries',
+  'memory.reflector_model.max_retry_wait_s',
+  'memory.reflector_model.concurrency',
+  'memory.reflector_model.cache_dir',
   'model.torch.device',
   'model.torch.threads',
   'model.torch.launcher',

@@ -6,6 +6,7 @@
  *  - the trajectory-summary reflector builds the tip deterministically from the trajectory (places
  *    seen, actions that failed, best score, how far from done), for small models that cannot write.
  */
+import type { ExternalUsage } from '../external/usage.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 
 export interface ReflectionStep {
@@ -26,7 +27,12 @@ export interface Trajectory {
 
 export interface Reflector {
   readonly name: string;
-  reflect(trajectories: readonly Trajectory[]): Promise<string[]>;
+  /** One tip per trajectory; null where none could be written (an external writer that failed): that episode adds no entries. */
+  reflect(trajectories: readonly Trajectory[]): Promise<(string | null)[]>;
+  /** What the writer's calls to an external model cost since the last take (null: it calls none). */
+  takeUsage?(): ExternalUsage | null;
+  /** Stops what the writer has in flight (requests to an external model). */
+  close?(): void;
 }
 
 /** Places named in observations: the built-in worlds ("You are in the kitchen") and ScienceWorld ("This room is called the kitchen"). */
@@ -140,7 +146,7 @@ export function stepTipText(tip: string, action: string, score: number, credit: 
   }
 }
 
-function limitWords(text: string, n: number): string {
+export function limitWords(text: string, n: number): string {
   const words = text.split(/\s+/).filter(Boolean);
   return words.length <= n ? words.join(' ') : words.slice(0, n).join(' ') + ' ...';
 }

@@ -5,6 +5,7 @@
  */
 import type { Mode } from '../algo/modes.ts';
 import type { Config, ResolvedAlgo } from '../config/schema.ts';
+import type { ExternalUsage } from '../external/usage.ts';
 import { formatDuration } from '../util/duration.ts';
 import { followedTip } from '../trajectory/format.ts';
 import type { MetricsLine, TrainLine } from './metrics-log.ts';
@@ -29,6 +30,10 @@ export interface IterationReport {
   /** Tip rehearsal's NLL after the update (null: no rehearsal). */
   rehearsalNll: number | null;
   tipsAdded: number;
+  /** Episodes whose tip the writer could not write (its external model failed): nothing stored from them. */
+  tipsSkipped: number;
+  /** What each external model cost this iteration, by role (null: the run calls none). */
+  external: Record<string, ExternalUsage> | null;
   memorySize: number;
   memorySeconds: number;
   /** Wall time of the rollouts, of everything after them (update, rehearsal, memory), of the optimiser steps alone, of the whole iteration. */
@@ -78,6 +83,7 @@ export function trainRecord(r: IterationReport): TrainLine {
     memory_seconds: r.memorySeconds,
     memory_share_of_rollout: r.memorySeconds / Math.max(1e-9, r.seconds.rollout),
     tips_added: r.tipsAdded,
+    ...(r.external ? { tips_skipped: r.tipsSkipped, external: r.external } : {}),
     memory_size: r.memorySize,
     tips_followed: tipFollowRate(episodes),
     entropy: sampledTokenEntropy(episodes),
@@ -106,7 +112,7 @@ export function formatIterationLine(r: IterationReport, draw: ModeDraw): string 
   const success = successRate(episodes);
   const failures = episodes.filter(isFailed).length;
   return (
-    `iter ${r.iteration}/${r.iterations}${modes} | env steps ${r.envSteps} | score ${score === null ? 'none' : score.toFixed(1)}${describeScores(scoreByMode(episodes, r.modes))} | success ${success === null ? 'none' : `${(success * 100).toFixed(0)}%`}${failures > 0 ? ` | failed ${failures} of ${episodes.length} episodes` : ''} | loss ${update.loss.toFixed(4)}${r.rehearsalNll !== null ? ` | tip NLL ${r.rehearsalNll.toFixed(2)}` : ''} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
+    `iter ${r.iteration}/${r.iterations}${modes} | env steps ${r.envSteps} | score ${score === null ? 'none' : score.toFixed(1)}${describeScores(scoreByMode(episodes, r.modes))} | success ${success === null ? 'none' : `${(success * 100).toFixed(0)}%`}${failures > 0 ? ` | failed ${failures} of ${episodes.length} episodes` : ''}${r.tipsSkipped > 0 ? ` | ${r.tipsSkipped} tips skipped (writer failed)` : ''} | loss ${update.loss.toFixed(4)}${r.rehearsalNll !== null ? ` | tip NLL ${r.rehearsalNll.toFixed(2)}` : ''} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
     `rollout ${r.seconds.rollout.toFixed(1)}s (${rolloutTokensPerSecond(r.rollout).toFixed(0)} tok/s) | update ${r.seconds.update.toFixed(1)}s (${trainTokensPerSecond.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`
   );
 }

@@ -6,6 +6,7 @@
  * "before" of the run's before/after table however often it is resumed.
  */
 import { appendFileSync, existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import type { ExternalUsage } from '../external/usage.ts';
 import type { EvalResult } from './records.ts';
 
 export interface MetricsLine {
@@ -38,6 +39,10 @@ export interface TrainLine extends MetricsLine {
   /** Tips added to the memory this iteration, and its size after. */
   tips_added: number;
   memory_size: number;
+  /** With an external model in the loop (memory.reflector: openai): episodes whose tip could not be written, skipped. */
+  tips_skipped?: number;
+  /** With an external model in the loop: its calls, cache hits, failures, retries, tokens and seconds this iteration, by role. */
+  external?: Record<string, ExternalUsage>;
 }
 
 export class MetricsLog {

@@ -8,6 +8,9 @@ import { join } from 'node:path';
 import { resolveAlgo, type Config, type ResolvedAlgo } from '../config/schema.ts';
 import { noveltyReward, retrievalReward } from '../algo/intrinsic.ts';
 import { HashedNgramEmbedder } from '../memory/hashed.ts';
+import { ExternalModel } from '../external/client.ts';
+import type { ExternalUsage } from '../external/usage.ts';
+import { ExternalReflector } from '../memory/external-reflector.ts';
 import { NoveltyList } from '../memory/novelty.ts';
 import { PolicyReflector, TrajectorySummaryReflector, stepTipText, type Reflector, type Trajectory } from '../memory/reflector.ts';
 import { TipMemory, type RetrievedTip } from '../memory/store.ts';
@@ -35,14 +38,36 @@ export function reflectionRender(cfg: Config): (messages: { role: 'system' | 'us
   return template ? (messages: ChatMessage[]) => template.render(messages, { addGenerationPrompt: true }) : chatML;
 }
 
-export function createReflector(cfg: Config, engine: PolicyEngine, seed: number): Reflector {
+/** Steps of a trajectory the reflection prompt shows (the policy and openai reflectors alike). */
+const REFLECTION_HISTORY_STEPS = 12;
+
+/** Where an external tip writer keeps its answers (null: the run folder) and says what failed. */
+export interface WriterPlace {
+  cacheDir: string | null;
+  log: (line: string) => void;
+}
+
+export function createReflector(cfg: Config, engine: PolicyEngine, seed: number, place?: WriterPlace): Reflector {
   const kind = cfg.memory.reflector === 'auto' ? (cfg.model.path ? 'policy' : 'summary') : cfg.memory.reflector;
   if (kind === 'summary') return new TrajectorySummaryReflector();
+  if (kind === 'openai') {
+    if (!cfg.memory.reflector_model) throw new Error('memory.reflector: openai needs memory.reflector_model');
+    const model = new ExternalModel(cfg.memory.reflector_model, {
+      role: 'reflector',
+      defaultCacheDir: place?.cacheDir ?? cfg.run_dir,
+      log: place?.log ?? ((line) => process.stderr.write(`${line}\n`)),
+    });
+    return new ExternalReflector(model, engine.tokenizer, {
+      maxTokens: cfg.memory.reflection_max_tokens,
+      historySteps: REFLECTION_HISTORY_STEPS,
+      seed,
+    });
+  }
   return new PolicyReflector(engine, reflectionRender(cfg), {
     maxTokens: cfg.memory.reflection_max_tokens,
     temperature: cfg.rollout.eval_temperature,
     seed,
-    historySteps: 12,
+    historySteps: REFLECTION_HISTORY_STEPS,
   });
 }
 
@@ -112,6 +137,8 @@ const READ_ONLY_REFLECTOR: Reflector = {
 export class MemoryRuntime {
   /** Seconds spent embedding, retrieving, computing intrinsic rewards and writing tips since the last `takeSeconds`. */
   private seconds = 0;
+  /** Episodes since the last `takeWriting` whose tip the reflector could not write (an external writer that failed). */
+  private skipped = 0;
   private readonly cache = new Map<string, Float32Array>();
 
   readonly embedder: Embedder;
@@ -138,7 +165,7 @@ export class MemoryRuntime {
     cfg: Config,
     algo: ResolvedAlgo,
     engine: PolicyEngine,
-    from: { checkpoint: string | null; saved?: { memory: unknown; where: string } },
+    from: { checkpoint: string | null; saved?: { memory: unknown; where: string }; writer?: WriterPlace },
   ): Promise<MemoryRuntime> {
     const { checkpoint: restoreFrom, saved } = from;
     const embedder = await createEmbedder(cfg);
@@ -151,7 +178,7 @@ export class MemoryRuntime {
         : file && existsSync(file)
           ? loadSavedMemory(file, embedder)
           : emptyMemory(cfg, embedder);
-      return new MemoryRuntime(cfg, algo, { embedder, reflector: createReflector(cfg, engine, cfg.seed), tips, novelty });
+      return new MemoryRuntime(cfg, algo, { embedder, reflector: createReflector(cfg, engine, cfg.seed, from.writer), tips, novelty });
     } catch (e) {
       embedder.dispose?.();
       throw e;
@@ -292,6 +319,12 @@ export class MemoryRuntime {
     const reflections = reflect ? await this.reflector.reflect(trajectories) : trajectories.map(() => '');
     let added = 0;
     for (const [i, e] of episodes.entries()) {
+      const reflection = reflections[i];
+      // No tip could be written for this episode: it adds nothing, rather than entries without the tip their kind carries.
+      if (reflection === null) {
+        this.skipped++;
+        continue;
+      }
       const slot = this.slotOf(e);
       if (this.cfg.memory.per_step_entries) {
         const keys = await this.embed(e.steps.map((s) => s.observation));
@@ -299,11 +332,11 @@ export class MemoryRuntime {
         e.steps.forEach((s, t) => {
           const before = t > 0 ? e.steps[t - 1].score : 0;
           const score = credit === 'final' ? e.score : credit === 'to_go' ? e.score - before : s.score - before;
-          if (this.tips.add(slot, keys[t], stepTipText(reflections[i], s.action, score, credit), score, s.action, before)) added++;
+          if (this.tips.add(slot, keys[t], stepTipText(reflection, s.action, score, credit), score, s.action, before)) added++;
         });
       } else {
         const [key] = await this.embed([e.finalObservation]);
-        if (this.tips.add(slot, key, reflections[i], e.score)) added++;
+        if (this.tips.add(slot, key, reflection, e.score)) added++;
       }
     }
     this.seconds += (performance.now() - t0) / 1000;
@@ -316,11 +349,22 @@ export class MemoryRuntime {
     return s;
   }
 
+  /**
+   * Since the last take: the episodes whose tip could not be written (skipped, nothing stored from
+   * them), and what the tip writer's external model cost (null: the writer calls none).
+   */
+  takeWriting(): { skipped: number; external: ExternalUsage | null } {
+    const skipped = this.skipped;
+    this.skipped = 0;
+    return { skipped, external: this.reflector.takeUsage?.() ?? null };
+  }
+
   toJSON(): object {
     return { embedder: this.embedder.name, tips: this.tips.toJSON(), novelty: this.novelty.toJSON() };
   }
 
   dispose(): void {
+    this.reflector.close?.();
     this.embedder.dispose?.();
   }
 }

@@ -41,7 +41,9 @@ export async function openTraining(
   let tasks: string[] = [];
   const run = await openRun(cfg, o, {
     memory: async (engine, restoreFrom) =>
-      algo.memory || algo.intrinsic !== 'none' ? await MemoryRuntime.create(cfg, algo, engine, { checkpoint: restoreFrom }) : null,
+      algo.memory || algo.intrinsic !== 'none'
+        ? await MemoryRuntime.create(cfg, algo, engine, { checkpoint: restoreFrom, writer: { cacheDir: null, log: o.log } })
+        : null,
     environments: (first, memory) => {
       if (memory && cfg.experimental.tip_source === 'oracle') oracleOf(first); // fail before training, not at the first memory rollout
       tasks = cfg.env.tasks ?? first.tasks();

@@ -13,6 +13,7 @@ import type { Config, ResolvedAlgo } from '../config/schema.ts';
 import { recordEpisodes } from '../run/episode-log.ts';
 import { EvaluationInterrupted } from '../run/interrupt.ts';
 import { evalRecord, formatEvalLine, formatIterationLine, tipFollowRate, trainRecord } from '../run/iteration-log.ts';
+import type { ExternalUsage } from '../external/usage.ts';
 import type { TrainLine } from '../run/metrics-log.ts';
 import { STEP_FILE, type PartialHeader } from '../run/partial.ts';
 import { FailureStreak } from '../run/failure-streak.ts';
@@ -155,6 +156,7 @@ async function runIteration(t: Training, it: number, clock: { started: number },
   // memory
   const written = memory ? await memory.writeTips(batch.episodes) : null;
   const memorySeconds = memory ? memory.takeSeconds() : 0;
+  const writing = memory ? memory.takeWriting() : null;
   const t2 = performance.now();
   state.iteration = it;
   state.envSteps += batch.stats.envSteps;
@@ -162,7 +164,17 @@ async function runIteration(t: Training, it: number, clock: { started: number },
   state.elapsedSeconds = (t2 - clock.started) / 1000;
   // log
   recordTrainingEpisodes(t, it, batch, written?.reflections ?? null);
-  const line = logIteration(t, batch, { update, rehearsalNll, tipsAdded: written?.added ?? 0, memorySeconds, t0, tOptimizer, tUpdate, t2 });
+  const line = logIteration(t, batch, {
+    update,
+    rehearsalNll,
+    tipsAdded: written?.added ?? 0,
+    writing,
+    memorySeconds,
+    t0,
+    tOptimizer,
+    tUpdate,
+    t2,
+  });
   opts.onIteration?.(line);
   await turnEventLoop(); // so that Ctrl-C is seen between iterations
   // evaluate, checkpoint
@@ -317,6 +329,7 @@ function logIteration(
     update: UpdateStats;
     rehearsalNll: number | null;
     tipsAdded: number;
+    writing: { skipped: number; external: ExternalUsage | null } | null;
     memorySeconds: number;
     t0: number;
     tOptimizer: number;
@@ -339,6 +352,8 @@ function logIteration(
     intrinsic: batch.intrinsic,
     rehearsalNll: r.rehearsalNll,
     tipsAdded: r.tipsAdded,
+    tipsSkipped: r.writing?.skipped ?? 0,
+    external: r.writing?.external ? { reflector: r.writing.external } : null,
     memorySize: memory ? memory.tips.size() : 0,
     memorySeconds: r.memorySeconds,
     seconds: {
