@@ -71,12 +71,8 @@ export class EpisodeSession {
 
   /** The answer to a call of the ended episode. */
   endedError(): RequestError {
-    return new RequestError(
-      this.endStatus,
-      `episode ${this.id} has ended${this.failure ? ` (${this.failure})` : ''}`,
-      null,
-      this.endStatus === 503 ? 'server_error' : undefined,
-    );
+    if (this.endStatus === 503) return new RequestError(503, `${this.failure} (episode ${this.id})`, null, 'server_error');
+    return new RequestError(this.endStatus, `episode ${this.id} has ended${this.failure ? ` (${this.failure})` : ''}`, null);
   }
 
   /** Calls `f` once the episode ends (at once if it has). */
