@@ -21,7 +21,7 @@ const SET = [
   `run_dir=${join(root, 'run')}`,
   'train.iterations=2',
   'train.eval_every=0',
-  'train.checkpoint_every=1',
+  'train.checkpoint_every=5', // iteration 1 is saved by the stop in iteration 2
   'algo.name=grpo',
   'rollout.tasks_per_batch=2',
   'rollout.group_size=2',
@@ -75,8 +75,9 @@ describe('trainAgent stopped by its signal', () => {
     expect(result.iterations).toBe(1);
     expect(output).toContain('aborted: stopping the agents and this iteration, of which nothing is kept');
     expect(output).toContain(
-      "iter 2: stopped during its rollouts; nothing of this iteration was kept (the checkpoint of iteration 1 is the run's latest)",
+      'iter 2: stopped during its rollouts; nothing of this iteration was kept, --resume plays it again from the checkpoint of iteration 1',
     );
+    expect(lines.filter((l) => l.startsWith('checkpoint '))).toEqual([`checkpoint ${join(result.runDir, 'checkpoints', 'iter-000001')}`]);
     expect(lines.filter((l) => l.includes('failed and is left out of the update'))).toEqual([]);
     const metrics = join(result.runDir, 'metrics.jsonl');
     expect(records(metrics).map((m) => `${m.type} ${m.iteration}`)).toEqual(['eval 0', 'train 1']);

@@ -10,6 +10,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { drawMode, scheduledP, usesMemory, type Mode } from '../algo/modes.ts';
 import type { Config, ResolvedAlgo } from '../config/schema.ts';
+import { latestCheckpoint } from '../run/checkpoint.ts';
 import { recordEpisodes } from '../run/episode-log.ts';
 import { EvaluationInterrupted, RolloutsInterrupted } from '../run/interrupt.ts';
 import { evalRecord, formatEvalLine, formatIterationLine, tipFollowRate, trainRecord } from '../run/iteration-log.ts';
@@ -18,6 +19,7 @@ import { STEP_FILE, type PartialHeader } from '../run/partial.ts';
 import { EpisodeProgress, watchUpdate } from '../run/progress.ts';
 import { isFailed, type Episode, type EvalResult, type RolloutJob, type RolloutStats, type UpdateStats } from '../run/records.ts';
 import { closeRun, saveRunCheckpoint, saveRunPartWay, stopRequested } from '../run/run-context.ts';
+import { loadTrainerState } from '../run/trainer-state.ts';
 import { formatDuration } from '../util/duration.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { evaluate, formatEvalTable } from './evaluate.ts';
@@ -431,12 +433,22 @@ async function rollOut(t: Training, it: number, drawn: { jobs: RolloutJob[]; mod
     return await (player.stopsAtOnce && interrupts ? interrupts.rollouts(play) : play());
   } catch (e) {
     if (!(e instanceof RolloutsInterrupted)) throw e;
+    await saveIterationBefore(t, it);
     throw new StoppedPartWay(
-      `iter ${it}: stopped during its rollouts; nothing of this iteration was kept${it > 1 ? ` (the checkpoint of iteration ${it - 1} is the run's latest)` : ''}`,
+      `iter ${it}: stopped during its rollouts; nothing of this iteration was kept${it > 1 ? `, --resume plays it again from the checkpoint of iteration ${it - 1}` : ''}`,
     );
   } finally {
     progress?.finish();
   }
+}
+
+/**
+ * Rollouts cut short leave the run as iteration `it` - 1 left it (the weights, memory and state change
+ * only after the rollouts): saved where train.checkpoint_every skipped it, so that no iteration is lost.
+ */
+async function saveIterationBefore(t: Training, it: number): Promise<void> {
+  const latest = latestCheckpoint(t.run.cfg.run_dir);
+  if (it > 1 && (latest === null || loadTrainerState(latest).iteration < it - 1)) t.run.log(`checkpoint ${await saveRunCheckpoint(t.run)}`);
 }
 
 /**
