@@ -133,7 +133,9 @@ function startTrainer(dir: string, o: { iterations: number; resume?: boolean }):
   };
   child.stdout.on('data', take);
   child.stderr.on('data', take);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.on('exit', (code, signal) => r({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
+    child.on('exit', (code, signal) => r({ code, signal })),
+  );
   return {
     lines,
     exited,
@@ -222,7 +224,10 @@ const metrics = (runDir: string) =>
         .filter((l) => l)
         .map((l) => JSON.parse(l) as { type: string; iteration: number; mean_score?: number })
     : [];
-const evalIterations = (runDir: string) => metrics(runDir).filter((m) => m.type === 'eval').map((m) => m.iteration);
+const evalIterations = (runDir: string) =>
+  metrics(runDir)
+    .filter((m) => m.type === 'eval')
+    .map((m) => m.iteration);
 
 /** Both held calls were answered 503, saying that the run is stopping. */
 function expectAnswered503(dir: string, agents: { pid: number }[]): void {
