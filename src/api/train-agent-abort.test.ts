@@ -97,4 +97,47 @@ describe('trainAgent stopped by its signal', () => {
     expect(resumed.interrupted).toBe(false);
     expect(records(metrics).map((m) => `${m.type} ${m.iteration}`)).toEqual(['eval 0', 'train 1', 'train 2', 'eval 2']);
   }, 180_000);
+
+  it('during an evaluation between iterations: drops it, saves the iteration, and aborts the agents at once', async () => {
+    const controller = new AbortController();
+    const lines: string[] = [];
+    let trainingEpisodes = 0;
+    const aborted: string[] = [];
+    // The held-out task waits for its signal in the evaluation after iteration 1 (the one before training plays).
+    const agent = async (input: AgentInput<string>) => {
+      await oneCall(input);
+      if (!HELD_OUT.includes(input.task)) {
+        trainingEpisodes++;
+        return 1;
+      }
+      if (trainingEpisodes < 4) return 1;
+      controller.abort();
+      await new Promise<void>((resolve) => input.signal.addEventListener('abort', () => resolve(), { once: true }));
+      aborted.push(input.signal.reason instanceof Error ? input.signal.reason.message : String(input.signal.reason));
+      return 1;
+    };
+    const runDir = join(root, 'between');
+    const result = await trainAgent<string>({
+      agent,
+      tasks: TASKS,
+      evalTasks: HELD_OUT,
+      set: [
+        ...SET.filter((x) => !x.startsWith('run_dir=') && !x.startsWith('train.eval_every=')),
+        `run_dir=${runDir}`,
+        'train.eval_every=1',
+      ],
+      timeoutSeconds: 60,
+      signal: controller.signal,
+      log: (l) => lines.push(l),
+    });
+    const output = lines.join('\n');
+    expect(aborted, output).toHaveLength(1);
+    expect(aborted[0]).toMatch(/^the run is stopping \(its signal was aborted\)/);
+    expect(result.interrupted).toBe(true);
+    expect(result.iterations).toBe(1);
+    expect(output).toContain('stopped the evaluation at iteration 1; nothing of it was kept');
+    expect(lines.filter((l) => l.includes('failed'))).toEqual([]);
+    expect(lines.filter((l) => l.startsWith('checkpoint '))).toEqual([`checkpoint ${join(runDir, 'checkpoints', 'iter-000001')}`]);
+    expect(records(join(runDir, 'metrics.jsonl')).map((m) => `${m.type} ${m.iteration}`)).toEqual(['eval 0', 'train 1']);
+  }, 180_000);
 });
