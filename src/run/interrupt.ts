@@ -39,7 +39,7 @@
  * (`empo2 train --agent`) keeps its SIGINT listener even where its engine holds the thread: those
  * processes run in groups of their own, which the kernel's default action would leave running, so a
  * second Ctrl-C must exit through `process.exit`, whose hooks kill them (and remove run.lock). It
- * waits for a policy call that holds the thread, which with the gateway is one sampling step.
+ * waits for the policy call holding the thread, if any: one sampling or optimiser step.
  */
 import type { PolicyEngine } from '../policy/types.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
