@@ -14,7 +14,9 @@
  * `{"score": 70}`, with optional `steps` and `final_observation`), or by POST {baseURL}/empo2/reward.
  * When the episode is over for the trainer (a timeout, the run stopping) the whole process group is
  * sent SIGTERM, then SIGKILL 2 s later; and once the command exits, whatever it left running in its
- * group is killed too, so no process outlives its episode.
+ * group is killed too, so no process outlives its episode. Nor this process: when it exits (a second
+ * Ctrl-C, an error), the groups still running are sent SIGKILL. Only a process the kernel ends (SIGKILL)
+ * runs no hook, and leaves them.
  */
 import { spawn } from 'node:child_process';
 import type { AgentInput, AgentOutcome } from './player.ts';
@@ -60,6 +62,14 @@ export function parseRewardLine(stdout: string): AgentOutcome {
   };
 }
 
+/** Process groups of agents still running, killed when this process exits. */
+const running = new Set<number>();
+let exitHook = false;
+
+function killRunning(): void {
+  for (const pid of running) killGroup(pid, 'SIGKILL');
+}
+
 function killGroup(pid: number, signal: NodeJS.Signals): void {
   try {
     process.kill(-pid, signal);
@@ -88,7 +98,16 @@ export function runAgentProcess(o: AgentProcessOptions, input: AgentInput): Prom
       EMPO2_SEED: String(input.episode.seed),
     },
   });
-  const pid = child.pid!;
+  if (child.pid === undefined)
+    return new Promise<AgentOutcome>((_, reject) =>
+      child.once('error', (e) => reject(new Error(`could not start the agent command ${JSON.stringify(o.command)}: ${e.message}`))),
+    );
+  const pid = child.pid;
+  running.add(pid);
+  if (!exitHook) {
+    exitHook = true;
+    process.on('exit', killRunning);
+  }
   let stdout = '';
   let stderrTail = '';
   child.stdout.setEncoding('utf8').on('data', (d: string) => {
@@ -111,6 +130,7 @@ export function runAgentProcess(o: AgentProcessOptions, input: AgentInput): Prom
       input.signal.removeEventListener('abort', stop);
       clearTimeout(hardKill);
       killGroup(pid, 'SIGKILL'); // what it left running in its group
+      running.delete(pid);
       if (code === 0) return resolve(parseRewardLine(stdout));
       const why = signal ? `was killed by ${signal}` : `exited with code ${code}`;
       reject(new Error(`the agent command ${why}${stderrTail.trim() ? `; its last stderr: ${stderrTail.trim().slice(-500)}` : ''}`));

@@ -10,12 +10,19 @@
  * and leaves it out of the update). Its waiting calls are answered with an error, its signal is
  * aborted (a process agent is killed: ./agent-process.ts), and the player returns only once none of
  * its requests is open.
+ *
+ * A stop of the run (Ctrl-C, the library's signal: the player's `signal`) ends every episode at once:
+ * the gateway answers every call 503 from then on, the agents' signals are aborted, and the player
+ * throws EvaluationInterrupted or RolloutsInterrupted (../run/interrupt.ts) instead of returning
+ * episodes, so nothing of what was cut short is scored or trained on.
  */
 import type { PolicyEngine } from '../policy/types.ts';
+import { EvaluationInterrupted, RolloutsInterrupted } from '../run/interrupt.ts';
 import type { Episode, RolloutJob, RolloutStats, ShownTip } from '../run/records.ts';
 import type { RolloutMemory, RolloutPlayer, RolloutSettings } from '../trainer/rollout.ts';
 import { LockstepBatch } from './batch.ts';
 import { outcomeFailure } from './outcome.ts';
+import { RequestError } from './protocol.ts';
 import type { Gateway } from './server.ts';
 import { EpisodeSession, type EpisodeBudget } from './session.ts';
 
@@ -75,7 +82,9 @@ export interface AgentPlayerOptions<Task = unknown> {
 }
 
 export function agentPlayer<Task>(o: AgentPlayerOptions<Task>): RolloutPlayer {
-  return async (engine, jobs, p) => {
+  const play: RolloutPlayer = async (engine, jobs, p) => {
+    const interrupted = () => (p.evaluation ? new EvaluationInterrupted() : new RolloutsInterrupted());
+    if (p.signal?.aborted) throw interrupted();
     o.useEngine(engine);
     const size = o.concurrency ?? Math.max(1, jobs.length);
     const episodes: Episode[] = [];
@@ -97,8 +106,10 @@ export function agentPlayer<Task>(o: AgentPlayerOptions<Task>): RolloutPlayer {
         settings: p.settingsFor(start),
         memory: p.memory,
         progress: p.progress,
+        signal: p.signal,
       };
       const part = await playChunk(o, chunk);
+      if (p.signal?.aborted) throw interrupted();
       episodes.push(...part.episodes);
       stats.prefilledTokens += part.prefilledTokens;
     }
@@ -112,6 +123,7 @@ export function agentPlayer<Task>(o: AgentPlayerOptions<Task>): RolloutPlayer {
     stats.policySeconds = (performance.now() - t0) / 1000;
     return { episodes, stats };
   };
+  return Object.assign(play, { stopsAtOnce: true });
 }
 
 interface Chunk {
@@ -121,13 +133,14 @@ interface Chunk {
   settings: RolloutSettings;
   memory?: RolloutMemory;
   progress?: Parameters<RolloutPlayer>[2]['progress'];
+  signal?: AbortSignal;
 }
 
 async function playChunk<Task>(o: AgentPlayerOptions<Task>, c: Chunk): Promise<{ episodes: Episode[]; prefilledTokens: number }> {
   const { settings: s } = c;
   const members: EpisodeSession[] = [];
   const batch = new LockstepBatch(
-    c.engine,
+    c.signal ? stoppable(c.engine, c.signal) : c.engine,
     { temperature: s.temperature, topP: s.topP, seed: s.seed, reusePrefix: s.reusePrefix !== false },
     members,
     o.batchWaitMs,
@@ -147,6 +160,16 @@ async function playChunk<Task>(o: AgentPlayerOptions<Task>, c: Chunk): Promise<{
     ),
   );
   const tips = c.memory ? tipsFor(c.memory, c.start) : null;
+  const stop = () => {
+    const reason = stopReason(c.signal!);
+    o.gateway.stop(reason);
+    for (const session of members) {
+      batch.cancel(session, new RequestError(503, reason, null, 'server_error'));
+      session.end(reason, 503); // its agent's signal is aborted now (playEpisode)
+    }
+  };
+  if (c.signal?.aborted) stop();
+  else c.signal?.addEventListener('abort', stop, { once: true });
   try {
     const episodes = await Promise.all(
       members.map(async (session) => {
@@ -159,11 +182,41 @@ async function playChunk<Task>(o: AgentPlayerOptions<Task>, c: Chunk): Promise<{
     );
     return { episodes, prefilledTokens: batch.prefilledTokens };
   } finally {
+    c.signal?.removeEventListener('abort', stop);
     for (const session of members) session.end('the batch ended');
     await drained(members);
     batch.close(new Error('the batch ended'));
     for (const session of members) o.gateway.remove(session);
   }
+}
+
+/** What every call is answered with once the run is stopping. */
+function stopReason(signal: AbortSignal): string {
+  const why = signal.reason instanceof Error ? signal.reason.message : 'the run is stopping';
+  return `${why}: the episode is over and nothing of it is kept; stop now`;
+}
+
+/**
+ * `engine` whose calls, once the run is stopping, fail with the 503 every call then gets: a call the
+ * run's Ctrl-C handling ends (EvaluationInterrupted) would otherwise be answered 500.
+ */
+function stoppable(engine: PolicyEngine, signal: AbortSignal): PolicyEngine {
+  const refuse = () => new RequestError(503, stopReason(signal), null, 'server_error');
+  const generate: PolicyEngine['generate'] = async (prompts, opts) => {
+    if (signal.aborted) throw refuse();
+    try {
+      return await engine.generate(prompts, opts);
+    } catch (e) {
+      throw signal.aborted ? refuse() : e;
+    }
+  };
+  return new Proxy(engine, {
+    get: (target, key) => {
+      if (key === 'generate') return generate;
+      const v: unknown = Reflect.get(target, key);
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
 }
 
 /** The memory's tips for a memory rollout's state, asked as the built-in rollout asks (one query per call). */

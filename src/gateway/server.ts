@@ -60,6 +60,8 @@ export interface Gateway {
   /** Makes `session` reachable (its tips, if it uses the memory, from `tips`). */
   add(session: EpisodeSession, tips: CallTips | null): void;
   remove(session: EpisodeSession): void;
+  /** The run is stopping: every request from now on is answered 503 with `reason`. */
+  stop(reason: string): void;
   /** Requests received and not yet answered, over all episodes. */
   openRequests(): number;
   close(): Promise<void>;
@@ -69,17 +71,18 @@ interface Ctx extends GatewayOptions {
   byId: Map<string, { session: EpisodeSession; tips: CallTips | null }>;
   byKey: Map<string, string>;
   created: number;
+  stopped: string | null;
 }
 
 export async function startGateway(o: GatewayOptions): Promise<Gateway> {
-  const ctx: Ctx = { ...o, byId: new Map(), byKey: new Map(), created: Math.floor(Date.now() / 1000) };
+  const ctx: Ctx = { ...o, byId: new Map(), byKey: new Map(), created: Math.floor(Date.now() / 1000), stopped: null };
   let open = 0;
   const server = createServer((req, res) => {
     open++;
     res.once('close', () => open--);
     void handle(ctx, req, res).catch((e: unknown) => {
       const err = e instanceof RequestError ? e : new RequestError(500, `internal error: ${(e as Error).message}`, null, 'server_error');
-      if (err.status >= 500) o.log?.(`gateway error: ${(e as Error).stack ?? String(e)}`);
+      if (err.status >= 500 && err.status !== 503) o.log?.(`gateway error: ${(e as Error).stack ?? String(e)}`); // 503: the run stopping
       if (err.status === 401) res.setHeader('WWW-Authenticate', 'Bearer');
       sendJson(res, err.status, errorBody(err));
     });
@@ -97,6 +100,9 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     remove: (session) => {
       ctx.byId.delete(session.id);
       ctx.byKey.delete(session.key);
+    },
+    stop: (reason) => {
+      ctx.stopped = reason;
     },
     openRequests: () => open,
     close: () =>
@@ -130,6 +136,7 @@ function route(ctx: Ctx, req: IncomingMessage): { entry: { session: EpisodeSessi
 }
 
 async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  if (ctx.stopped !== null) throw new RequestError(503, ctx.stopped, null, 'server_error');
   const { entry, path } = route(ctx, req);
   const { session } = entry;
   const post = async () => {
@@ -182,7 +189,7 @@ function checkModel(ctx: Ctx, model: string | undefined): void {
 /** The response tokens this call may have: within the request's ask, the per-call cap and what the episode has left. */
 function callBudget(session: EpisodeSession, asked: number | null | undefined): number {
   const { budget } = session.o;
-  if (session.ended) throw new RequestError(410, `episode ${session.id} has ended${session.failure ? ` (${session.failure})` : ''}`, null);
+  if (session.ended) throw session.endedError();
   if (session.calls.length >= budget.maxCalls) {
     session.end(`went over its budget of ${budget.maxCalls} calls`);
     throw new RequestError(
@@ -244,14 +251,14 @@ async function sampleStep(
     try {
       g = await session.o.batch.submit(session, call);
     } catch (e) {
-      if (e instanceof RequestError || session.ended) throw e;
+      if (e instanceof RequestError) throw e;
+      if (session.ended) throw session.endedError();
       // The engine could not sample this call (the batch sampled the others apart from it: ./batch.ts).
       const why = `the engine failed on its call: ${e instanceof Error ? e.message : String(e)}`;
       session.end(why);
       throw new RequestError(500, `${why}; episode ${session.id} has ended`, null, 'server_error');
     }
-    if (session.ended)
-      throw new RequestError(410, `episode ${session.id} has ended${session.failure ? ` (${session.failure})` : ''}`, null);
+    if (session.ended) throw session.endedError();
     return g;
   } finally {
     c.res.off('close', gone);

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import type { RolloutJob, ShownTip, StepRecord } from '../run/records.ts';
 import type { LockstepBatch } from './batch.ts';
 import type { PromptHistory } from './prompt.ts';
-import type { RewardReport } from './protocol.ts';
+import { RequestError, type RewardReport } from './protocol.ts';
 
 export interface EpisodeBudget {
   /** Calls the episode may make (each one step). */
@@ -36,6 +36,8 @@ export class EpisodeSession {
   report: RewardReport | null = null;
   /** Requests of this episode the gateway has not answered yet. */
   openRequests = 0;
+  /** What its calls are answered with once it has ended: 410, or 503 where the run is stopping. */
+  private endStatus = 410;
   private readonly endedListeners: (() => void)[] = [];
 
   constructor(
@@ -57,13 +59,20 @@ export class EpisodeSession {
     this.cacheKey = `gateway-${this.id}`;
   }
 
-  /** Ends the episode (the first reason given is kept); calls waiting are answered with an error. */
-  end(failure: string | null): void {
+  /** Ends the episode (the first reason given is kept); calls waiting are answered with an error, later ones with `status`. */
+  end(failure: string | null, status = 410): void {
     if (this.ended) return;
     this.ended = true;
+    this.endStatus = status;
     if (failure !== null && this.failure === null) this.failure = failure;
     this.o.batch.ended(this);
     for (const f of this.endedListeners.splice(0)) f();
+  }
+
+  /** The answer to a call of the ended episode. */
+  endedError(): RequestError {
+    if (this.endStatus === 503) return new RequestError(503, `${this.failure} (episode ${this.id})`, null, 'server_error');
+    return new RequestError(this.endStatus, `episode ${this.id} has ended${this.failure ? ` (${this.failure})` : ''}`, null);
   }
 
   /** Calls `f` once the episode ends (at once if it has). */

@@ -31,6 +31,15 @@
  * A program that trains through the library stops a run with an AbortSignal instead: its abort is a
  * first Ctrl-C (the same stops, the same saves). The library installs no SIGINT listener, since
  * the process and its signals are the program's; there is no second abort, so no exit either.
+ *
+ * Episodes a user's agent plays through the gateway (../gateway/) cannot be finished in this process:
+ * the agent runs for as long as it likes. So the stop is also an AbortSignal (`stopping`), which the
+ * player hands on to the agents at once: the rollouts or evaluation they were playing end there, with
+ * nothing of them kept (RolloutsInterrupted, EvaluationInterrupted). A run whose agents are processes
+ * (`empo2 train --agent`) keeps its SIGINT listener even where its engine holds the thread: those
+ * processes run in groups of their own, which the kernel's default action would leave running, so a
+ * second Ctrl-C must exit through `process.exit`, whose hooks kill them (and remove run.lock). It
+ * waits for the policy call holding the thread, if any: one sampling or optimiser step.
  */
 import type { PolicyEngine } from '../policy/types.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
@@ -43,6 +52,17 @@ export class EvaluationInterrupted extends Error {
   constructor() {
     super('evaluation interrupted');
     this.name = 'EvaluationInterrupted';
+  }
+}
+
+/**
+ * Thrown by a player whose episodes stop at once on a stop (agents through the gateway) when a Ctrl-C
+ * or abort came during an iteration's rollouts: the iteration is cut short, so nothing of it is kept.
+ */
+export class RolloutsInterrupted extends Error {
+  constructor() {
+    super('rollouts interrupted');
+    this.name = 'RolloutsInterrupted';
   }
 }
 
@@ -62,6 +82,9 @@ export class InterruptHandling {
   private disposed = false;
   /** An evaluation outside the loop is running: a Ctrl-C ends it at the next policy call. */
   private evaluating = false;
+  /** Rollouts whose player stops at once (agents through the gateway) are running. */
+  private cutting = false;
+  private readonly stopped = new AbortController();
 
   /** `beforeExit` runs (synchronously) just before this handler exits on a second signal. */
   constructor(
@@ -78,6 +101,11 @@ export class InterruptHandling {
   /** The first SIGINT arrived: stop after the current iteration, with a checkpoint. */
   get stopRequested(): boolean {
     return this.stop;
+  }
+
+  /** Aborted at the first Ctrl-C or abort: what plays episodes elsewhere (agents) stops them on it. */
+  get stopping(): AbortSignal {
+    return this.stopped.signal;
   }
 
   /** Called before every policy call: a pending switch to SIGINT's default action is made here. */
@@ -99,6 +127,19 @@ export class InterruptHandling {
       return await work();
     } finally {
       this.evaluating = false;
+    }
+  }
+
+  /**
+   * `work`, rollouts whose player stops its episodes at once on `stopping` (RolloutsInterrupted): only
+   * so that the acknowledgement says the iteration stops there rather than finishing.
+   */
+  async rollouts<T>(work: () => Promise<T>): Promise<T> {
+    this.cutting = true;
+    try {
+      return await work();
+    } finally {
+      this.cutting = false;
     }
   }
 
@@ -128,18 +169,17 @@ export class InterruptHandling {
       }
     }
     this.stop = true;
-    if (!this.options.holdsTheThread || this.disposed) {
-      this.acknowledge();
-      return;
-    }
+    if (!this.options.holdsTheThread || this.disposed) this.acknowledge();
     // Not here: a second SIGINT read in the same batch as this one is handed over after this returns.
-    setImmediate(() => this.useDefaultAction());
+    else setImmediate(() => this.useDefaultAction());
+    this.stopped.abort(new Error('the run is stopping (Ctrl-C)'));
   };
 
   private readonly onAbort = () => {
     if (this.stop || this.disposed) return;
     this.stop = true;
     this.acknowledge('abort');
+    this.stopped.abort(new Error('the run is stopping (its signal was aborted)'));
   };
 
   private useDefaultAction(): void {
@@ -157,6 +197,14 @@ export class InterruptHandling {
   private acknowledge(cause: 'sigint' | 'abort' = 'sigint'): void {
     if (this.acknowledged) return;
     this.acknowledged = true;
+    if (this.cutting) {
+      this.log(
+        cause === 'abort'
+          ? 'aborted: stopping the agents and this iteration, of which nothing is kept'
+          : 'interrupt: stopping the agents and this iteration, of which nothing is kept (Ctrl-C again to exit at once)',
+      );
+      return;
+    }
     if (cause === 'abort') {
       this.log(
         this.evaluating

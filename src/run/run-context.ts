@@ -194,14 +194,19 @@ function resumePoint(cfg: Config, resume: boolean, log: (line: string) => void) 
 /**
  * Starts an opened run: Ctrl-C handling (`handleSignals`: the CLI's; tests leave it out), or stopping
  * on `signal` (a program's, through the library), and, with rollouts through a server, the server's first weights.
+ * `agentProcesses`: the episodes are played by processes this one starts (`empo2 train --agent`).
  */
-export async function startRun(run: RunContext, o: { handleSignals: boolean; signal?: AbortSignal }): Promise<void> {
+export async function startRun(
+  run: RunContext,
+  o: { handleSignals: boolean; signal?: AbortSignal; agentProcesses?: boolean },
+): Promise<void> {
   const { cfg, log } = run;
   // A second Ctrl-C may land in the middle of a checkpoint write: its temporary folder goes too (one
   // the kernel ends, in a TensorFlow.js run, leaves it to removeStaleTemporaryFiles at the next start).
+  // Agent processes must not outlive the run: their runs never leave it to the kernel (./interrupt.ts).
   if (o.handleSignals || o.signal)
     run.interrupts = new InterruptHandling(log, () => removeOwnTemporaryFiles(cfg.run_dir), {
-      holdsTheThread: run.training.holdsTheThread,
+      holdsTheThread: run.training.holdsTheThread && !o.agentProcesses,
       sigint: o.handleSignals,
       signal: o.signal,
     });

@@ -31,6 +31,8 @@ export interface EvaluateOptions {
   played?: (episodes: readonly Episode[]) => void;
   /** Who plays the episodes (default: the built-in rollout over `envs`); failed episodes are counted apart, not scored. */
   player?: RolloutPlayer;
+  /** Aborted when the run is asked to stop: a player that stops at once then throws EvaluationInterrupted (../run/interrupt.ts). */
+  signal?: AbortSignal;
   /** A resumable evaluation (built-in player only): the chunks played already, and who keeps each new one. */
   chunks?: EvaluationChunks;
 }
@@ -61,7 +63,13 @@ export async function evaluate(engine: PolicyEngine, envs: Env[], cfg: Config, o
   const settingsFor = (start: number) => rolloutSettings(cfg, true, 777_777 + cfg.seed + start);
   const { episodes, stats } = o.chunks
     ? await resumedPlay(engine, envs, jobs, { settingsFor, memory: withTips, progress, chunks: o.chunks, player: o.player })
-    : await (o.player ?? environmentPlayer(envs))(engine, jobs, { settingsFor, memory: withTips, progress, evaluation: true });
+    : await (o.player ?? environmentPlayer(envs))(engine, jobs, {
+        settingsFor,
+        memory: withTips,
+        progress,
+        evaluation: true,
+        signal: o.signal,
+      });
   progress?.finish();
   played?.(episodes);
   const perTask: TaskResult[] = tasks.map((task) => ({ task, ...scoresOf(episodes.filter((e) => e.task === task)) }));

@@ -470,11 +470,25 @@ export function addStats(total: RolloutStats, part: RolloutStats): void {
  * (runEpisodesInChunks); a program may pass another (the gateway's, where a user's agent plays each
  * episode through an OpenAI-compatible API) that returns the same records, in job order.
  */
-export type RolloutPlayer = (
-  engine: PolicyEngine,
-  jobs: RolloutJob[],
-  o: { settingsFor: (start: number) => RolloutSettings; memory?: RolloutMemory; progress?: ProgressSink; evaluation: boolean },
-) => Promise<{ episodes: Episode[]; stats: RolloutStats }>;
+export interface RolloutPlayer {
+  (
+    engine: PolicyEngine,
+    jobs: RolloutJob[],
+    o: {
+      settingsFor: (start: number) => RolloutSettings;
+      memory?: RolloutMemory;
+      progress?: ProgressSink;
+      evaluation: boolean;
+      /** Aborted when the run is asked to stop (Ctrl-C, the library's signal); only a player that `stopsAtOnce` reads it. */
+      signal?: AbortSignal;
+    },
+  ): Promise<{ episodes: Episode[]; stats: RolloutStats }>;
+  /**
+   * Its episodes stop at once when `signal` aborts, and it throws (EvaluationInterrupted in an evaluation,
+   * else RolloutsInterrupted: ../run/interrupt.ts) rather than finish them: a user's agents (../gateway/).
+   */
+  readonly stopsAtOnce?: boolean;
+}
 
 /** The built-in player: the run's environments stepped in lockstep. */
 export function environmentPlayer(envs: Env[]): RolloutPlayer {

@@ -34,7 +34,7 @@ export interface Training {
  */
 export async function openTraining(
   cfg: Config,
-  o: { resume: boolean; handleSignals: boolean; signal?: AbortSignal; log: (line: string) => void },
+  o: { resume: boolean; handleSignals: boolean; signal?: AbortSignal; agentProcesses?: boolean; log: (line: string) => void },
 ): Promise<Training> {
   envDefinition(cfg.env.name); // an unknown env.name fails here, before the run folder is made
   const algo = resolveAlgo(cfg);

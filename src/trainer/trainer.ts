@@ -10,8 +10,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { drawMode, scheduledP, usesMemory, type Mode } from '../algo/modes.ts';
 import type { Config, ResolvedAlgo } from '../config/schema.ts';
+import { latestCheckpoint } from '../run/checkpoint.ts';
 import { recordEpisodes } from '../run/episode-log.ts';
-import { EvaluationInterrupted } from '../run/interrupt.ts';
+import { EvaluationInterrupted, RolloutsInterrupted } from '../run/interrupt.ts';
 import { evalRecord, formatEvalLine, formatIterationLine, tipFollowRate, trainRecord } from '../run/iteration-log.ts';
 import type { ExternalUsage } from '../external/usage.ts';
 import type { TrainLine } from '../run/metrics-log.ts';
@@ -20,6 +21,7 @@ import { FailureStreak } from '../run/failure-streak.ts';
 import { EpisodeProgress, watchUpdate } from '../run/progress.ts';
 import { isFailed, type Episode, type EvalResult, type RolloutJob, type RolloutStats, type UpdateStats } from '../run/records.ts';
 import { closeRun, saveRunCheckpoint, saveRunPartWay, stopRequested } from '../run/run-context.ts';
+import { loadTrainerState } from '../run/trainer-state.ts';
 import { formatDuration } from '../util/duration.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { evaluate, formatEvalTable } from './evaluate.ts';
@@ -32,8 +34,16 @@ export interface TrainOptions {
   log?: (line: string) => void;
   /** Install SIGINT handling (the CLI does; tests and the library do not). */
   handleSignals?: boolean;
-  /** Aborting it stops the run as Ctrl-C does: after the current iteration's checkpoint, or during the first or the final evaluation. */
+  /**
+   * Aborting it stops the run as Ctrl-C does: after the current iteration's checkpoint, or during the first or the final
+   * evaluation; with a player that stops at once (a user's agents), also during an iteration's rollouts.
+   */
   signal?: AbortSignal;
+  /**
+   * The player's episodes are processes this one starts (`empo2 train --agent`): a second Ctrl-C then exits
+   * through the hooks that kill them, even where a policy call holds the thread (../run/interrupt.ts).
+   */
+  agentProcesses?: boolean;
   /** Told each iteration's `train` line of metrics.jsonl, once it is written. */
   onIteration?: (line: TrainLine) => void;
   /** Told after each part-way save of an iteration (../run/partial.ts): its folder and where the update stood. */
@@ -53,7 +63,7 @@ export interface TrainResult {
   initialEval: EvalResult | null;
   /** Null when the run was stopped before any evaluation finished. */
   finalEval: EvalResult | null;
-  /** Stopped by Ctrl-C: after an iteration's checkpoint, or during the first or the final evaluation. */
+  /** Stopped by Ctrl-C: after an iteration's checkpoint, during the first or the final evaluation, or (agents) during an iteration's rollouts. */
   interrupted: boolean;
   /** Iterations of this process in which every episode failed (environment or engine failures): nothing was learned in them. */
   failedIterations: number[];
@@ -78,12 +88,18 @@ export interface IterationBatch extends PartialHeader {
   seconds: { rollout: number; optimizer: number };
 }
 
-/** A Ctrl-C met an iteration at a part-way save: the loop stops there, nothing else to save. */
+/** A Ctrl-C met an iteration at a part-way save, or cut its agents' rollouts short: the loop stops there, nothing else to save. */
 class StoppedPartWay extends Error {}
 
 export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResult> {
   const log = opts.log ?? ((l: string) => console.log(l));
-  const t = await openTraining(cfg, { resume: opts.resume, handleSignals: opts.handleSignals ?? false, signal: opts.signal, log });
+  const t = await openTraining(cfg, {
+    resume: opts.resume,
+    handleSignals: opts.handleSignals ?? false,
+    signal: opts.signal,
+    agentProcesses: opts.agentProcesses,
+    log,
+  });
   t.player = opts.player ?? environmentPlayer(t.run.envs);
   const { run } = t;
   const { state, metrics } = run;
@@ -179,7 +195,7 @@ async function runIteration(t: Training, it: number, clock: { started: number },
   await turnEventLoop(); // so that Ctrl-C is seen between iterations
   // evaluate, checkpoint
   const last = it === cfg.train.iterations;
-  const evaluation = cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last ? await evaluateAndLog(t, it) : null;
+  const evaluation = cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last ? await evaluateInLoop(t, it) : null;
   if (it % cfg.train.checkpoint_every === 0 || last || stopRequested(t.run)) log(`checkpoint ${await saveRunCheckpoint(t.run)}`);
   return { evaluation, stop: stopRequested(t.run) && !last, episodes: batch.episodes };
 }
@@ -208,6 +224,20 @@ async function closeTraining(
   run.interrupts?.dispose();
   await closeRun(run);
   return { runDir: run.cfg.run_dir, iterations: run.state.iteration, ...r };
+}
+
+/**
+ * An evaluation between iterations. A player that stops at once (a user's agents) ends it on a Ctrl-C:
+ * null then, nothing of it kept, and the iteration's checkpoint is saved as after any Ctrl-C.
+ */
+async function evaluateInLoop(t: Training, iteration: number): Promise<EvalResult | null> {
+  try {
+    return await evaluateAndLog(t, iteration);
+  } catch (e) {
+    if (!(e instanceof EvaluationInterrupted)) throw e;
+    t.run.log(`stopped the evaluation at iteration ${iteration}; nothing of it was kept`);
+    return null;
+  }
 }
 
 /**
@@ -407,14 +437,36 @@ async function rollOut(t: Training, it: number, drawn: { jobs: RolloutJob[]; mod
   const progress = showProgress
     ? new EpisodeProgress(jobs, { label: `iter ${it} rollouts`, logIntervalMs: 120_000, taskLines: false })
     : undefined;
-  const played = await t.player!(t.run.rolloutEngine, jobs, {
-    settingsFor: (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start),
-    memory: withTips,
-    progress,
-    evaluation: false,
-  });
-  progress?.finish();
-  return played;
+  const player = t.player!;
+  const play = () =>
+    player(t.run.rolloutEngine, jobs, {
+      settingsFor: (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start),
+      memory: withTips,
+      progress,
+      evaluation: false,
+      signal: t.run.interrupts?.stopping,
+    });
+  const interrupts = t.run.interrupts;
+  try {
+    return await (player.stopsAtOnce && interrupts ? interrupts.rollouts(play) : play());
+  } catch (e) {
+    if (!(e instanceof RolloutsInterrupted)) throw e;
+    await saveIterationBefore(t, it);
+    throw new StoppedPartWay(
+      `iter ${it}: stopped during its rollouts; nothing of this iteration was kept${it > 1 ? `, --resume plays it again from the checkpoint of iteration ${it - 1}` : ''}`,
+    );
+  } finally {
+    progress?.finish();
+  }
+}
+
+/**
+ * Rollouts cut short leave the run as iteration `it` - 1 left it (the weights, memory and state change
+ * only after the rollouts): saved where train.checkpoint_every skipped it, so that no iteration is lost.
+ */
+async function saveIterationBefore(t: Training, it: number): Promise<void> {
+  const latest = latestCheckpoint(t.run.cfg.run_dir);
+  if (it > 1 && (latest === null || loadTrainerState(latest).iteration < it - 1)) t.run.log(`checkpoint ${await saveRunCheckpoint(t.run)}`);
 }
 
 /**
@@ -462,6 +514,7 @@ async function evaluateAndLog(t: Training, iteration: number): Promise<EvalResul
     progressLabel: `eval @ iter ${iteration}`,
     played,
     player: t.player,
+    signal: t.run.interrupts?.stopping,
   });
   const settings = {
     eval_split: cfg.env.eval_split,

@@ -40,7 +40,13 @@ export function register(program: Command): void {
       if (agent) cfg = agent.cfg;
       let result;
       try {
-        result = await train(cfg, { resume: !!opts.resume, handleSignals: true, progress: true, player: agent?.player });
+        result = await train(cfg, {
+          resume: !!opts.resume,
+          handleSignals: true,
+          progress: true,
+          player: agent?.player,
+          agentProcesses: agent !== null,
+        });
       } finally {
         await agent?.close();
       }
