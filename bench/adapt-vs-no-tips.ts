@@ -8,7 +8,7 @@
  * there; the effect of the memory is the difference over trials 2..K, paired by (task, seed).
  *
  *   npx tsx bench/adapt-vs-no-tips.ts --checkpoint models/tipreader-explore-gain \
- *     [-c configs/builtin-explore-adapt.yaml] [--tasks fetch,boil,sort,power,clue,unlock] [--seeds 0-2] \
+ *     [-c configs/variants/builtin-explore-adapt.yaml] [--tasks fetch,boil,sort,power,clue,unlock] [--seeds 0-2] \
  *     [--trials 5] [--variations 30] [--jobs 2] [--out /tmp/adapt-vs-no-tips] [--set memory.key=value ...]
  *
  * Each run is an `empo2 adapt` child process writing <out>/<arm>/<task>/seed<k>/adapt.json; runs
@@ -27,7 +27,7 @@ import { parseSeeds, runChild, type TrialResult } from '../src/internals.ts';
 const { values: a } = parseArgs({
   options: {
     checkpoint: { type: 'string' },
-    config: { type: 'string', short: 'c', default: 'configs/builtin-explore-adapt.yaml' },
+    config: { type: 'string', short: 'c', default: 'configs/variants/builtin-explore-adapt.yaml' },
     tasks: { type: 'string', default: 'fetch,boil,sort,power,clue,unlock' },
     seeds: { type: 'string', default: '0-2' },
     trials: { type: 'string', default: '5' },

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The scale path's GPU check (docs/SCALING.md): the PyTorch worker's update and generation on a
 # random-weight Qwen2.5-7B-shaped model (bf16, LoRA), Hugging Face generate on the same model, and
-# vLLM serving the same shape with the worker's adapter hot-loaded; one JSON line per figure.
-# Meant to finish within 8 minutes on one H100/H200 with no network.
+# vLLM serving the same shape with the worker's adapter hot-loaded; one JSON line per figure. Then,
+# with vLLM, the memory step (bench/memory-iteration-gpu.sh): a memory iteration of EMPO² against a
+# plain one with vLLM's rollouts, the question results/memory-overhead/ left to a GPU.
+# Meant to finish within 8 minutes on one H100/H200 with no network, plus 9 for the memory step
+# (estimates; never run on a GPU). Where one command may run 10 minutes, run --skip-memory, then
+# bench/memory-iteration-gpu.sh as a second command.
 #
-#   bench/gpu-check.sh [--dry] [--skip-vllm] [--vllm-eager] [--out FILE] [--new-tokens N]
+#   bench/gpu-check.sh [--dry] [--skip-vllm] [--skip-memory] [--vllm-eager] [--out FILE] [--new-tokens N]
 #
 # --dry: a tiny model on the CPU with empo2 serve in vLLM's place, the project's .venv: what CI
 #        runs (test/gpu-check.test.ts) so that this script keeps working without a GPU.
@@ -15,14 +19,22 @@
 # vllm in it too, or --skip-vllm). Nothing is fetched from the network.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ARGS=("$@")
+ARGS=()
 DRY=0
 SKIP_VLLM=0
+SKIP_MEMORY=0
+OUT=""
+PREV=""
 for a in "$@"; do
   case "$a" in
     --dry) DRY=1 ;;
     --skip-vllm) SKIP_VLLM=1 ;;
+    --skip-memory) SKIP_MEMORY=1 ;;
   esac
+  [ "$PREV" = --out ] && OUT="$a"
+  PREV="$a"
+  # gpu_check.py takes the rest; the memory step is this script's.
+  [ "$a" = --skip-memory ] || ARGS+=("$a")
 done
 
 fail() {
@@ -60,5 +72,16 @@ if [ "$SKIP_VLLM" = 0 ] && ! has "$PY" vllm; then
 then copy bench/wheels to this machine; or run with --skip-vllm to time the worker and generate alone"
 fi
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || fail "$PY's torch sees no GPU (--dry runs the CPU check)"
+if [ "$SKIP_VLLM" = 0 ] && [ "$SKIP_MEMORY" = 0 ]; then
+  # The memory step's own needs, refused before the GPU time is spent rather than after it.
+  command -v node >/dev/null || fail "the memory step runs the trainer, which needs node (--skip-memory leaves it out)"
+  [ -x "$ROOT/node_modules/.bin/tsx" ] || fail "the memory step needs this checkout's node_modules: run npm ci (or --skip-memory)"
+  [ -f "$ROOT/models/smollm2-135m-instruct/config.json" ] ||
+    fail "the memory step needs models/smollm2-135m-instruct (npm run setup; its config.json and tokenizer files are enough) or --skip-memory"
+fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-exec timeout 480 "$PY" "$ROOT/bench/gpu_check.py" "${ARGS[@]}"
+if [ "$SKIP_VLLM" = 1 ] || [ "$SKIP_MEMORY" = 1 ]; then
+  exec timeout 480 "$PY" "$ROOT/bench/gpu_check.py" "${ARGS[@]}"
+fi
+timeout 480 "$PY" "$ROOT/bench/gpu_check.py" "${ARGS[@]}"
+EMPO2_GPU_PYTHON="$PY" exec timeout 540 bash "$ROOT/bench/memory-iteration-gpu.sh" ${OUT:+--out "$OUT"}

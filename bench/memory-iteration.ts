@@ -1,15 +1,16 @@
 /**
- * What a memory iteration of EMPO² costs against a plain one (#75). Runs of the same command from the
- * same seed, two iterations each, differing only in the mode schedule (and one in how it trains):
+ * What a memory iteration of EMPO² costs against a plain one (results/memory-overhead/). Runs of the same
+ * command from the same seed, two iterations each, differing only in the mode schedule (and one in how
+ * it trains):
  *
  *   plain           algo.p = 0              (no memory: GRPO's rollouts, with EMPO²'s novelty reward)
  *   tips-off        algo.p = 1, algo.q = 1  (tips shown, updated off-policy: tips removed)
  *   tips-on         algo.p = 1, algo.q = 0  (tips shown, updated on-policy with the tips)
  *   tips-on-before  the same, each step scored as a sequence of its own (optim.tip_branches false): the
- *                   on-policy update as it was before #75 (PyTorch worker only; --no-before leaves it out)
+ *                   on-policy update as it was before that study (PyTorch worker only; --no-before leaves it out)
  *
- * #75 changed nothing else on the PyTorch worker's path (its rollouts reuse cached prefixes as before, the
- * plain and off-policy updates pack episodes as before), so the other arms are their own "before".
+ * That study changed nothing else on the PyTorch worker's path (its rollouts reuse cached prefixes as
+ * before, the plain and off-policy updates pack episodes as before), so the other arms are their own "before".
  * On the worker the activation budget, which decides micro-batches and gradient checkpointing, is fixed
  * (--activation-mb, default 3072) rather than a share of whatever memory is free when each run starts.
  *
@@ -22,9 +23,11 @@
  *   npx tsx bench/memory-iteration.ts -c configs/real-empo2.yaml --set env.max_steps=10   # the real-model study's, shorter episodes
  *
  * A run whose metrics already hold iteration 2 is read back, not run again (--fresh runs it again).
+ * --json FILE also writes the figures (per arm: seconds, tokens, ratios to plain) for a script to read:
+ * bench/memory-iteration-gpu.sh runs this bench on the GPU path (vLLM rollouts) and reads it.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 
@@ -37,6 +40,7 @@ const { values } = parseArgs({
     fresh: { type: 'boolean', default: false },
     'no-before': { type: 'boolean', default: false },
     'activation-mb': { type: 'string', default: '3072' },
+    json: { type: 'string' },
   },
 });
 const activationMb = Number(values['activation-mb']);
@@ -141,7 +145,7 @@ for (const r of results) {
 }
 const now = results.filter((r) => r.arm.name !== 'plain' && r.arm.name !== 'tips-on-before');
 const worst = Math.max(...now.map((r) => seconds(r) / seconds(plain)));
-console.log(`\nslowest memory iteration: ${worst.toFixed(2)}× a plain one (#75's target: at most 1.3×)`);
+console.log(`\nslowest memory iteration: ${worst.toFixed(2)}× a plain one (the target: at most 1.3×)`);
 const [after, before] = ['tips-on', 'tips-on-before'].map((name) => results.find((r) => r.arm.name === name));
 if (after && before)
   console.log(
@@ -149,3 +153,20 @@ if (after && before)
       `(${ratio(optimiser(after.it2), optimiser(before.it2))}), ${n(before.it2.sequence_tokens)} → ${n(after.it2.sequence_tokens)} sequence tokens; ` +
       `iteration ${seconds(before).toFixed(1)} → ${seconds(after).toFixed(1)} s`,
   );
+if (values.json) {
+  const arms = results.map((r) => ({
+    arm: r.arm.name,
+    modes: r.it2.modes,
+    env_steps: r.it2.env_steps - r.it1.env_steps,
+    prefill_tokens: r.it2.prefill_tokens ?? null,
+    sequence_tokens: r.it2.sequence_tokens ?? null,
+    iteration_s: seconds(r),
+    rollout_s: r.it2.rollout_seconds,
+    memory_s: r.it2.memory_seconds ?? 0,
+    optimiser_s: optimiser(r.it2),
+    iteration_vs_plain: seconds(r) / seconds(plain),
+    rollout_vs_plain: r.it2.rollout_seconds / plain.it2.rollout_seconds,
+  }));
+  const figures = { seed, config: values.config ?? null, sets: values.set, arms, slowest_memory_vs_plain: worst, target: 1.3 };
+  writeFileSync(values.json, JSON.stringify(figures, null, 2) + '\n');
+}

@@ -5,7 +5,7 @@
  * a policy that has lost tip reading gains nothing from it.
  *
  *   npx tsx bench/oracle-tips.ts --checkpoint warm=models/tipreader-explore-gain --checkpoint empo2-s0=runs/a \
- *     [-c configs/builtin-explore-adapt.yaml] [--tasks power,clue,unlock,fetch,boil,sort] [--trained power,clue,unlock] \
+ *     [-c configs/variants/builtin-explore-adapt.yaml] [--tasks power,clue,unlock,fetch,boil,sort] [--trained power,clue,unlock] \
  *     [--variations 30] [--jobs 2] [--out /tmp/oracle-tips] [--set memory.key=value ...]
  *
  * Each run is an `empo2 adapt --trials 1 --fresh-memory` child writing <out>/<name>/<task>-<source>/adapt.json
@@ -22,7 +22,7 @@ import { runChild, type TrialResult } from '../src/internals.ts';
 const { values: a } = parseArgs({
   options: {
     checkpoint: { type: 'string', multiple: true, default: [] },
-    config: { type: 'string', short: 'c', default: 'configs/builtin-explore-adapt.yaml' },
+    config: { type: 'string', short: 'c', default: 'configs/variants/builtin-explore-adapt.yaml' },
     tasks: { type: 'string', default: 'power,clue,unlock,fetch,boil,sort' },
     trained: { type: 'string', default: 'power,clue,unlock' },
     variations: { type: 'string', default: '30' },

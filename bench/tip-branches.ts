@@ -1,5 +1,5 @@
 /**
- * What scoring an on-policy-with-tips episode as trunk plus branches saves (#75): one optimiser step of
+ * What scoring an on-policy-with-tips episode as trunk plus branches saves (results/memory-overhead/): one optimiser step of
  * the PyTorch worker on the same episode sent one sequence per step (each with its tips and its whole
  * history, as before) and as one tip-free trunk plus a branch per step (src/trainer/packing.ts
  * packEpisodeBranches), the latter with both forms of the branch attention (workers/torch/branches.py: one

@@ -1,6 +1,6 @@
 /**
  * Zero-shot play of a real model against the random policy, on held-out variations of the three
- * environments, with constrained and free-text decoding (issue #7's table). For each cell (environment,
+ * environments, with constrained and free-text decoding (the table of results/smollm2-zero-shot/). For each cell (environment,
  * task, policy) it records every episode's score and actions, the action distribution (first word of
  * each action, and the share of actions outside the valid list), and the wall time per episode; where
  * the model scores at or below random it writes two traced episodes (the whole dialogue) to look at.

@@ -1,5 +1,5 @@
 /**
- * Imports of src/ by path from bench/, scripts/, results/ and examples/ (issue #71): everything there
+ * Imports of src/ by path from bench/, scripts/, results/ and examples/ (docs/API.md): everything there
  * goes through the package's entries, src/index.ts (the public API) or src/internals.ts (the declared,
  * unstable rest). A deep import stays only with its reason in a comment on the line above that says
  * "deep" (test/public-api.test.ts checks there is none without one).

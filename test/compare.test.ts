@@ -31,7 +31,7 @@ const out = join(root, 'cmp');
 /** The shipped GRPO config with its learning rate set (through extends:, as a user's variant would), so the two configs differ in a way the test can check. */
 function grpoWithLr(lr: number): string {
   const file = join(root, `grpo-lr${lr}.yaml`);
-  writeFileSync(file, stringifyYaml({ extends: join(repoRoot, 'configs', 'builtin-grpo.yaml'), optim: { lr } }));
+  writeFileSync(file, stringifyYaml({ extends: join(repoRoot, 'configs', 'variants', 'builtin-grpo.yaml'), optim: { lr } }));
   return file;
 }
 const compareArgs = [
@@ -255,10 +255,10 @@ describe('empo2 compare', () => {
   it('a bad option stops before any run starts, naming the option', async () => {
     const badOut = join(root, 'bad');
     const [typo, labels, seeds, own] = await Promise.all([
-      run(['compare', '--config', 'configs/builtin-grpo.yaml', '--seeds', '0', '--out', badOut, '--set', 'rollout.group_sise=3']),
+      run(['compare', '--config', 'configs/variants/builtin-grpo.yaml', '--seeds', '0', '--out', badOut, '--set', 'rollout.group_sise=3']),
       run(['compare', '--config', 'a.yaml', '--config', 'b.yaml', '--label', 'x', '--out', badOut]),
-      run(['compare', '--config', 'configs/builtin-grpo.yaml', '--seeds', '0,zero', '--out', badOut]),
-      run(['compare', '--config', 'configs/builtin-grpo.yaml', '--out', badOut, '--set', 'seed=3']),
+      run(['compare', '--config', 'configs/variants/builtin-grpo.yaml', '--seeds', '0,zero', '--out', badOut]),
+      run(['compare', '--config', 'configs/variants/builtin-grpo.yaml', '--out', badOut, '--set', 'seed=3']),
     ]);
     expect(typo.code).not.toBe(0);
     expect(typo.stderr).toContain('rollout.group_sise');

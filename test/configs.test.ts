@@ -20,9 +20,13 @@ const valueAt = (raw: Record<string, unknown>, path: string) =>
 
 describe('shipped configs', () => {
   const files = (readdirSync('configs', { recursive: true }) as string[]).filter((f) => f.endsWith('.yaml')).map((f) => join('configs', f));
-  it('there are some, and the research variants are under configs/experiments/', () => {
+  it('there are some, the research variants are under configs/experiments/ and the one-study ones under configs/variants/', () => {
     expect(files.length).toBeGreaterThan(0);
     expect(files.some((f) => f.startsWith(join('configs', 'experiments')))).toBe(true);
+    expect(files.some((f) => f.startsWith(join('configs', 'variants')))).toBe(true);
+    // The top level is what a user picks from (configs/README.md's first table); a study's variant there hides them.
+    const top = readdirSync('configs').filter((f) => f.endsWith('.yaml'));
+    expect(top.length).toBeLessThanOrEqual(10);
   });
   for (const f of files) {
     it(`${f} validates against the schema`, () => {

@@ -1,5 +1,5 @@
 /**
- * The guard of issue #69: the README's main job must learn. A shortened run of the default command
+ * The guard of results/default-learns/: the README's main job must learn. A shortened run of the default command
  * (only the number of iterations, the evaluation schedule and the run folder changed) must raise the
  * training score from its first iterations to its last ones. The setting was chosen only after the same
  * window rose on every seed tried: the mean training score of iterations 11-15 minus that of 1-5 was

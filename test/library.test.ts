@@ -1,5 +1,5 @@
 /**
- * empo2 as a library (issue #71, docs/API.md): a program registers an environment of its own, trains
+ * empo2 as a library (docs/API.md): a program registers an environment of its own, trains
  * on it through the public entry, reads the result and the metrics lines, stops a run with an
  * AbortSignal and resumes it; bad input is refused with an error that names it. (test/pack.test.ts
  * does the same through the packed package in a project of its own.)

@@ -1,5 +1,5 @@
 /**
- * The package as a user gets it (issue #71): `npm pack` here, the tarball installed into a fresh project
+ * The package as a user gets it: `npm pack` here, the tarball installed into a fresh project
  * in the system's temporary folder (outside this repository, so nothing resolves to its src/ or its
  * node_modules) with the runtime dependencies only (no tsx: a dev dependency), examples/custom-env
  * compiled there with tsc against the installed `.d.ts` with `skipLibCheck: false` (the package's types

@@ -1,5 +1,5 @@
 /**
- * The package's declared API (issue #71): docs/API.md and the entries' exports name the same things,
+ * The package's declared API: docs/API.md and the entries' exports name the same things,
  * and the repository's own programs (bench/, scripts/, results/, examples/) reach src/ only through
  * those entries (scripts/deep-imports.ts), so the API they need is the one declared.
  */

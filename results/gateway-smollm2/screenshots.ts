@@ -1,5 +1,5 @@
 /**
- * The dashboard on a run an agent played through the gateway (#72): the run with its curves, its
+ * The dashboard on a run an agent played through the gateway (results/gateway-smollm2/README.md): the run with its curves, its
  * iteration-2 training episodes with one opened (tips folded, then its first step's unfolded), the iteration-1
  * episode list (memory empty, tips written after it), and the run's memory with what that step's state
  * retrieves. Drives the system Chromium as scripts/dashboard-screenshots.ts does; small viewports so the

@@ -13,7 +13,6 @@
  * ends an ALFWorld episode when an action is repeated twice in a row; episodes here end as in the tip
  * method, so the two methods differ only in what they show the policy.
  */
-import { join } from 'node:path';
 import type { Config } from '../config/schema.ts';
 import { ReflexionMemory, ReflexionReflector, REFLEXION_WINDOW } from '../memory/reflexion.ts';
 import type { PolicyEngine } from '../policy/types.ts';
@@ -22,24 +21,15 @@ import { reflectionRender, trajectoryOf } from '../trainer/memory-runtime.ts';
 import type { TrajectoryWriter } from '../trajectory/writer.ts';
 import {
   checkTrialOptions,
-  loadTrialState,
   markdownTable,
-  openTrialBed,
-  openTrialRecorder,
-  pct,
   playTrial,
-  removeTrialState,
-  saveTrialReport,
-  saveTrialState,
+  runTrials,
   scoreCells,
-  TRIAL_STATE_FILE,
   trialScores,
   trialSeed,
   type TrialBed,
-  type TrialKey,
   type TrialOptions,
   type TrialScores,
-  type TrialState,
 } from './trials.ts';
 
 /** Reflexion's reflections: 256 tokens, the `max_tokens` of its `get_completion`. */
@@ -67,7 +57,6 @@ export interface ReflexionTrialResult extends TrialScores {
 type Outcomes = [variation: number, outcome: { score: number; success: boolean }][];
 
 export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionOptions): Promise<ReflexionTrialResult[]> {
-  const log = o.log ?? ((l: string) => console.log(l));
   checkTrialOptions(o);
   const window = o.window ?? REFLEXION_WINDOW;
   const maxTokens = o.reflectionMaxTokens ?? REFLECTION_MAX_TOKENS;
@@ -78,52 +67,39 @@ export async function reflexion(engine: PolicyEngine, cfg: Config, o: ReflexionO
   // Reflections are sampled as the actions are: the evaluation temperature.
   const reflector = new ReflexionReflector(engine, reflectionRender(cfg), { maxTokens, temperature: cfg.rollout.eval_temperature });
   const settings = { window, reflection_max_tokens: maxTokens, temperature: cfg.rollout.eval_temperature };
-  const bed = await openTrialBed(cfg, o);
-  const { variations } = bed;
-  const key: TrialKey = { method: 'reflexion', cfg, o, variations, settings };
-  let resumed: TrialState<ReflexionTrialResult, Outcomes> | null;
-  try {
-    resumed = loadTrialState<ReflexionTrialResult, Outcomes>(key);
-  } catch (e) {
-    await bed.close();
-    throw e;
-  }
-  const results: ReflexionTrialResult[] = resumed?.results ?? [];
   // The latest outcome of each variation: a solved one keeps its score and is not played again.
-  const outcome = new Map<number, { score: number; success: boolean }>(resumed?.carry ?? []);
-  // A resumed memory is the plans the finished trials wrote, in order (the window keeps the last k).
-  for (const r of results) for (const { variation, plan } of r.reflections) memory.add(variation, { trial: r.trial, plan });
-  const recorder = openTrialRecorder(cfg, o.outDir, resumed ? results.length : null, log);
-  log(
-    `adapt --method reflexion: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, the last ${window} plans of a variation in its prompts (plans of up to ${maxTokens} tokens)`,
-  );
-  if (resumed) log(`resuming after trial ${results.length} (${join(o.outDir, TRIAL_STATE_FILE)}, ${memory.size()} plans held)`);
-  try {
-    for (let trial = results.length + 1; trial <= o.trials; trial++) {
-      const r = await reflexionTrial({ bed, engine, cfg, o, memory, reflector, outcome, recorder }, trial);
-      results.push(r);
-      saveTrialState(key, { results, carry: [...outcome] });
-      log(
-        `trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.played} variations played | ${r.reflections_shown_per_episode.toFixed(1)} plans per episode | ${r.reflections.length} plans written`,
-      );
-    }
-  } finally {
-    await bed.close();
-  }
-  const table = markdownTable(
-    ['trial', 'mean score', 'success', 'variations played', 'plans per episode', 'plans written', 'memory entries'],
-    results.map((r) => [
-      ...scoreCells(r),
-      String(r.played),
-      r.reflections_shown_per_episode.toFixed(1),
-      String(r.reflections.length),
-      String(r.memory_size),
-    ]),
-  );
-  const report = { method: 'reflexion', task: o.task, split: o.split, variations, reflexion: settings, trials: results };
-  saveTrialReport(o.outDir, { report, table, log });
-  removeTrialState(o.outDir);
-  return results;
+  const outcome = new Map<number, { score: number; success: boolean }>();
+  return runTrials<ReflexionTrialResult, Outcomes, null>(cfg, o, {
+    method: 'reflexion',
+    settings,
+    open: (resumed) => {
+      for (const [variation, last] of resumed?.carry ?? []) outcome.set(variation, last);
+      // A resumed memory is the plans the finished trials wrote, in order (the window keeps the last k).
+      for (const r of resumed?.results ?? [])
+        for (const { variation, plan } of r.reflections) memory.add(variation, { trial: r.trial, plan });
+      return null;
+    },
+    header: (_, { variations }) =>
+      `adapt --method reflexion: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, the last ${window} plans of a variation in its prompts (plans of up to ${maxTokens} tokens)`,
+    held: () => `${memory.size()} plans held`,
+    play: (_, { bed, recorder, trial }) => reflexionTrial({ bed, engine, cfg, o, memory, reflector, outcome, recorder }, trial),
+    carry: () => [...outcome],
+    line: (r) =>
+      `${r.played} variations played | ${r.reflections_shown_per_episode.toFixed(1)} plans per episode | ${r.reflections.length} plans written`,
+    report: (_, results, { variations }) => ({
+      report: { method: 'reflexion', task: o.task, split: o.split, variations, reflexion: settings, trials: results },
+      table: markdownTable(
+        ['trial', 'mean score', 'success', 'variations played', 'plans per episode', 'plans written', 'memory entries'],
+        results.map((r) => [
+          ...scoreCells(r),
+          String(r.played),
+          r.reflections_shown_per_episode.toFixed(1),
+          String(r.reflections.length),
+          String(r.memory_size),
+        ]),
+      ),
+    }),
+  });
 }
 
 /**

@@ -15,24 +15,17 @@ import { MemoryRuntime } from '../trainer/memory-runtime.ts';
 import type { TrajectoryWriter } from '../trajectory/writer.ts';
 import {
   checkTrialOptions,
-  loadTrialState,
   markdownTable,
-  openTrialBed,
-  openTrialRecorder,
   pct,
   playTrial,
-  removeTrialState,
-  saveTrialReport,
-  saveTrialState,
+  runTrials,
   scoreCells,
   TRIAL_STATE_FILE,
   trialScores,
   trialSeed,
   type TrialBed,
-  type TrialKey,
   type TrialOptions,
   type TrialScores,
-  type TrialState,
 } from './trials.ts';
 
 export interface AdaptOptions extends TrialOptions {
@@ -111,69 +104,45 @@ export function stepKey(group: number, step: number): string {
 }
 
 export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions): Promise<TrialResult[]> {
-  const log = o.log ?? ((l: string) => console.log(l));
   checkTrialOptions(o);
   // The memory is always on here, whatever algorithm trained the checkpoint. adapt.json records the
   // memory settings, since retrieval filters (not in the paper) change what every trial is shown.
   const memCfg: Config = { ...cfg, algo: { ...cfg.algo, name: 'empo2', p: 1, intrinsic: 'none' } };
-  const bed = await openTrialBed(cfg, o);
-  const { variations } = bed;
-  const key: TrialKey = { method: 'tips', cfg, o, variations };
-  let memory: MemoryRuntime;
-  let resumed: TrialState<TrialResult, object> | null;
-  try {
+  return runTrials<TrialResult, object, MemoryRuntime>(cfg, o, {
+    method: 'tips',
     // Resumed, the memory is the one the last finished trial left (the reflector is seeded alike every call).
-    resumed = loadTrialState<TrialResult, object>(key);
-    const saved = resumed ? { memory: resumed.carry, where: join(o.outDir, TRIAL_STATE_FILE) } : undefined;
-    memory = await MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, {
-      checkpoint: o.memoryFrom,
-      saved,
-      writer: { cacheDir: o.outDir, log },
-    });
-  } catch (e) {
-    await bed.close();
-    throw e;
-  }
-  const results: TrialResult[] = resumed?.results ?? [];
-  const recorder = openTrialRecorder(cfg, o.outDir, resumed ? results.length : null, log);
-  log(
-    `adapt: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, memory on (${memory.embedder.name}, ${memory.reflector.name} reflector, top ${cfg.memory.top_k})`,
-  );
-  if (resumed)
-    log(`resuming after trial ${results.length} (${join(o.outDir, TRIAL_STATE_FILE)}, ${results.at(-1)!.memory_size} tips in memory)`);
-  try {
-    for (let trial = results.length + 1; trial <= o.trials; trial++) {
-      const r = await tipTrial({ bed, engine, cfg, o, memory, recorder }, trial);
-      results.push(r);
-      saveTrialState(key, { results, carry: memory.toJSON() });
-      const solverNote = r.best_tip_is_solver === null ? '' : ` | best tip = solver's action ${pct(r.best_tip_is_solver)}`;
-      log(
-        `trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${r.tips_shown_per_step.toFixed(1)} tips per step | tips followed ${pct(r.tips_followed)}${solverNote} | ${r.memory_size} tips in memory${r.tips_skipped ? ` | ${r.tips_skipped} tips skipped (writer failed)` : ''}`,
-      );
-    }
-  } catch (e) {
-    memory.dispose();
-    throw e;
-  } finally {
-    await bed.close();
-  }
-  saveTrialReport(o.outDir, {
-    report: {
-      method: 'tips',
-      task: o.task,
-      split: o.split,
-      variations,
-      memory: cfg.memory,
-      experimental: cfg.experimental,
-      trials: results,
+    open: (resumed) => {
+      const saved = resumed ? { memory: resumed.carry, where: join(o.outDir, TRIAL_STATE_FILE) } : undefined;
+      return MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, {
+        checkpoint: o.memoryFrom,
+        saved,
+        writer: { cacheDir: o.outDir, log: o.log ?? ((l: string) => console.log(l)) },
+      });
     },
-    table: tipTable(results, bed.hasSolver),
-    log,
-    extra: { 'memory.json': JSON.stringify(memory.toJSON()) },
+    header: (memory, { variations }) =>
+      `adapt: task ${o.task}, ${variations.length} ${o.split} variations x ${o.trials} trials, frozen weights, memory on (${memory.embedder.name}, ${memory.reflector.name} reflector, top ${cfg.memory.top_k})`,
+    held: (_, results) => `${results.at(-1)!.memory_size} tips in memory`,
+    play: (memory, { bed, recorder, trial }) => tipTrial({ bed, engine, cfg, o, memory, recorder }, trial),
+    carry: (memory) => memory.toJSON(),
+    line: (r) => {
+      const solverNote = r.best_tip_is_solver === null ? '' : ` | best tip = solver's action ${pct(r.best_tip_is_solver)}`;
+      return `${r.tips_shown_per_step.toFixed(1)} tips per step | tips followed ${pct(r.tips_followed)}${solverNote} | ${r.memory_size} tips in memory${r.tips_skipped ? ` | ${r.tips_skipped} tips skipped (writer failed)` : ''}`;
+    },
+    report: (memory, results, { variations, hasSolver }) => ({
+      report: {
+        method: 'tips',
+        task: o.task,
+        split: o.split,
+        variations,
+        memory: cfg.memory,
+        experimental: cfg.experimental,
+        trials: results,
+      },
+      table: tipTable(results, hasSolver),
+      extra: { 'memory.json': JSON.stringify(memory.toJSON()) },
+    }),
+    dispose: (memory) => memory.dispose(),
   });
-  removeTrialState(o.outDir);
-  memory.dispose();
-  return results;
 }
 
 /**

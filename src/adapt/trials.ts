@@ -172,6 +172,69 @@ export function pct(x: number | null): string {
   return x === null ? '–' : `${(x * 100).toFixed(0)}%`;
 }
 
+/** What one memory-only method brings to the trial loop runTrials runs for both. */
+export interface TrialMethod<R extends TrialScores, C, S> {
+  /** The method's name and settings, as the saved state records them (TrialKey). */
+  method: string;
+  settings?: object;
+  /** The method's state, rebuilt from a resumed adaptation's (null: fresh); a throw closes the environments. */
+  open(resumed: TrialState<R, C> | null): S | Promise<S>;
+  /** The first line printed: what the adaptation does. */
+  header(s: S, bed: TrialBed): string;
+  /** What a resumed adaptation holds, for the line that says it resumed. */
+  held(s: S, results: readonly R[]): string;
+  /** Plays one trial, records its episodes, and updates the state. */
+  play(s: S, t: { bed: TrialBed; recorder: TrajectoryWriter; trial: number }): Promise<R>;
+  /** What the state file keeps of the state, besides the rows. */
+  carry(s: S): C;
+  /** The end of a trial's line, after its mean score and success rate. */
+  line(r: R): string;
+  /** The report, its table and any extra files, written once every trial is done. */
+  report(s: S, results: readonly R[], bed: TrialBed): { report: object; table: string; extra?: Record<string, string> };
+  /** Frees what the state holds (after the report, or when a trial throws). */
+  dispose?(s: S): void;
+}
+
+/**
+ * The trials of one memory-only adaptation: the environments opened, an interrupted adaptation in
+ * `o.outDir` continued (`o.resume`), every trial's row saved as it ends, and the report written.
+ */
+export async function runTrials<R extends TrialScores, C, S>(cfg: Config, o: TrialOptions, m: TrialMethod<R, C, S>): Promise<R[]> {
+  const log = o.log ?? ((l: string) => console.log(l));
+  const bed = await openTrialBed(cfg, o);
+  const key: TrialKey = { method: m.method, cfg, o, variations: bed.variations, settings: m.settings };
+  let resumed: TrialState<R, C> | null;
+  let state: S;
+  try {
+    resumed = loadTrialState<R, C>(key);
+    state = await m.open(resumed);
+  } catch (e) {
+    await bed.close();
+    throw e;
+  }
+  const results: R[] = resumed?.results ?? [];
+  const recorder = openTrialRecorder(cfg, o.outDir, resumed ? results.length : null, log);
+  log(m.header(state, bed));
+  if (resumed) log(`resuming after trial ${results.length} (${join(o.outDir, TRIAL_STATE_FILE)}, ${m.held(state, results)})`);
+  try {
+    for (let trial = results.length + 1; trial <= o.trials; trial++) {
+      const r = await m.play(state, { bed, recorder, trial });
+      results.push(r);
+      saveTrialState(key, { results, carry: m.carry(state) });
+      log(`trial ${trial}/${o.trials}: mean score ${r.mean_score.toFixed(1)} | success ${pct(r.success_rate)} | ${m.line(r)}`);
+    }
+  } catch (e) {
+    m.dispose?.(state);
+    throw e;
+  } finally {
+    await bed.close();
+  }
+  saveTrialReport(o.outDir, { ...m.report(state, results, bed), log });
+  removeTrialState(o.outDir);
+  m.dispose?.(state);
+  return results;
+}
+
 /** Where an adaptation keeps its finished trials while it runs (removed once adapt.json is written). */
 export const TRIAL_STATE_FILE = 'adapt-state.json';
 

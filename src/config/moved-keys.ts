@@ -1,5 +1,5 @@
 /**
- * Options that moved under `experimental:` (the tiny-model switches, issue #11). Config files, the
+ * Options that moved under `experimental:` (the tiny-model switches, docs/EXPERIMENTAL.md). Config files, the
  * config.yaml of runs saved before the move, and `--set` lines in study notes still give them at
  * their old paths; each is read at its new path with its value unchanged, so every such config
  * resolves to the options it meant. Pure functions: load.ts reports what they find.

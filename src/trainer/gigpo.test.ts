@@ -169,7 +169,7 @@ describe('updatePolicy with the GiGPO step advantage', () => {
 });
 
 describe('GiGPO configuration', () => {
-  it('algo.name gigpo is GRPO with the step advantage, verl-agent defaults ω 1, γ 0.95, mean_std_norm; it is the default (#69); plain GRPO has none', () => {
+  it('algo.name gigpo is GRPO with the step advantage, verl-agent defaults ω 1, γ 0.95, mean_std_norm; it is the default (results/default-learns/); plain GRPO has none', () => {
     const g = loadConfig(null, ['algo.name=gigpo']);
     expect(resolveAlgo(g)).toMatchObject({ p: 0, intrinsic: 'none', memory: false, stepAdvantage: 'gigpo' });
     expect([g.algo.gigpo_omega, g.algo.gigpo_gamma, g.algo.gigpo_mode]).toEqual([1, 0.95, 'mean_std_norm']);

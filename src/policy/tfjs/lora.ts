@@ -11,9 +11,19 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tf } from './backend.ts';
-import type { Qwen2Model } from './qwen2.ts';
 import { readSafetensors, toFloat32, writeSafetensors, type TensorToWrite } from '../safetensors.ts';
 import { writeJsonAtomic } from '../../util/atomic-write.ts';
+
+/**
+ * What LoRA needs of the model it adapts (Qwen2Model is one): its layer count, its weights by name
+ * and its adapter slot. Named here so that the model imports LoRA and not the other way round.
+ */
+export interface LoraBase {
+  readonly config: { readonly num_hidden_layers: number };
+  readonly params: ReadonlyMap<string, tf.Variable>;
+  readonly lora: LoraAdapters | null;
+  setLora(adapters: LoraAdapters | null): void;
+}
 
 /**
  * LoRA settings. The same shape as the PyTorch worker's LoraSettings, so one config object serves
@@ -83,7 +93,7 @@ export function loraScaling(c: LoraConfig): number {
 }
 
 /** The model's Linear modules (by path, e.g. "model.layers.0.self_attn.q_proj") that `c` selects. */
-export function matchTargetModules(model: Qwen2Model, c: Pick<LoraConfig, 'targetModules' | 'targetRegex'>, where = 'lora'): string[] {
+export function matchTargetModules(model: LoraBase, c: Pick<LoraConfig, 'targetModules' | 'targetRegex'>, where = 'lora'): string[] {
   const linear: string[] = [];
   for (let i = 0; i < model.config.num_hidden_layers; i++) for (const s of LINEAR_SUFFIXES) linear.push(`model.layers.${i}.${s}`);
   if (c.targetRegex !== undefined) {
@@ -132,7 +142,7 @@ export class LoraAdapters {
     this.scaling = loraScaling(config);
   }
 
-  static create(model: Qwen2Model, config: LoraConfig, seed: number): LoraAdapters {
+  static create(model: LoraBase, config: LoraConfig, seed: number): LoraAdapters {
     validateLoraConfig(config);
     const modules = new Map<string, LoraModule>();
     matchTargetModules(model, config).forEach((module, k) => {
@@ -181,7 +191,7 @@ export interface SaveAdapterOptions {
 }
 
 /** Writes the model's adapters as a PEFT adapter directory. */
-export async function saveLoraAdapter(dir: string, model: Qwen2Model, opts: SaveAdapterOptions = {}): Promise<void> {
+export async function saveLoraAdapter(dir: string, model: LoraBase, opts: SaveAdapterOptions = {}): Promise<void> {
   const lora = model.lora;
   if (!lora) throw new Error('saveLoraAdapter: the model has no LoRA adapters');
   mkdirSync(dir, { recursive: true });
@@ -246,14 +256,14 @@ function refuseUnsupported(raw: Record<string, unknown>, where: string): void {
  * Reads a PEFT LoRA adapter directory for `model` (which must be the base it was trained on) and
  * attaches it, replacing any adapters the model had. `dropoutSeed` seeds later training dropout.
  */
-export function loadLoraAdapter(dir: string, model: Qwen2Model, dropoutSeed = 0): LoraAdapters {
+export function loadLoraAdapter(dir: string, model: LoraBase, dropoutSeed = 0): LoraAdapters {
   const adapters = readLoraAdapter(dir, model, dropoutSeed);
   model.setLora(adapters);
   return adapters;
 }
 
 /** Reads a PEFT LoRA adapter directory for `model` without attaching it (Qwen2Model.swapLora does). */
-export function readLoraAdapter(dir: string, model: Qwen2Model, dropoutSeed = 0): LoraAdapters {
+export function readLoraAdapter(dir: string, model: LoraBase, dropoutSeed = 0): LoraAdapters {
   const configPath = join(dir, ADAPTER_CONFIG_FILE);
   const weightsPath = join(dir, ADAPTER_WEIGHTS_FILE);
   if (!existsSync(configPath))

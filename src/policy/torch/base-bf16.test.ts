@@ -3,7 +3,7 @@
  * linear layer as configs/real-grpo.yaml): LoRA's frozen base layers multiply in bf16 while the adapters,
  * norms, attention, output layer and log-softmax stay fp32.
  *   - it is off by default: measured on recorded episodes it moves log-probs by up to 0.15
- *     (mean 0.003), beyond issue #75's 1e-2 bound (results/smollm2-speed/bf16-parity-2026-12-02.md);
+ *     (mean 0.003), beyond the 1e-2 bound asked for (results/smollm2-speed/bf16-parity-2026-12-02.md);
  *   - asked for, it refuses what it cannot do, saying why (autocast, non-fp32 weights, no LoRA, a CPU
  *     without AVX512-BF16 or AMX), and where it runs, a real prompt and answer score near fp32 and
  *     an update trains the fp32 adapters.
@@ -74,7 +74,7 @@ describe.skipIf(!installed || !gate.available)(`model.torch.base_bf16 on SmolLM2
     const fp32 = await TorchEngine.start(options(tokenizer));
     let reference: number[];
     try {
-      // The default: fp32 even on a CPU with native bf16 (issue #75's 1e-2 bound is not met).
+      // The default: fp32 even on a CPU with native bf16 (the 1e-2 bound on log-probs is not met).
       expect(fp32.info.base_bf16).toBe(false);
       [reference] = await fp32.logprobs([seq]);
     } finally {
