@@ -15,8 +15,8 @@
  * When the episode is over for the trainer (a timeout, the run stopping) the whole process group is
  * sent SIGTERM, then SIGKILL 2 s later; and once the command exits, whatever it left running in its
  * group is killed too, so no process outlives its episode. Nor this process: when it exits (a second
- * Ctrl-C, an error), the groups still running are sent SIGKILL. Only a process the kernel ends (SIGKILL)
- * runs no hook, and leaves them.
+ * Ctrl-C, an error, SIGTERM where the program has no handler of its own), the groups still running are
+ * sent SIGKILL. Only a process the kernel ends (SIGKILL) runs no hook, and leaves them.
  */
 import { spawn } from 'node:child_process';
 import type { AgentInput, AgentOutcome } from './player.ts';
@@ -107,6 +107,9 @@ export function runAgentProcess(o: AgentProcessOptions, input: AgentInput): Prom
   if (!exitHook) {
     exitHook = true;
     process.on('exit', killRunning);
+    // SIGTERM's default action ends the process without its exit hooks, which would leave the agents
+    // running: with no handler of the program's own, exit as the default would (143), through them.
+    if (process.listenerCount('SIGTERM') === 0) process.once('SIGTERM', () => process.exit(143));
   }
   let stdout = '';
   let stderrTail = '';

@@ -314,4 +314,18 @@ describe('Ctrl-C during an evaluation of `empo2 train --agent`', () => {
     expect(metrics(runDir)).toEqual([]);
     await expectGroupsGone(agents.map((a) => a.pgid));
   }, 240_000);
+
+  it('SIGTERM to the trainer exits with 143 and leaves no agent process (nor its children) and no run.lock', async () => {
+    const dir = agentFolder('term', 'always');
+    const runDir = join(dir, 'run');
+    const t = startTrainer(dir, { iterations: 1 });
+    await t.waitFor(HOLDING, 2);
+    const agents = hungAgents(dir);
+    process.kill(t.pid, 'SIGTERM');
+    const { code, signal } = await t.exited;
+    expect({ code, signal }, t.lines.join('\n')).toEqual({ code: 143, signal: null });
+    expect(existsSync(join(runDir, 'run.lock'))).toBe(false);
+    expect(metrics(runDir)).toEqual([]);
+    await expectGroupsGone(agents.map((a) => a.pgid));
+  }, 240_000);
 });
