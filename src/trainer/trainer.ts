@@ -22,7 +22,7 @@ import { formatDuration } from '../util/duration.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { evaluate, formatEvalTable } from './evaluate.ts';
 import { environmentPlayer, rolloutSettings, type RolloutPlayer } from './rollout.ts';
-import { openTraining, type Training } from './setup.ts';
+import { openTraining, type Training, type TrainPhase } from './setup.ts';
 import { prepareUpdate, runOptimiserSteps, updateSettings, type OptimiserProgress, type PreparedUpdate } from './update.ts';
 
 export interface TrainOptions {
@@ -43,6 +43,8 @@ export interface TrainOptions {
    * environments); the gateway passes its own, where a user's agent plays each episode (../gateway/).
    */
   player?: RolloutPlayer;
+  /** Told as the loop enters each phase: rollout, update, evaluation, checkpoint (the gateway's /health says it). */
+  onPhase?: (p: TrainPhase) => void;
 }
 
 export interface TrainResult {
@@ -83,6 +85,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   const log = opts.log ?? ((l: string) => console.log(l));
   const t = await openTraining(cfg, { resume: opts.resume, handleSignals: opts.handleSignals ?? false, signal: opts.signal, log });
   t.player = opts.player ?? environmentPlayer(t.run.envs);
+  t.onPhase = opts.onPhase;
   const { run } = t;
   const { state, metrics } = run;
   // The "before" of the before/after table; on resume, the one logged when the run started.
@@ -137,6 +140,7 @@ async function runIteration(t: Training, it: number, clock: { started: number },
   const partWay = partWaySaver(t, { it, batch, resumed: resumed !== null, t0, tOptimizer }, opts.onPartialSave);
   if (!resumed) await partWay.save(null);
   // update
+  enter(t, 'update', it);
   const stepsDone = batch.progress?.optimizerSteps ?? 0;
   const stopWatching = watchUpdate(engine, `iter ${it} update`, log, { stepsDone });
   const update = await runOptimiserSteps(engine, batch.prepared, {
@@ -165,7 +169,10 @@ async function runIteration(t: Training, it: number, clock: { started: number },
   // evaluate, checkpoint
   const last = it === cfg.train.iterations;
   const evaluation = cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last ? await evaluateAndLog(t, it) : null;
-  if (it % cfg.train.checkpoint_every === 0 || last || stopRequested(t.run)) log(`checkpoint ${await saveRunCheckpoint(t.run)}`);
+  if (it % cfg.train.checkpoint_every === 0 || last || stopRequested(t.run)) {
+    enter(t, 'checkpoint', it);
+    log(`checkpoint ${await saveRunCheckpoint(t.run)}`);
+  }
   return { evaluation, stop: stopRequested(t.run) && !last, allFailed: batch.episodes.every(isFailed) };
 }
 
@@ -242,6 +249,7 @@ async function iterationBatch(t: Training, it: number, clock: { started: number 
   const { jobs, modes } = drawModes(t, it);
   const { episodes, stats } = await rollOut(t, it, { jobs, modes }, showProgress);
   logFailures(t, it, episodes);
+  enter(t, 'update', it);
   const rolloutSeconds = (performance.now() - t0) / 1000;
   if (rolloutSeconds > 60)
     t.run.log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration(rolloutSeconds)}; updating`);
@@ -389,6 +397,7 @@ async function rollOut(t: Training, it: number, drawn: { jobs: RolloutJob[]; mod
   const progress = showProgress
     ? new EpisodeProgress(jobs, { label: `iter ${it} rollouts`, logIntervalMs: 120_000, taskLines: false })
     : undefined;
+  enter(t, 'rollout', it);
   const played = await t.player!(t.run.rolloutEngine, jobs, {
     settingsFor: (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start),
     memory: withTips,
@@ -424,6 +433,7 @@ function recordTrainingEpisodes(t: Training, it: number, batch: IterationBatch, 
 /** Evaluates on the held-out split (with tips where train.eval_with_memory), records and logs it. */
 async function evaluateAndLog(t: Training, iteration: number): Promise<EvalResult> {
   const { cfg, state } = t.run;
+  enter(t, 'evaluation', iteration);
   const shown = cfg.train.eval_with_memory && t.run.memory ? t.run.memory : undefined;
   let followed: number | null = null;
   const played = (episodes: readonly Episode[]) => {
@@ -452,4 +462,9 @@ async function evaluateAndLog(t: Training, iteration: number): Promise<EvalResul
   t.run.metrics.append(evalRecord(r, { iteration, trainEnvSteps: state.envSteps, settings, tipsFollowed: shown ? followed : undefined }));
   t.run.log(formatEvalLine(r, iteration, cfg.env.eval_split));
   return r;
+}
+
+/** Tells the caller the loop enters `phase` of `iteration`, with the policy version that samples now. */
+function enter(t: Training, phase: TrainPhase['phase'], iteration: number): void {
+  t.onPhase?.({ phase, iteration, policyVersion: t.run.state.iteration });
 }

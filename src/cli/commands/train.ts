@@ -39,7 +39,13 @@ export function register(program: Command): void {
       if (agent) cfg = agent.cfg;
       let result;
       try {
-        result = await train(cfg, { resume: !!opts.resume, handleSignals: true, progress: true, player: agent?.player });
+        result = await train(cfg, {
+          resume: !!opts.resume,
+          handleSignals: true,
+          progress: true,
+          player: agent?.player,
+          onPhase: agent?.onPhase,
+        });
       } finally {
         await agent?.close();
       }
@@ -111,5 +117,5 @@ async function agentRun(
     maxCalls: positiveInteger(opts.agentMaxCalls, '--agent-max-calls'),
     log,
   });
-  return { cfg, player: play.player, close: play.close };
+  return { cfg, player: play.player, onPhase: play.onPhase, close: play.close };
 }
