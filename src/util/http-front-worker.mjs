@@ -50,6 +50,7 @@ function forward(req, res) {
   let answered = false;
   up.on('response', (upRes) => {
     answered = true;
+    if (res.destroyed) return void upRes.destroy();
     res.writeHead(upRes.statusCode ?? 502, upRes.statusMessage, endToEnd(upRes.headers, 'date'));
     upRes.pipe(res);
     upRes.on('aborted', () => res.destroy());
