@@ -123,7 +123,8 @@ describe('faults through the gateway', () => {
     const play = await openAgentPlay<unknown>(cfg, {
       agent: faultyAgent(),
       taskOf: (job) => (job.variation < tasks.length ? tasks[job.variation] : 'held-out'),
-      timeoutSeconds: 4,
+      // Long enough for 7 lockstep calls of an in-process agent, each crossing the HTTP front's thread twice (../util/http-front.ts), on a loaded machine.
+      timeoutSeconds: 8,
       maxTokens: 12,
       batchWaitMs: 100,
       log: (l) => lines.push(l),
@@ -136,7 +137,7 @@ describe('faults through the gateway', () => {
       expect(failed).toHaveLength(50);
       const reasons = [
         'the agent threw: the agent broke',
-        'no reward within the timeout of 4 s',
+        'no reward within the timeout of 8 s',
         'never reported a reward',
         'made no call to the gateway',
         'went over its budget of 6 calls',

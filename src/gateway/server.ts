@@ -95,6 +95,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   });
   // The server listens on loopback only, behind a front on another thread that owns the public socket
   // and answers while the trainer blocks this one (../util/http-front.ts).
+  server.keepAliveTimeout = 0; // the front's connections stay open: closing one idle could meet a request sent on it
   const inner = await listenOn(server, '127.0.0.1', 0);
   let phase: GatewayPhase = { phase: 'starting', iteration: 0, policyVersion: 0 };
   const health = () => ({

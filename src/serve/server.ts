@@ -150,6 +150,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   });
   // The server listens on loopback only, behind a front on another thread that owns the public socket
   // and answers while a computation blocks this one (../util/http-front.ts).
+  server.keepAliveTimeout = 0; // the front's connections stay open: closing one idle could meet a request sent on it
   const inner = await listenOn(server, '127.0.0.1', 0);
   const front = await startHttpFront({
     host: o.host ?? '127.0.0.1',

@@ -2,7 +2,7 @@
 // from the state the main thread posts, and forwards every other request to the server on the main
 // thread, bodies and streamed answers piped both ways. Plain JavaScript, so that it loads as it is
 // from src/ (under tsx or vitest) and from dist/, without a TypeScript loader in the thread.
-import { createServer, request } from 'node:http';
+import { Agent, createServer, request } from 'node:http';
 import { parentPort, workerData } from 'node:worker_threads';
 
 /** @type {{ host: string; port: number; upstream: { host: string; port: number }; keepAliveMs: number; health: object }} */
@@ -36,16 +36,19 @@ function answerHealth(req, res) {
   sendJson(res, 200, { status: 'ok', ...health });
 }
 
+// Kept-alive loopback connections to the server, which never times them out (startHttpFront's
+// caller sets its keepAliveTimeout to 0): one closed as the server wakes from a long block could meet a
+// request going out on it. A new connection per request made each wait for the blocked thread to accept it.
+const upstreamAgent = new Agent({ keepAlive: true });
+
 function forward(req, res) {
   const up = request({
     host: o.upstream.host,
     port: o.upstream.port,
     method: req.method,
     path: req.url,
-    // A fresh loopback connection per request: a kept-alive one could be closed by the main thread's
-    // server as it wakes from a long block, just as this request goes out on it.
-    headers: { ...endToEnd(req.headers), connection: 'close' },
-    agent: false,
+    headers: endToEnd(req.headers),
+    agent: upstreamAgent,
   });
   let answered = false;
   up.on('response', (upRes) => {
