@@ -13,6 +13,7 @@ const ASSETS = [
   'envs/scienceworld/corpus.json', // the tiny model's tokenizer text
   'envs/scienceworld/bridge.py', // the simulator's Python side
   'dashboard/page', // `empo2 dashboard`'s page
+  'util/http-front-worker.mjs', // the HTTP front's thread (a Worker loads the file by its path)
 ];
 
 // A stale file of a source removed since the last build would still be importable.

@@ -74,6 +74,7 @@ export async function trainAgent<Task>(options: TrainAgentOptions<Task>): Promis
       signal: options.signal,
       onIteration: options.onIteration,
       player: play.player,
+      onPhase: play.onPhase,
     });
     const evalTable = result.finalEval && !result.interrupted ? formatEvalTable(result.finalEval, result.initialEval) : null;
     return { ...result, evalTable, config };

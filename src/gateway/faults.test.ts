@@ -123,7 +123,8 @@ describe('faults through the gateway', () => {
     const play = await openAgentPlay<unknown>(cfg, {
       agent: faultyAgent(),
       taskOf: (job) => (job.variation < tasks.length ? tasks[job.variation] : 'held-out'),
-      // Long enough that the good episodes finish on a loaded 2-core machine; the hanging ones wait it out together.
+      // Long enough that the good episodes finish on a loaded 2-core machine, each of their lockstep calls
+      // crossing the HTTP front's thread twice (../util/http-front.ts); the hanging ones wait it out together.
       timeoutSeconds: 15,
       maxTokens: 12,
       batchWaitMs: 100,

@@ -10,6 +10,7 @@ import type { RolloutJob } from '../run/records.ts';
 import { longestTokenBytes } from '../serve/limits.ts';
 import { promptSettings } from '../trainer/prompt-style.ts';
 import type { RolloutPlayer } from '../trainer/rollout.ts';
+import type { TrainPhase } from '../trainer/setup.ts';
 import { agentPlayer, type AgentRunner } from './player.ts';
 import { startGateway, type Gateway } from './server.ts';
 
@@ -38,6 +39,8 @@ export interface AgentPlayOptions<Task> {
 
 export interface AgentPlay {
   player: RolloutPlayer;
+  /** The trainer's TrainOptions.onPhase: the gateway's /health says the phase and the policy version. */
+  onPhase: (p: TrainPhase) => void;
   gateway: Gateway;
   modelName: string;
   close(): Promise<void>;
@@ -75,5 +78,5 @@ export async function openAgentPlay<Task>(cfg: Config, o: AgentPlayOptions<Task>
     log: o.log,
   });
   o.log(`gateway: ${gateway.url} (each episode gets ${gateway.url}/episodes/<id>/v1 and its own key; model "${modelName}")`);
-  return { player, gateway, modelName, close: () => gateway.close() };
+  return { player, onPhase: (p) => gateway.setPhase(p), gateway, modelName, close: () => gateway.close() };
 }

@@ -13,6 +13,7 @@
  * as vLLM and `empo2 serve` name them.
  */
 import { listenOn } from '../util/port.ts';
+import { startHttpFront } from '../util/http-front.ts';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { Generation, TextTokenizer } from '../policy/types.ts';
@@ -64,7 +65,16 @@ export interface Gateway {
   stop(reason: string): void;
   /** Requests received and not yet answered, over all episodes. */
   openRequests(): number;
+  /** What the trainer is doing now, as `GET /health` tells it (answered at once whatever the trainer does). */
+  setPhase(phase: GatewayPhase): void;
   close(): Promise<void>;
+}
+
+/** The trainer's phase, and the policy version: the iteration whose weights sample now (0: the initial ones). */
+export interface GatewayPhase {
+  phase: 'starting' | 'rollout' | 'update' | 'evaluation' | 'checkpoint' | 'finished';
+  iteration: number;
+  policyVersion: number;
 }
 
 interface Ctx extends GatewayOptions {
@@ -87,8 +97,29 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
       sendJson(res, err.status, errorBody(err));
     });
   });
-  server.keepAliveTimeout = 5_000;
-  const addr = await listenOn(server, o.host ?? '127.0.0.1', o.port ?? 0);
+  // The server listens on loopback only, behind a front on another thread that owns the public socket
+  // and answers while the trainer blocks this one (../util/http-front.ts).
+  server.keepAliveTimeout = 0; // the front's connections stay open: closing one idle could meet a request sent on it
+  const inner = await listenOn(server, '127.0.0.1', 0);
+  let phase: GatewayPhase = { phase: 'starting', iteration: 0, policyVersion: 0 };
+  const health = () => ({
+    model: o.modelName,
+    phase: phase.phase,
+    iteration: phase.iteration,
+    policy_version: phase.policyVersion,
+    episodes: ctx.byId.size,
+  });
+  const front = await startHttpFront({
+    host: o.host ?? '127.0.0.1',
+    port: o.port ?? 0,
+    upstream: { host: inner.address, port: inner.port },
+    health: health(),
+    onError: (e) => o.log?.(`gateway: its HTTP front failed: ${e.stack ?? e.message}`),
+  }).catch((e: unknown) => {
+    server.close();
+    throw e;
+  });
+  const addr = front.address;
   const url = `http://${addr.family === 'IPv6' ? `[${addr.address}]` : addr.address}:${addr.port}`;
   return {
     url,
@@ -96,20 +127,28 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     add: (session, tips) => {
       ctx.byId.set(session.id, { session, tips });
       ctx.byKey.set(session.key, session.id);
+      front.setHealth(health());
     },
     remove: (session) => {
       ctx.byId.delete(session.id);
       ctx.byKey.delete(session.key);
+      front.setHealth(health());
     },
     stop: (reason) => {
       ctx.stopped = reason;
     },
     openRequests: () => open,
-    close: () =>
-      new Promise<void>((resolve, reject) => {
+    setPhase: (p) => {
+      phase = p;
+      front.setHealth(health());
+    },
+    close: async () => {
+      await front.close();
+      await new Promise<void>((resolve, reject) => {
         server.close((e) => (e ? reject(e) : resolve()));
         server.closeAllConnections();
-      }),
+      });
+    },
   };
 }
 

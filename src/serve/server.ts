@@ -15,6 +15,7 @@
  * tokens and stops when its clients hang up (queue.ts). Web pages cannot drive it (access.ts).
  */
 import { listenOn } from '../util/port.ts';
+import { startHttpFront } from '../util/http-front.ts';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { realpathSync } from 'node:fs';
@@ -147,9 +148,21 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
       send(res, err.status, errorBody(err));
     });
   });
-  // Keep-alive sockets would hold close() open for their idle timeout.
-  server.keepAliveTimeout = 5_000;
-  const addr = await listenOn(server, o.host ?? '127.0.0.1', o.port ?? 8000);
+  // The server listens on loopback only, behind a front on another thread that owns the public socket
+  // and answers while a computation blocks this one (../util/http-front.ts).
+  server.keepAliveTimeout = 0; // the front's connections stay open: closing one idle could meet a request sent on it
+  const inner = await listenOn(server, '127.0.0.1', 0);
+  const front = await startHttpFront({
+    host: o.host ?? '127.0.0.1',
+    port: o.port ?? 8000,
+    upstream: { host: inner.address, port: inner.port },
+    health: { model: o.modelName },
+    onError: (e) => o.log?.(`error: the HTTP front failed: ${e.stack ?? e.message}`),
+  }).catch((e: unknown) => {
+    server.close();
+    throw e;
+  });
+  const addr = front.address;
   ctx.access.boundAddress = addr.address;
   const hostForUrl = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   return {
@@ -157,11 +170,13 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     host: addr.address,
     port: addr.port,
     queue,
-    close: () =>
-      new Promise<void>((resolve, reject) => {
+    close: async () => {
+      await front.close();
+      await new Promise<void>((resolve, reject) => {
         server.close((e) => (e ? reject(e) : resolve()));
         server.closeAllConnections();
-      }),
+      });
+    },
   };
 }
 

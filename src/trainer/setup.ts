@@ -25,6 +25,18 @@ export interface Training {
   rehearsal: TipRehearsal | null;
   /** Who plays the episodes (trainer.ts sets it: the built-in rollout, or the one the caller passed). */
   player?: RolloutPlayer;
+  /** Told as the loop enters each phase (trainer.ts sets it from TrainOptions.onPhase). */
+  onPhase?: (p: TrainPhase) => void;
+}
+
+/**
+ * A phase of the loop as it enters it, for a caller that shows it (the gateway's /health). The policy
+ * version is the iteration whose weights sample now: during iteration i's rollouts and update, i - 1.
+ */
+export interface TrainPhase {
+  phase: 'rollout' | 'update' | 'evaluation' | 'checkpoint';
+  iteration: number;
+  policyVersion: number;
 }
 
 /**

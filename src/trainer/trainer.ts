@@ -26,7 +26,7 @@ import { formatDuration } from '../util/duration.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { evaluate, formatEvalTable } from './evaluate.ts';
 import { environmentPlayer, rolloutSettings, type RolloutPlayer } from './rollout.ts';
-import { openTraining, type Training } from './setup.ts';
+import { openTraining, type Training, type TrainPhase } from './setup.ts';
 import { prepareUpdate, runOptimiserSteps, updateSettings, type OptimiserProgress, type PreparedUpdate } from './update.ts';
 
 export interface TrainOptions {
@@ -55,6 +55,8 @@ export interface TrainOptions {
    * environments); the gateway passes its own, where a user's agent plays each episode (../gateway/).
    */
   player?: RolloutPlayer;
+  /** Told as the loop enters each phase: rollout, update, evaluation, checkpoint (the gateway's /health says it). */
+  onPhase?: (p: TrainPhase) => void;
 }
 
 export interface TrainResult {
@@ -101,6 +103,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
     log,
   });
   t.player = opts.player ?? environmentPlayer(t.run.envs);
+  t.onPhase = opts.onPhase;
   const { run } = t;
   const { state, metrics } = run;
   // The "before" of the before/after table; on resume, the one logged when the run started.
@@ -157,6 +160,7 @@ async function runIteration(t: Training, it: number, clock: { started: number },
   const partWay = partWaySaver(t, { it, batch, resumed: resumed !== null, t0, tOptimizer }, opts.onPartialSave);
   if (!resumed) await partWay.save(null);
   // update
+  enter(t, 'update', it);
   const stepsDone = batch.progress?.optimizerSteps ?? 0;
   const stopWatching = watchUpdate(engine, `iter ${it} update`, log, { stepsDone });
   const update = await runOptimiserSteps(engine, batch.prepared, {
@@ -196,7 +200,10 @@ async function runIteration(t: Training, it: number, clock: { started: number },
   // evaluate, checkpoint
   const last = it === cfg.train.iterations;
   const evaluation = cfg.train.eval_every > 0 && it % cfg.train.eval_every === 0 && !last ? await evaluateInLoop(t, it) : null;
-  if (it % cfg.train.checkpoint_every === 0 || last || stopRequested(t.run)) log(`checkpoint ${await saveRunCheckpoint(t.run)}`);
+  if (it % cfg.train.checkpoint_every === 0 || last || stopRequested(t.run)) {
+    enter(t, 'checkpoint', it);
+    log(`checkpoint ${await saveRunCheckpoint(t.run)}`);
+  }
   return { evaluation, stop: stopRequested(t.run) && !last, episodes: batch.episodes };
 }
 
@@ -287,6 +294,7 @@ async function iterationBatch(t: Training, it: number, clock: { started: number 
   const { jobs, modes } = drawModes(t, it);
   const { episodes, stats } = await rollOut(t, it, { jobs, modes }, showProgress);
   logFailures(t, it, episodes);
+  enter(t, 'update', it);
   const rolloutSeconds = (performance.now() - t0) / 1000;
   if (rolloutSeconds > 60)
     t.run.log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration(rolloutSeconds)}; updating`);
@@ -438,6 +446,7 @@ async function rollOut(t: Training, it: number, drawn: { jobs: RolloutJob[]; mod
     ? new EpisodeProgress(jobs, { label: `iter ${it} rollouts`, logIntervalMs: 120_000, taskLines: false })
     : undefined;
   const player = t.player!;
+  enter(t, 'rollout', it);
   const play = () =>
     player(t.run.rolloutEngine, jobs, {
       settingsFor: (start) => rolloutSettings(cfg, false, cfg.seed * 1_000_003 + it + 7_919 * start),
@@ -496,6 +505,7 @@ function recordTrainingEpisodes(t: Training, it: number, batch: IterationBatch, 
 /** Evaluates on the held-out split (with tips where train.eval_with_memory), records and logs it. */
 async function evaluateAndLog(t: Training, iteration: number): Promise<EvalResult> {
   const { cfg, state } = t.run;
+  enter(t, 'evaluation', iteration);
   const shown = cfg.train.eval_with_memory && t.run.memory ? t.run.memory : undefined;
   let followed: number | null = null;
   const played = (episodes: readonly Episode[]) => {
@@ -525,4 +535,9 @@ async function evaluateAndLog(t: Training, iteration: number): Promise<EvalResul
   t.run.metrics.append(evalRecord(r, { iteration, trainEnvSteps: state.envSteps, settings, tipsFollowed: shown ? followed : undefined }));
   t.run.log(formatEvalLine(r, iteration, cfg.env.eval_split));
   return r;
+}
+
+/** Tells the caller the loop enters `phase` of `iteration`, with the policy version that samples now. */
+function enter(t: Training, phase: TrainPhase['phase'], iteration: number): void {
+  t.onPhase?.({ phase, iteration, policyVersion: t.run.state.iteration });
 }

@@ -46,6 +46,7 @@ export function register(program: Command): void {
           progress: true,
           player: agent?.player,
           agentProcesses: agent !== null,
+          onPhase: agent?.onPhase,
         });
       } finally {
         await agent?.close();
@@ -110,5 +111,5 @@ async function agentRun(
     maxCalls: positiveInteger(opts.agentMaxCalls, '--agent-max-calls'),
     log,
   });
-  return { cfg, player: play.player, close: play.close };
+  return { cfg, player: play.player, onPhase: play.onPhase, close: play.close };
 }
