@@ -162,9 +162,11 @@ describe('a gateway that never goes silent', () => {
           `max ${ms.at(-1)!.toFixed(1)} ms; longest gap between answers ${Math.max(...gaps)} ms; the trainer's thread blocked ${BLOCK_MS} ms ` +
           `${blocks.length + 2} times`,
       );
-      // The machine the suite runs on may be loaded: the bound is far below a block, not the 100 ms the answers take unloaded.
-      expect(ms.at(-1)!).toBeLessThan(1_000);
-      expect(Math.max(...gaps)).toBeLessThan(1_500);
+      // The machine the suite runs on may be loaded (two test files at once on two cores, other jobs): the
+      // bounds are half a block, which a front on the blocked thread could not meet, not the 100 ms the
+      // answers take unloaded (p99 24 ms, longest gap 98 ms with this file alone on the machine).
+      expect(ms.at(-1)!).toBeLessThan(BLOCK_MS / 2);
+      expect(Math.max(...gaps)).toBeLessThan(BLOCK_MS / 2);
     } finally {
       rmSync(root, { recursive: true, force: true });
     }
