@@ -1,7 +1,7 @@
 /**
  * `env.reward: judge` end to end: 2-iteration GRPO runs of the tiny default whose rewards come from a
  * judge behind a small OpenAI-compatible server started here. The server scores each trajectory it is
- * shown by what it reads in the text (the share of its actions that were not repeats), so the scores
+ * shown by what it reads in the text (its distinct actions over its steps + 1), so the scores
  * differ within a group and can be recomputed from the recorded steps: they must be what the episodes'
  * rewards became. Then the faults: answers that are not the JSON asked for (retried, then the group
  * left out and counted), and a judge that is down (left out and counted); every run finishes.
@@ -14,14 +14,15 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/load.ts';
 import type { Config } from '../src/config/schema.ts';
+import { judge as judgeReward, trainAgent, type AgentInput } from '../src/index.ts';
 import { train } from '../src/trainer/trainer.ts';
-import { TINY_RUN } from './support/tiny.ts';
+import { TINY_MODEL, TINY_RUN } from './support/tiny.ts';
 
 type Line = Record<string, any> & { type: string };
 
-/** The judge's scorer: the share of a trajectory's actions that are not repeats of an earlier one. */
+/** The judge's scorer: distinct actions over steps + 1 (new actions score, and so does not taking more steps). */
 function distinctShare(actions: readonly string[]): number {
-  return actions.length === 0 ? 0 : new Set(actions).size / actions.length;
+  return new Set(actions).size / (actions.length + 1);
 }
 
 /** The trajectories of a judge request, as their action lists, from the text the judge was shown. */
@@ -216,5 +217,56 @@ describe('env.reward: judge', () => {
       expect(l.external.judge).toMatchObject({ calls: 2, failed: 2, retries: 2 });
     }
     expect(judge.open).toBe(0);
+  }, 180_000);
+
+  it("is trainAgent's reward: an agent that reports none is trained on the judge's scores", async () => {
+    judge.chats = 0;
+    judge.content = () => null;
+    let played = 0;
+    // 1 to 3 calls an episode, so that the judge's scores differ within a group.
+    const calls = async ({ baseURL, apiKey, model, task, signal }: AgentInput<string>) => {
+      const n = 1 + (played++ % 3);
+      for (let i = 0; i < n; i++) {
+        const res = await fetch(`${baseURL}/chat/completions`, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${apiKey}` },
+          body: JSON.stringify({ model, messages: [{ role: 'user', content: `${task} (${i})` }], max_tokens: 4 }),
+          signal,
+        });
+        if (res.status !== 200) throw new Error(`gateway answered ${res.status}`);
+      }
+    };
+    const logged: string[] = [];
+    const result = await trainAgent<string>({
+      agent: calls,
+      tasks: ['say hello', 'count to three'],
+      reward: judgeReward({ base_url: judge.url, model: 'judge', rubric: 'Reward varied answers.' }),
+      set: [
+        ...TINY_MODEL,
+        `run_dir=${join(root, 'agent')}`,
+        'train.iterations=1',
+        'train.eval_every=0',
+        'algo.name=grpo',
+        'rollout.tasks_per_batch=2',
+        'rollout.group_size=3',
+        'rollout.max_tokens=4',
+        'trajectories.train_per_iteration=6',
+      ],
+      log: (l) => logged.push(l),
+    });
+    expect(result.iterations).toBe(1);
+    expect(logged.filter((l) => l.includes('failed and is left out'))).toEqual([]);
+    const [line] = trainLines(result.runDir);
+    expect(line.judge).toEqual({ groups: 2, judged: 2, left_out: 0, left_out_episodes: 0, reasked: 0 });
+    expect(line.sequences).toBeGreaterThan(0);
+    const eps = episodes(result.runDir);
+    expect(eps).toHaveLength(6);
+    for (const e of eps) {
+      const actions = e.steps.map((s: { action: string }) => s.action);
+      expect(e.judge.score).toBe(Number(distinctShare(actions).toFixed(4)));
+      expect(e.steps.at(-1).reward).toBeCloseTo(100 * e.judge.score, 6);
+    }
+    expect(new Set(eps.map((e) => e.judge.score)).size).toBeGreaterThan(1);
+    expect(() => judgeReward({ base_url: judge.url } as never)).toThrow(/judge\(\): model/);
   }, 180_000);
 });
