@@ -5,6 +5,7 @@
  */
 export { loadConfig, type ConfigInput, type ConfigSource, type LoadConfigOptions } from './api/config.ts';
 export { train, type TrainOptions, type TrainResult } from './api/train.ts';
+export { judge, type JudgeReward } from './api/judge.ts';
 export { trainAgent, type Agent, type AgentInput, type AgentOutcome, type TrainAgentOptions } from './api/train-agent.ts';
 export { ConfigError, configReference } from './config/load.ts';
 export type { Config } from './config/schema.ts';

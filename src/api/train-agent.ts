@@ -6,9 +6,11 @@
  * the memory's tips in memory rollouts, the update on every call's response tokens. docs/AGENTS.md.
  */
 import { ConfigError } from '../config/load.ts';
+import type { Config } from '../config/schema.ts';
 import type { AgentInput, AgentOutcome, AgentPlayOptions } from '../gateway/index.ts';
 import { agentConfig, registerAgentEnv } from '../gateway/tasks-env.ts';
 import { loadConfig } from './config.ts';
+import type { JudgeReward } from './judge.ts';
 import type { TrainOptions, TrainResult } from './train.ts';
 
 export type { AgentInput, AgentOutcome } from '../gateway/index.ts';
@@ -39,6 +41,11 @@ export interface TrainAgentOptions<Task> extends TrainOptions {
   concurrency?: number | null;
   /** Text for the tiny model's tokenizer when model.path is null (default: the tasks' texts). */
   corpus?: string[];
+  /**
+   * The training reward: `judge({ base_url, model, rubric })` scores each group's episodes together
+   * (env.reward: judge; mode replace, the default, lets the agent return no reward). Default: what the agent reports.
+   */
+  reward?: JudgeReward;
   /** Where the gateway listens (default 127.0.0.1, a free port). */
   host?: string;
   port?: number;
@@ -50,7 +57,8 @@ export async function trainAgent<Task>(options: TrainAgentOptions<Task>): Promis
     throw new ConfigError('trainAgent: agent must be an async function ({ baseURL, apiKey, model, task, signal }) => reward');
   registerAgentEnv();
   const { tasks, evalTasks = [] } = options;
-  const config = agentConfig(loadConfig(options.config, { set: options.set }), {
+  const loaded = loadConfig(options.config, { set: options.set });
+  const config = agentConfig(options.reward ? withJudge(loaded, options.reward) : loaded, {
     tasks,
     evalTasks,
     corpus: options.corpus,
@@ -81,4 +89,10 @@ export async function trainAgent<Task>(options: TrainAgentOptions<Task>): Promis
   } finally {
     await play.close();
   }
+}
+
+/** The config with the judge as its reward (a reward option that is not judge() output is refused, naming it). */
+function withJudge(cfg: Config, reward: JudgeReward): Config {
+  if (reward?.kind !== 'judge') throw new ConfigError('trainAgent: reward must be judge({ base_url, model, rubric })');
+  return { ...cfg, env: { ...cfg.env, reward: 'judge', judge: reward.settings } };
 }

@@ -7,6 +7,76 @@ import { z } from 'zod';
 const strict = <T extends z.ZodRawShape>(shape: T) => z.object(shape).strict();
 const prob = z.number().min(0).max(1);
 
+/**
+ * An OpenAI-compatible model the run asks for text (src/external/): where it is, which model, and the
+ * name of the environment variable that holds its key. The key itself never goes into a config.
+ */
+export const ExternalModelSchema = strict({
+  base_url: z
+    .string()
+    .min(1)
+    .describe('the server, e.g. http://127.0.0.1:8080/v1 (llama.cpp), http://127.0.0.1:11434/v1 (Ollama), http://127.0.0.1:8000/v1 (vLLM)'),
+  model: z.string().min(1).describe('model name to request'),
+  api_key_env: z
+    .string()
+    .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be the name of an environment variable (letters, digits, _), not the key itself')
+    .nullable()
+    .default(null)
+    .describe(
+      'the environment variable that holds the API key, e.g. OPENAI_API_KEY (null: send no key); the key never goes into a config or a log',
+    ),
+  temperature: z.number().min(0).max(2).default(0).describe('sampling temperature of the requests'),
+  timeout_s: z.number().positive().default(60).describe('time limit per request attempt'),
+  max_retries: z
+    .number()
+    .int()
+    .min(0)
+    .max(20)
+    .default(4)
+    .describe('extra attempts on 429, 5xx, time-outs and connection errors, with backoff'),
+  max_retry_wait_s: z
+    .number()
+    .positive()
+    .default(60)
+    .describe('longest wait before a retry; a Retry-After asking for longer fails the call instead'),
+  concurrency: z.number().int().positive().max(256).default(4).describe('requests in flight at once'),
+  cache: z
+    .boolean()
+    .default(true)
+    .describe('keep every answer on disk, keyed by the request (model and body), so a resumed or repeated run does not ask twice'),
+  cache_dir: z.string().min(1).nullable().default(null).describe('folder of the cache (null: the run folder); several runs may share one'),
+});
+
+/**
+ * `env.reward: judge`: an external model scores each group's trajectories together, relative to each
+ * other, 0 to 1 (OpenPipe ART's RULER; src/external/judge.ts, docs/EXTERNAL.md).
+ */
+export const JudgeSchema = ExternalModelSchema.extend({
+  rubric: z
+    .string()
+    .nullable()
+    .default(null)
+    .describe("what the judge should reward, added to its instructions (null: the judge's own reading of the task's goal)"),
+  mode: z
+    .enum(['replace', 'add'])
+    .default('replace')
+    .describe("replace: the judge's score is the episode's reward; add: it is added to the environment's score (both on the 0-100 scale)"),
+  max_attempts: z
+    .number()
+    .int()
+    .min(1)
+    .max(10)
+    .default(3)
+    .describe('times a group is asked again when the answer is not the JSON asked for; after that the group is left out of the update'),
+  max_tokens: z.number().int().positive().default(2048).describe("longest answer of the judge, in the judge model's tokens"),
+  max_trajectory_chars: z
+    .number()
+    .int()
+    .positive()
+    .default(6000)
+    .describe('longest text of one trajectory shown to the judge; a longer one keeps its start and end'),
+}).strict();
+
 export const EnvSchema = strict({
   name: z
     .string()
@@ -41,6 +111,13 @@ export const EnvSchema = strict({
     .default(null)
     .describe("episode step limit (null: the environment's per-task limit; the longest reference limit is 120)"),
   options: z.record(z.string(), z.unknown()).default({}).describe('extra options passed to the environment factory'),
+  reward: z
+    .enum(['env', 'judge'])
+    .default('env')
+    .describe(
+      "env: the environment's score; judge: an external model scores each group's trajectories relative to each other (env.judge, docs/EXTERNAL.md)",
+    ),
+  judge: JudgeSchema.nullable().default(null).describe('env.reward: judge: the judge model, its rubric and mode'),
   max_observation_bytes: z
     .number()
     .int()
@@ -322,46 +399,6 @@ export const AlgoSchema = strict({
     ),
 });
 
-/**
- * An OpenAI-compatible model the run asks for text (src/external/): where it is, which model, and the
- * name of the environment variable that holds its key. The key itself never goes into a config.
- */
-export const ExternalModelSchema = strict({
-  base_url: z
-    .string()
-    .min(1)
-    .describe('the server, e.g. http://127.0.0.1:8080/v1 (llama.cpp), http://127.0.0.1:11434/v1 (Ollama), http://127.0.0.1:8000/v1 (vLLM)'),
-  model: z.string().min(1).describe('model name to request'),
-  api_key_env: z
-    .string()
-    .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be the name of an environment variable (letters, digits, _), not the key itself')
-    .nullable()
-    .default(null)
-    .describe(
-      'the environment variable that holds the API key, e.g. OPENAI_API_KEY (null: send no key); the key never goes into a config or a log',
-    ),
-  temperature: z.number().min(0).max(2).default(0).describe('sampling temperature of the requests'),
-  timeout_s: z.number().positive().default(60).describe('time limit per request attempt'),
-  max_retries: z
-    .number()
-    .int()
-    .min(0)
-    .max(20)
-    .default(4)
-    .describe('extra attempts on 429, 5xx, time-outs and connection errors, with backoff'),
-  max_retry_wait_s: z
-    .number()
-    .positive()
-    .default(60)
-    .describe('longest wait before a retry; a Retry-After asking for longer fails the call instead'),
-  concurrency: z.number().int().positive().max(256).default(4).describe('requests in flight at once'),
-  cache: z
-    .boolean()
-    .default(true)
-    .describe('keep every answer on disk, keyed by the request (model and body), so a resumed or repeated run does not ask twice'),
-  cache_dir: z.string().min(1).nullable().default(null).describe('folder of the cache (null: the run folder); several runs may share one'),
-});
-
 export const MemorySchema = strict({
   embedder: z
     .enum(['hashed', 'minilm'])
@@ -609,6 +646,7 @@ export const ConfigSchema = strict({
 
 export type Config = z.infer<typeof ConfigSchema>;
 export type ExternalModelSettings = z.infer<typeof ExternalModelSchema>;
+export type JudgeSettings = z.infer<typeof JudgeSchema>;
 
 /** The algorithm's effective settings once the grpo / empo2 defaults are applied. */
 export interface ResolvedAlgo {
@@ -695,6 +733,11 @@ export function configProblems(cfg: Config): string[] {
     out.push(`memory.reflector_model is for memory.reflector: openai (reflector is ${cfg.memory.reflector})`);
   if (writer && !/^https?:\/\/[^/\s]/.test(writer.base_url))
     out.push(`memory.reflector_model.base_url: "${writer.base_url}" is not an http:// or https:// address`);
+  const judge = cfg.env.judge;
+  if (cfg.env.reward === 'judge' && !judge) out.push('env.reward: judge needs env.judge ({base_url, model, rubric})');
+  if (judge && cfg.env.reward !== 'judge') out.push(`env.judge is for env.reward: judge (reward is ${cfg.env.reward})`);
+  if (judge && !/^https?:\/\/[^/\s]/.test(judge.base_url))
+    out.push(`env.judge.base_url: "${judge.base_url}" is not an http:// or https:// address`);
   if (cfg.algo.name === 'grpo') {
     if (cfg.algo.p !== null && cfg.algo.p > 0)
       out.push(`algo.p: ${cfg.algo.p} with algo.name=grpo (GRPO never rolls out with memory; use algo.name=empo2)`);
@@ -749,6 +792,13 @@ export const RESUMABLE_OPTIONS = [
   'memory.reflector_model.max_retry_wait_s',
   'memory.reflector_model.concurrency',
   'memory.reflector_model.cache_dir',
+  'env.judge.base_url',
+  'env.judge.api_key_env',
+  'env.judge.timeout_s',
+  'env.judge.max_retries',
+  'env.judge.max_retry_wait_s',
+  'env.judge.concurrency',
+  'env.judge.cache_dir',
   'model.torch.device',
   'model.torch.threads',
   'model.torch.launcher',

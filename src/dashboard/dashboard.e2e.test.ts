@@ -199,6 +199,7 @@ describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPat
       ...{ task: 'agent', variation: 5, description: '{"word":"house"}', mode: 'tips-off-policy', slot: 'agent' },
       steps: [step('Say the word "house".', 'Please go ahead', 0), step('No. Say the word "house".', 'A home', 50)],
       ...{ final_observation: 'No. Say the word "house".', score: 50, success: false, outcome: 'ended', reflection: 'Say it.' },
+      judge: { score: 0.25, reason: 'Said a synonym, not the word.' },
       time: new Date().toISOString(),
     };
     const file = join(root, 'agent-episodes.jsonl');
@@ -219,6 +220,10 @@ describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPat
         expect.stringMatching(/^1 tip shown/),
       ]);
       expect(await page.$$eval('#episode details.valid', (d) => d.length)).toBe(0);
+      // env.reward: judge: the judge's score and reason under the final observation.
+      expect(await page.$eval('#judge', (d) => d.textContent)).toBe(
+        'judge · 0.25 of 1, relative to its group (the training reward)Said a synonym, not the word.',
+      );
     } finally {
       await agentDashboard.close();
     }

@@ -78,6 +78,8 @@ export interface AgentPlayerOptions<Task = unknown> {
   batchWaitMs: number;
   /** Episodes played at once (null: the whole batch). */
   concurrency: number | null;
+  /** env.reward: judge with mode replace: the judge gives the training reward, so an agent may report none (its score is then 0). */
+  judged?: boolean;
   log: (line: string) => void;
 }
 
@@ -279,14 +281,14 @@ async function playEpisode<Task>(o: AgentPlayerOptions<Task>, session: EpisodeSe
   }
   const failed = failure ?? session.failure;
   session.end(failed);
-  return episodeOf(session, failed === null ? outcome : undefined, failed);
+  return episodeOf(session, failed === null ? outcome : undefined, failed, o.judged ?? false);
 }
 
 /**
  * The episode's record: the calls as steps, the reward on them. A failed one has outcome 'failed' and its
  * reason, so the update leaves it out and the scores count it apart (as an environment failure is).
  */
-export function episodeOf(session: EpisodeSession, outcome: AgentOutcome, failure: string | null): Episode {
+export function episodeOf(session: EpisodeSession, outcome: AgentOutcome, failure: string | null, judged = false): Episode {
   const calls = session.calls;
   const base = { ...session.job, description: describe(session.o.task), episodeId: session.id };
   const fail = (why: string): Episode => ({
@@ -300,7 +302,7 @@ export function episodeOf(session: EpisodeSession, outcome: AgentOutcome, failur
   });
   if (failure !== null) return fail(failure);
   if (calls.length === 0) return fail('the agent made no call to the gateway');
-  const r = typeof outcome === 'number' ? { reward: outcome } : (outcome ?? reported(session));
+  const r = typeof outcome === 'number' ? { reward: outcome } : (outcome ?? reported(session) ?? (judged ? { score: 0 } : null));
   if (!r) return fail('the agent never reported a reward (return it, print "reward: <number>" last, or POST it to {baseURL}/empo2/reward)');
   const bad = outcomeFailure(r, outcome === undefined || outcome === null);
   if (bad !== null) return fail(bad);

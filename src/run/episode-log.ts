@@ -71,6 +71,8 @@ export function episodeRecord(e: Episode, at: PlayedAt, c: EpisodeContext): Epis
     ...(e.outcome ? { outcome: e.outcome } : {}),
     ...(e.failure !== undefined ? { failure: e.failure } : {}),
     reflection: c.reflection,
+    ...(e.judge ? { judge: { ...e.judge } } : {}),
+    ...(e.leftOut !== undefined ? { left_out: e.leftOut } : {}),
     ...(c.plansShown ? { plans_shown: [...c.plansShown] } : {}),
     time: new Date().toISOString(),
   };

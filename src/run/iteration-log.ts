@@ -9,7 +9,7 @@ import type { ExternalUsage } from '../external/usage.ts';
 import { formatDuration } from '../util/duration.ts';
 import { followedTip } from '../trajectory/format.ts';
 import type { MetricsLine, TrainLine } from './metrics-log.ts';
-import { isFailed, type Episode, type EvalResult, type RolloutStats, type UpdateStats } from './records.ts';
+import { isFailed, type Episode, type EvalResult, type JudgeTally, type RolloutStats, type UpdateStats } from './records.ts';
 
 /** One finished iteration, as the loop saw it. */
 export interface IterationReport {
@@ -34,6 +34,8 @@ export interface IterationReport {
   tipsSkipped: number;
   /** What each external model cost this iteration, by role (null: the run calls none). */
   external: Record<string, ExternalUsage> | null;
+  /** env.reward: judge: the groups judged and left out this iteration (null: the environment's rewards). */
+  judged: JudgeTally | null;
   memorySize: number;
   memorySeconds: number;
   /** Wall time of the rollouts, of everything after them (update, rehearsal, memory), of the optimiser steps alone, of the whole iteration. */
@@ -84,6 +86,7 @@ export function trainRecord(r: IterationReport): TrainLine {
     memory_share_of_rollout: r.memorySeconds / Math.max(1e-9, r.seconds.rollout),
     tips_added: r.tipsAdded,
     ...(r.external ? { tips_skipped: r.tipsSkipped, external: r.external } : {}),
+    ...(r.judged ? { judge: r.judged } : {}),
     memory_size: r.memorySize,
     tips_followed: tipFollowRate(episodes),
     entropy: sampledTokenEntropy(episodes),
@@ -112,7 +115,7 @@ export function formatIterationLine(r: IterationReport, draw: ModeDraw): string 
   const success = successRate(episodes);
   const failures = episodes.filter(isFailed).length;
   return (
-    `iter ${r.iteration}/${r.iterations}${modes} | env steps ${r.envSteps} | score ${score === null ? 'none' : score.toFixed(1)}${describeScores(scoreByMode(episodes, r.modes))} | success ${success === null ? 'none' : `${(success * 100).toFixed(0)}%`}${failures > 0 ? ` | failed ${failures} of ${episodes.length} episodes` : ''}${r.tipsSkipped > 0 ? ` | ${r.tipsSkipped} tips skipped (writer failed)` : ''} | loss ${update.loss.toFixed(4)}${r.rehearsalNll !== null ? ` | tip NLL ${r.rehearsalNll.toFixed(2)}` : ''} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
+    `iter ${r.iteration}/${r.iterations}${modes} | env steps ${r.envSteps} | score ${score === null ? 'none' : score.toFixed(1)}${describeScores(scoreByMode(episodes, r.modes))} | success ${success === null ? 'none' : `${(success * 100).toFixed(0)}%`}${failures > 0 ? ` | failed ${failures} of ${episodes.length} episodes` : ''}${r.tipsSkipped > 0 ? ` | ${r.tipsSkipped} tips skipped (writer failed)` : ''}${r.judged?.left_out ? ` | ${r.judged.left_out} of ${r.judged.groups} groups left out (judge failed)` : ''} | loss ${update.loss.toFixed(4)}${r.rehearsalNll !== null ? ` | tip NLL ${r.rehearsalNll.toFixed(2)}` : ''} | clip ${(update.clipFraction * 100).toFixed(1)}% | ` +
     `rollout ${r.seconds.rollout.toFixed(1)}s (${rolloutTokensPerSecond(r.rollout).toFixed(0)} tok/s) | update ${r.seconds.update.toFixed(1)}s (${trainTokensPerSecond.toFixed(0)} resp tok/s) | ETA ${formatDuration(eta)}`
   );
 }

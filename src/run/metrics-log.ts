@@ -7,6 +7,7 @@
  */
 import { appendFileSync, existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import type { ExternalUsage } from '../external/usage.ts';
+import type { JudgeTally } from './records.ts';
 import type { EvalResult } from './records.ts';
 
 export interface MetricsLine {
@@ -43,6 +44,8 @@ export interface TrainLine extends MetricsLine {
   tips_skipped?: number;
   /** With an external model in the loop: its calls, cache hits, failures, retries, tokens and seconds this iteration, by role. */
   external?: Record<string, ExternalUsage>;
+  /** env.reward: judge: groups judged, groups (and their episodes) left out because the judge failed, requests asked again after bad answers. */
+  judge?: JudgeTally;
 }
 
 export class MetricsLog {

@@ -78,11 +78,25 @@ export interface Episode extends RolloutJob {
   failure?: string;
   /** The id its agent was given (AgentInput.episode.id, EMPO2_EPISODE_ID), for an episode a user's agent played through the gateway. */
   episodeId?: string;
+  /** env.reward: judge: the judge's score (0-1, relative to the episode's group) and its reason; absent when not judged. */
+  judge?: { score: number; reason: string };
+  /** Why the episode is left out of the update though it did not fail (the judge could not score its group). */
+  leftOut?: string;
 }
 
 /** Whether an environment or engine failure ended the episode. */
 export function isFailed(e: Pick<Episode, 'outcome'>): boolean {
   return e.outcome === 'failed';
+}
+
+/** What the judge did in one iteration: groups judged and left out, and asks repeated after bad answers. */
+export interface JudgeTally {
+  groups: number;
+  judged: number;
+  left_out: number;
+  left_out_episodes: number;
+  /** Requests asked again because the answer was not the JSON asked for. */
+  reasked: number;
 }
 
 export interface RolloutStats {

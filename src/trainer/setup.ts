@@ -12,6 +12,7 @@ import { matMulDescription } from '../policy/index.ts';
 import { bannerLines } from '../run/iteration-log.ts';
 import { openRun, startRun, type RunContext } from '../run/run-context.ts';
 import { evaluationEpisodes } from './evaluate.ts';
+import { JudgeReward } from './judge-reward.ts';
 import { MemoryRuntime } from './memory-runtime.ts';
 import { oracleOf, type RolloutPlayer } from './rollout.ts';
 import { buildWarmupExamples, runTipWarmup, TipRehearsal, tipWarmupSettings } from './tip-warmup.ts';
@@ -23,6 +24,8 @@ export interface Training {
   /** The train-split variations of each task that batches are drawn from. */
   trainVariations: Map<string, number[]>;
   rehearsal: TipRehearsal | null;
+  /** env.reward: judge: the model that scores each group's episodes before the update (null: the environment's rewards). */
+  judge: JudgeReward | null;
   /** Who plays the episodes (trainer.ts sets it: the built-in rollout, or the one the caller passed). */
   player?: RolloutPlayer;
   /** Told as the loop enters each phase (trainer.ts sets it from TrainOptions.onPhase). */
@@ -67,10 +70,13 @@ export async function openTraining(
     const evalNote = evalVariationsNote(probe, tasks, cfg.env.eval_split, cfg.env.eval_variations);
     if (evalNote) o.log(evalNote);
     const trainVariations = new Map(tasks.map((t) => [t, probe.variations(t, 'train').slice(0, cfg.env.train_variations ?? undefined)]));
+    const judge =
+      cfg.env.reward === 'judge' && cfg.env.judge ? new JudgeReward(cfg.env.judge, { cacheDir: cfg.run_dir, log: o.log }) : null;
     const rehearsal = await teachTipReading(run, probe, tasks);
     for (const line of await banner(run, algo, tasks, rehearsal)) o.log(line);
+    if (judge) o.log(`rewards: ${judge.description}, each group's episodes scored together before the update`);
     await startRun(run, o);
-    return { run, algo, tasks, trainVariations, rehearsal };
+    return { run, algo, tasks, trainVariations, rehearsal, judge };
   } catch (e) {
     run.lock.release();
     throw e;

@@ -14,6 +14,7 @@ import { latestCheckpoint } from '../run/checkpoint.ts';
 import { recordEpisodes } from '../run/episode-log.ts';
 import { EvaluationInterrupted, RolloutsInterrupted } from '../run/interrupt.ts';
 import { evalRecord, formatEvalLine, formatIterationLine, tipFollowRate, trainRecord } from '../run/iteration-log.ts';
+import { externalUsage, type JudgeTally } from './judge-reward.ts';
 import type { ExternalUsage } from '../external/usage.ts';
 import type { TrainLine } from '../run/metrics-log.ts';
 import { STEP_FILE, type PartialHeader } from '../run/partial.ts';
@@ -88,6 +89,8 @@ export interface IterationBatch extends PartialHeader {
   progress: OptimiserProgress | null;
   /** Seconds the iteration has run so far, by phase (the resumed iteration's log and metrics add to them). */
   seconds: { rollout: number; optimizer: number };
+  /** env.reward: judge: the groups the judge scored and left out (absent: the environment's rewards). */
+  judged?: JudgeTally;
 }
 
 /** A Ctrl-C met an iteration at a part-way save, or cut its agents' rollouts short: the loop stops there, nothing else to save. */
@@ -129,6 +132,7 @@ export async function train(cfg: Config, opts: TrainOptions): Promise<TrainResul
   } catch (e) {
     if (!(e instanceof StoppedPartWay)) {
       run.interrupts?.dispose();
+      t.judge?.close();
       await closeRun(run, true);
       throw e;
     }
@@ -229,6 +233,7 @@ async function closeTraining(
 ): Promise<TrainResult> {
   const { run } = t;
   run.interrupts?.dispose();
+  t.judge?.close();
   await closeRun(run);
   return { runDir: run.cfg.run_dir, iterations: run.state.iteration, ...r };
 }
@@ -298,6 +303,7 @@ async function iterationBatch(t: Training, it: number, clock: { started: number 
   const rolloutSeconds = (performance.now() - t0) / 1000;
   if (rolloutSeconds > 60)
     t.run.log(`iter ${it}: ${episodes.length} episodes, ${stats.envSteps} steps rolled out in ${formatDuration(rolloutSeconds)}; updating`);
+  const judged = t.judge ? await t.judge.apply(episodes, t.run.log, it) : undefined;
   const intrinsic = memory ? await memory.intrinsicRewards(episodes) : null;
   const lost = episodes.filter((e) => e.engineError);
   if (lost.length)
@@ -323,6 +329,7 @@ async function iterationBatch(t: Training, it: number, clock: { started: number 
     rngAfterDraws: rng.getState(),
     progress: null,
     seconds: { rollout: rolloutSeconds, optimizer: 0 },
+    judged,
   };
   return { batch, resumed: null, t0, tOptimizer };
 }
@@ -391,7 +398,8 @@ function logIteration(
     rehearsalNll: r.rehearsalNll,
     tipsAdded: r.tipsAdded,
     tipsSkipped: r.writing?.skipped ?? 0,
-    external: r.writing?.external ? { reflector: r.writing.external } : null,
+    external: externalUsage(r.writing?.external ?? null, t.judge),
+    judged: batch.judged ?? null,
     memorySize: memory ? memory.tips.size() : 0,
     memorySeconds: r.memorySeconds,
     seconds: {

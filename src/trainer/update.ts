@@ -144,7 +144,8 @@ export async function updatePolicy(engine: PolicyEngine, episodes: UpdateEpisode
 export async function prepareUpdate(engine: PolicyEngine, batch: UpdateEpisode[], s: UpdateSettings): Promise<PreparedUpdate> {
   // An episode a failure ended (the environment's, or the rollout engine's: no rollout server was left)
   // is no sample of the policy: its group is normalised over the others (docs/EMPO2.md §7).
-  const episodes = batch.filter((e) => !isFailed(e) && !e.engineError);
+  // A group the judge could not score has no reward to compare (env.reward: judge): it is left out whole.
+  const episodes = batch.filter((e) => !isFailed(e) && !e.engineError && e.leftOut === undefined);
   const stepRewards = episodes.map((e) => e.steps.map((st, t) => st.reward * s.rewardScale + (e.intrinsic?.[t] ?? 0)));
   const returns = stepRewards.map(rolloutReturn);
   const { advantages, stepGroups } = stepAdvantages(episodes, { stepRewards, returns }, s);

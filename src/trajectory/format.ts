@@ -96,6 +96,10 @@ export const EpisodeRecordSchema = z.looseObject({
   failure: z.string().optional(),
   /** The tip the reflector wrote after the episode (Reflexion: the plan); null where none was written. */
   reflection: z.string().nullable(),
+  /** env.reward: judge: the judge's score (0-1, relative to its group) and reason; absent when the episode was not judged. */
+  judge: z.object({ score: z.number(), reason: z.string() }).optional(),
+  /** Why the episode was left out of the update though it did not fail (its group could not be judged). */
+  left_out: z.string().optional(),
   /** Reflexion only: the variation's earlier plans that opened every prompt of this episode, oldest first. */
   plans_shown: z.array(z.string()).optional(),
   /** When the line was written, ISO 8601. */

@@ -313,6 +313,7 @@ function episodeChat(e, file, line, sourceId) {
       { class: 'chat' },
       h('div', { class: 'bubble env' }, h('div', { class: 'who' }, 'environment · final'), h('pre', {}, e.final_observation)),
       h('div', { class: 'result' }, `Final score ${fmt(e.score)} ${e.success ? '(solved)' : '(not solved)'}`),
+      judgeVerdict(e),
     ),
     h(
       'aside',
@@ -335,6 +336,19 @@ function episodeChat(e, file, line, sourceId) {
       )
     : null;
   return h('div', {}, head, plans, h('div', { class: 'steps' }, rows, end));
+}
+
+/** env.reward: judge: the judge's score relative to the episode's group, and its reason (or why the group was left out). */
+function judgeVerdict(e) {
+  if (e.judge)
+    return h(
+      'div',
+      { class: 'judge', id: 'judge' },
+      h('div', { class: 'who' }, `judge · ${fmt(e.judge.score, 2)} of 1, relative to its group (the training reward)`),
+      h('p', {}, e.judge.reason),
+    );
+  if (e.left_out) return h('div', { class: 'judge muted', id: 'judge' }, `Left out of the update: ${e.left_out}`);
+  return null;
 }
 
 function stepRow(e, s, t, sourceId, emptyMemory) {
