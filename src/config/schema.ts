@@ -231,6 +231,20 @@ export const RolloutSchema = strict({
       .nullable()
       .default(null)
       .describe('sync lora: the name the adapter is loaded under and requests name as their model (null: empo2-<run directory name>)'),
+    constraint: z
+      .enum(['allowed_texts', 'structured_outputs', 'guided_choice', 'none'])
+      .default('allowed_texts')
+      .describe(
+        "how the servers are told to decode only the valid actions (rollout.constrained): allowed_texts, empo2 serve's field; structured_outputs, vLLM 0.10.2 and later (one request per constrained prompt); guided_choice, older vLLM; none, servers that cannot (constrained rollouts are then refused). vLLM ignores a field it does not know, so allowed_texts there samples free text without saying so",
+      ),
+    probe_tolerance: z
+      .number()
+      .positive()
+      .nullable()
+      .default(1e-3)
+      .describe(
+        "after each sync every server scores a fixed probe sequence and its log-probs must equal the trainer's within this (largest absolute difference per token), or the server is out of the pool and with none left the run stops: it catches a server still sampling from stale weights or misreading the adapter. fp32 server and worker agree to ~1e-5; a bf16 server needs ~0.3, which no longer tells a stale adapter from rounding (null: no check)",
+      ),
   })
     .nullable()
     .default(null)

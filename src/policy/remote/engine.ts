@@ -391,6 +391,18 @@ export class RemoteEngine implements PolicyEngine {
     return out;
   }
 
+  /**
+   * Log-probs of one sequence's response from the server at `url` (one of this engine's, in the pool or
+   * not) under `model`: what a weight sync asks each server to check that it took the weights (./sync.ts).
+   */
+  async logprobsAt(url: string, model: string, seq: ScoredSequence, http: HttpSettings): Promise<number[]> {
+    if (seq.prompt.length === 0) throw new Error('scoring: the sequence has an empty prompt');
+    const full = [...seq.prompt, ...seq.response];
+    const body = { model, prompt: full, max_tokens: 1, temperature: 1, echo: true, logprobs: 0, n: 1, ...this.o.extraBody };
+    const response = await requestJson(`${url}/completions`, body, http);
+    return this.echoedLogprobs(this.readChoices(response, 1)[0], seq, full);
+  }
+
   private echoedLogprobs(c: CompletionChoice, seq: ScoredSequence, full: number[]): number[] {
     const lps = c.logprobs?.token_logprobs;
     if (!Array.isArray(lps) || lps.length < full.length) {
