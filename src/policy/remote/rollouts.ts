@@ -34,6 +34,7 @@ export function remoteRollouts(cfg: Config, trainer: PolicyEngine, log: (line: s
     retries: r.retries,
     concurrency: r.concurrency,
     constraint: r.constraint,
+    rescoreConstrained: r.rescore_constrained,
     onServerLoss: 'error',
     warn: log,
   });
