@@ -125,7 +125,7 @@ describe('RemoteEngine against empo2 serve', () => {
   it("passes the server's 400 on, naming the field, without retrying", async () => {
     const prompts = [f.local.tokenizer.encode('go')];
     await expect(remote.generate(prompts, { maxTokens: 5000, temperature: 1, topP: 1, seed: 0 })).rejects.toThrow(
-      /answered 400: .*context of 4096 tokens.*\(field "max_tokens"\)/,
+      /answered 400: This model's maximum context length is 4096 tokens\..*\(field "prompt"\)/,
     );
     const wrongModel = remoteEngineFromDir(f.modelDir, {
       baseUrl: f.server.url,
