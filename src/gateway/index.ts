@@ -10,7 +10,7 @@ import type { RolloutJob } from '../run/records.ts';
 import { longestTokenBytes } from '../serve/limits.ts';
 import { promptSettings } from '../trainer/prompt-style.ts';
 import type { RolloutPlayer } from '../trainer/rollout.ts';
-import type { TrainPhase } from '../trainer/setup.ts';
+import type { TrainPhase } from '../run/records.ts';
 import { agentPlayer, type AgentRunner } from './player.ts';
 import { startGateway, type Gateway } from './server.ts';
 

@@ -146,3 +146,13 @@ export interface EvalResult {
   /** Why the evaluation gives no score (more of its episodes failed than train.eval_max_failed_share allows); absent when it does. */
   invalid?: string;
 }
+
+/**
+ * A phase of the loop as it enters it, for a caller that shows it (the gateway's /health). The policy
+ * version is the iteration whose weights sample now: during iteration i's rollouts and update, i - 1.
+ */
+export interface TrainPhase {
+  phase: 'rollout' | 'update' | 'evaluation' | 'checkpoint';
+  iteration: number;
+  policyVersion: number;
+}

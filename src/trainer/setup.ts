@@ -11,6 +11,7 @@ import type { Env } from '../envs/types.ts';
 import { matMulDescription } from '../policy/index.ts';
 import { bannerLines } from '../run/iteration-log.ts';
 import { openRun, startRun, type RunContext } from '../run/run-context.ts';
+import type { TrainPhase } from '../run/records.ts';
 import { evaluationEpisodes } from './evaluate.ts';
 import { JudgeReward } from './judge-reward.ts';
 import { MemoryRuntime } from './memory-runtime.ts';
@@ -30,16 +31,6 @@ export interface Training {
   player?: RolloutPlayer;
   /** Told as the loop enters each phase (trainer.ts sets it from TrainOptions.onPhase). */
   onPhase?: (p: TrainPhase) => void;
-}
-
-/**
- * A phase of the loop as it enters it, for a caller that shows it (the gateway's /health). The policy
- * version is the iteration whose weights sample now: during iteration i's rollouts and update, i - 1.
- */
-export interface TrainPhase {
-  phase: 'rollout' | 'update' | 'evaluation' | 'checkpoint';
-  iteration: number;
-  policyVersion: number;
 }
 
 /**

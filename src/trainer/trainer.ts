@@ -20,14 +20,22 @@ import type { TrainLine } from '../run/metrics-log.ts';
 import { STEP_FILE, type PartialHeader } from '../run/partial.ts';
 import { FailureStreak } from '../run/failure-streak.ts';
 import { EpisodeProgress, watchUpdate } from '../run/progress.ts';
-import { isFailed, type Episode, type EvalResult, type RolloutJob, type RolloutStats, type UpdateStats } from '../run/records.ts';
+import {
+  isFailed,
+  type Episode,
+  type EvalResult,
+  type RolloutJob,
+  type RolloutStats,
+  type TrainPhase,
+  type UpdateStats,
+} from '../run/records.ts';
 import { closeRun, saveRunCheckpoint, saveRunPartWay, stopRequested } from '../run/run-context.ts';
 import { loadTrainerState } from '../run/trainer-state.ts';
 import { formatDuration } from '../util/duration.ts';
 import { turnEventLoop } from '../util/event-loop.ts';
 import { evaluate, formatEvalTable } from './evaluate.ts';
 import { environmentPlayer, rolloutSettings, type RolloutPlayer } from './rollout.ts';
-import { openTraining, type Training, type TrainPhase } from './setup.ts';
+import { openTraining, type Training } from './setup.ts';
 import { prepareUpdate, runOptimiserSteps, updateSettings, type OptimiserProgress, type PreparedUpdate } from './update.ts';
 
 export interface TrainOptions {
