@@ -111,12 +111,12 @@ export async function adapt(engine: PolicyEngine, cfg: Config, o: AdaptOptions):
   return runTrials<TrialResult, object, MemoryRuntime>(cfg, o, {
     method: 'tips',
     // Resumed, the memory is the one the last finished trial left (the reflector is seeded alike every call).
-    open: (resumed) => {
+    open: (resumed, log) => {
       const saved = resumed ? { memory: resumed.carry, where: join(o.outDir, TRIAL_STATE_FILE) } : undefined;
       return MemoryRuntime.create(memCfg, resolveAlgo(memCfg), engine, {
         checkpoint: o.memoryFrom,
         saved,
-        writer: { cacheDir: o.outDir, log: o.log ?? ((l: string) => console.log(l)) },
+        writer: { cacheDir: o.outDir, log },
       });
     },
     header: (memory, { variations }) =>

@@ -177,8 +177,8 @@ export interface TrialMethod<R extends TrialScores, C, S> {
   /** The method's name and settings, as the saved state records them (TrialKey). */
   method: string;
   settings?: object;
-  /** The method's state, rebuilt from a resumed adaptation's (null: fresh); a throw closes the environments. */
-  open(resumed: TrialState<R, C> | null): S | Promise<S>;
+  /** The method's state, rebuilt from a resumed adaptation's (null: fresh); a throw closes the environments. `log`: the adaptation's. */
+  open(resumed: TrialState<R, C> | null, log: (line: string) => void): S | Promise<S>;
   /** The first line printed: what the adaptation does. */
   header(s: S, bed: TrialBed): string;
   /** What a resumed adaptation holds, for the line that says it resumed. */
@@ -207,7 +207,7 @@ export async function runTrials<R extends TrialScores, C, S>(cfg: Config, o: Tri
   let state: S;
   try {
     resumed = loadTrialState<R, C>(key);
-    state = await m.open(resumed);
+    state = await m.open(resumed, log);
   } catch (e) {
     await bed.close();
     throw e;
