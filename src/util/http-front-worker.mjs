@@ -5,7 +5,7 @@
 import { Agent, createServer, request } from 'node:http';
 import { parentPort, workerData } from 'node:worker_threads';
 
-/** @type {{ host: string; port: number; upstream: { host: string; port: number }; keepAliveMs: number; health: object }} */
+/** @type {{ host: string; port: number; upstream: { host: string; port: number }; keepAliveMs: number; drainMs: number; health: object }} */
 const o = workerData;
 let health = o.health;
 
@@ -75,6 +75,12 @@ function forward(req, res) {
 }
 
 const server = createServer((req, res) => {
+  inFlight++;
+  res.once('close', () => {
+    inFlight--;
+    if (closing) setImmediate(settle);
+  });
+  if (closing) res.shouldKeepAlive = false;
   const path = (req.url ?? '/').split('?')[0];
   if (path === '/health' || path === '/health/') answerHealth(req, res);
   else forward(req, res);
@@ -84,11 +90,29 @@ const server = createServer((req, res) => {
 // it is sending. Node never applies it to a connection with a request in flight.
 server.keepAliveTimeout = o.keepAliveMs;
 
+// Answers on their way back (a 503 the stopping trainer wrote, a last stream) are let finish before a
+// close cuts their connections, for at most o.drainMs: cutting them at once made a client read
+// "socket hang up" where the server had answered.
+let inFlight = 0;
+let closing = null;
+function settle() {
+  server.closeIdleConnections();
+  if (closing && inFlight === 0) closing();
+}
+
 parentPort.on('message', (m) => {
   if (m.type === 'health') health = m.value;
-  else if (m.type === 'close') {
-    server.close(() => parentPort.postMessage({ type: 'closed' }));
-    server.closeAllConnections();
+  else if (m.type === 'close' && !closing) {
+    const cut = setTimeout(() => server.closeAllConnections(), o.drainMs);
+    closing = () => {
+      clearTimeout(cut);
+      server.closeAllConnections();
+    };
+    server.close(() => {
+      clearTimeout(cut);
+      parentPort.postMessage({ type: 'closed' });
+    });
+    settle();
   }
 });
 

@@ -76,6 +76,24 @@ describe('the HTTP front', () => {
     await serverSawClose;
   });
 
+  it('lets an answer on its way finish when it closes, then closes', async () => {
+    let answer = () => {};
+    let arrived = () => {};
+    const reached = new Promise<void>((r) => (arrived = r));
+    const { url, front } = await behindFront((req, res) => {
+      req.resume();
+      answer = () => res.end('late answer');
+      arrived();
+    });
+    const got = fetch(`${url}/v1/x`, { method: 'POST', body: 'x' }).then((r) => r.text());
+    await reached;
+    const closed = front.close();
+    setTimeout(() => answer(), 200);
+    expect(await got).toBe('late answer');
+    await closed;
+    await expect(fetch(`${url}/health`)).rejects.toThrow();
+  });
+
   it('answers 502, saying so, when the server behind it is gone', async () => {
     const { url, server } = await behindFront((_req, res) => res.end('ok'));
     await new Promise((r) => server.close(r));

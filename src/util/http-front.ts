@@ -21,6 +21,8 @@ export interface HttpFrontOptions {
   health: Record<string, unknown>;
   /** How long an idle kept-alive client connection stays open (default 75 s, nginx's). */
   keepAliveMs?: number;
+  /** How long `close()` lets answers already on their way finish before it cuts their connections (default 2 s). */
+  drainMs?: number;
   /** Told when the front's thread fails after it started (its socket is closed then). */
   onError?: (e: Error) => void;
 }
@@ -37,7 +39,14 @@ type FromWorker = { type: 'listening'; address: AddressInfo } | { type: 'error';
 /** Starts the front listening on `o.host`:`o.port`; a failure to bind rejects as `listen` would. */
 export async function startHttpFront(o: HttpFrontOptions): Promise<HttpFront> {
   const worker = new Worker(new URL('./http-front-worker.mjs', import.meta.url), {
-    workerData: { host: o.host, port: o.port, upstream: o.upstream, health: o.health, keepAliveMs: o.keepAliveMs ?? 75_000 },
+    workerData: {
+      host: o.host,
+      port: o.port,
+      upstream: o.upstream,
+      health: o.health,
+      keepAliveMs: o.keepAliveMs ?? 75_000,
+      drainMs: o.drainMs ?? 2000,
+    },
   });
   const address = await new Promise<AddressInfo>((resolve, reject) => {
     const onExit = (code: number) => reject(new Error(`the HTTP front's thread exited (code ${code}) before it listened`));
