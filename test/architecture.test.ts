@@ -17,6 +17,7 @@ const PACKAGE_ENTRY_LAYERS = [
   'dashboard',
   'compare',
   'serve',
+  'openai',
   'retrospex',
   'adapt',
   'trainer',
@@ -46,14 +47,16 @@ export const ALLOWED: Record<string, readonly string[]> = {
   adapt: ['trainer', 'run', 'memory', 'external', 'policy', 'envs', 'trajectory', 'config', 'util'],
   retrospex: ['trainer', 'run', 'algo', 'memory', 'external', 'policy', 'envs', 'trajectory', 'config', 'util'],
   compare: ['run', 'algo', 'memory', 'external', 'policy', 'envs', 'trajectory', 'config', 'util'],
-  serve: ['run', 'policy', 'config', 'util'],
-  dashboard: ['compare', 'serve', 'trainer', 'run', 'memory', 'external', 'policy', 'envs', 'trajectory', 'config', 'util'],
-  gateway: ['serve', 'trainer', 'run', 'algo', 'memory', 'external', 'policy', 'envs', 'trajectory', 'config', 'util'],
+  openai: ['policy', 'config', 'util'],
+  serve: ['openai', 'run', 'policy', 'config', 'util'],
+  dashboard: ['compare', 'serve', 'openai', 'trainer', 'run', 'memory', 'external', 'policy', 'envs', 'trajectory', 'config', 'util'],
+  gateway: ['serve', 'openai', 'trainer', 'run', 'algo', 'memory', 'external', 'policy', 'envs', 'trajectory', 'config', 'util'],
   api: [
     'gateway',
     'dashboard',
     'compare',
     'serve',
+    'openai',
     'retrospex',
     'adapt',
     'trainer',
@@ -72,6 +75,7 @@ export const ALLOWED: Record<string, readonly string[]> = {
     'dashboard',
     'compare',
     'serve',
+    'openai',
     'retrospex',
     'adapt',
     'trainer',
@@ -91,7 +95,7 @@ export const ALLOWED: Record<string, readonly string[]> = {
 };
 
 /** Folders that may import from policy/ only its entry (policy/index.ts) and its types (policy/types.ts). */
-export const POLICY_ENTRY_ONLY: readonly string[] = ['trainer', 'run', 'adapt', 'retrospex', 'gateway'];
+export const POLICY_ENTRY_ONLY: readonly string[] = ['trainer', 'run', 'adapt', 'retrospex', 'gateway', 'openai'];
 
 /** Where functions stay under MAX_FUNCTION_LINES lines: the training wing and the engines (folders, or single files). */
 export const SHORT_FUNCTIONS: readonly string[] = [
