@@ -251,7 +251,7 @@ function callBudget(session: EpisodeSession, asked: number | null | undefined): 
       'rate_limit_error',
       'rate_limit_exceeded',
     );
-  if (session.taken() > budget.maxCalls) {
+  if (session.callsMade() > budget.maxCalls) {
     session.end(`went over its budget of ${budget.maxCalls} calls`);
     throw new RequestError(
       429,

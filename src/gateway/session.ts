@@ -47,7 +47,7 @@ export class EpisodeSession {
   completionTokens = 0;
   /**
    * The tip-free prompt and answer of answered calls that no later call has extended (branches), the
-   * latest answered first: a call's prompt extends the latest one its text starts with (../prompt.ts).
+   * latest answered first: a call's prompt extends the longest one its text starts with (../prompt.ts).
    * Calls one at a time keep one branch, the previous call, as the built-in rollout does.
    */
   private branches: PromptHistory[] = [];
@@ -107,8 +107,8 @@ export class EpisodeSession {
     return this.slots.flatMap((s) => (s.record ? [s.record] : []));
   }
 
-  /** Calls taken in (recorded or in flight): what the budget of calls counts. */
-  taken(): number {
+  /** Calls made (recorded or in flight): what the budget of calls counts. */
+  callsMade(): number {
     return this.slots.length;
   }
 
