@@ -35,6 +35,11 @@ export interface TrainAgentOptions<Task> extends TrainOptions {
   maxCalls?: number;
   /** Response tokens an episode may use over its calls (default 16384); one call's are capped by rollout.max_tokens. */
   maxTokens?: number;
+  /**
+   * Calls an episode may have in flight at once (default 8: a parallel guardrail, sub-agents); each is a
+   * step, in order of arrival. One more is answered 429 and the episode goes on.
+   */
+  maxConcurrentCalls?: number;
   /** Milliseconds a step waits for the episodes that have not called yet before sampling those that have (default 1000). */
   batchWaitMs?: number;
   /** Episodes played at once (default: env.max_instances, else the whole batch). */

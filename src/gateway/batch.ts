@@ -4,6 +4,11 @@
  * call waiting (or `waitMs` has passed since the first one came), then samples all of them in one
  * `engine.generate`, rows in episode order, with the seed of that step. So an agent that makes the
  * built-in rollout's calls gets the built-in rollout's tokens, and many agents share each forward pass.
+ *
+ * An episode may have several calls waiting (an agent's calls at once: a parallel guardrail, sub-agents):
+ * each is a row of the step, after the rows of the episodes before it, in the order they were submitted.
+ * One waiting call is enough for an episode to count as waiting, so a step never waits for an episode's
+ * second call, and an agent whose calls each wait for the one before gets exactly the rows it got before.
  */
 import type { Generation, PolicyEngine } from '../policy/types.ts';
 import { batchedOrApart } from '../util/apart.ts';
@@ -18,12 +23,18 @@ export interface BatchSampling {
   reusePrefix: boolean;
 }
 
-/** One call waiting for its tokens. */
-export interface PendingCall {
+/** What one call asks to be sampled. */
+export interface CallRequest {
   prompt: number[];
   maxTokens: number;
   stop: string[];
   allowedTexts: readonly string[] | null;
+}
+
+/** One call waiting for its tokens. */
+export interface PendingCall extends CallRequest {
+  /** The object submitted, which names the call to `cancel`. */
+  request: CallRequest;
   resolve: (g: Generation) => void;
   reject: (e: unknown) => void;
 }
@@ -37,7 +48,8 @@ export interface BatchMember {
 }
 
 export class LockstepBatch {
-  private readonly pending = new Map<number, PendingCall>();
+  /** The calls waiting, by episode, in the order they were submitted. */
+  private readonly pending = new Map<number, PendingCall[]>();
   private step = 0;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> = Promise.resolve();
@@ -52,23 +64,32 @@ export class LockstepBatch {
     private readonly waitMs: number,
   ) {}
 
-  /** Queues the call of episode `member` and resolves with its tokens once its step is sampled. */
-  submit(member: BatchMember, call: Omit<PendingCall, 'resolve' | 'reject'>): Promise<Generation> {
-    if (this.pending.has(member.index))
-      return Promise.reject(new RequestError(409, 'this episode already has a call waiting: make one call at a time', null));
+  /**
+   * Queues `call` of episode `member` and resolves with its tokens once its step is sampled. `call` is
+   * also its handle: `cancel(member, reason, call)` takes this call alone out.
+   */
+  submit(member: BatchMember, call: CallRequest): Promise<Generation> {
     return new Promise<Generation>((resolve, reject) => {
-      this.pending.set(member.index, { ...call, resolve, reject });
+      const calls = this.pending.get(member.index) ?? [];
+      calls.push({ ...call, resolve, reject, request: call });
+      this.pending.set(member.index, calls);
       this.maybeFlush();
     });
   }
 
-  /** Drops the waiting call of `member` (its client hung up, or the episode ended), rejecting it with `reason`. */
-  cancel(member: BatchMember, reason: unknown): void {
-    const call = this.pending.get(member.index);
-    if (!call) return;
-    this.pending.delete(member.index);
-    call.reject(reason);
-    this.maybeFlush();
+  /**
+   * Drops the waiting calls of `member` (the episode ended), or only `call` (its client hung up), rejecting
+   * them with `reason`. A call already being sampled is not waiting: it is answered when its step returns.
+   */
+  cancel(member: BatchMember, reason: unknown, call?: CallRequest): void {
+    const calls = this.pending.get(member.index);
+    if (!calls) return;
+    const dropped = call === undefined ? calls : calls.filter((c) => c.request === call);
+    const kept = calls.filter((c) => !dropped.includes(c));
+    if (kept.length > 0) this.pending.set(member.index, kept);
+    else this.pending.delete(member.index);
+    for (const c of dropped) c.reject(reason);
+    if (dropped.length > 0) this.maybeFlush();
   }
 
   /** Told when an episode ends, so that the others need not wait for it. */
@@ -80,7 +101,9 @@ export class LockstepBatch {
 
   /** Calls waiting now. */
   waiting(): number {
-    return this.pending.size;
+    let n = 0;
+    for (const calls of this.pending.values()) n += calls.length;
+    return n;
   }
 
   /** Flushes at once when every running episode waits, else within `waitMs` of now. */
@@ -107,7 +130,9 @@ export class LockstepBatch {
 
   private flush(): void {
     this.flushing = true;
-    const calls = [...this.pending.entries()].sort((a, b) => a[0] - b[0]);
+    const calls = [...this.pending.entries()]
+      .sort((a, b) => a[0] - b[0])
+      .flatMap(([index, waiting]) => waiting.map((c): [number, PendingCall] => [index, c]));
     this.pending.clear();
     this.running = this.running
       .then(() => this.sample(calls))
@@ -143,6 +168,9 @@ export class LockstepBatch {
 
   private async generate(rows: readonly [number, PendingCall][], seed: number): Promise<Generation[]> {
     const keyOf = new Map(this.members.map((m) => [m.index, m.cacheKey]));
+    // An episode's KV cache is kept under its key for one sequence: of its calls in this step, the first
+    // keeps it, the others are sampled without one (their prompts are branches of their own).
+    const cacheKeys = rows.map(([i], r) => (rows.findIndex(([j]) => j === i) === r ? (keyOf.get(i) ?? null) : null));
     const first = rows[0][1];
     const before = this.engine.prefillCounts?.().prefilledTokens ?? 0;
     const gens = await this.engine.generate(
@@ -154,7 +182,7 @@ export class LockstepBatch {
         stop: first.stop.length ? first.stop : undefined,
         seed,
         allowedTexts: rows.some(([, c]) => c.allowedTexts !== null) ? rows.map(([, c]) => c.allowedTexts) : undefined,
-        cacheKeys: this.sampling.reusePrefix ? rows.map(([i]) => keyOf.get(i) ?? null) : undefined,
+        cacheKeys: this.sampling.reusePrefix ? cacheKeys : undefined,
       },
     );
     this.prefilledTokens += (this.engine.prefillCounts?.().prefilledTokens ?? 0) - before;
@@ -165,7 +193,7 @@ export class LockstepBatch {
   close(reason: unknown): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    for (const call of this.pending.values()) call.reject(reason);
+    for (const calls of this.pending.values()) for (const call of calls) call.reject(reason);
     this.pending.clear();
   }
 }

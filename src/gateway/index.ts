@@ -4,6 +4,7 @@
  * `empo2 train --agent` are built on it.
  */
 import { basename, resolve } from 'node:path';
+import { ConfigError } from '../config/load.ts';
 import type { Config } from '../config/schema.ts';
 import type { PolicyEngine } from '../policy/types.ts';
 import type { RolloutJob } from '../run/records.ts';
@@ -28,6 +29,8 @@ export interface AgentPlayOptions<Task> {
   maxCalls?: number;
   /** Response tokens an episode may use over all its calls (default 16384). */
   maxTokens?: number;
+  /** Calls an episode may have in flight at once (default 8); one more is answered 429. */
+  maxConcurrentCalls?: number;
   /** Milliseconds a lockstep batch waits for episodes that have not called yet (default 1000). */
   batchWaitMs?: number;
   /** Episodes played at once (default: env.max_instances, else the whole batch). */
@@ -48,6 +51,9 @@ export interface AgentPlay {
 
 /** Starts the gateway for a run of `cfg` and the player that plays its episodes with `o.agent`. */
 export async function openAgentPlay<Task>(cfg: Config, o: AgentPlayOptions<Task>): Promise<AgentPlay> {
+  const concurrent = o.maxConcurrentCalls ?? 8;
+  if (!Number.isInteger(concurrent) || concurrent < 1)
+    throw new ConfigError(`maxConcurrentCalls must be a whole number of calls, at least 1 (got ${String(o.maxConcurrentCalls)})`);
   const modelName = cfg.model.path ? basename(resolve(cfg.model.path)) || 'empo2' : 'empo2-tiny';
   let engine: PolicyEngine | null = null;
   const gateway = await startGateway({
@@ -71,7 +77,7 @@ export async function openAgentPlay<Task>(cfg: Config, o: AgentPlayOptions<Task>
     modelName,
     agent: o.agent,
     taskOf: o.taskOf,
-    budget: { maxCalls: o.maxCalls ?? 50, maxTokens: o.maxTokens ?? 16_384 },
+    budget: { maxCalls: o.maxCalls ?? 50, maxTokens: o.maxTokens ?? 16_384, maxConcurrentCalls: concurrent },
     timeoutMs: (o.timeoutSeconds ?? 300) * 1000,
     batchWaitMs: o.batchWaitMs ?? 1000,
     concurrency: o.concurrency === undefined ? cfg.env.max_instances : o.concurrency,

@@ -71,8 +71,8 @@ export interface AgentPlayerOptions<Task = unknown> {
   agent: AgentRunner<Task>;
   /** The task an agent plays for a job. */
   taskOf: (job: RolloutJob) => Task;
-  /** Calls and response tokens an episode may use; calls default to the rollout's step limit. */
-  budget: { maxCalls: number; maxTokens: number };
+  /** Calls and response tokens an episode may use (calls default to the rollout's step limit), and its calls at once. */
+  budget: { maxCalls: number; maxTokens: number; maxConcurrentCalls: number };
   timeoutMs: number;
   /** How long a lockstep batch waits for the episodes that have not called yet (./batch.ts). */
   batchWaitMs: number;
@@ -147,7 +147,12 @@ async function playChunk<Task>(o: AgentPlayerOptions<Task>, c: Chunk): Promise<{
     members,
     o.batchWaitMs,
   );
-  const budget: EpisodeBudget = { maxCalls: s.maxSteps ?? o.budget.maxCalls, maxTokens: o.budget.maxTokens, maxTokensPerCall: s.maxTokens };
+  const budget: EpisodeBudget = {
+    maxCalls: s.maxSteps ?? o.budget.maxCalls,
+    maxTokens: o.budget.maxTokens,
+    maxTokensPerCall: s.maxTokens,
+    maxConcurrentCalls: o.budget.maxConcurrentCalls,
+  };
   members.push(
     ...c.jobs.map(
       (job, k) =>

@@ -6,6 +6,11 @@
  * its own, so that cutting the block out gives exactly the tip-free prompt's ids; and, with a chat
  * template, token-in/token-out: where the new prompt's text extends the previous call's prompt and
  * answer, the previous ids are kept as sampled and only the new text is encoded.
+ *
+ * Calls an agent makes at once are branches of its conversation (a guardrail's prompt beside the main
+ * agent's, two sub-agents): a call extends the longest of the answered calls' prompts and answers that its
+ * text starts with, as they are when its prompt is encoded, so each conversation keeps its own sampled
+ * tokens however its calls interleave with the others'. With one call at a time that is the previous call.
  */
 import type { ChatMessage, ChatTemplate, TextTokenizer } from '../policy/types.ts';
 import { renderChatML } from '../serve/chat.ts';
@@ -29,6 +34,8 @@ export interface PromptHistory {
 export interface EncodedCall extends EncodedPrompt {
   /** The prompt without tips (what the next call's prompt may extend). */
   tipFree: PromptHistory;
+  /** The history the prompt extends token for token (null: encoded from its text). */
+  extended: PromptHistory | null;
 }
 
 function render(r: PromptRendering, messages: readonly GatewayMessage[]): string {
@@ -45,20 +52,22 @@ export function lastUserMessage(messages: readonly GatewayMessage[]): number {
 
 /**
  * The prompt of one call: `messages` rendered, `tips` (when any) at the end of the last user message;
- * `previous` is the last call's tip-free prompt and answer, extended token for token with a template.
+ * `previous` are the answered calls' tip-free prompts and answers (the latest first), the longest one the
+ * text starts with extended token for token with a template.
  */
 export function encodeCall(
   tokenizer: TextTokenizer,
   r: PromptRendering,
-  call: { messages: readonly GatewayMessage[]; tips: readonly string[]; previous: PromptHistory | null },
+  call: { messages: readonly GatewayMessage[]; tips: readonly string[]; previous: readonly PromptHistory[] },
 ): EncodedCall {
-  const { messages, tips, previous } = call;
+  const { messages, tips } = call;
   const u = lastUserMessage(messages);
   if (u < 0) {
     if (tips.length > 0) throw new Error('encodeCall: tips need a user message to go into');
     const text = render(r, messages);
+    const previous = extended(r, text, call.previous);
     const ids = extend(tokenizer, r, text, previous);
-    return { ids, tipSpan: null, tipFree: { ids, text } };
+    return { ids, tipSpan: null, tipFree: { ids, text }, extended: previous };
   }
   const slotted = messages.map((m, i) => (i === u ? { ...m, content: messageText(m) + TIP_SLOT } : m));
   const text = render(r, slotted);
@@ -72,12 +81,26 @@ export function encodeCall(
     );
   const head = text.slice(0, at);
   const tail = text.slice(at + TIP_SLOT.length);
+  const previous = extended(r, head, call.previous);
   const headIds = extend(tokenizer, r, head, previous);
   const tailIds = tokenizer.encode(tail);
   const tipFree = { ids: [...headIds, ...tailIds], text: head + tail };
-  if (tips.length === 0) return { ids: tipFree.ids, tipSpan: null, tipFree };
+  if (tips.length === 0) return { ids: tipFree.ids, tipSpan: null, tipFree, extended: previous };
   const tipIds = tokenizer.encode(renderTipBlock(tips));
-  return { ids: [...headIds, ...tipIds, ...tailIds], tipSpan: [headIds.length, headIds.length + tipIds.length], tipFree };
+  return {
+    ids: [...headIds, ...tipIds, ...tailIds],
+    tipSpan: [headIds.length, headIds.length + tipIds.length],
+    tipFree,
+    extended: previous,
+  };
+}
+
+/** The history `text` extends: with a template, the longest of `previous` it starts with (the latest of equals). */
+function extended(r: PromptRendering, text: string, previous: readonly PromptHistory[]): PromptHistory | null {
+  if (!r.template) return null;
+  let best: PromptHistory | null = null;
+  for (const p of previous) if (text.startsWith(p.text) && (best === null || p.text.length > best.text.length)) best = p;
+  return best;
 }
 
 /** `text` encoded, reusing `previous` ids where a template renders the new prompt as an extension of it. */

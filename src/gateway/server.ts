@@ -32,7 +32,7 @@ import {
   refuseToolChoice,
   type GatewayMessage,
 } from './protocol.ts';
-import type { EpisodeSession } from './session.ts';
+import type { CallSlot, EpisodeSession } from './session.ts';
 import { sendStream, type StreamedAnswer } from './stream.ts';
 import { checkBytesFit, checkContext, type PromptLimit } from '../serve/limits.ts';
 
@@ -195,12 +195,20 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
     if (bad) throw new RequestError(400, `${bad.message}; the episode fails unless a valid report replaces it`, bad.field);
     return sendJson(res, 200, { object: 'empo2.reward', episode: session.id, recorded: true });
   }
+  // Open until its answer (an error too: sent after this returns) has gone, so that a player that waits
+  // for none to be open returns once every call of its episodes is answered.
   session.openRequests++;
-  try {
-    if (path === '/v1/chat/completions') return await chat(ctx, { entry, res }, await post());
-    if (path === '/v1/completions') return await completion(ctx, { entry, res }, await post());
-  } finally {
-    session.openRequests--;
+  res.once('close', () => session.openRequests--);
+  if (path === '/v1/chat/completions' || path === '/v1/completions') {
+    const body = await post();
+    // Its step's place, taken as its request is read: calls at once are steps in order of arrival (./session.ts).
+    const slot = session.reserve();
+    try {
+      if (path === '/v1/chat/completions') return await chat(ctx, { entry, res, slot }, body);
+      return await completion(ctx, { entry, res, slot }, body);
+    } finally {
+      session.release(slot); // a call that failed leaves no hole (none once it is recorded)
+    }
   }
   throw new RequestError(
     404,
@@ -212,6 +220,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
 interface CallCtx {
   entry: { session: EpisodeSession; tips: CallTips | null };
   res: ServerResponse;
+  slot: CallSlot;
 }
 
 function checkModel(ctx: Ctx, model: string | undefined): void {
@@ -225,11 +234,24 @@ function checkModel(ctx: Ctx, model: string | undefined): void {
     );
 }
 
-/** The response tokens this call may have: within the request's ask, the per-call cap and what the episode has left. */
+/**
+ * The response tokens this call may have: within the request's ask, the per-call cap and what the episode
+ * has left. A call beyond the episode's calls at once is refused and the episode goes on; one beyond its
+ * calls (those in flight count: the call's own slot is taken) ends it.
+ */
 function callBudget(session: EpisodeSession, asked: number | null | undefined): number {
   const { budget } = session.o;
   if (session.ended) throw session.endedError();
-  if (session.calls.length >= budget.maxCalls) {
+  if (session.inFlight() > budget.maxConcurrentCalls)
+    throw new RequestError(
+      429,
+      `episode ${session.id} has ${budget.maxConcurrentCalls} calls in flight, the most it may have at once ` +
+        '(maxConcurrentCalls, --agent-max-concurrent-calls): send this call again once one is answered',
+      null,
+      'rate_limit_error',
+      'rate_limit_exceeded',
+    );
+  if (session.callsMade() > budget.maxCalls) {
     session.end(`went over its budget of ${budget.maxCalls} calls`);
     throw new RequestError(
       429,
@@ -282,7 +304,7 @@ async function sampleStep(
 ): Promise<Generation> {
   const { session } = c.entry;
   const gone = () => {
-    if (!c.res.writableFinished) session.o.batch.cancel(session, new RequestError(499, 'the client closed the connection', null));
+    if (!c.res.writableFinished) session.o.batch.cancel(session, new RequestError(499, 'the client closed the connection', null), call);
   };
   c.res.once('close', gone);
   try {
@@ -323,13 +345,14 @@ async function chat(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
   const encoded = encodeCall(tok, ctx.rendering, {
     messages: r.messages as GatewayMessage[],
     tips: shown.map((t) => t.text),
-    previous: session.history,
+    previous: session.history(),
   });
   if (limit) refusePrompt(session, () => checkContext(encoded.ids.length, maxTokens, limit.maxModelLen, 'messages'));
   const stop = r.stop == null ? [] : typeof r.stop === 'string' ? [r.stop] : r.stop;
   const g = await sampleStep(c, { prompt: encoded.ids, maxTokens, stop, allowedTexts: r.allowed_texts ?? null });
   const content = cutAtStop(g.text, stop);
   session.record(
+    c.slot,
     {
       observation: state,
       validActions: valid.slice(0, session.o.keptValidActions),
@@ -342,7 +365,7 @@ async function chat(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
     },
     shown,
   );
-  session.history = historyAfter(tok, encoded, g.tokens);
+  session.answered(historyAfter(tok, encoded, g.tokens), encoded.extended);
   const answer: StreamedAnswer = {
     kind: 'chat',
     id: `chatcmpl-${randomUUID()}`,
@@ -389,6 +412,7 @@ async function completion(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
   const state = r.empo2_state ?? r.prompt;
   const valid = r.empo2_valid_actions ?? r.allowed_texts ?? [];
   session.record(
+    c.slot,
     {
       observation: state,
       validActions: valid.slice(0, session.o.keptValidActions),

@@ -2,6 +2,11 @@
  * One episode as the gateway sees it: its own base URL and key, the steps its calls made (every call
  * is one step: the prompt as sampled with its tip span, the response tokens and their log-probs), its
  * budgets, and how it ended (a reward, or the reason it failed).
+ *
+ * Calls may come at once (an agent's parallel guardrail, its sub-agents): each takes a step slot when its
+ * request has been read (`reserve`), so the steps are in the order the calls arrived whatever order their
+ * answers are sampled in; a call recorded fills its slot, a call that fails or is cancelled gives its slot
+ * back (`release`), and the steps are the filled slots, so it leaves no hole.
  */
 import { randomBytes } from 'node:crypto';
 import type { RolloutJob, ShownTip, StepRecord } from '../run/records.ts';
@@ -10,8 +15,10 @@ import type { PromptHistory } from './prompt.ts';
 import { RequestError, type RewardReport } from './protocol.ts';
 
 export interface EpisodeBudget {
-  /** Calls the episode may make (each one step). */
+  /** Calls the episode may make (each one step; those in flight count). */
   maxCalls: number;
+  /** Calls it may have in flight at once; one more is answered 429 (the episode goes on). */
+  maxConcurrentCalls: number;
   /** Response tokens over all its calls. */
   maxTokens: number;
   /** Response tokens of one call (a request asking for more is capped to this). */
@@ -21,15 +28,29 @@ export interface EpisodeBudget {
 /** One call's record: a step without the environment's reward (the agent reports it at the end). */
 export type CallRecord = Omit<StepRecord, 'reward' | 'score'>;
 
+/** A call's place among the episode's steps, taken when its request was read. */
+export interface CallSlot {
+  record: CallRecord | null;
+}
+
+/** Branches of token-in/token-out history kept per episode (the calls at once of a few sub-agents). */
+const KEPT_BRANCHES = 16;
+
 let nextSession = 0;
 
 export class EpisodeSession {
   readonly id: string;
   readonly key: string;
   readonly cacheKey: string;
-  readonly calls: CallRecord[] = [];
+  /** The calls' slots in order of arrival: filled (recorded) or in flight. */
+  private readonly slots: CallSlot[] = [];
   completionTokens = 0;
-  history: PromptHistory | null = null;
+  /**
+   * The tip-free prompt and answer of answered calls that no later call has extended (branches), the
+   * latest answered first: a call's prompt extends the longest one its text starts with (../prompt.ts).
+   * Calls one at a time keep one branch, the previous call, as the built-in rollout does.
+   */
+  private branches: PromptHistory[] = [];
   /** Set once: the episode will make no more calls. */
   ended = false;
   failure: string | null = null;
@@ -81,9 +102,49 @@ export class EpisodeSession {
     else this.endedListeners.push(f);
   }
 
-  record(call: CallRecord, tips: readonly ShownTip[]): void {
-    this.calls.push({ ...call, tips });
+  /** The calls recorded, as steps in the order they arrived. */
+  get calls(): CallRecord[] {
+    return this.slots.flatMap((s) => (s.record ? [s.record] : []));
+  }
+
+  /** Calls made (recorded or in flight): what the budget of calls counts. */
+  callsMade(): number {
+    return this.slots.length;
+  }
+
+  /** Calls in flight: read and not yet recorded or given up. */
+  inFlight(): number {
+    return this.slots.reduce((n, s) => n + (s.record ? 0 : 1), 0);
+  }
+
+  /** Takes the next step slot for a call whose request has been read. */
+  reserve(): CallSlot {
+    const slot: CallSlot = { record: null };
+    this.slots.push(slot);
+    return slot;
+  }
+
+  /** Gives back the slot of a call that failed or was cancelled (none once it is recorded), so it leaves no hole. */
+  release(slot: CallSlot): void {
+    if (slot.record) return;
+    const at = this.slots.indexOf(slot);
+    if (at >= 0) this.slots.splice(at, 1);
+  }
+
+  record(slot: CallSlot, call: CallRecord, tips: readonly ShownTip[]): void {
+    if (!this.slots.includes(slot)) throw new Error(`episode ${this.id}: a call was recorded without its slot`);
+    slot.record = { ...call, tips };
     this.completionTokens += call.response.length;
     this.o.onCall?.();
+  }
+
+  /** The branches a new call's prompt may extend, the latest answered first. */
+  history(): readonly PromptHistory[] {
+    return this.branches;
+  }
+
+  /** An answered call's prompt and answer, `extended` the branch its prompt extended (null: none), which it replaces. */
+  answered(next: PromptHistory, extended: PromptHistory | null): void {
+    this.branches = [next, ...this.branches.filter((b) => b !== extended)].slice(0, KEPT_BRANCHES);
   }
 }

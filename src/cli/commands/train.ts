@@ -28,6 +28,10 @@ export function register(program: Command): void {
     )
     .option('--agent-timeout <seconds>', '--agent: seconds an episode may run before its process group is killed (default 300)')
     .option('--agent-max-calls <n>', '--agent: calls an episode may make when env.max_steps is not set (default 50)')
+    .option(
+      '--agent-max-concurrent-calls <n>',
+      '--agent: calls an episode may have in flight at once; one more is answered 429 (default 8)',
+    )
     .action(async (opts) => {
       if (opts.agent || opts.tasks) await import('../../gateway/tasks-env.ts').then((m) => m.registerAgentEnv());
       let cfg = configFrom(opts);
@@ -91,6 +95,7 @@ async function agentRun(
     taskName?: string;
     agentTimeout?: string;
     agentMaxCalls?: string;
+    agentMaxConcurrentCalls?: string;
   },
 ) {
   if (!opts.tasks) throw new ConfigError('--agent needs --tasks <file>: the tasks your agent plays, one per line');
@@ -109,6 +114,7 @@ async function agentRun(
     taskOf: (job) => (job.variation < tasks.length ? tasks[job.variation] : evalTasks[job.variation - tasks.length]),
     timeoutSeconds: positiveInteger(opts.agentTimeout, '--agent-timeout'),
     maxCalls: positiveInteger(opts.agentMaxCalls, '--agent-max-calls'),
+    maxConcurrentCalls: positiveInteger(opts.agentMaxConcurrentCalls, '--agent-max-concurrent-calls'),
     log,
   });
   return { cfg, player: play.player, onPhase: play.onPhase, close: play.close };
