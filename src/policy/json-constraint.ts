@@ -849,6 +849,24 @@ class Vocabulary {
   readonly plainChars: Int32Array;
   readonly plainAllCont: Uint8Array;
   readonly bytes: (Uint8Array | null)[];
+  /** The most UTF-16 units one plain token adds to a string. */
+  readonly maxPlainChars: number;
+  /** Per pending continuation count: the plain tokens that fit when the string's length does not limit them. */
+  private readonly fitting: (Int32Array | undefined)[] = [];
+
+  plainFitting(pending: number): Int32Array {
+    let list = this.fitting[pending];
+    if (!list) {
+      const ids: number[] = [];
+      for (let k = 0; k < this.plainIds.length; k++) {
+        const lead = this.plainLead[k];
+        if (pending === 0 ? lead === 0 : this.plainAllCont[k] ? lead <= pending : lead === pending) ids.push(this.plainIds[k]);
+      }
+      list = Int32Array.from(ids);
+      this.fitting[pending] = list;
+    }
+    return list;
+  }
 
   constructor(tok: ConstraintTokenizer) {
     this.size = tok.vocabSize;
@@ -886,6 +904,7 @@ class Vocabulary {
     this.plainLead = Uint8Array.from(lead);
     this.plainChars = Int32Array.from(chars);
     this.plainAllCont = Uint8Array.from(allCont);
+    this.maxPlainChars = chars.reduce((m, c) => Math.max(m, c), 0);
     this.full = new ByteTrie(bytes, null);
     this.rest = new ByteTrie(bytes, restIds);
   }
@@ -1072,11 +1091,13 @@ class GrammarConstraint implements JsonTokenConstraint {
       const v = this.vocab;
       const pending = (f.s >> 4) & 3;
       const room = top.max - f.i;
-      for (let k = 0; k < v.plainIds.length; k++) {
-        const lead = v.plainLead[k];
-        const fits = pending === 0 ? lead === 0 : v.plainAllCont[k] ? lead <= pending : lead === pending;
-        if (fits && v.plainChars[k] <= room) out.push(v.plainIds[k]);
-      }
+      if (room >= v.maxPlainChars) for (const id of v.plainFitting(pending)) out.push(id);
+      else
+        for (let k = 0; k < v.plainIds.length; k++) {
+          const lead = v.plainLead[k];
+          const fits = pending === 0 ? lead === 0 : v.plainAllCont[k] ? lead <= pending : lead === pending;
+          if (fits && v.plainChars[k] <= room) out.push(v.plainIds[k]);
+        }
       v.rest.walk(f, out);
     } else {
       this.vocab.full.walk(f, out);
