@@ -5,6 +5,7 @@
  * TfJS engine records the same log-probs under a constraint as under an allowed-texts trie: the
  * policy's own, which logprobs() gives back for the same tokens.
  */
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,6 +25,7 @@ import { initBackend } from './tfjs/backend.ts';
 import { TfjsEngine } from './tfjs/engine.ts';
 import { Qwen2Model } from './tfjs/qwen2.ts';
 import { trainByteLevelBPE, Tokenizer } from './tokenizer.ts';
+import { venvPython } from '../../test/support/python.ts';
 
 const CORPUS = [
   'You are in the hall. You see a red box, a blue drawer and a door to the kitchen.',
@@ -476,5 +478,65 @@ describe.skipIf(!smol)('SmolLM2 tokenizer (49,152 ids)', () => {
       ids.push(id);
       if (id === end) break;
     }
+  });
+});
+
+/**
+ * The EBNF a vLLM server gets (structured_outputs.grammar) against xgrammar itself, vLLM's grammar
+ * engine: every text it accepts the automaton accepts too. xgrammar is not a dependency of this
+ * project: the check runs where the venv's Python (with PYTHONPATH) imports it, and is skipped elsewhere.
+ */
+const XGRAMMAR_CHECK = `
+import json, sys, xgrammar as xgr
+from xgrammar.testing import _is_grammar_accept_string
+cases = json.load(sys.stdin)
+print(json.dumps([[_is_grammar_accept_string(xgr.Grammar.from_ebnf(c["grammar"]), t) for t in c["texts"]] for c in cases]))
+`;
+const xgrammar = existsSync(venvPython()) && spawnSync(venvPython(), ['-c', 'import xgrammar'], { timeout: 60_000 }).status === 0;
+
+describe.skipIf(!xgrammar)('the grammar sent to vLLM, parsed and matched by xgrammar', () => {
+  it('accepts the texts the automaton produces, and none it rejects', () => {
+    const tools = [
+      { name: 'act', parameters: ACT_SCHEMA },
+      {
+        name: 'search',
+        parameters: { type: 'object', properties: { q: { type: 'string', maxLength: 10 }, k: { type: 'number' } }, required: ['q'] },
+      },
+    ];
+    const constraints = [
+      toolCallConstraint({ tools, choice: 'required', parser: 'hermes', tokenizer: tiny, endTokens: [END] }),
+      toolCallConstraint({ tools, choice: { name: 'search' }, parser: 'llama3_json', tokenizer: tiny, endTokens: [END] }),
+      jsonFormatConstraint({ type: 'json_schema', schema: RICH_SCHEMA }, { tokenizer: tiny, endTokens: [END] }),
+      jsonFormatConstraint({ type: 'json_object' }, { tokenizer: tiny, endTokens: [END] }),
+    ];
+    const cases = constraints.map((c, k) => {
+      const texts: string[] = [];
+      for (let seed = 1; texts.length < 40 && seed < 400; seed++) {
+        const ids = randomWalk(c, seed * 10 + k, 150);
+        if (ids[ids.length - 1] === END) texts.push(decodeBody(tiny, ids));
+      }
+      // Near misses the automaton rejects: not canonical, or not valid.
+      texts.push('{"a":1}', '[1]', '{"name": "act", "arguments": {"action": "fly"}}', '{"k": 1.50}', '');
+      return { grammar: c.grammar(), texts };
+    });
+    const r = spawnSync(venvPython(), ['-c', XGRAMMAR_CHECK], { input: JSON.stringify(cases), encoding: 'utf8', timeout: 120_000 });
+    expect(r.status, r.stderr).toBe(0);
+    const verdicts = JSON.parse(r.stdout) as boolean[][];
+    cases.forEach((c, k) =>
+      c.texts.forEach((text, j) => {
+        const local = constraints[k].accepts(text);
+        if (verdicts[k][j]) expect(local, `xgrammar accepts ${JSON.stringify(text)}, the automaton does not`).toBe(true);
+      }),
+    );
+    // The automaton's own texts are in the grammar but for long fractions below 1 (where the grammar is narrower).
+    const longFraction = /(^|[^\d.])-?0\.\d{14}/;
+    cases.forEach((c, k) =>
+      c.texts.forEach((text, j) => {
+        if (constraints[k].accepts(text) && !longFraction.test(text))
+          expect(verdicts[k][j], `xgrammar rejects ${JSON.stringify(text)}`).toBe(true);
+      }),
+    );
+    // The walks reach the parts of the grammar that matter: several properties, separators, escapes.
+    expect(cases[3].texts.filter((t) => t.includes('", "') || /\d, "/.test(t)).length).toBeGreaterThan(0);
   });
 });
