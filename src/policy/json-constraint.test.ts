@@ -22,6 +22,7 @@ import {
   type JsonTokenConstraint,
 } from './json-constraint.ts';
 import { initBackend } from './tfjs/backend.ts';
+import { loadModelDir } from './tfjs/checkpoint.ts';
 import { TfjsEngine } from './tfjs/engine.ts';
 import { Qwen2Model } from './tfjs/qwen2.ts';
 import { trainByteLevelBPE, Tokenizer } from './tokenizer.ts';
@@ -448,6 +449,48 @@ describe('the TfJS engine samples under a constraint as under an allowed-texts t
     });
     expect(a.tokens).toEqual(b.tokens);
   });
+});
+
+describe.skipIf(!smol)('SmolLM2-135M-Instruct itself, sampling under a tool-call constraint', () => {
+  it('every sampled call (3 seeds, T = 1) is a valid hermes call, and its log-probs are the policy’s own', async () => {
+    await initBackend();
+    const policy = loadModelDir(SMOL_DIR);
+    const end = policy.tokenizer.requireTokenId(IM_END);
+    const engine = new TfjsEngine(policy.model, policy.tokenizer, {
+      optimizer: { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0 },
+      maxGradNorm: 0,
+      microBatchTokens: 16_384,
+      endTokens: [end],
+      padToken: end,
+    });
+    try {
+      const tools = [
+        {
+          name: 'get_weather',
+          parameters: {
+            type: 'object',
+            properties: { city: { type: 'string', maxLength: 24 }, unit: { enum: ['celsius', 'fahrenheit'] } },
+            required: ['city', 'unit'],
+          },
+        },
+      ];
+      const c = toolCallConstraint({ tools, choice: 'required', parser: 'hermes', tokenizer: policy.tokenizer, endTokens: [end] });
+      const prompt = policy.tokenizer.encode('<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n');
+      for (const seed of [1, 2, 3]) {
+        const [g] = await engine.generate([prompt], { temperature: 1, topP: 1, maxTokens: 100, seed, constraints: [c] });
+        expect(g.finish, g.text).toBe('stop');
+        const m = /^<tool_call>\n(.*)\n<\/tool_call>$/s.exec(g.text);
+        expect(m, g.text).not.toBeNull();
+        const call = JSON.parse(m![1]);
+        expect(call.name).toBe('get_weather');
+        expect(z.fromJSONSchema(tools[0].parameters as never).safeParse(call.arguments).success, g.text).toBe(true);
+        const [scored] = await engine.logprobs([{ prompt, response: g.tokens }], 1);
+        g.logprobs.forEach((lp, k) => expect(Math.abs(lp - scored[k])).toBeLessThan(1e-3));
+      }
+    } finally {
+      engine.dispose();
+    }
+  }, 300_000);
 });
 
 describe.skipIf(!smol)('SmolLM2 tokenizer (49,152 ids)', () => {
