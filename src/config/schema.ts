@@ -312,7 +312,7 @@ export const RolloutSchema = strict({
       .enum(['allowed_texts', 'structured_outputs', 'guided_choice', 'none'])
       .default('allowed_texts')
       .describe(
-        "how the servers are told to decode only the valid actions (rollout.constrained): allowed_texts, empo2 serve's field; structured_outputs, vLLM 0.10.2 and later (one request per constrained prompt); guided_choice, older vLLM; none, servers that cannot (constrained rollouts are then refused). vLLM ignores a field it does not know, so allowed_texts there samples free text without saying so",
+        "how the servers are told to decode only the valid actions (rollout.constrained): allowed_texts, empo2 serve's field; structured_outputs, vLLM 0.10.2 and later (one request per constrained prompt; a tool call or JSON answer with free strings or numbers goes as its grammar); guided_choice, older vLLM (guided_grammar for those); none, servers that cannot (constrained rollouts are then refused). vLLM ignores a field it does not know, so allowed_texts there samples free text without saying so",
       ),
     rescore_constrained: z
       .boolean()
