@@ -1,0 +1,424 @@
+/**
+ * `empo2 memory-proxy` as a user runs it: the command in a child process, in front of `empo2 serve`'s
+ * tiny model (behind a recorder that keeps every request the upstream gets, and can fail in each way a
+ * server does). Episodes are opened by POST /episodes, played with the official OpenAI client, and ended
+ * by the reward report; the tips they leave show up in later episodes' requests to the upstream, and
+ * in the database after the proxy is SIGKILLed in the middle of 200 concurrent episodes.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer, request as httpRequest, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TipStore } from '../src/memory-proxy/store.ts';
+import { renderTipBlock, TIPS_HEADER } from '../src/trainer/prompt.ts';
+import { DEFAULT_MEMORY_SETTINGS } from '../src/memory/store.ts';
+import { runEmpo2 } from './support/empo2-cli.ts';
+import { startServedFixture, type ServedFixture } from './support/served-fixture.ts';
+
+const REPO_ROOT = resolve(import.meta.dirname, '..');
+
+type Fault = 'none' | '429' | '500' | 'garbage' | 'hang' | 'fast';
+
+/** The tip a stronger writer would give: the untrained tiny model's greedy answer to the reflection prompt is empty (no tip). */
+const WRITTEN_TIP = 'Take the key from the table before you try the door.';
+
+/**
+ * A server in front of the tiny model: keeps each chat request's body, forwards it, or answers with
+ * `fault`; with `writes`, it answers the reflection prompt itself with WRITTEN_TIP.
+ */
+class Recorder {
+  bodies: { messages: { role: string; content: unknown }[] }[] = [];
+  fault: Fault = 'none';
+  writes = false;
+  fastAnswers = 0;
+  private readonly sockets = new Set<Socket>();
+  private readonly server: Server;
+  url = '';
+
+  constructor(private readonly target: string) {
+    this.server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (d: Buffer) => chunks.push(d));
+      req.on('end', () => {
+        const raw = Buffer.concat(chunks);
+        if (req.url?.endsWith('/chat/completions')) this.bodies.push(JSON.parse(raw.toString()));
+        if (this.writes && raw.toString().includes('Reflect on this attempt')) return void this.complete(res, WRITTEN_TIP);
+        if (this.answer(res)) return;
+        const to = new URL(req.url!, this.target);
+        const out = httpRequest(to, { method: req.method, headers: { ...req.headers, host: to.host } }, (up) => {
+          res.writeHead(up.statusCode ?? 502, up.headers);
+          up.pipe(res);
+        });
+        out.on('error', () => res.writeHead(502).end());
+        out.end(raw);
+      });
+    });
+    this.server.on('connection', (s) => {
+      this.sockets.add(s);
+      s.on('close', () => this.sockets.delete(s));
+    });
+  }
+
+  private answer(res: ServerResponse): boolean {
+    switch (this.fault) {
+      case 'none':
+        return false;
+      case '429':
+        res.writeHead(429, { 'Content-Type': 'application/json', 'Retry-After': '7' }).end('{"error":{"message":"slow down"}}');
+        return true;
+      case '500':
+        res.writeHead(500, { 'Content-Type': 'application/json' }).end('{"error":{"message":"the model crashed"}}');
+        return true;
+      case 'garbage':
+        res.writeHead(200, { 'Content-Type': 'application/json' }).end('{"choices": [tru');
+        return true;
+      case 'hang':
+        return true;
+      case 'fast':
+        this.complete(res, `go north ${this.fastAnswers++}`);
+        return true;
+    }
+  }
+
+  private complete(res: ServerResponse, content: string): void {
+    const answer = {
+      id: 'x',
+      object: 'chat.completion',
+      choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
+    };
+    res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify(answer));
+  }
+
+  async listen(): Promise<this> {
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/v1`;
+    return this;
+  }
+
+  close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    return new Promise((r) => this.server.close(() => r()));
+  }
+}
+
+interface RunningProxy {
+  url: string;
+  child: ChildProcess;
+  stderr: () => string;
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+/** `empo2 memory-proxy` in a child process, once it says where it listens. */
+function startProxy(args: string[]): Promise<RunningProxy> {
+  const child = spawn(process.execPath, [join(REPO_ROOT, 'bin', 'empo2.js'), 'memory-proxy', '--port', '0', ...args], {
+    cwd: REPO_ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, NO_COLOR: '1' },
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  return new Promise((done, fail) => {
+    child.stdout!.on('data', (d: Buffer) => {
+      stdout += d.toString();
+      const m = /memory proxy at (http:\/\/\S+):/.exec(stdout);
+      if (m)
+        done({
+          url: m[1],
+          child,
+          stderr: () => stderr,
+          stop: async (signal = 'SIGTERM') => {
+            if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+            await exited;
+          },
+        });
+    });
+    child.once('exit', (code) => fail(new Error(`memory-proxy exited (${code}) before it listened: ${stderr}`)));
+  });
+}
+
+/** A port nothing listens on (taken, then let go). */
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const { port } = s.address() as AddressInfo;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+async function openEpisode(url: string, task: string): Promise<{ id: string; base_url: string; api_key: string }> {
+  const r = await fetch(`${url}/episodes`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ task }),
+  });
+  expect(r.status).toBe(201);
+  return (await r.json()) as { id: string; base_url: string; api_key: string };
+}
+
+async function reward(ep: { base_url: string; api_key: string }, report: object): Promise<{ status: number; body: any }> {
+  const r = await fetch(`${ep.base_url}/empo2/reward`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${ep.api_key}` },
+    body: JSON.stringify(report),
+  });
+  return { status: r.status, body: await r.json() };
+}
+
+const OBSERVATION = 'You are in the kitchen. There is a locked door to the north and a key on the table.';
+
+const root = mkdtempSync(join(tmpdir(), 'empo2-memory-proxy-'));
+let served: ServedFixture;
+let recorder: Recorder;
+
+beforeAll(async () => {
+  served = await startServedFixture('tiny');
+  recorder = await new Recorder(served.server.url).listen();
+}, 120_000);
+afterAll(async () => {
+  await recorder?.close();
+  await served?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+describe('empo2 memory-proxy in front of empo2 serve', () => {
+  it('passes calls through, writes a tip at the episode end with the upstream, and shows it in later episodes', async () => {
+    const db = join(root, 'tips.db');
+    const proxy = await startProxy(['--upstream', recorder.url, '--model', 'tiny', '--memory', db]);
+    recorder.writes = true;
+    try {
+      recorder.bodies = [];
+      const first = await openEpisode(proxy.url, 'kitchen');
+      const client = new OpenAI({ baseURL: first.base_url, apiKey: first.api_key, maxRetries: 0 });
+      const messages = [
+        { role: 'system' as const, content: 'You play a text game.' },
+        { role: 'user' as const, content: OBSERVATION },
+      ];
+      const answer = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 8, temperature: 0 });
+      // No tips yet: the upstream got the request exactly as sent.
+      expect(recorder.bodies[0]).toEqual({ model: 'tiny', messages, max_tokens: 8, temperature: 0 });
+      expect(typeof answer.choices[0].message.content).toBe('string');
+      const ended = await reward(first, { score: 40, final_observation: 'The door is still locked.' });
+      expect(ended.status).toBe(200);
+      expect(ended.body.tips_added, JSON.stringify(ended.body) + proxy.stderr()).toBe(1);
+      expect(ended.body.skipped).toBeNull();
+      // The writer is the upstream: its reflection request carries the reference's prompt with this trajectory.
+      const reflection = recorder.bodies[1].messages[0].content as string;
+      expect(reflection).toContain(`you saw "${OBSERVATION}"`);
+      expect(reflection).toContain('Final score: 40/100 (not completed)');
+      expect(ended.body.tip).toBe(WRITTEN_TIP);
+
+      // The ended episode is gone: its key opens nothing.
+      const again = await fetch(`${first.base_url}/models`, { headers: { Authorization: `Bearer ${first.api_key}` } });
+      expect(again.status).toBe(404);
+
+      recorder.bodies = [];
+      const second = await openEpisode(proxy.url, 'kitchen');
+      const client2 = new OpenAI({ baseURL: second.base_url, apiKey: second.api_key, maxRetries: 0 });
+      await client2.chat.completions.create({ model: 'tiny', messages, max_tokens: 8 });
+      const stored = TipStore.open(db, {
+        identity: TipStore.identityOf(db),
+        settings: DEFAULT_MEMORY_SETTINGS,
+        create: false,
+      });
+      const tips = stored.newest(10, 'kitchen')[0].tips;
+      stored.close();
+      expect(tips).toHaveLength(1);
+      // One entry per call, as the trainer's default per-step entries: the tip, the action and the episode's score.
+      expect(tips[0].text).toBe(
+        `${WRITTEN_TIP} The action you took was ${(answer.choices[0].message.content ?? '').trim()}; you finally scored 40/100.`,
+      );
+      expect(tips[0].score).toBe(40);
+      const got = recorder.bodies[0].messages;
+      // The tip block, exactly as the trainer renders it, at the end of the last user message; the rest unchanged.
+      expect(got[0]).toEqual(messages[0]);
+      expect(got[1]).toEqual({ role: 'user', content: OBSERVATION + renderTipBlock([tips[0].text]) });
+      // Another task's slot holds no tips: its calls go through unchanged.
+      recorder.bodies = [];
+      const other = await openEpisode(proxy.url, 'garden');
+      await new OpenAI({ baseURL: other.base_url, apiKey: other.api_key, maxRetries: 0 }).chat.completions.create({
+        model: 'tiny',
+        messages,
+        max_tokens: 4,
+      });
+      expect(JSON.stringify(recorder.bodies[0])).not.toContain(TIPS_HEADER);
+    } finally {
+      recorder.writes = false;
+      await proxy.stop();
+    }
+  }, 120_000);
+
+  it('answers every upstream fault with a clear error, leaves nothing hanging, and skips a tip the writer could not write', async () => {
+    const db = join(root, 'faults.db');
+    const proxy = await startProxy(['--upstream', recorder.url, '--model', 'tiny', '--memory', db, '--upstream-timeout', '2']);
+    const ask = async (ep: { base_url: string; api_key: string }) => {
+      const t0 = Date.now();
+      const r = await fetch(`${ep.base_url}/chat/completions`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${ep.api_key}` },
+        body: JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: OBSERVATION }], max_tokens: 4 }),
+        signal: AbortSignal.timeout(20_000),
+      });
+      return { status: r.status, headers: r.headers, body: (await r.json()) as { error: { message: string } }, ms: Date.now() - t0 };
+    };
+    try {
+      const ep = await openEpisode(proxy.url, 'faults');
+      recorder.fault = '429';
+      const limited = await ask(ep);
+      expect(limited.status).toBe(429);
+      expect(limited.headers.get('retry-after')).toBe('7');
+      expect(limited.body.error.message).toBe(`the upstream ${recorder.url} answered 429: slow down`);
+      recorder.fault = '500';
+      const crashed = await ask(ep);
+      expect(crashed.status).toBe(500);
+      expect(crashed.body.error.message).toContain('answered 500: the model crashed');
+      recorder.fault = 'garbage';
+      const garbage = await ask(ep);
+      expect(garbage.status).toBe(502);
+      expect(garbage.body.error.message).toContain('answered 200 with a body that is not JSON: {"choices": [tru');
+      recorder.fault = 'hang';
+      const hung = await ask(ep);
+      expect(hung.status).toBe(504);
+      expect(hung.body.error.message).toBe(`the upstream ${recorder.url} did not answer within 2 s`);
+      expect(hung.ms).toBeLessThan(10_000);
+      // The writer is the upstream, still hanging: the report is answered, recorded without a tip, and says why.
+      const ended = await reward(ep, { reward: 0 });
+      expect(ended.status).toBe(200);
+      expect(ended.body).toMatchObject({ recorded: true, tips_added: 0, tip: null });
+      expect(ended.body.skipped).toContain('the episode made no calls');
+      recorder.fault = 'none';
+
+      const closed = await freePort();
+      const down = await startProxy(['--upstream', `http://127.0.0.1:${closed}/v1`, '--model', 'tiny', '--memory', join(root, 'down.db')]);
+      try {
+        const ep2 = await openEpisode(down.url, 'faults');
+        const refused = await ask(ep2);
+        expect(refused.status).toBe(502);
+        expect(refused.body.error.message).toBe(`the upstream http://127.0.0.1:${closed}/v1 could not be reached: ECONNREFUSED`);
+      } finally {
+        await down.stop();
+      }
+      const health = (await (await fetch(`${proxy.url}/health`)).json()) as { open_episodes: number; upstream_errors: number };
+      expect(health.upstream_errors).toBe(4);
+      expect(health.open_episodes).toBe(0);
+    } finally {
+      recorder.fault = 'none';
+      await proxy.stop();
+    }
+  }, 120_000);
+
+  it('a writer that fails after calls were made: recorded, no tip, skipped says so', async () => {
+    const db = join(root, 'writer-fails.db');
+    const proxy = await startProxy(['--upstream', recorder.url, '--model', 'tiny', '--memory', db, '--upstream-timeout', '1']);
+    try {
+      const ep = await openEpisode(proxy.url, 'w');
+      const client = new OpenAI({ baseURL: ep.base_url, apiKey: ep.api_key, maxRetries: 0 });
+      await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: OBSERVATION }], max_tokens: 4 });
+      recorder.fault = '500';
+      const ended = await reward(ep, { score: 10 });
+      expect(ended.status).toBe(200);
+      expect(ended.body).toMatchObject({ recorded: true, tips_added: 0, tip: null });
+      expect(ended.body.skipped).toContain('wrote no tip: its call failed');
+      expect(proxy.stderr()).toContain('answered 500');
+    } finally {
+      recorder.fault = 'none';
+      await proxy.stop();
+    }
+  }, 120_000);
+
+  it('SIGKILLed during 200 concurrent episodes, keeps every tip whose episode was answered as recorded', async () => {
+    const db = join(root, 'kill.db');
+    recorder.fault = 'fast';
+    const proxy = await startProxy(['--upstream', recorder.url, '--model', 'tiny', '--memory', db, '--reflector', 'summary']);
+    const recorded = new Set<string>();
+    let killed = false;
+    const play = async (i: number) => {
+      try {
+        const ep = await openEpisode(proxy.url, `task-${i % 7}`);
+        const client = new OpenAI({ baseURL: ep.base_url, apiKey: ep.api_key, maxRetries: 0 });
+        for (let t = 0; t < 3; t++)
+          await client.chat.completions.create({
+            model: 'tiny',
+            messages: [{ role: 'user', content: `Episode ${i}, room ${t}: a door, a key and a lamp.` }],
+          });
+        const r = await reward(ep, { score: i % 101 });
+        if (r.status === 200 && r.body.tips_added > 0) recorded.add(ep.id);
+      } catch {
+        // the proxy was killed under this episode
+      }
+    };
+    try {
+      const all = Promise.all(Array.from({ length: 200 }, (_, i) => play(i)));
+      // Kill once some episodes have ended and others are still playing.
+      while (recorded.size < 40) await new Promise((r) => setTimeout(r, 5));
+      await proxy.stop('SIGKILL');
+      killed = true;
+      await all;
+    } finally {
+      recorder.fault = 'none';
+      if (!killed) await proxy.stop('SIGKILL');
+    }
+    expect(recorded.size).toBeGreaterThanOrEqual(40);
+    expect(recorded.size).toBeLessThan(200);
+    // Reopened after the kill (the write-ahead log is replayed): every recorded episode has its 3 tips.
+    const store = TipStore.open(db, { identity: TipStore.identityOf(db), settings: DEFAULT_MEMORY_SETTINGS, create: false });
+    try {
+      const rows = store.db.prepare<{ episode: string; n: number }>('SELECT episode, COUNT(*) AS n FROM tips GROUP BY episode').all();
+      const byEpisode = new Map(rows.map((r) => [r.episode, r.n]));
+      for (const id of recorded) expect(byEpisode.get(id), id).toBe(3);
+      expect(store.db.prepare<{ ok: string }>('PRAGMA integrity_check').get()!).toEqual({ integrity_check: 'ok' });
+    } finally {
+      store.close();
+    }
+  }, 180_000);
+});
+
+describe('empo2 memory show / export / import', () => {
+  it('round-trips a database through a run memory.json', async () => {
+    const db = join(root, 'tips.db');
+    const shown = await runEmpo2(['memory', 'show', db, '--json']);
+    expect(shown.code, shown.stderr).toBe(0);
+    const before = JSON.parse(shown.stdout) as {
+      total: number;
+      embedder: string;
+      slots: Record<string, { newest: { text: string; score: number }[] }>;
+    };
+    expect(before.total).toBe(1);
+    expect(before.embedder).toBe('hashed-ngram-1024');
+    const out = join(root, 'memory.json');
+    const exported = await runEmpo2(['memory', 'export', db, out]);
+    expect(exported.code, exported.stderr).toBe(0);
+    const file = JSON.parse(readFileSync(out, 'utf8')) as {
+      embedder: string;
+      tips: { slots: Record<string, { texts: string[]; scores: number[] }> };
+    };
+    expect(file.embedder).toBe('hashed-ngram-1024');
+    expect(file.tips.slots.kitchen.texts).toEqual([before.slots.kitchen.newest[0].text]);
+    expect(file.tips.slots.kitchen.scores).toEqual([40]);
+    // The memory.json reads as a run's memory does.
+    const asRun = await runEmpo2(['memory', 'show', out, '--json']);
+    expect(asRun.code, asRun.stderr).toBe(0);
+    expect(JSON.parse(asRun.stdout).slots.kitchen.newest[0].text).toBe(file.tips.slots.kitchen.texts[0]);
+    const copy = join(root, 'copy.db');
+    const imported = await runEmpo2(['memory', 'import', out, copy]);
+    expect(imported.code, imported.stderr).toBe(0);
+    const again = JSON.parse((await runEmpo2(['memory', 'show', copy, '--json'])).stdout);
+    expect(again.slots.kitchen.newest.map((t: { text: string; score: number }) => [t.text, t.score])).toEqual([
+      [file.tips.slots.kitchen.texts[0], 40],
+    ]);
+    // A second import adds nothing: the same text is stored once per slot.
+    const twice = await runEmpo2(['memory', 'import', out, copy]);
+    expect(twice.stdout).toContain('0 tips added');
+    // And the keys survive: exported from the copy, they are the original's byte for byte.
+    const out2 = join(root, 'memory2.json');
+    expect((await runEmpo2(['memory', 'export', copy, out2])).code).toBe(0);
+    expect(JSON.parse(readFileSync(out2, 'utf8')).tips.slots.kitchen.keys).toBe(
+      (file.tips.slots.kitchen as unknown as { keys: string }).keys,
+    );
+  }, 120_000);
+});
