@@ -22,7 +22,21 @@ import * as webshop from './commands/webshop.ts';
 const program = new Command();
 program.name('empo2').description('Train LLM agents to explore with EMPO² (memory-augmented hybrid on/off-policy RL)').showHelpAfterError();
 
-for (const command of [train, evaluate, importGguf, play, serve, compare, adapt, critic, warmup, memoryShow, memoryProxy, dashboard, webshop])
+for (const command of [
+  train,
+  evaluate,
+  importGguf,
+  play,
+  serve,
+  compare,
+  adapt,
+  critic,
+  warmup,
+  memoryShow,
+  memoryProxy,
+  dashboard,
+  webshop,
+])
   command.register(program);
 
 program.parseAsync(process.argv).catch((e: unknown) => {
