@@ -17,6 +17,8 @@ import { TipStore } from '../src/memory-proxy/store.ts';
 import { renderTipBlock, TIPS_HEADER } from '../src/trainer/prompt.ts';
 import { DEFAULT_MEMORY_SETTINGS } from '../src/memory/store.ts';
 import { runEmpo2 } from './support/empo2-cli.ts';
+import { TINY_MODEL } from './support/tiny.ts';
+import { MEMORY_FILE, latestCheckpoint } from '../src/run/checkpoint.ts';
 import { startServedFixture, type ServedFixture } from './support/served-fixture.ts';
 
 const REPO_ROOT = resolve(import.meta.dirname, '..');
@@ -421,4 +423,51 @@ describe('empo2 memory show / export / import', () => {
       (file.tips.slots.kitchen as unknown as { keys: string }).keys,
     );
   }, 120_000);
+
+  it('seeds a training run (memory.init_from), refuses another embedder, and a run without memory', async () => {
+    const exported = join(root, 'memory.json');
+    const runDir = join(root, 'seeded-run');
+    const tiny = [
+      ...TINY_MODEL,
+      'env.tasks=[fetch]',
+      'env.eval_variations=1',
+      'env.max_steps=3',
+      'rollout.tasks_per_batch=1',
+      'rollout.group_size=2',
+    ];
+    const sets = (extra: string[]) => [...tiny, ...extra].flatMap((x) => ['--set', x]);
+    const trained = await runEmpo2([
+      'train',
+      '--run-dir',
+      runDir,
+      ...sets(['algo.name=empo2', `memory.init_from=${exported}`, 'train.iterations=1', 'train.eval_every=0']),
+    ]);
+    expect(trained.code, trained.stderr).toBe(0);
+    const memory = JSON.parse(readFileSync(join(latestCheckpoint(runDir)!, MEMORY_FILE), 'utf8')) as {
+      tips: { slots: Record<string, { texts: string[] }> };
+    };
+    // The seeded slot is there as exported, next to what the run wrote itself.
+    const seeded = JSON.parse(readFileSync(exported, 'utf8')) as { tips: { slots: Record<string, { texts: string[] }> } };
+    expect(memory.tips.slots.kitchen.texts).toEqual(seeded.tips.slots.kitchen.texts);
+    expect(Object.keys(memory.tips.slots)).toContain('fetch');
+
+    const otherDim = await runEmpo2([
+      'train',
+      '--run-dir',
+      join(root, 'dim-run'),
+      ...sets(['algo.name=empo2', 'memory.dim=512', `memory.init_from=${exported}`, 'train.iterations=1']),
+    ]);
+    expect(otherDim.code).toBe(1);
+    expect(otherDim.stderr).toContain(
+      `memory.init_from (${exported}) was written with embedder hashed-ngram-1024, but this run uses hashed-ngram-512`,
+    );
+    const grpo = await runEmpo2([
+      'train',
+      '--run-dir',
+      join(root, 'grpo-run'),
+      ...sets(['algo.name=grpo', `memory.init_from=${exported}`, 'train.iterations=1']),
+    ]);
+    expect(grpo.code).toBe(1);
+    expect(grpo.stderr).toContain('memory.init_from: this run keeps no tip memory (algo.name=grpo');
+  }, 240_000);
 });

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { HashedNgramEmbedder } from '../memory/hashed.ts';
 import { TipMemory } from '../memory/store.ts';
 import { Rng } from '../util/rng.ts';
@@ -11,30 +11,39 @@ function sentence(rng: Rng): string {
 }
 
 describe('TipIndex', () => {
-  it('retrieves what TipMemory retrieves (same tips, order, scores and similarities), through evictions', async () => {
-    const rng = new Rng(7);
-    const embedder = new HashedNgramEmbedder({ dim: 256 });
-    const settings = { capacity: 40, threshold: 0.3, topK: 5 };
-    const memory = new TipMemory(256, settings);
-    const index = new TipIndex(256, settings);
-    let id = 0;
-    for (let i = 0; i < 300; i++) {
-      const slot = rng.pick(['a', 'b']);
-      const state = sentence(rng);
-      const text = `tip ${i}: ${state}`;
-      const score = rng.int(5) * 25;
-      const [key] = await embedder.embed([state]);
-      expect(memory.add(slot, key, text, score)).toBe(true);
-      index.add(slot, { id: id++, text, score, action: null, progress: null }, sparseKey(key));
-      if (i % 10 === 9)
-        for (const q of [sentence(rng), sentence(rng)]) {
-          const [qk] = await embedder.embed([q]);
-          for (const s of ['a', 'b']) expect(index.retrieve(s, sparseKey(qk))).toEqual(memory.retrieve(s, qk));
-        }
-    }
-    expect(index.size('a') + index.size('b')).toBe(memory.size());
-    expect(index.size('a')).toBe(40);
-  });
+  // A low threshold: the best-scored tips are similar, found walking the scores down; a high one: few are, found from the postings.
+  it.each([0.3, 0.85])(
+    'retrieves what TipMemory retrieves (same tips, order, scores and similarities), through evictions (threshold %s)',
+    async (threshold) => {
+      const rng = new Rng(7);
+      const embedder = new HashedNgramEmbedder({ dim: 256 });
+      const settings = { capacity: 40, threshold, topK: 5 };
+      const memory = new TipMemory(256, settings);
+      const index = new TipIndex(256, settings);
+      const walked = vi.spyOn(index as unknown as { byScoreFirst: () => unknown }, 'byScoreFirst');
+      const summed = vi.spyOn(index as unknown as { fromPostings: () => unknown }, 'fromPostings');
+      let id = 0;
+      for (let i = 0; i < 300; i++) {
+        const slot = rng.pick(['a', 'b']);
+        const state = sentence(rng);
+        const text = `tip ${i}: ${state}`;
+        const score = rng.int(5) * 25;
+        const [key] = await embedder.embed([state]);
+        expect(memory.add(slot, key, text, score)).toBe(true);
+        index.add(slot, { id: id++, text, score, action: null, progress: null }, sparseKey(key));
+        if (i % 10 === 9)
+          for (const q of [sentence(rng), sentence(rng)]) {
+            const [qk] = await embedder.embed([q]);
+            for (const s of ['a', 'b']) expect(index.retrieve(s, sparseKey(qk))).toEqual(memory.retrieve(s, qk));
+          }
+      }
+      expect(index.size('a') + index.size('b')).toBe(memory.size());
+      expect(index.size('a')).toBe(40);
+      // The way this threshold is for was taken (and agreed with TipMemory above).
+      if (threshold < 0.5) expect(walked.mock.results.filter((r) => r.value !== null).length).toBeGreaterThan(0);
+      else expect(summed).toHaveBeenCalled();
+    },
+  );
 
   it('keeps a key as its non-zero coordinates, and gives it back', () => {
     const dense = new Float32Array([0, 0.5, 0, -0.25, 0]);

@@ -72,6 +72,9 @@ class SlotIndex {
   oldest = 0;
   live = 0;
   acc = new Float64Array(0);
+  /** Positions by score, oldest first (evicted ones stay until the slot is rebuilt), and the scores highest first (null: to sort). */
+  byScore = new Map<number, number[]>();
+  scores: number[] | null = [];
 
   add(tip: IndexedTip, key: SparseKey): void {
     const at = this.entries.length;
@@ -79,6 +82,12 @@ class SlotIndex {
     this.keys.push(key);
     this.texts.set(tip.text, at);
     this.live++;
+    const bucket = this.byScore.get(tip.score);
+    if (bucket) bucket.push(at);
+    else {
+      this.byScore.set(tip.score, [at]);
+      this.scores = null;
+    }
     for (let j = 0; j < key.idx.length; j++) {
       let p = this.postings.get(key.idx[j]);
       if (!p) this.postings.set(key.idx[j], (p = new Postings()));
@@ -106,6 +115,8 @@ class SlotIndex {
     this.keys = [];
     this.postings = new Map();
     this.texts = new Map();
+    this.byScore = new Map();
+    this.scores = [];
     this.oldest = 0;
     this.live = 0;
     entries.forEach((e, i) => e && this.add(e, keys[i]!));
@@ -135,10 +146,56 @@ export class TipIndex {
     return evicted;
   }
 
-  /** Retr(s; M) as TipMemory answers it: similarity above the threshold, the top k by score, then similarity, then newer. */
+  /**
+   * Retr(s; M) as TipMemory answers it: similarity above the threshold, the top k by score, then
+   * similarity, then newer. Two ways to the same answer, whichever costs fewer multiply-adds: tips
+   * taken highest score first, each compared with the query, stopping after the score at which k were
+   * found (cheap when the best tips are similar, the usual case in one task); or, once that has cost
+   * as much as the query's postings, every similarity from the postings at once.
+   */
   retrieve(slot: string, query: SparseKey, topK = this.settings.topK): RetrievedTip[] {
     const s = this.slots.get(slot);
     if (!s || s.live === 0 || query.idx.length === 0) return [];
+    let postingsCost = 0;
+    for (let j = 0; j < query.idx.length; j++) postingsCost += s.postings.get(query.idx[j])?.n ?? 0;
+    const found = this.byScoreFirst(s, query, topK, postingsCost) ?? this.fromPostings(s, query, topK);
+    return found.map(({ at, similarity }) => {
+      const t = s.entries[at]!;
+      return { text: t.text, score: t.score, similarity, action: t.action };
+    });
+  }
+
+  private dense = new Float32Array(0);
+
+  /** The top k walking the scores down; null once it has cost more than `budget` multiply-adds without an answer. */
+  private byScoreFirst(s: SlotIndex, query: SparseKey, topK: number, budget: number): Hit[] | null {
+    if (this.dense.length !== this.dim) this.dense = new Float32Array(this.dim);
+    const q = this.dense;
+    for (let j = 0; j < query.idx.length; j++) q[query.idx[j]] = query.val[j];
+    try {
+      s.scores ??= [...s.byScore.keys()].sort((a, b) => b - a);
+      const best = new TopK(topK);
+      let cost = 0;
+      for (const score of s.scores) {
+        for (const at of s.byScore.get(score)!) {
+          const key = s.keys[at];
+          if (key === null) continue;
+          let dot = 0;
+          for (let j = 0; j < key.idx.length; j++) dot += key.val[j] * q[key.idx[j]];
+          cost += key.idx.length;
+          if (dot > this.settings.threshold) best.offer(at, score, dot);
+        }
+        if (best.full()) return best.hits;
+        if (cost > budget) return null;
+      }
+      return best.hits;
+    } finally {
+      for (let j = 0; j < query.idx.length; j++) q[query.idx[j]] = 0;
+    }
+  }
+
+  /** The top k from every similarity, summed along the query's postings. */
+  private fromPostings(s: SlotIndex, query: SparseKey, topK: number): Hit[] {
     const n = s.entries.length;
     if (s.acc.length < n) s.acc = new Float64Array(Math.max(n, s.acc.length * 2));
     const acc = s.acc;
@@ -150,28 +207,10 @@ export class TipIndex {
       const { ids, vals } = p;
       for (let k = 0; k < p.n; k++) acc[ids[k]] += vals[k] * q;
     }
-    // The top k kept sorted as the scan goes: k is small, the slot may hold 100k.
-    const best: number[] = [];
-    const better = (a: number, b: number) => {
-      const ea = s.entries[a]!;
-      const eb = s.entries[b]!;
-      return ea.score !== eb.score ? ea.score > eb.score : acc[a] !== acc[b] ? acc[a] > acc[b] : a > b;
-    };
+    const best = new TopK(topK);
     const threshold = this.settings.threshold;
-    for (let e = s.oldest; e < n; e++) {
-      if (!(acc[e] > threshold) || s.entries[e] === null) continue;
-      if (best.length === topK && !better(e, best[topK - 1])) continue;
-      let at = best.length === topK ? topK - 1 : best.length;
-      while (at > 0 && better(e, best[at - 1])) {
-        best[at] = best[at - 1];
-        at--;
-      }
-      best[at] = e;
-    }
-    return best.map((e) => {
-      const t = s.entries[e]!;
-      return { text: t.text, score: t.score, similarity: acc[e], action: t.action };
-    });
+    for (let e = s.oldest; e < n; e++) if (acc[e] > threshold && s.entries[e] !== null) best.offer(e, s.entries[e]!.score, acc[e]);
+    return best.hits;
   }
 
   size(slot?: string): number {
@@ -179,5 +218,33 @@ export class TipIndex {
     let n = 0;
     for (const s of this.slots.values()) n += s.live;
     return n;
+  }
+}
+
+interface Hit {
+  at: number;
+  score: number;
+  similarity: number;
+}
+
+/** The k best hits so far, kept sorted (k is small, the slot may hold 100k): higher score, then more similar, then newer. */
+class TopK {
+  readonly hits: Hit[] = [];
+  constructor(private readonly k: number) {}
+
+  full(): boolean {
+    return this.hits.length >= this.k;
+  }
+
+  offer(at: number, score: number, similarity: number): void {
+    const h = this.hits;
+    const better = (o: Hit) => (score !== o.score ? score > o.score : similarity !== o.similarity ? similarity > o.similarity : at > o.at);
+    if (h.length === this.k && !better(h[this.k - 1])) return;
+    let i = h.length === this.k ? this.k - 1 : h.length;
+    while (i > 0 && better(h[i - 1])) {
+      h[i] = h[i - 1];
+      i--;
+    }
+    h[i] = { at, score, similarity };
   }
 }
