@@ -23,7 +23,10 @@ import { startServedFixture, type ServedFixture } from './support/served-fixture
 
 const REPO_ROOT = resolve(import.meta.dirname, '..');
 
-type Fault = 'none' | '429' | '500' | 'garbage' | 'hang' | 'fast';
+type Fault = 'none' | '429' | '500' | 'garbage' | 'hang' | 'fast' | 'sse';
+
+/** What the streaming stand-in sends, in three chunks (`empo2 serve` does not stream). */
+const STREAMED = ['open ', 'the ', 'door'];
 
 /** The tip a stronger writer would give: the untrained tiny model's greedy answer to the reflection prompt is empty (no tip). */
 const WRITTEN_TIP = 'Take the key from the table before you try the door.';
@@ -37,6 +40,8 @@ class Recorder {
   fault: Fault = 'none';
   writes = false;
   fastAnswers = 0;
+  /** Requests received and not yet closed (answered, or hung up on by the proxy). */
+  open = 0;
   private readonly sockets = new Set<Socket>();
   private readonly server: Server;
   url = '';
@@ -45,6 +50,8 @@ class Recorder {
     this.server = createServer((req, res) => {
       const chunks: Buffer[] = [];
       req.on('data', (d: Buffer) => chunks.push(d));
+      this.open++;
+      res.once('close', () => this.open--);
       req.on('end', () => {
         const raw = Buffer.concat(chunks);
         if (req.url?.endsWith('/chat/completions')) this.bodies.push(JSON.parse(raw.toString()));
@@ -80,6 +87,20 @@ class Recorder {
         return true;
       case 'hang':
         return true;
+      case 'sse': {
+        res.writeHead(200, { 'Content-Type': 'text/event-stream' });
+        const chunk = (delta: object) =>
+          `data: ${JSON.stringify({ id: 's', object: 'chat.completion.chunk', created: 0, model: 'tiny', choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`;
+        let i = 0;
+        const next = () => {
+          if (i < STREAMED.length) {
+            res.write(chunk({ content: STREAMED[i++] }));
+            setTimeout(next, 20);
+          } else res.end('data: [DONE]\n\n');
+        };
+        next();
+        return true;
+      }
       case 'fast':
         this.complete(res, `go north ${this.fastAnswers++}`);
         return true;
@@ -255,6 +276,43 @@ describe('empo2 memory-proxy in front of empo2 serve', () => {
     }
   }, 120_000);
 
+  it("passes a streamed answer through as it comes, and records it as the call's action", async () => {
+    const db = join(root, 'stream.db');
+    const proxy = await startProxy(['--upstream', recorder.url, '--model', 'tiny', '--memory', db, '--reflector', 'summary']);
+    recorder.fault = 'sse';
+    try {
+      const ep = await openEpisode(proxy.url, 'stream');
+      const client = new OpenAI({ baseURL: ep.base_url, apiKey: ep.api_key, maxRetries: 0 });
+      const stream = await client.chat.completions.create({
+        model: 'tiny',
+        messages: [{ role: 'user', content: OBSERVATION }],
+        max_tokens: 6,
+        stream: true,
+      });
+      let text = '';
+      let chunks = 0;
+      for await (const chunk of stream) {
+        chunks++;
+        text += chunk.choices[0]?.delta?.content ?? '';
+      }
+      expect(chunks).toBe(3);
+      expect(text).toBe(STREAMED.join(''));
+      const ended = await reward(ep, { score: 20 });
+      expect(ended.body.tips_added).toBe(1);
+      const store = TipStore.open(db, { identity: TipStore.identityOf(db), settings: DEFAULT_MEMORY_SETTINGS, create: false });
+      try {
+        const [tip] = store.newest(1, 'stream')[0].tips;
+        expect(tip.action).toBe(text.trim());
+        expect(tip.text).toContain(`The action you took was ${text.trim()}; you finally scored 20/100.`);
+      } finally {
+        store.close();
+      }
+    } finally {
+      recorder.fault = 'none';
+      await proxy.stop();
+    }
+  }, 120_000);
+
   it('answers every upstream fault with a clear error, leaves nothing hanging, and skips a tip the writer could not write', async () => {
     const db = join(root, 'faults.db');
     const proxy = await startProxy(['--upstream', recorder.url, '--model', 'tiny', '--memory', db, '--upstream-timeout', '2']);
@@ -288,6 +346,17 @@ describe('empo2 memory-proxy in front of empo2 serve', () => {
       expect(hung.status).toBe(504);
       expect(hung.body.error.message).toBe(`the upstream ${recorder.url} did not answer within 2 s`);
       expect(hung.ms).toBeLessThan(10_000);
+      // An agent that gives up on a hanging call: the proxy hangs up on the upstream too, at once.
+      const gaveUp = await fetch(`${ep.base_url}/chat/completions`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${ep.api_key}` },
+        body: JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: OBSERVATION }] }),
+        signal: AbortSignal.timeout(300),
+      }).catch((e: Error) => e.name);
+      expect(gaveUp).toBe('TimeoutError');
+      await new Promise((r) => setTimeout(r, 400));
+      // Nothing is left open at the upstream: neither the call the proxy timed out nor the one the agent gave up on.
+      expect(recorder.open).toBe(0);
       // The writer is the upstream, still hanging: the report is answered, recorded without a tip, and says why.
       const ended = await reward(ep, { reward: 0 });
       expect(ended.status).toBe(200);

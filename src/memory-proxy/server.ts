@@ -98,8 +98,8 @@ export interface ProxyStats {
   calls_with_tips: number;
   upstream_errors: number;
   tips_skipped: number;
-  /** Time the proxy added to calls (retrieval and bookkeeping, the upstream excluded), ms. */
-  added_ms: { mean: number; max: number };
+  /** Time the proxy added to calls (retrieval and bookkeeping, the upstream excluded), ms: wall clock, and the process's CPU time. */
+  added_ms: { mean: number; max: number; cpu_mean: number };
 }
 
 export interface MemoryProxy {
@@ -139,6 +139,8 @@ const ChatSchema = z.looseObject({
 });
 
 const MAX_BODY = 32 << 20;
+/** Why a call to the upstream was cut when the agent hung up (not the upstream's failure). */
+const HUNG_UP = new Error('the client hung up');
 const DEFAULT_TASK = 'default';
 /** Steps of a trajectory the writer's prompt shows (the trainer's). */
 const REFLECTION_HISTORY_STEPS = 12;
@@ -248,7 +250,7 @@ export async function startMemoryProxy(o: MemoryProxyOptions): Promise<MemoryPro
   const episodes = new Map<string, Episode>();
   const byKey = new Map<string, string>();
   const inFlight = new Set<AbortController>();
-  const s = { calls: 0, withTips: 0, upstreamErrors: 0, skipped: 0, ended: 0, addedMs: 0, maxAddedMs: 0 };
+  const s = { calls: 0, withTips: 0, upstreamErrors: 0, skipped: 0, ended: 0, addedMs: 0, maxAddedMs: 0, addedCpuMs: 0 };
   let closing = false;
   /** Episodes whose tip is being written: closing waits for them, so none is cut between the writer and the database. */
   const endings = new Set<Promise<EpisodeEnd>>();
@@ -286,7 +288,7 @@ export async function startMemoryProxy(o: MemoryProxyOptions): Promise<MemoryPro
   ): Promise<Response> {
     const ctrl = new AbortController();
     inFlight.add(ctrl);
-    const onClose = () => !res.writableEnded && ctrl.abort(new Error('the client hung up'));
+    const onClose = () => !res.writableEnded && ctrl.abort(HUNG_UP);
     res.once('close', onClose);
     const timer = setTimeout(() => ctrl.abort(new Error('timeout')), timeoutMs);
     try {
@@ -297,6 +299,7 @@ export async function startMemoryProxy(o: MemoryProxyOptions): Promise<MemoryPro
         signal: ctrl.signal,
       });
     } catch (e) {
+      if (ctrl.signal.aborted && ctrl.signal.reason === HUNG_UP) throw new RequestError(499, 'the client hung up', null);
       s.upstreamErrors++;
       if (ctrl.signal.aborted && (ctrl.signal.reason as Error)?.message === 'timeout')
         throw new RequestError(504, `the upstream ${upstreamURL} did not answer within ${timeoutMs / 1000} s`, null, 'upstream_error');
@@ -381,11 +384,15 @@ export async function startMemoryProxy(o: MemoryProxyOptions): Promise<MemoryPro
   async function chat(e: Episode, req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = parseRequest(ChatSchema, await readJson(req, MAX_BODY));
     const t0 = performance.now();
+    // CPU time too: on a machine busy with other work, wall time says more about the machine than the proxy.
+    const c0 = process.cpuUsage();
     const call = await prepare(e, body);
     const sent = JSON.stringify(call.body);
     const added = performance.now() - t0;
+    const cpu = process.cpuUsage(c0);
     s.calls++;
     s.addedMs += added;
+    s.addedCpuMs += (cpu.user + cpu.system) / 1000;
     s.maxAddedMs = Math.max(s.maxAddedMs, added);
     const r = await forward(req, res, '/chat/completions', { method: 'POST', body: sent });
     if (!r.ok) await refused(r);
@@ -456,6 +463,11 @@ export async function startMemoryProxy(o: MemoryProxyOptions): Promise<MemoryPro
         throw new RequestError(504, 'stream cut', null);
       }
       if (next.done) break;
+      if (res.destroyed) {
+        // The agent hung up: stop the upstream's generation too, and record no step for an answer nobody got.
+        void reader.cancel().catch(() => undefined);
+        throw new RequestError(499, 'the client hung up', null);
+      }
       const chunk = decoder.decode(next.value, { stream: true });
       readLines(chunk);
       res.write(chunk);
@@ -626,7 +638,7 @@ export async function startMemoryProxy(o: MemoryProxyOptions): Promise<MemoryPro
       calls_with_tips: s.withTips,
       upstream_errors: s.upstreamErrors,
       tips_skipped: s.skipped,
-      added_ms: { mean: s.calls ? s.addedMs / s.calls : 0, max: s.maxAddedMs },
+      added_ms: { mean: s.calls ? s.addedMs / s.calls : 0, max: s.maxAddedMs, cpu_mean: s.calls ? s.addedCpuMs / s.calls : 0 },
     };
   }
   log(

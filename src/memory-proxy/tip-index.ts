@@ -1,11 +1,12 @@
 /**
- * The proxy's retrieval index: the tips of each slot as an inverted index over their keys' non-zero
- * coordinates, so that a query costs the postings of its own coordinates rather than a pass over every
- * stored key. The trainer's TipMemory (../memory/store.ts) scans a dense ring per slot, which is fast at
- * its default 1000 tips; a long-lived proxy keeps up to 100k in one slot, where that scan takes tens of
- * milliseconds a call (bench/memory-proxy.ts). Retrieval means the same thing as TipMemory's: entries
- * whose cosine similarity is above the threshold, the top k by score (ties: more similar, then newer),
- * and a slot keeps its newest `capacity` entries.
+ * The proxy's retrieval index. The trainer's TipMemory (../memory/store.ts) scans a dense ring of keys
+ * per slot, which is fast at its default 1000 tips; a long-lived proxy keeps up to 100k in one slot, where
+ * that scan takes tens of milliseconds a call (bench/memory-proxy.ts). Here the tips of a slot are split
+ * into score bands, each with postings over its keys' non-zero coordinates: the answer is the top k by
+ * score, so a query sums similarities band by band from the highest score down and stops at the first band
+ * that completes k, paying for the postings of the bands it visits. Retrieval means the same as
+ * TipMemory's (similarity above the threshold, the top k by score, ties: more similar, then newer; a slot
+ * keeps its newest `capacity` tips), and gives the same similarities.
  */
 import type { MemorySettings, RetrievedTip } from '../memory/store.ts';
 
@@ -62,19 +63,29 @@ class Postings {
   }
 }
 
+/**
+ * The tips of one score band, [b, b + 1): their positions (oldest first) and the postings of their keys.
+ * Bands, walked from the highest down, are what make a query cheap: the answer is the top k by score, so
+ * once a band has given k similar tips no lower band can change it, and a band's postings hold only its
+ * own tips.
+ */
+class Band {
+  positions: number[] = [];
+  postings = new Map<number, Postings>();
+}
+
 class SlotIndex {
-  /** Position → entry; null where evicted (the postings still name it until the slot is rebuilt). */
+  /** Position → entry; null where evicted (the bands still name it until the slot is rebuilt). */
   entries: (IndexedTip | null)[] = [];
   keys: (SparseKey | null)[] = [];
-  postings = new Map<number, Postings>();
   texts = new Map<string, number>();
   /** Positions in insertion order not yet evicted: the first is the oldest. */
   oldest = 0;
   live = 0;
   acc = new Float64Array(0);
-  /** Positions by score, oldest first (evicted ones stay until the slot is rebuilt), and the scores highest first (null: to sort). */
-  byScore = new Map<number, number[]>();
-  scores: number[] | null = [];
+  bands = new Map<number, Band>();
+  /** The bands, highest first (null: to sort after a new one). */
+  order: Band[] | null = [];
 
   add(tip: IndexedTip, key: SparseKey): void {
     const at = this.entries.length;
@@ -82,17 +93,22 @@ class SlotIndex {
     this.keys.push(key);
     this.texts.set(tip.text, at);
     this.live++;
-    const bucket = this.byScore.get(tip.score);
-    if (bucket) bucket.push(at);
-    else {
-      this.byScore.set(tip.score, [at]);
-      this.scores = null;
+    const b = Math.floor(tip.score);
+    let band = this.bands.get(b);
+    if (!band) {
+      this.bands.set(b, (band = new Band()));
+      this.order = null;
     }
+    band.positions.push(at);
     for (let j = 0; j < key.idx.length; j++) {
-      let p = this.postings.get(key.idx[j]);
-      if (!p) this.postings.set(key.idx[j], (p = new Postings()));
+      let p = band.postings.get(key.idx[j]);
+      if (!p) band.postings.set(key.idx[j], (p = new Postings()));
       p.push(at, key.val[j]);
     }
+  }
+
+  highestFirst(): Band[] {
+    return (this.order ??= [...this.bands.entries()].sort((x, y) => y[0] - x[0]).map(([, band]) => band));
   }
 
   evictOldest(): IndexedTip {
@@ -113,10 +129,9 @@ class SlotIndex {
     const keys = this.keys.slice(this.oldest);
     this.entries = [];
     this.keys = [];
-    this.postings = new Map();
     this.texts = new Map();
-    this.byScore = new Map();
-    this.scores = [];
+    this.bands = new Map();
+    this.order = [];
     this.oldest = 0;
     this.live = 0;
     entries.forEach((e, i) => e && this.add(e, keys[i]!));
@@ -148,69 +163,38 @@ export class TipIndex {
 
   /**
    * Retr(s; M) as TipMemory answers it: similarity above the threshold, the top k by score, then
-   * similarity, then newer. Two ways to the same answer, whichever costs fewer multiply-adds: tips
-   * taken highest score first, each compared with the query, stopping after the score at which k were
-   * found (cheap when the best tips are similar, the usual case in one task); or, once that has cost
-   * as much as the query's postings, every similarity from the postings at once.
+   * similarity, then newer. Score bands are taken from the highest down, each band's similarities summed
+   * along the query's postings in it, until a band leaves k similar tips found: what a query costs is the
+   * postings of the bands it needs, not of the whole slot.
    */
   retrieve(slot: string, query: SparseKey, topK = this.settings.topK): RetrievedTip[] {
     const s = this.slots.get(slot);
     if (!s || s.live === 0 || query.idx.length === 0) return [];
-    let postingsCost = 0;
-    for (let j = 0; j < query.idx.length; j++) postingsCost += s.postings.get(query.idx[j])?.n ?? 0;
-    const found = this.byScoreFirst(s, query, topK, postingsCost) ?? this.fromPostings(s, query, topK);
-    return found.map(({ at, similarity }) => {
+    if (s.acc.length < s.entries.length) s.acc = new Float64Array(Math.max(s.entries.length, s.acc.length * 2));
+    const acc = s.acc;
+    const best = new TopK(topK);
+    const threshold = this.settings.threshold;
+    for (const band of s.highestFirst()) {
+      // Summed in the query's coordinate order, as TipMemory sums: the same similarities to the last bit.
+      for (let j = 0; j < query.idx.length; j++) {
+        const p = band.postings.get(query.idx[j]);
+        if (!p) continue;
+        const q = query.val[j];
+        const { ids, vals } = p;
+        for (let k = 0; k < p.n; k++) acc[ids[k]] += vals[k] * q;
+      }
+      for (const at of band.positions) {
+        const sim = acc[at];
+        acc[at] = 0;
+        const tip = s.entries[at];
+        if (sim > threshold && tip !== null) best.offer(at, tip.score, sim);
+      }
+      if (best.full()) break;
+    }
+    return best.hits.map(({ at, similarity }) => {
       const t = s.entries[at]!;
       return { text: t.text, score: t.score, similarity, action: t.action };
     });
-  }
-
-  private dense = new Float32Array(0);
-
-  /** The top k walking the scores down; null once it has cost more than `budget` multiply-adds without an answer. */
-  private byScoreFirst(s: SlotIndex, query: SparseKey, topK: number, budget: number): Hit[] | null {
-    if (this.dense.length !== this.dim) this.dense = new Float32Array(this.dim);
-    const q = this.dense;
-    for (let j = 0; j < query.idx.length; j++) q[query.idx[j]] = query.val[j];
-    try {
-      s.scores ??= [...s.byScore.keys()].sort((a, b) => b - a);
-      const best = new TopK(topK);
-      let cost = 0;
-      for (const score of s.scores) {
-        for (const at of s.byScore.get(score)!) {
-          const key = s.keys[at];
-          if (key === null) continue;
-          let dot = 0;
-          for (let j = 0; j < key.idx.length; j++) dot += key.val[j] * q[key.idx[j]];
-          cost += key.idx.length;
-          if (dot > this.settings.threshold) best.offer(at, score, dot);
-        }
-        if (best.full()) return best.hits;
-        if (cost > budget) return null;
-      }
-      return best.hits;
-    } finally {
-      for (let j = 0; j < query.idx.length; j++) q[query.idx[j]] = 0;
-    }
-  }
-
-  /** The top k from every similarity, summed along the query's postings. */
-  private fromPostings(s: SlotIndex, query: SparseKey, topK: number): Hit[] {
-    const n = s.entries.length;
-    if (s.acc.length < n) s.acc = new Float64Array(Math.max(n, s.acc.length * 2));
-    const acc = s.acc;
-    acc.fill(0, 0, n);
-    for (let j = 0; j < query.idx.length; j++) {
-      const p = s.postings.get(query.idx[j]);
-      if (!p) continue;
-      const q = query.val[j];
-      const { ids, vals } = p;
-      for (let k = 0; k < p.n; k++) acc[ids[k]] += vals[k] * q;
-    }
-    const best = new TopK(topK);
-    const threshold = this.settings.threshold;
-    for (let e = s.oldest; e < n; e++) if (acc[e] > threshold && s.entries[e] !== null) best.offer(e, s.entries[e]!.score, acc[e]);
-    return best.hits;
   }
 
   size(slot?: string): number {
@@ -238,13 +222,17 @@ class TopK {
 
   offer(at: number, score: number, similarity: number): void {
     const h = this.hits;
-    const better = (o: Hit) => (score !== o.score ? score > o.score : similarity !== o.similarity ? similarity > o.similarity : at > o.at);
-    if (h.length === this.k && !better(h[this.k - 1])) return;
+    if (h.length === this.k && !beats(at, score, similarity, h[this.k - 1])) return;
     let i = h.length === this.k ? this.k - 1 : h.length;
-    while (i > 0 && better(h[i - 1])) {
+    while (i > 0 && beats(at, score, similarity, h[i - 1])) {
       h[i] = h[i - 1];
       i--;
     }
     h[i] = { at, score, similarity };
   }
+}
+
+/** Whether a hit ranks above `o`: higher score, then more similar, then newer. */
+function beats(at: number, score: number, similarity: number, o: Hit): boolean {
+  return score !== o.score ? score > o.score : similarity !== o.similarity ? similarity > o.similarity : at > o.at;
 }
