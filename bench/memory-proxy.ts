@@ -8,7 +8,9 @@
  *   - over HTTP: a call's round trip through the proxy minus one straight to the upstream (the extra
  *     hop on loopback included), medians and 95th percentiles of `--calls` sequential calls.
  * Tips and observations come from a text-game-like generator (rooms, objects, doors), so that queries
- * match many stored tips as they do in a real task. Goal (#89): under 10 ms at 100k.
+ * match many stored tips as they do in a real task, scored 0, 10, ..., 100 (--one-score: all 100, the
+ * worst case for the index's score bands). CPU times are printed beside wall times: on a machine busy with
+ * other work, wall time says more about the machine. Goal (#89): under 10 ms at 100k.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -19,7 +21,13 @@ import { parseArgs } from 'node:util';
 import { Rng, withMemory } from '../src/index.ts';
 import { HashedNgramEmbedder } from '../src/internals.ts';
 
-const { values } = parseArgs({ options: { sizes: { type: 'string', default: '1000,100000' }, calls: { type: 'string', default: '400' } } });
+const { values } = parseArgs({
+  options: {
+    sizes: { type: 'string', default: '1000,100000' },
+    calls: { type: 'string', default: '400' },
+    'one-score': { type: 'boolean', default: false },
+  },
+});
 const sizes = values.sizes.split(',').map(Number);
 const calls = Number(values.calls);
 
@@ -112,7 +120,8 @@ for (const size of sizes) {
     const states = Array.from({ length: n }, () => observation(rng));
     const keys = await embedder.embed(states);
     const tips = states.map((_, i) => {
-      const score = rng.int(11) * 10;
+      // Scores 0, 10, ..., 100; --one-score: all 100, the worst case (every tip in the one band a query must sum).
+      const score = values['one-score'] ? 100 : rng.int(11) * 10;
       return {
         slot: 'bench',
         text: `Tip ${done + i}: ${action(rng)} first. The action you took was ${action(rng)}; you finally scored ${score}/100.`,
@@ -156,7 +165,7 @@ for (const size of sizes) {
 }
 upstream.close();
 console.log(
-  `memory-proxy added latency per call, ${calls} sequential calls, tips in the one slot queried, hashed embedder dim 1024, top 10 of threshold 0.5`,
+  `memory-proxy added latency per call, ${calls} sequential calls, tips in the one slot queried, ${values['one-score'] ? 'every tip scored 100' : 'scores 0, 10, ..., 100'}, hashed embedder dim 1024, top 10 of threshold 0.5`,
 );
 console.log(
   '| tips stored | retrieval CPU ms | proxy CPU ms per call | proxy wall ms per call | wall max ms (warm-up included) | HTTP median added ms | HTTP p95 added ms | upstream direct median ms | calls shown tips | fill s |',
