@@ -159,7 +159,9 @@ for (const size of sizes) {
   rows.push(
     `| ${size.toLocaleString('en')} | ${retrievalCpu.toFixed(2)} | ${inProcessCpu.toFixed(2)} | ${inProcess.toFixed(2)} | ${after.added_ms.max.toFixed(1)} | ${(pct(through, 0.5) - pct(direct, 0.5)).toFixed(2)} | ${(pct(through, 0.95) - pct(direct, 0.95)).toFixed(2)} | ${pct(direct, 0.5).toFixed(2)} | ${(withTips * 100).toFixed(0)}% | ${fillS.toFixed(1)} |`,
   );
-  console.error(`${size} tips: done (${proxy.store.index.size()} in the index)`);
+  console.error(
+    `${size} tips: done (${proxy.store.index.size()} in the index; this process's resident memory ${(process.memoryUsage().rss / 2 ** 20).toFixed(0)} MiB)`,
+  );
   await proxy.close();
   rmSync(dir, { recursive: true, force: true });
 }

@@ -442,6 +442,8 @@ describe('empo2 memory-proxy in front of empo2 serve', () => {
       const rows = store.db.prepare<{ episode: string; n: number }>('SELECT episode, COUNT(*) AS n FROM tips GROUP BY episode').all();
       const byEpisode = new Map(rows.map((r) => [r.episode, r.n]));
       for (const id of recorded) expect(byEpisode.get(id), id).toBe(3);
+      // An episode is stored whole or not at all: none has part of its tips.
+      for (const [id, n] of byEpisode) expect(n, id).toBe(3);
       expect(store.db.prepare<{ ok: string }>('PRAGMA integrity_check').get()!).toEqual({ integrity_check: 'ok' });
     } finally {
       store.close();
