@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { withMemory } from '../src/index.ts';
 import { TipStore } from '../src/memory-proxy/store.ts';
 import { renderTipBlock, TIPS_HEADER } from '../src/trainer/prompt.ts';
 import { DEFAULT_MEMORY_SETTINGS } from '../src/memory/store.ts';
@@ -449,6 +450,41 @@ describe('empo2 memory-proxy in front of empo2 serve', () => {
       store.close();
     }
   }, 180_000);
+});
+
+describe('withMemory in a program', () => {
+  it('is the same proxy: an episode from startEpisode, its tips in the store, the counts in stats()', async () => {
+    const proxy = await withMemory({
+      upstream: { baseURL: recorder.url, model: 'tiny' },
+      memory: join(root, 'library.db'),
+      reflector: 'summary',
+      log: () => undefined,
+    });
+    try {
+      const ep = proxy.startEpisode({ task: 'lib', description: 'Open the door.' });
+      expect(ep.baseURL).toBe(`${proxy.url}/episodes/${ep.id}/v1`);
+      const client = new OpenAI({ baseURL: ep.baseURL, apiKey: ep.apiKey, maxRetries: 0 });
+      await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: OBSERVATION }], max_tokens: 4 });
+      const ended = await reward({ base_url: ep.baseURL, api_key: ep.apiKey }, { reward: 1 });
+      expect(ended.body).toMatchObject({ recorded: true, tips_added: 1 });
+      // The summary writer's tip for a finished task, stored with the episode's score.
+      expect(ended.body.tip).toBe('Done in 1 steps. Seen: kitchen.');
+      expect(proxy.store.newest(5, 'lib')[0].tips.map((t) => t.score)).toEqual([100]);
+      expect(proxy.stats()).toMatchObject({ tips: 1, calls: 1, calls_with_tips: 0, ended_episodes: 1, open_episodes: 0 });
+      // A second episode of the task is shown the tip.
+      recorder.bodies = [];
+      const next = proxy.startEpisode({ task: 'lib' });
+      await new OpenAI({ baseURL: next.baseURL, apiKey: next.apiKey, maxRetries: 0 }).chat.completions.create({
+        model: 'tiny',
+        messages: [{ role: 'user', content: OBSERVATION }],
+        max_tokens: 4,
+      });
+      expect(recorder.bodies[0].messages[0].content).toContain(`${TIPS_HEADER}\n<tip> Done in 1 steps. Seen: kitchen.`);
+      expect(proxy.stats().calls_with_tips).toBe(1);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
 });
 
 describe('empo2 memory show / export / import', () => {
