@@ -17,4 +17,13 @@ export { AllEpisodesFailedError } from './run/failure-streak.ts';
 export { readRunMetrics, type RunMetrics } from './compare/metrics.ts';
 export { formatPairedDifference, pairedDifference, summarize, type PairedDifference, type Summary } from './compare/stats.ts';
 export { startDashboard, type DashboardOptions, type RunningDashboard } from './dashboard/server.ts';
+export {
+  withMemory,
+  type EpisodeEnd,
+  type MemoryProxy,
+  type MemoryProxyOptions,
+  type ProxyEpisodeHandle,
+  type ProxyModel,
+  type ProxyStats,
+} from './memory-proxy/server.ts';
 export { Rng } from './util/rng.ts';

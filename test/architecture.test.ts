@@ -13,6 +13,7 @@ const SRC = resolve(import.meta.dirname, '..', 'src');
 /** What the package's entries may re-export: every layer but the command line. */
 const PACKAGE_ENTRY_LAYERS = [
   'api',
+  'memory-proxy',
   'gateway',
   'dashboard',
   'compare',
@@ -51,7 +52,9 @@ export const ALLOWED: Record<string, readonly string[]> = {
   serve: ['openai', 'run', 'policy', 'config', 'util'],
   dashboard: ['compare', 'serve', 'openai', 'trainer', 'run', 'memory', 'external', 'policy', 'envs', 'trajectory', 'config', 'util'],
   gateway: ['serve', 'openai', 'trainer', 'run', 'algo', 'memory', 'external', 'policy', 'envs', 'trajectory', 'config', 'util'],
+  'memory-proxy': ['gateway', 'serve', 'trainer', 'memory', 'external', 'policy', 'config', 'util'],
   api: [
+    'memory-proxy',
     'gateway',
     'dashboard',
     'compare',
@@ -71,6 +74,7 @@ export const ALLOWED: Record<string, readonly string[]> = {
     'util',
   ],
   cli: [
+    'memory-proxy',
     'gateway',
     'dashboard',
     'compare',
@@ -95,7 +99,7 @@ export const ALLOWED: Record<string, readonly string[]> = {
 };
 
 /** Folders that may import from policy/ only its entry (policy/index.ts) and its types (policy/types.ts). */
-export const POLICY_ENTRY_ONLY: readonly string[] = ['trainer', 'run', 'adapt', 'retrospex', 'gateway', 'openai'];
+export const POLICY_ENTRY_ONLY: readonly string[] = ['trainer', 'run', 'adapt', 'retrospex', 'gateway', 'memory-proxy', 'openai'];
 
 /** Where functions stay under MAX_FUNCTION_LINES lines: the training wing and the engines (folders, or single files). */
 export const SHORT_FUNCTIONS: readonly string[] = [

@@ -12,6 +12,7 @@ import * as dashboard from './commands/dashboard.ts';
 import * as evaluate from './commands/eval.ts';
 import * as importGguf from './commands/import-gguf.ts';
 import * as memoryShow from './commands/memory-show.ts';
+import * as memoryProxy from './commands/memory-proxy.ts';
 import * as play from './commands/play.ts';
 import * as serve from './commands/serve.ts';
 import * as train from './commands/train.ts';
@@ -21,7 +22,21 @@ import * as webshop from './commands/webshop.ts';
 const program = new Command();
 program.name('empo2').description('Train LLM agents to explore with EMPO² (memory-augmented hybrid on/off-policy RL)').showHelpAfterError();
 
-for (const command of [train, evaluate, importGguf, play, serve, compare, adapt, critic, warmup, memoryShow, dashboard, webshop])
+for (const command of [
+  train,
+  evaluate,
+  importGguf,
+  play,
+  serve,
+  compare,
+  adapt,
+  critic,
+  warmup,
+  memoryShow,
+  memoryProxy,
+  dashboard,
+  webshop,
+])
   command.register(program);
 
 program.parseAsync(process.argv).catch((e: unknown) => {

@@ -461,6 +461,14 @@ export const MemorySchema = strict({
     .describe(
       'store one entry per step with its action and the final score (reference) instead of one per episode keyed by the final state',
     ),
+  init_from: z
+    .string()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe(
+      "the tips a fresh run's memory starts with: a memory.json (a run's, or `empo2 memory export` of a memory proxy's), a checkpoint, or a run folder (its latest checkpoint); added under this run's memory settings, keyed by the same embedder; a resumed run keeps its checkpoint's memory",
+    ),
 });
 
 export const OptimSchema = strict({
@@ -753,6 +761,8 @@ export function configProblems(cfg: Config): string[] {
     out.push(`memory.reflector_model is for memory.reflector: openai (reflector is ${cfg.memory.reflector})`);
   if (writer && !/^https?:\/\/[^/\s]/.test(writer.base_url))
     out.push(`memory.reflector_model.base_url: "${writer.base_url}" is not an http:// or https:// address`);
+  if (cfg.memory.init_from !== null && !resolveAlgo(cfg).memory)
+    out.push(`memory.init_from: this run keeps no tip memory (algo.name=${cfg.algo.name} never rolls out with tips; use algo.name=empo2)`);
   const judge = cfg.env.judge;
   if (cfg.env.reward === 'judge' && !judge) out.push('env.reward: judge needs env.judge ({base_url, model, rubric})');
   if (judge && cfg.env.reward !== 'judge') out.push(`env.judge is for env.reward: judge (reward is ${cfg.env.reward})`);

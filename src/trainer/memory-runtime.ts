@@ -13,6 +13,7 @@ import type { ExternalUsage } from '../external/usage.ts';
 import { ExternalReflector } from '../memory/external-reflector.ts';
 import { NoveltyList } from '../memory/novelty.ts';
 import { PolicyReflector, TrajectorySummaryReflector, stepTipText, type Reflector, type Trajectory } from '../memory/reflector.ts';
+import { findMemoryFile } from '../memory/memory-file.ts';
 import { TipMemory, type RetrievedTip } from '../memory/store.ts';
 import type { Embedder } from '../memory/types.ts';
 import { IM_END, IM_START, type ChatMessage } from '../policy/index.ts';
@@ -107,6 +108,37 @@ function emptyMemory(cfg: Config, embedder: Embedder): { tips: TipMemory; novelt
   };
 }
 
+/**
+ * A fresh run's memory: empty, or (memory.init_from) holding the tips of another memory.json (a run's,
+ * or a memory proxy's export), added oldest first under this run's capacity, so a full slot keeps the newest.
+ */
+function seededMemory(cfg: Config, embedder: Embedder): { tips: TipMemory; novelty: NoveltyList } {
+  const fresh = emptyMemory(cfg, embedder);
+  if (cfg.memory.init_from === null) return fresh;
+  const file = findMemoryFile(cfg.memory.init_from);
+  const where = `memory.init_from (${file})`;
+  let saved: { embedder?: unknown; tips?: unknown };
+  try {
+    saved = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (e) {
+    throw new Error(`${where} is corrupt (${(e as Error).message})`);
+  }
+  if (saved?.embedder !== embedder.name)
+    throw new Error(
+      `${where} was written with embedder ${String(saved?.embedder)}, but this run uses ${embedder.name}: keys would not compare`,
+    );
+  const from = TipMemory.fromJSON(saved.tips, where);
+  const { slots } = from.toJSON();
+  for (const slot of from.slotNames()) {
+    const bytes = Buffer.from(slots[slot].keys, 'base64');
+    const keys = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+    from
+      .entries(slot)
+      .forEach((e, i) => fresh.tips.add(slot, keys.subarray(i * from.dim, (i + 1) * from.dim), e.text, e.score, e.action, e.progress));
+  }
+  return fresh;
+}
+
 /** A checkpoint's memory.json, refused when it is corrupt or keyed by another embedder. */
 function loadSavedMemory(file: string, embedder: Embedder): { tips: TipMemory; novelty: NoveltyList } {
   let saved: unknown;
@@ -177,7 +209,7 @@ export class MemoryRuntime {
         ? restoreMemory(saved.memory, embedder, saved.where)
         : file && existsSync(file)
           ? loadSavedMemory(file, embedder)
-          : emptyMemory(cfg, embedder);
+          : seededMemory(cfg, embedder);
       return new MemoryRuntime(cfg, algo, { embedder, reflector: createReflector(cfg, engine, cfg.seed, from.writer), tips, novelty });
     } catch (e) {
       embedder.dispose?.();
