@@ -9,45 +9,15 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { z } from 'zod';
+import { RequestError, samplingFields } from '../openai/protocol.ts';
 
-export class RequestError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly param: string | null,
-    readonly type: string = status === 404 ? 'not_found_error' : 'invalid_request_error',
-    /** OpenAI's error code string; vLLM's routes put the HTTP status here (./lora.ts). */
-    readonly code: string | number | null = null,
-  ) {
-    super(message);
-  }
-}
-
-export interface OpenAIErrorBody {
-  error: { message: string; type: string; param: string | null; code: string | number | null };
-}
-
-export function errorBody(e: RequestError): OpenAIErrorBody {
-  return { error: { message: e.message, type: e.type, param: e.param, code: e.code } };
-}
+export { RequestError, errorBody, fieldPath, parseRequest, samplingFields, type OpenAIErrorBody } from '../openai/protocol.ts';
 
 const tokenId = z
   .number({ error: 'must be a token id (an integer)' })
   .int({ error: 'must be a token id (an integer)' })
   .min(0, { error: 'a token id cannot be negative' });
 const tokenIds = z.array(tokenId).min(1, { error: 'a prompt needs at least one token' });
-const stop = z
-  .union([z.string(), z.array(z.string()).max(16)], { error: 'must be a string or an array of strings' })
-  .nullable()
-  .optional();
-/** OpenAI's sampling fields as both servers here (serve, the training gateway) accept them. */
-export const samplingFields = {
-  model: z.string().optional(),
-  temperature: z.number().min(0).max(2).nullable().optional(),
-  top_p: z.number().gt(0).max(1).nullable().optional(),
-  seed: z.number().int().nullable().optional(),
-  stop,
-};
 const allowedList = z
   .array(z.string().min(1, { error: 'an allowed text cannot be empty' }))
   .min(1, { error: 'give at least one allowed text' });
@@ -113,38 +83,6 @@ export const ChatRequestSchema = z.strictObject({
   allowed_texts: allowedList.nullable().optional(),
 });
 export type ChatRequest = z.infer<typeof ChatRequestSchema>;
-
-/** `messages[1].role` from zod's path array. */
-export function fieldPath(path: readonly PropertyKey[]): string {
-  let out = '';
-  for (const p of path) out += typeof p === 'number' ? `[${p}]` : out ? `.${String(p)}` : String(p);
-  return out;
-}
-
-/** Parses with the schema, or throws a 400 naming the first bad field. */
-export function parseRequest<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
-  if (typeof body !== 'object' || body === null || Array.isArray(body))
-    throw new RequestError(400, 'the request body must be a JSON object', null);
-  const result = schema.safeParse(body);
-  if (result.success) return result.data;
-  const issue = result.error.issues[0];
-  if (issue.code === 'unrecognized_keys') {
-    const where = fieldPath([...issue.path, issue.keys[0]]);
-    throw new RequestError(400, `unknown field "${where}" (empo2 serve refuses fields it would otherwise ignore)`, where);
-  }
-  const where = fieldPath(issue.path);
-  if (valueAt(body, issue.path) === undefined) throw new RequestError(400, `"${where}" is required`, where);
-  throw new RequestError(400, `"${where}": ${issue.message}`, where || null);
-}
-
-function valueAt(body: unknown, path: readonly PropertyKey[]): unknown {
-  let at: unknown = body;
-  for (const key of path) {
-    if (typeof at !== 'object' || at === null) return undefined;
-    at = (at as Record<PropertyKey, unknown>)[key];
-  }
-  return at;
-}
 
 /**
  * A request's JSON body, at most `limit` bytes (413 past it, before reading when Content-Length says
