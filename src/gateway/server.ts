@@ -411,7 +411,7 @@ function messageBytes(m: TurnMessage): number {
 }
 
 async function completion(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
-  const r = parseRequest(GatewayCompletionSchema, body, GATEWAY_NAME);
+  const r = parseRequest(GatewayCompletionSchema, body, { server: GATEWAY_NAME });
   checkModel(ctx, r.model);
   const { session } = c.entry;
   const maxTokens = callBudget(session, r.max_tokens);

@@ -9,15 +9,27 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { z } from 'zod';
-import { RequestError, samplingFields } from '../openai/protocol.ts';
+import { RequestError } from '../openai/errors.ts';
 
-export { RequestError, errorBody, fieldPath, parseRequest, samplingFields, type OpenAIErrorBody } from '../openai/protocol.ts';
+export { RequestError, errorBody, fieldPath, parseRequest, type OpenAIErrorBody } from '../openai/errors.ts';
 
 const tokenId = z
   .number({ error: 'must be a token id (an integer)' })
   .int({ error: 'must be a token id (an integer)' })
   .min(0, { error: 'a token id cannot be negative' });
 const tokenIds = z.array(tokenId).min(1, { error: 'a prompt needs at least one token' });
+const stop = z
+  .union([z.string(), z.array(z.string()).max(16)], { error: 'must be a string or an array of strings' })
+  .nullable()
+  .optional();
+/** OpenAI's sampling fields as both servers here (serve, the training gateway) accept them. */
+export const samplingFields = {
+  model: z.string().optional(),
+  temperature: z.number().min(0).max(2).nullable().optional(),
+  top_p: z.number().gt(0).max(1).nullable().optional(),
+  seed: z.number().int().nullable().optional(),
+  stop,
+};
 const allowedList = z
   .array(z.string().min(1, { error: 'an allowed text cannot be empty' }))
   .min(1, { error: 'give at least one allowed text' });

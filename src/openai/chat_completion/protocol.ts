@@ -13,9 +13,21 @@
  * be), `return_token_ids` (also return the prompt's ids, as vLLM names it).
  */
 import { z } from 'zod';
-import { parseRequest, RequestError, samplingFields } from '../protocol.ts';
+import { parseRequest, RequestError } from '../errors.ts';
 import type { FunctionTool, JsonSchema, ToolCall, ToolChoice, TurnMessage, TurnRequest } from '../types.ts';
 
+const stop = z
+  .union([z.string(), z.array(z.string()).max(16)], { error: 'must be a string or an array of strings' })
+  .nullable()
+  .optional();
+/** OpenAI's sampling fields (as ../../serve/protocol.ts takes them for empo2 serve's own routes). */
+const samplingFields = {
+  model: z.string().optional(),
+  temperature: z.number().min(0).max(2).nullable().optional(),
+  top_p: z.number().gt(0).max(1).nullable().optional(),
+  seed: z.number().int().nullable().optional(),
+  stop,
+};
 const zeroPenalty = z.literal(0, { error: 'penalties are not supported (only 0)' }).nullable().optional();
 const textPart = z.strictObject({ type: z.literal('text', { error: 'only text content parts are supported' }), text: z.string() });
 const content = z.union([z.string(), z.array(textPart)], { error: 'must be a string or an array of {type: "text", text} parts' });
@@ -110,7 +122,7 @@ export interface ChatAnswerOptions {
 
 /** Reads a Chat Completions body into a turn; a bad one is a 400 naming the field and `serverName`. */
 export function readChatRequest(body: unknown, serverName: string): { request: TurnRequest; answer: ChatAnswerOptions } {
-  const r = parseRequest(ChatCompletionRequestSchema, body, serverName);
+  const r = parseRequest(ChatCompletionRequestSchema, body, { server: serverName });
   const tools = readTools(r.tools ?? [], serverName);
   const toolChoice = readToolChoice(r.tool_choice ?? 'auto', tools);
   const messages = readMessages(r.messages);

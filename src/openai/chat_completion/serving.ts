@@ -10,7 +10,7 @@
 import type { ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { Generation, TextTokenizer } from '../../policy/types.ts';
-import { RequestError } from '../protocol.ts';
+import { RequestError } from '../errors.ts';
 import type { TurnBackend, TurnResult } from '../types.ts';
 import { readChatRequest, type ChatAnswerOptions } from './protocol.ts';
 
