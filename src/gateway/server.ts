@@ -285,7 +285,13 @@ function refusePrompt(session: EpisodeSession, check: () => unknown): void {
 async function sampleStep(
   session: EpisodeSession,
   signal: AbortSignal,
-  call: { prompt: number[]; maxTokens: number; stop: string[]; allowedTexts: readonly string[] | null; constraint?: TokenConstraint | null },
+  call: {
+    prompt: number[];
+    maxTokens: number;
+    stop: string[];
+    allowedTexts: readonly string[] | null;
+    constraint?: TokenConstraint | null;
+  },
 ): Promise<Generation> {
   const gone = () => session.o.batch.cancel(session, signal.reason);
   signal.addEventListener('abort', gone);
