@@ -372,4 +372,53 @@ describe('tool calls through the gateway', () => {
     expect(param('huge')).toEqual([400, 'messages']);
     expect(seen.huge.error.message).toMatch(/has ended/);
   }, 120_000);
+
+  it('answers response_format json_schema (the openai client, LangChain withStructuredOutput) with JSON of the schema', async () => {
+    const { ChatOpenAI } = await import('@langchain/openai');
+    const { z } = await import('zod');
+    const schema = {
+      type: 'object',
+      properties: {
+        room: { type: 'string', enum: ['hall', 'kitchen'] },
+        found: { type: 'boolean' },
+        note: { type: 'string', maxLength: 5 },
+      },
+      required: ['room', 'found', 'note'],
+      additionalProperties: false,
+    };
+    const seen: { openai?: unknown; langchain?: unknown; refused?: { status: number; param: string | null } } = {};
+    await playOne(async ({ baseURL, apiKey, model }) => {
+      const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+      const r = await client.chat.completions.create({
+        model,
+        messages: [{ role: 'user', content: 'Where is the hat?' }],
+        response_format: { type: 'json_schema', json_schema: { name: 'answer', schema, strict: true } },
+      });
+      seen.openai = JSON.parse(r.choices[0].message.content!);
+      const llm = new ChatOpenAI({ model, apiKey, configuration: { baseURL }, maxRetries: 0 });
+      const structured = llm.withStructuredOutput(z.object({ room: z.enum(['hall', 'kitchen']), found: z.boolean() }), { name: 'answer' });
+      seen.langchain = await structured.invoke('Where is the hat?');
+      const bad = await fetch(`${baseURL}/chat/completions`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${apiKey}` },
+        body: JSON.stringify({
+          model,
+          messages: [{ role: 'user', content: 'x' }],
+          response_format: {
+            type: 'json_schema',
+            json_schema: { name: 'a', schema: { type: 'object', properties: { x: { type: 'string', pattern: '^a+$' } } } },
+          },
+        }),
+      });
+      seen.refused = { status: bad.status, param: ((await bad.json()) as { error: { param: string | null } }).error.param };
+      return 1;
+    });
+    const answer = seen.openai as { room: string; found: boolean; note: string };
+    expect(Object.keys(answer)).toEqual(['room', 'found', 'note']);
+    expect(['hall', 'kitchen']).toContain(answer.room);
+    expect(typeof answer.found).toBe('boolean');
+    expect(answer.note.length).toBeLessThanOrEqual(5);
+    expect(['hall', 'kitchen']).toContain((seen.langchain as { room: string }).room);
+    expect(seen.refused).toEqual({ status: 400, param: 'response_format.json_schema.schema.properties.x.pattern' });
+  }, 120_000);
 });
