@@ -3,7 +3,9 @@
  * zod and read into a `TurnRequest` (../types.ts), so that a bad request is answered with a 400 naming the
  * field: `tools` (function tools with JSON Schema parameters; other tool types are refused by name),
  * `tool_choice` (auto, none, required, a named function), `parallel_tool_calls`, assistant messages with
- * `tool_calls` and `tool` messages with the `tool_call_id` of a call made earlier in the conversation.
+ * `tool_calls` and `tool` messages with the `tool_call_id` of a call made earlier in the conversation,
+ * `response_format` (text, json_object, json_schema). Schemas that decoding will be constrained to (a
+ * forced call's tools, a json_schema) are checked here against what the constraint takes, naming the field.
  *
  * Fields that do not change what is sampled (`store`, `metadata`, `user`, `service_tier`,
  * `prompt_cache_key`, `safety_identifier`) are accepted and ignored; `temperature`, `top_p` and `seed` are
