@@ -19,6 +19,9 @@ import type { Episode } from '../src/run/records.ts';
 import { rolloutSettings, type RolloutMemory } from '../src/trainer/rollout.ts';
 import { removeTips } from '../src/trainer/prompt.ts';
 import { openAgentPlay, type AgentInput } from '../src/gateway/index.ts';
+import { join } from 'node:path';
+import { runAgentProcess } from '../src/gateway/index.ts';
+import { pythonGate, REPO_ROOT, venvPython } from './support/python.ts';
 import { TINY_MODEL } from './support/tiny.ts';
 
 let engine: PolicyEngine;
@@ -421,4 +424,22 @@ describe('tool calls through the gateway', () => {
     expect(['hall', 'kitchen']).toContain((seen.langchain as { room: string }).room);
     expect(seen.refused).toEqual({ status: 400, param: 'response_format.json_schema.schema.properties.x.pattern' });
   }, 120_000);
+
+  const gate = pythonGate(['openai']);
+  it.skipIf(!gate.available)(
+    `a Python agent with the openai pip package calls tools, as a process (${gate.label})`,
+    async () => {
+      const lines: string[] = [];
+      const command = `${venvPython()} ${join(REPO_ROOT, 'test', 'support', 'python-tool-agent.py')}`;
+      const episode = await playOne((input) => runAgentProcess({ command, log: (l) => lines.push(l) }, input) as Promise<number>);
+      const seen = JSON.parse(lines.find((l) => l.includes('"first"'))!.replace(/^[^{]*/, '')) as Record<string, string[]>;
+      expect(seen.first.slice(0, 2)).toEqual(['tool_calls', 'move']);
+      expect(['{"room":"hall"}', '{"room":"kitchen"}']).toContain(seen.first[2]);
+      expect(seen.second[0]).toBe('tool_calls');
+      expect(['move {"room":"hall"}', 'move {"room":"kitchen"}', 'look {}']).toContain(`${seen.second[1]} ${seen.second[2]}`);
+      expect(episode.score).toBe(100);
+      expectExact(episode);
+    },
+    120_000,
+  );
 });
