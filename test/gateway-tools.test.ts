@@ -442,4 +442,58 @@ describe('tool calls through the gateway', () => {
     },
     120_000,
   );
+
+  it('an @openai/agents Agent on Chat Completions (OpenAIChatCompletionsModel) runs two tool calls and their results', async () => {
+    const { Agent, run, tool, OpenAIChatCompletionsModel, setTracingDisabled } = await import('@openai/agents');
+    const { z } = await import('zod');
+    setTracingDisabled(true);
+    const ran: string[] = [];
+    const episode = await playOne(async ({ baseURL, apiKey, model }) => {
+      const move = tool({
+        name: 'move',
+        description: 'Go to a room.',
+        parameters: z.object({ room: z.enum(['hall', 'kitchen']) }),
+        execute: async ({ room }) => {
+          ran.push(`move ${room}`);
+          return `You are in the ${room}.`;
+        },
+      });
+      const look = tool({
+        name: 'look',
+        description: 'Look around.',
+        parameters: z.object({}),
+        execute: async () => {
+          ran.push('look');
+          return 'A hat.';
+        },
+      });
+      let results = 0;
+      const agent = new Agent({
+        name: 'finder',
+        instructions: 'Find the hat.',
+        // The SDK pins its own copy of `openai`; the client is the same at run time.
+        model: new OpenAIChatCompletionsModel(
+          new OpenAI({ baseURL, apiKey, maxRetries: 0 }) as unknown as ConstructorParameters<typeof OpenAIChatCompletionsModel>[0],
+          model,
+        ),
+        tools: [move, look],
+        modelSettings: { toolChoice: 'required' },
+        resetToolChoice: false,
+        // Two tool results end the run (the tiny model would call forced tools for ever).
+        toolUseBehavior: (_ctx, toolResults) => {
+          results += toolResults.length;
+          return results >= 2
+            ? { isFinalOutput: true, isInterrupted: undefined, finalOutput: 'done' }
+            : { isFinalOutput: false, isInterrupted: undefined };
+        },
+      });
+      const r = await run(agent, 'Where is the hat?');
+      expect(r.finalOutput).toBe('done');
+      return 1;
+    });
+    expect(ran).toHaveLength(2);
+    expect(episode.steps).toHaveLength(2);
+    expect(episode.steps.map((st) => st.call?.malformedToolCall)).toEqual([undefined, undefined]);
+    expectExact(episode);
+  }, 120_000);
 });
