@@ -10,7 +10,7 @@
  * One waiting call is enough for an episode to count as waiting, so a step never waits for an episode's
  * second call, and an agent whose calls each wait for the one before gets exactly the rows it got before.
  */
-import type { Generation, PolicyEngine } from '../policy/types.ts';
+import type { Generation, PolicyEngine, TokenConstraint } from '../policy/types.ts';
 import { batchedOrApart } from '../util/apart.ts';
 import { RequestError } from './protocol.ts';
 
@@ -29,6 +29,8 @@ export interface CallRequest {
   maxTokens: number;
   stop: string[];
   allowedTexts: readonly string[] | null;
+  /** A rule over token ids the answer must follow (a forced tool call); never with allowedTexts. */
+  constraint?: TokenConstraint | null;
 }
 
 /** One call waiting for its tokens. */
@@ -182,6 +184,7 @@ export class LockstepBatch {
         stop: first.stop.length ? first.stop : undefined,
         seed,
         allowedTexts: rows.some(([, c]) => c.allowedTexts !== null) ? rows.map(([, c]) => c.allowedTexts) : undefined,
+        constraints: rows.some(([, c]) => c.constraint) ? rows.map(([, c]) => c.constraint ?? null) : undefined,
         cacheKeys: this.sampling.reusePrefix ? cacheKeys : undefined,
       },
     );

@@ -11,7 +11,7 @@
 import { randomBytes } from 'node:crypto';
 import type { RolloutJob, ShownTip, StepRecord } from '../run/records.ts';
 import type { LockstepBatch } from './batch.ts';
-import type { PromptHistory } from './prompt.ts';
+import type { PromptHistory, SampledTurn } from './prompt.ts';
 import { RequestError, type RewardReport } from './protocol.ts';
 
 export interface EpisodeBudget {
@@ -51,6 +51,8 @@ export class EpisodeSession {
    * Calls one at a time keep one branch, the previous call, as the built-in rollout does.
    */
   private branches: PromptHistory[] = [];
+  /** Its answers as sampled, which the agent's later calls send back (./prompt.ts `spliceSampled`). */
+  readonly turns: SampledTurn[] = [];
   /** Set once: the episode will make no more calls. */
   ended = false;
   failure: string | null = null;
