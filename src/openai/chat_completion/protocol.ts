@@ -56,6 +56,8 @@ const message = z.discriminatedUnion(
       role: z.literal('tool'),
       content,
       tool_call_id: z.string({ error: 'a tool message needs the tool_call_id of its call' }),
+      // The tool's name: LangChain.js's ToolMessage (LangGraph's ReAct agent) sends it; vLLM takes it; it is not rendered.
+      name: z.string().optional(),
     }),
   ],
   { error: 'must be "system", "developer", "user", "assistant" or "tool"' },
