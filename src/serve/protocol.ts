@@ -9,27 +9,9 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { z } from 'zod';
+import { RequestError } from '../openai/errors.ts';
 
-export class RequestError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly param: string | null,
-    readonly type: string = status === 404 ? 'not_found_error' : 'invalid_request_error',
-    /** OpenAI's error code string; vLLM's routes put the HTTP status here (./lora.ts). */
-    readonly code: string | number | null = null,
-  ) {
-    super(message);
-  }
-}
-
-export interface OpenAIErrorBody {
-  error: { message: string; type: string; param: string | null; code: string | number | null };
-}
-
-export function errorBody(e: RequestError): OpenAIErrorBody {
-  return { error: { message: e.message, type: e.type, param: e.param, code: e.code } };
-}
+export { RequestError, errorBody, fieldPath, parseRequest, type OpenAIErrorBody } from '../openai/errors.ts';
 
 const tokenId = z
   .number({ error: 'must be a token id (an integer)' })
@@ -113,38 +95,6 @@ export const ChatRequestSchema = z.strictObject({
   allowed_texts: allowedList.nullable().optional(),
 });
 export type ChatRequest = z.infer<typeof ChatRequestSchema>;
-
-/** `messages[1].role` from zod's path array. */
-export function fieldPath(path: readonly PropertyKey[]): string {
-  let out = '';
-  for (const p of path) out += typeof p === 'number' ? `[${p}]` : out ? `.${String(p)}` : String(p);
-  return out;
-}
-
-/** Parses with the schema, or throws a 400 naming the first bad field. */
-export function parseRequest<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
-  if (typeof body !== 'object' || body === null || Array.isArray(body))
-    throw new RequestError(400, 'the request body must be a JSON object', null);
-  const result = schema.safeParse(body);
-  if (result.success) return result.data;
-  const issue = result.error.issues[0];
-  if (issue.code === 'unrecognized_keys') {
-    const where = fieldPath([...issue.path, issue.keys[0]]);
-    throw new RequestError(400, `unknown field "${where}" (empo2 serve refuses fields it would otherwise ignore)`, where);
-  }
-  const where = fieldPath(issue.path);
-  if (valueAt(body, issue.path) === undefined) throw new RequestError(400, `"${where}" is required`, where);
-  throw new RequestError(400, `"${where}": ${issue.message}`, where || null);
-}
-
-function valueAt(body: unknown, path: readonly PropertyKey[]): unknown {
-  let at: unknown = body;
-  for (const key of path) {
-    if (typeof at !== 'object' || at === null) return undefined;
-    at = (at as Record<PropertyKey, unknown>)[key];
-  }
-  return at;
-}
 
 /**
  * A request's JSON body, at most `limit` bytes (413 past it, before reading when Content-Length says
