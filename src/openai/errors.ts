@@ -38,16 +38,32 @@ export function fieldPath(path: readonly PropertyKey[]): string {
 export function parseRequest<T extends z.ZodType>(schema: T, body: unknown, o: { server?: string } = {}): z.infer<T> {
   if (typeof body !== 'object' || body === null || Array.isArray(body))
     throw new RequestError(400, 'the request body must be a JSON object', null);
-  const result = schema.safeParse(body);
+  return parseAt(schema, body, { at: [], server: o.server });
+}
+
+/** `value` (found at path `o.at` of the request) parsed with `schema`; a 400 names the first bad field by its full path. */
+export function parseAt<T extends z.ZodType>(schema: T, value: unknown, o: { at: readonly PropertyKey[]; server?: string }): z.infer<T> {
+  const result = schema.safeParse(value);
   if (result.success) return result.data;
-  const issue = result.error.issues[0];
+  const issue = deepest(result.error.issues[0]);
   if (issue.code === 'unrecognized_keys') {
-    const where = fieldPath([...issue.path, issue.keys[0]]);
+    const where = fieldPath([...o.at, ...issue.path, issue.keys[0]]);
     throw new RequestError(400, `unknown field "${where}" (${o.server ?? 'empo2 serve'} refuses fields it would otherwise ignore)`, where);
   }
-  const where = fieldPath(issue.path);
-  if (valueAt(body, issue.path) === undefined) throw new RequestError(400, `"${where}" is required`, where);
+  const where = fieldPath([...o.at, ...issue.path]);
+  if (valueAt(value, issue.path) === undefined) throw new RequestError(400, `"${where}" is required`, where);
   throw new RequestError(400, `"${where}": ${issue.message}`, where || null);
+}
+
+/**
+ * A union's failure told by the alternative that got furthest into the value (an array of parts whose
+ * third part has a bad `type` is named `content[2].type`, not `content`), when one got past its top.
+ */
+function deepest(issue: z.core.$ZodIssue): z.core.$ZodIssue {
+  if (issue.code !== 'invalid_union' || issue.errors.length === 0) return issue;
+  const best = issue.errors.map((branch) => branch[0]).reduce((a, b) => (b && b.path.length > (a?.path.length ?? 0) ? b : a));
+  if (!best || best.path.length === 0) return issue;
+  return deepest({ ...best, path: [...issue.path, ...best.path] } as z.core.$ZodIssue);
 }
 
 function valueAt(body: unknown, path: readonly PropertyKey[]): unknown {
