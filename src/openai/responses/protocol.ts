@@ -177,7 +177,7 @@ export function readResponsesRequest(body: unknown, o: { store: ResponseStore; s
     turn: {
       messages,
       tools,
-      toolChoice: tools.length === 0 && choice === 'auto' ? 'none' : choice,
+      toolChoice: choice,
       parallelToolCalls: r.parallel_tool_calls ?? true,
       maxTokens: r.max_output_tokens ?? null,
       stop: [],

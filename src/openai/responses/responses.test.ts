@@ -332,6 +332,49 @@ describe('the real clients, unmodified', () => {
     }
   });
 
+  it('@openai/agents with previousResponseId: the server keeps the conversation, the client sends only new items', async () => {
+    const client = new OpenAI({ baseURL: server.baseURL('agents-chain'), apiKey: 'none', maxRetries: 0 });
+    const runner = new Runner({ modelProvider: new OpenAIProvider({ openAIClient: client as any }), tracingDisabled: true });
+    let calls = 0;
+    const look = tool({
+      name: 'look',
+      description: 'Look around.',
+      parameters: z.object({ at: z.enum(['floor', 'ceiling']) }),
+      execute: ({ at }) => `You see the ${at}, look ${++calls}.`,
+    });
+    const agent = new Agent({
+      name: 'looker',
+      model: 'tiny',
+      tools: [look],
+      modelSettings: { toolChoice: 'required' },
+      resetToolChoice: false,
+      toolUseBehavior: () =>
+        calls % 2 === 0
+          ? { isFinalOutput: true, isInterrupted: undefined, finalOutput: `looked ${calls}` }
+          : { isFinalOutput: false, isInterrupted: undefined },
+    });
+    const first = await runner.run(agent, 'Look twice.');
+    expect(first.finalOutput).toBe('looked 2');
+    const before = backend.turns.length;
+    const second = await runner.run(agent, 'Look twice more.', { previousResponseId: first.lastResponseId });
+    expect(second.finalOutput).toBe('looked 4');
+    const bodies = server.bodies.get('agents-chain')!.slice(2);
+    expect(bodies[0]).toMatchObject({ previous_response_id: first.lastResponseId });
+    // The second turn of the chained run sends only the call's output, against the response before it.
+    expect(bodies[1].previous_response_id).toBeTruthy();
+    expect((bodies[1].input as { type: string }[]).map((i) => i.type)).toEqual(['function_call_output']);
+    // ...and the server rendered the whole conversation: both runs' calls and results, in order (the first run
+    // ended on its second call's result, which its model never saw: that call stays without one).
+    const messages = backend.turns.at(-1)!.request.messages;
+    expect(backend.turns.length - before).toBe(2);
+    expect(messages.filter((m) => m.role === 'tool').map((m) => m.content)).toEqual([
+      expect.stringMatching(/look 1\.$/),
+      expect.stringMatching(/look 3\.$/),
+    ]);
+    expect(messages.flatMap((m) => (m.role === 'assistant' ? m.toolCalls : []))).toHaveLength(3);
+    expect(messages.filter((m) => m.role === 'user').map((m) => m.content)).toEqual(['Look twice.', 'Look twice more.']);
+  });
+
   it('the AI SDK: generateText and streamText with tools through createOpenAI(...).responses', async () => {
     for (const streaming of [false, true]) {
       const provider = createOpenAI({ baseURL: server.baseURL(`ai-${streaming}`), apiKey: 'none' });
