@@ -4,11 +4,13 @@
  * may only pick a child of the current node, so the finished response is always one of the texts,
  * tokenised canonically.
  */
+import type { GenerateOptions, TokenConstraint } from './types.ts';
+
 export interface TrieNode {
   children: Map<number, TrieNode>;
 }
 
-export class TokenTrie {
+export class TokenTrie implements TokenConstraint {
   readonly root: TrieNode = { children: new Map() };
 
   constructor(sequences: number[][] = []) {
@@ -81,4 +83,26 @@ export async function buildTries(
     out.push(trie);
   }
   return out;
+}
+
+/**
+ * The per-row constraints of a generate call, checked: one entry per prompt, and no row with both
+ * allowed texts and a constraint (which of the two would rule is not for the engine to guess).
+ */
+export function checkConstraints(
+  opts: Pick<GenerateOptions, 'allowedTexts' | 'constraints'>,
+  rows: number,
+): (TokenConstraint | null)[] | null {
+  const c = opts.constraints;
+  if (!c) return null;
+  if (c.length !== rows) throw new Error(`generate: constraints has ${c.length} entries for ${rows} prompts`);
+  c.forEach((rule, i) => {
+    if (rule === null || rule === undefined) return;
+    if (typeof rule.allowedAfter !== 'function') throw new Error(`generate: constraints[${i}] has no allowedAfter method`);
+    if (opts.allowedTexts?.[i]?.length)
+      throw new Error(
+        `generate: row ${i} has both allowedTexts and constraints[${i}]; give one (a constraint with finiteTexts() can stand for the texts)`,
+      );
+  });
+  return c.map((rule) => rule ?? null);
 }

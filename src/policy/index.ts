@@ -11,6 +11,20 @@ export type { TinyCorpus, TrainingEngine } from './create-engine.ts';
 export { IM_END, IM_START, endTokenIds, requireEndTokenIds } from './chat-tokens.ts';
 export { ChatTemplate, type ChatMessage } from './chat-template.ts';
 export { ggufCacheDir, isGgufPath, resolveModelPath } from './gguf/model-path.ts';
+export {
+  JsonSchemaError,
+  canonicalJson,
+  checkConstrainableSchema,
+  jsonFormatConstraint,
+  toolCallConstraint,
+  type ConstraintTokenizer,
+  type JsonFormat,
+  type JsonSchemaObject,
+  type JsonTokenConstraint,
+  type ToolCallConstraintOptions,
+  type ToolCallFormat,
+  type ToolSpec,
+} from './json-constraint.ts';
 
 /** The TensorFlow.js engine (weights and optimiser in this process): ./create-engine.ts createEngine. */
 export async function createEngine(...args: Parameters<typeof Engines.createEngine>): ReturnType<typeof Engines.createEngine> {

@@ -17,6 +17,17 @@ export interface TextTokenizer {
   tokenToId(token: string): number | undefined;
 }
 
+/**
+ * Decoding constrained by a rule over token ids (./json-constraint.ts: a tool call, JSON for a schema):
+ * the ids that may follow the response's tokens so far, the end-of-turn token among them once the text
+ * is complete. Sampling renormalises over them as it does over an allowed-texts trie's children.
+ */
+export interface TokenConstraint {
+  allowedAfter(prefix: readonly number[]): readonly number[];
+  /** Every text it allows (without the end token) when they are few, else null: engines that take only texts use these. */
+  finiteTexts?(): string[] | null;
+}
+
 export interface GenerateOptions extends SampleOptions {
   maxTokens: number;
   /** Generation stops after any of these texts appears in the response. */
@@ -24,6 +35,11 @@ export interface GenerateOptions extends SampleOptions {
   seed: number;
   /** Per prompt: the only texts the response may be (constrained decoding), or null for free text. */
   allowedTexts?: (readonly string[] | null)[];
+  /**
+   * Per prompt: a constraint over token ids, or null. A row takes allowedTexts or a constraint, not both.
+   * The log-probs recorded are the policy's own, unconstrained, as with allowedTexts.
+   */
+  constraints?: (TokenConstraint | null)[];
   /**
    * Per prompt: the sequence it continues (e.g. one episode), or null. An engine that keeps KV caches
    * holds, per key, the cache of its last prompt + response, and prefills only the tokens after the

@@ -41,12 +41,21 @@ import {
   plainTrainingBytesPerToken,
   trainingBytesPerToken,
 } from './memory-plan.ts';
-import { buildTries, type TokenTrie } from '../constrained.ts';
+import { buildTries, checkConstraints, TokenTrie } from '../constrained.ts';
 import { sampleToken } from '../sampling.ts';
 import { objectiveTerms, type ObjectiveConfig } from '../../algo/objective.ts';
 import { Rng } from '../../util/rng.ts';
 import { turnEventLoop } from '../../util/event-loop.ts';
-import type { Generation, GenerateOptions, PolicyEngine, ScoredSequence, TextTokenizer, TrainSequence, TrainStats } from '../types.ts';
+import type {
+  Generation,
+  GenerateOptions,
+  PolicyEngine,
+  ScoredSequence,
+  TextTokenizer,
+  TokenConstraint,
+  TrainSequence,
+  TrainStats,
+} from '../types.ts';
 
 const MASKED = -1e9;
 
@@ -199,6 +208,7 @@ export class TfjsEngine implements PolicyEngine {
       throw new Error(`generate: maxTokens must be a non-negative integer (got ${opts.maxTokens})`);
     if (opts.allowedTexts && opts.allowedTexts.length !== B)
       throw new Error(`generate: allowedTexts has ${opts.allowedTexts.length} entries for ${B} prompts`);
+    const constraints = checkConstraints(opts, B);
     const keys = opts.cacheKeys;
     if (keys) {
       if (keys.length !== B) throw new Error(`generate: cacheKeys has ${keys.length} entries for ${B} prompts`);
@@ -220,7 +230,8 @@ export class TfjsEngine implements PolicyEngine {
     const tries = await buildTries(opts.allowedTexts ?? [], (t) => this.tokenizer.encode(t), endToken, opts.signal);
     const out: RowState[] = prompts.map(() => ({ tokens: [], logprobs: [], done: false, finish: 'length' }));
     if (opts.maxTokens === 0) return out.map(() => ({ tokens: [], logprobs: [], text: '', finish: 'length' }));
-    const sample = (b: number, logits: Float32Array) => this.sampleInto(out[b], logits, opts, rngs[b], tries[b] ?? null);
+    const sample = (b: number, logits: Float32Array) =>
+      this.sampleInto(out[b], logits, opts, rngs[b], tries[b] ?? constraints?.[b] ?? null);
 
     opts.signal?.throwIfAborted();
     if (opts.useCache === false) {
@@ -248,9 +259,14 @@ export class TfjsEngine implements PolicyEngine {
   }
 
   /** Samples the next token of a row that is still running; marks it done at an end token or stop text. */
-  private sampleInto(row: RowState, logits: Float32Array, opts: GenerateOptions, rng: Rng, trie: TokenTrie | null): void {
+  private sampleInto(row: RowState, logits: Float32Array, opts: GenerateOptions, rng: Rng, rule: TokenConstraint | null): void {
     if (row.done) return;
-    const allowed = trie ? trie.allowedAfter(row.tokens) : null;
+    const allowed = rule ? rule.allowedAfter(row.tokens) : null;
+    // An empty list would sample free text (as a trie does past its end): a constraint that allows nothing is a fault.
+    if (allowed && allowed.length === 0 && !(rule instanceof TokenTrie))
+      throw new Error(
+        `generate: the decoding constraint allows no token after ${row.tokens.length} tokens (${JSON.stringify(this.decodeResponse(row.tokens))})`,
+      );
     const pick = sampleToken(logits, opts, rng, allowed);
     row.tokens.push(pick.token);
     row.logprobs.push(pick.logprob);
