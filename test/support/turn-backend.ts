@@ -3,21 +3,22 @@
  * backend answers them: the turn's messages rendered as ChatML with Hermes tool markup (`<tools>` in the
  * system turn, `<tool_call>` in assistant turns, `<tool_response>` for results), sampled by
  * `engine.generate`, and the answer's `<tool_call>` blocks parsed out. A forced call (`tool_choice`
- * "required" or a named function) is sampled with the engine's constrained decoding over every valid call
- * of the tools whose arguments are enums, so the untrained tiny model still calls a tool validly; a free
- * answer is whatever the model samples. A server for it, per episode, is `startTurnServer` below.
+ * "required" or a named function) and a `text.format` of JSON are sampled with the engine's constrained
+ * decoding (src/policy/json-constraint.ts), so the untrained tiny model still calls a tool validly or
+ * answers valid JSON; a free answer is whatever the model samples. A server for it, per episode, is `startTurnServer` below.
  */
 import { createServer, type Server } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import type { PolicyEngine } from '../../src/policy/types.ts';
-import { IM_END, IM_START } from '../../src/policy/chat-tokens.ts';
+import { IM_END, IM_START, canonicalJson, endTokenIds, jsonFormatConstraint, toolCallConstraint } from '../../src/policy/index.ts';
 import { RequestError } from '../../src/openai/errors.ts';
-import type { FunctionTool, ToolCall, TurnBackend, TurnMessage, TurnRequest, TurnResult } from '../../src/openai/types.ts';
+import type { ToolCall, TurnBackend, TurnMessage, TurnRequest, TurnResult } from '../../src/openai/types.ts';
 import { answerResponses, sendResponsesError } from '../../src/openai/responses/serving.ts';
 import { ResponseStore } from '../../src/openai/responses/store.ts';
 import { readJson } from '../../src/serve/protocol.ts';
 
-const callText = (name: string, args: unknown) => `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
+// Written as the constraint writes a call (canonical json.dumps spacing), so a call sent back renders as sampled.
+const callText = (name: string, args: unknown) => `<tool_call>\n${canonicalJson({ name, arguments: args })}\n</tool_call>`;
 
 function render(req: TurnRequest): string {
   const tools = req.tools.length
@@ -37,19 +38,6 @@ function render(req: TurnRequest): string {
     else text += `${IM_START}${m.role === 'developer' ? 'system' : m.role}\n${m.content}${IM_END}\n`;
   }
   return `${text}${IM_START}assistant\n`;
-}
-
-/** Every valid call of `tools`: the product of each argument's enum (a tool with a non-enum argument has none). */
-function validCalls(tools: readonly FunctionTool[]): string[] {
-  const out: string[] = [];
-  for (const t of tools) {
-    const props = Object.entries((t.parameters?.properties ?? {}) as Record<string, { enum?: unknown[] }>);
-    if (props.some(([, p]) => !Array.isArray(p.enum))) continue;
-    let args: Record<string, unknown>[] = [{}];
-    for (const [k, p] of props) args = args.flatMap((a) => p.enum!.map((v) => ({ ...a, [k]: v })));
-    out.push(...args.map((a) => callText(t.name, a)));
-  }
-  return out;
 }
 
 function parse(text: string): { content: string | null; toolCalls: ToolCall[] } {
@@ -81,21 +69,22 @@ export function tinyTurnBackend(engine: PolicyEngine, o: { seed: number; policyV
     turns,
     async turn(req, { signal }) {
       const prompt = render(req);
-      const tools =
-        typeof req.toolChoice === 'object' ? req.tools.filter((t) => t.name === (req.toolChoice as { name: string }).name) : req.tools;
-      const forced = req.toolChoice === 'required' || typeof req.toolChoice === 'object';
-      const allowed = forced ? validCalls(tools) : (req.allowedTexts ?? null);
-      if (forced && allowed!.length === 0)
-        throw new RequestError(400, 'the test backend forces calls of enum-argument tools only', 'tools');
       const tok = engine.tokenizer;
-      const longest = Math.max(0, ...(allowed ?? []).map((t) => tok.encode(t).length + 1));
+      const base = { tokenizer: tok, endTokens: endTokenIds(tok) };
+      const choice = req.toolChoice;
+      const constraint =
+        choice === 'required' || typeof choice === 'object'
+          ? toolCallConstraint({ ...base, tools: req.tools, choice, parser: 'hermes' })
+          : req.format.type !== 'text'
+            ? jsonFormatConstraint(req.format, base)
+            : null;
       const promptIds = tok.encode(prompt);
       const [g] = await engine.generate([promptIds], {
-        maxTokens: Math.max(req.maxTokens ?? 24, longest),
+        maxTokens: req.maxTokens ?? (constraint ? 160 : 24),
         temperature: 1,
         topP: 1,
         seed: o.seed + turns.length,
-        allowedTexts: [allowed],
+        ...(constraint ? { constraints: [constraint] } : { allowedTexts: [req.allowedTexts ?? null] }),
         signal,
       });
       const parsed = req.toolChoice === 'none' ? { content: g.text, toolCalls: [] } : parse(g.text);

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import { Agent, OpenAIProvider, Runner, setTracingDisabled, tool } from '@openai/agents';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateText, jsonSchema, stepCountIs, streamText, tool as aiTool } from 'ai';
+import { generateText, jsonSchema, Output, stepCountIs, streamText, tool as aiTool } from 'ai';
 import { z } from 'zod';
 import { loadConfig } from '../../config/load.ts';
 import { environmentCorpus } from '../../envs/index.ts';
@@ -419,5 +419,28 @@ describe('the real clients, unmodified', () => {
       const results = turns[2].request.messages.filter((m) => m.role === 'tool').map((m) => m.content);
       expect(results).toEqual(visited.slice(0, 2).map((d) => `You walk ${d}.`));
     }
+  });
+
+  it('structured outputs: text.format json_schema from @openai/agents outputType and the AI SDK Output.object', async () => {
+    const schema = z.object({ verdict: z.enum(['open', 'locked']), doors: z.enum(['one', 'two']) });
+    const client = new OpenAI({ baseURL: server.baseURL('structured'), apiKey: 'none', maxRetries: 0 });
+    const runner = new Runner({ modelProvider: new OpenAIProvider({ openAIClient: client as any }), tracingDisabled: true });
+    const agent = new Agent({ name: 'judge', model: 'tiny', instructions: 'Judge the door.', outputType: schema });
+    const result = await runner.run(agent, 'Is the door open?');
+    expect(schema.parse(result.finalOutput)).toEqual(result.finalOutput);
+    const sent = server.bodies.get('structured')!.at(-1)!.text as { format: { type: string; name: string } };
+    expect(sent.format).toMatchObject({ type: 'json_schema' });
+    expect(backend.turns.at(-1)!.request.format).toMatchObject({ type: 'json_schema', name: sent.format.name });
+    expect(JSON.parse(backend.turns.at(-1)!.result.content!)).toEqual(result.finalOutput);
+
+    const provider = createOpenAI({ baseURL: server.baseURL('structured-ai'), apiKey: 'none' });
+    const { output } = await generateText({
+      model: provider.responses('tiny'),
+      prompt: 'Is the door open?',
+      output: Output.object({ schema }),
+      maxRetries: 0,
+    });
+    expect(schema.parse(output)).toEqual(output);
+    expect(backend.turns.at(-1)!.request.format.type).toBe('json_schema');
   });
 });
