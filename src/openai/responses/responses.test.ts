@@ -234,6 +234,15 @@ describe('bad input: a 400 naming the field', () => {
     expect((await bad('i', { tools: [MOVE] })).param).toBe('input');
   });
 
+  it('a previous_response_id the bounded store has let go of', async () => {
+    const ids: string[] = [];
+    for (let k = 0; k < 9; k++) ids.push(JSON.parse((await post('l', { input: `step ${k}`, max_output_tokens: 1 })).text).id);
+    // The test server keeps 8 per episode: the first is gone, the second still chains.
+    const e = await bad('l', { previous_response_id: ids[0], input: 'x' });
+    expect(e.message).toContain('keeps the last 8 responses');
+    expect((await post('l', { previous_response_id: ids[1], input: 'x', max_output_tokens: 1 })).status).toBe(200);
+  });
+
   it('fields that do not change sampling are accepted and ignored', async () => {
     const r = await post('j', {
       input: 'x',
