@@ -182,7 +182,8 @@ export async function answerResponses(o: {
 }): Promise<ResponseObject> {
   const { backend } = o;
   const call = readResponsesRequest(o.body, { store: o.store, server: backend.serverName });
-  if (call.model !== undefined && call.model !== backend.modelName)
+  if (backend.checkModel) backend.checkModel(call.model);
+  else if (call.model !== undefined && call.model !== backend.modelName)
     throw new RequestError(
       404,
       `model "${call.model}" is not served here (${backend.serverName} serves "${backend.modelName}")`,
@@ -195,7 +196,7 @@ export async function answerResponses(o: {
     id: newId('resp'),
     call,
     result,
-    model: backend.modelName,
+    model: call.model ?? backend.modelName,
     createdAt: Math.floor(Date.now() / 1000),
   });
   if (call.store) o.store.put(stored(call, response, result));
