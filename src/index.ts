@@ -10,6 +10,13 @@ export { trainAgent, type Agent, type AgentInput, type AgentOutcome, type TrainA
 export { ConfigError, configReference } from './config/load.ts';
 export type { Config } from './config/schema.ts';
 export { createEnv, envNames, registerEnv, type EnvDefinition, type EnvFactory, type EnvSettings } from './envs/index.ts';
+export {
+  registerToolParser,
+  toolParserNames,
+  type ParsedAnswer,
+  type ParsedToolCall,
+  type ToolParser,
+} from './openai/tool-parsers/index.ts';
 export { SUCCESS_SCORE, type Env, type ResetResult, type Split, type StepResult } from './envs/types.ts';
 export type { TrainLine } from './run/metrics-log.ts';
 export type { EvalResult, TaskResult } from './run/records.ts';

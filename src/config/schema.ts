@@ -192,6 +192,13 @@ export const ModelSchema = strict({
     .describe(
       'directory with config.json, model.safetensors, tokenizer.json, or a .gguf file (imported once into <name>-hf/ beside it) (null: build the default tiny model)',
     ),
+  tool_parser: z
+    .string()
+    .min(1)
+    .default('hermes')
+    .describe(
+      "how the training gateway reads tool calls out of the model's answers: hermes (<tool_call> JSON blocks: Qwen2.5, and the ChatML default for a template without tools), llama3_json, or a name a program registered with registerToolParser",
+    ),
   // Upper bounds: about the largest published models' sizes, far beyond what the in-process engine holds.
   hidden_size: z.number().int().positive().max(16_384).default(96).describe('default tiny model: width'),
   intermediate_size: z.number().int().positive().max(65_536).default(256).describe('default tiny model: MLP width'),

@@ -2,7 +2,8 @@
  * The gateway's protocol over real HTTP with the tiny engine: a chat call's tokens and log-probs are the
  * engine's own for the step's seed and are recorded as the episode's step; streaming chunks (chat and text)
  * in OpenAI's format add up to the same answer; /models; the key alone routes to its episode; wrong keys,
- * unknown episodes, tool calls and unknown fields are refused with errors that say what is wrong.
+ * unknown episodes, built-in tool types, tool results without their call and unknown fields are refused
+ * with errors that say what is wrong.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../config/load.ts';
@@ -111,17 +112,17 @@ describe('the gateway protocol', () => {
     expect(seen.textChunks[0].object).toBe('text_completion');
   });
 
-  it('refuses tool calls, unknown fields, wrong keys and unknown episodes, saying what is wrong', async () => {
+  it('refuses built-in tools, results without their call, unknown fields, wrong keys and unknown episodes, saying what is wrong', async () => {
     const seen: Record<string, { status: number; text: string }> = {};
     await playOne(async ({ baseURL, apiKey, model }) => {
       seen.tools = await call(`${baseURL}/chat/completions`, apiKey, {
         model,
         messages: MESSAGES,
-        tools: [{ type: 'function', function: { name: 'f' } }],
+        tools: [{ type: 'web_search_preview' }],
       });
       seen.toolMessage = await call(`${baseURL}/chat/completions`, apiKey, {
         model,
-        messages: [...MESSAGES, { role: 'tool', content: 'x' }],
+        messages: [...MESSAGES, { role: 'tool', content: 'x', tool_call_id: 'call_1' }],
       });
       seen.unknown = await call(`${baseURL}/chat/completions`, apiKey, { model, messages: MESSAGES, frobnicate: 1 });
       seen.wrongKey = await call(`${baseURL}/chat/completions`, 'nope', { model, messages: MESSAGES });
@@ -131,9 +132,10 @@ describe('the gateway protocol', () => {
       return 0.5;
     });
     expect(seen.tools.status).toBe(400);
-    expect(seen.tools.text).toContain('tool calls are not supported by the empo2 gateway');
+    expect(JSON.parse(seen.tools.text).error).toMatchObject({ param: 'tools[0].type' });
+    expect(JSON.parse(seen.tools.text).error.message).toContain('"web_search_preview" tools are not supported by the empo2 gateway');
     expect(seen.toolMessage.status).toBe(400);
-    expect(seen.toolMessage.text).toContain('tool call');
+    expect(JSON.parse(seen.toolMessage.text).error).toMatchObject({ param: 'messages[1].tool_call_id' });
     expect(seen.unknown.status).toBe(400);
     expect(seen.unknown.text).toContain('frobnicate');
     expect(seen.wrongKey.status).toBe(401);

@@ -58,6 +58,7 @@ export async function openAgentPlay<Task>(cfg: Config, o: AgentPlayOptions<Task>
       return engine.tokenizer;
     },
     contextLength: () => engine?.contextLength,
+    toolParser: cfg.model.tool_parser,
     host: o.host,
     port: o.port,
     log: o.log,

@@ -15,23 +15,16 @@
 import { listenOn } from '../util/port.ts';
 import { startHttpFront } from '../util/http-front.ts';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { Generation, TextTokenizer } from '../policy/types.ts';
 import type { ShownTip } from '../run/records.ts';
 import { outcomeProblem } from './outcome.ts';
-import { encodeCall, historyAfter, lastUserMessage, recordedAction, type PromptRendering } from './prompt.ts';
-import {
-  GatewayChatSchema,
-  GatewayCompletionSchema,
-  readJson,
-  RequestError,
-  RewardReportSchema,
-  errorBody,
-  messageText,
-  parseRequest,
-  refuseToolChoice,
-  type GatewayMessage,
-} from './protocol.ts';
+import { policyFingerprint, POLICY_VERSION_HEADER, serveChatCompletion, usage } from '../openai/chat_completion/serving.ts';
+import { usesTools } from '../openai/render.ts';
+import { toolParser, type ToolParser } from '../openai/tool-parsers/index.ts';
+import type { ToolCall, TurnBackend, TurnMessage, TurnRequest, TurnResult } from '../openai/types.ts';
+import { encodeCall, historyAfter, lastObservation, recordedAction, spliceSampled, turnText, type PromptRendering } from './prompt.ts';
+import { GatewayCompletionSchema, readJson, RequestError, RewardReportSchema, errorBody, parseRequest } from './protocol.ts';
 import type { EpisodeSession } from './session.ts';
 import { sendStream, type StreamedAnswer } from './stream.ts';
 import { checkBytesFit, checkContext, type PromptLimit } from '../serve/limits.ts';
@@ -43,6 +36,8 @@ export interface GatewayOptions {
   tokenizer: () => TextTokenizer;
   /** The model's context in tokens (the engine's max_position_embeddings); undefined: unknown, prompts are not checked. */
   contextLength?: () => number | undefined;
+  /** The tool parser that reads the model's tool calls (`model.tool_parser`; default hermes). */
+  toolParser?: string;
   host?: string;
   /** 0 (default) picks a free port. */
   port?: number;
@@ -78,6 +73,9 @@ export interface GatewayPhase {
 }
 
 interface Ctx extends GatewayOptions {
+  parseTools: ToolParser;
+  /** What the trainer does now; its policy version stamps every answer. */
+  phase: GatewayPhase;
   byId: Map<string, { session: EpisodeSession; tips: CallTips | null }>;
   byKey: Map<string, string>;
   created: number;
@@ -85,7 +83,15 @@ interface Ctx extends GatewayOptions {
 }
 
 export async function startGateway(o: GatewayOptions): Promise<Gateway> {
-  const ctx: Ctx = { ...o, byId: new Map(), byKey: new Map(), created: Math.floor(Date.now() / 1000), stopped: null };
+  const ctx: Ctx = {
+    ...o,
+    parseTools: toolParser(o.toolParser ?? 'hermes'),
+    phase: { phase: 'starting', iteration: 0, policyVersion: 0 },
+    byId: new Map(),
+    byKey: new Map(),
+    created: Math.floor(Date.now() / 1000),
+    stopped: null,
+  };
   let open = 0;
   const server = createServer((req, res) => {
     open++;
@@ -101,12 +107,11 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   // and answers while the trainer blocks this one (../util/http-front.ts).
   server.keepAliveTimeout = 0; // the front's connections stay open: closing one idle could meet a request sent on it
   const inner = await listenOn(server, '127.0.0.1', 0);
-  let phase: GatewayPhase = { phase: 'starting', iteration: 0, policyVersion: 0 };
   const health = () => ({
     model: o.modelName,
-    phase: phase.phase,
-    iteration: phase.iteration,
-    policy_version: phase.policyVersion,
+    phase: ctx.phase.phase,
+    iteration: ctx.phase.iteration,
+    policy_version: ctx.phase.policyVersion,
     episodes: ctx.byId.size,
   });
   const front = await startHttpFront({
@@ -139,7 +144,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     },
     openRequests: () => open,
     setPhase: (p) => {
-      phase = p;
+      ctx.phase = p;
       front.setHealth(health());
     },
     close: async () => {
@@ -275,16 +280,14 @@ function refusePrompt(session: EpisodeSession, check: () => unknown): void {
   }
 }
 
-/** Samples one step of `session`: waits for its lockstep batch; a client that hangs up takes its call out. */
+/** Samples one step of `session`: waits for its lockstep batch; a client that hangs up (`signal`) takes its call out. */
 async function sampleStep(
-  c: CallCtx,
+  session: EpisodeSession,
+  signal: AbortSignal,
   call: { prompt: number[]; maxTokens: number; stop: string[]; allowedTexts: readonly string[] | null },
 ): Promise<Generation> {
-  const { session } = c.entry;
-  const gone = () => {
-    if (!c.res.writableFinished) session.o.batch.cancel(session, new RequestError(499, 'the client closed the connection', null));
-  };
-  c.res.once('close', gone);
+  const gone = () => session.o.batch.cancel(session, signal.reason);
+  signal.addEventListener('abort', gone);
   try {
     let g: Generation;
     try {
@@ -300,35 +303,77 @@ async function sampleStep(
     if (session.ended) throw session.endedError();
     return g;
   } finally {
-    c.res.off('close', gone);
+    signal.removeEventListener('abort', gone);
   }
 }
 
+/** Aborts when the client hangs up before its answer is written. */
+function hangUp(res: ServerResponse): { signal: AbortSignal; done: () => void } {
+  const abort = new AbortController();
+  const gone = () => {
+    if (!res.writableFinished) abort.abort(new RequestError(499, 'the client closed the connection', null));
+  };
+  res.once('close', gone);
+  return { signal: abort.signal, done: () => res.off('close', gone) };
+}
+
+/** Who answers, in the protocol layer's error messages. */
+const GATEWAY_NAME = 'the empo2 gateway';
+
+/** A chat call, through the protocol layer, sampled as one step of its episode. */
 async function chat(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
-  const r = parseRequest(GatewayChatSchema, body);
-  refuseToolChoice(r);
-  checkModel(ctx, r.model);
-  const { session, tips: tipSource } = c.entry;
-  const maxTokens = callBudget(session, r.max_completion_tokens ?? r.max_tokens);
+  return serveChatCompletion(episodeBackend(ctx, c.entry), body, c.res);
+}
+
+/** The protocol layer's backend for one call of an episode: a turn is a step. */
+function episodeBackend(ctx: Ctx, entry: CallCtx['entry']): TurnBackend {
+  return {
+    modelName: ctx.modelName,
+    serverName: GATEWAY_NAME,
+    tokenizer: ctx.tokenizer,
+    turn: (req, o) => episodeTurn(ctx, entry, req, o.signal),
+  };
+}
+
+/**
+ * One step: the episode's budget, the prompt's limits, the memory's tips on the state (the last
+ * observation), the prompt encoded with the sampled turns kept as sampled, the call sampled in its batch,
+ * the answer's tool calls parsed, and the step recorded.
+ */
+async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], req: TurnRequest, signal: AbortSignal): Promise<TurnResult> {
+  const { session, tips: tipSource } = entry;
+  const maxTokens = callBudget(session, req.maxTokens);
   const limit = promptLimit(ctx);
   // Measured before the memory is asked for tips on the state or anything is tokenised (a 10 MB message took 23-50 s to tokenise).
-  const bytes = r.messages.reduce((n, m) => n + Buffer.byteLength(messageText(m), 'utf8'), 0);
+  const bytes = req.messages.reduce((n, m) => n + messageBytes(m), 0);
   if (limit) refusePrompt(session, () => checkBytesFit(limit, bytes, maxTokens, 'messages'));
-  const u = lastUserMessage(r.messages);
-  const state = r.empo2_state ?? messageText(r.messages[u >= 0 ? u : r.messages.length - 1]);
+  const u = lastObservation(req.messages);
+  const state = req.state ?? turnText(req.messages[u >= 0 ? u : req.messages.length - 1]);
   // The state's valid actions as the agent names them; a constrained call's allowed texts are them otherwise.
-  const valid = r.empo2_valid_actions ?? r.allowed_texts ?? [];
+  const valid = req.validActions ?? req.allowedTexts ?? [];
   const shown = u >= 0 && session.o.usesMemory && tipSource ? await tipSource(session, state, valid) : [];
   const tok = ctx.tokenizer();
+  const spliced = spliceSampled(session.turns, req.messages);
   const encoded = encodeCall(tok, ctx.rendering, {
-    messages: r.messages as GatewayMessage[],
+    messages: spliced.messages,
+    tools: req.tools,
     tips: shown.map((t) => t.text),
     previous: session.history,
   });
   if (limit) refusePrompt(session, () => checkContext(encoded.ids.length, maxTokens, limit.maxModelLen, 'messages'));
-  const stop = r.stop == null ? [] : typeof r.stop === 'string' ? [r.stop] : r.stop;
-  const g = await sampleStep(c, { prompt: encoded.ids, maxTokens, stop, allowedTexts: r.allowed_texts ?? null });
-  const content = cutAtStop(g.text, stop);
+  const g = await sampleStep(session, signal, { prompt: encoded.ids, maxTokens, stop: req.stop, allowedTexts: req.allowedTexts ?? null });
+  const text = cutAtStop(g.text, req.stop);
+  const parsed =
+    req.tools.length > 0 && req.toolChoice !== 'none'
+      ? ctx.parseTools(text, { tools: req.tools })
+      : { content: text, calls: [], malformed: null };
+  const toolCalls = parsed.calls.map((call) => ({ id: `call_${randomBytes(12).toString('hex')}`, ...call }));
+  const hadAssistant = req.messages.some((m) => m.role === 'assistant');
+  const tokenExact = spliced.exact && (!hadAssistant || encoded.extended);
+  // Recorded for tool conversations: a plain-text call's step stays the built-in rollout's step, field for field.
+  const facts = usesTools(req.messages, req.tools)
+    ? { call: { tokenExact, ...(parsed.malformed !== null ? { malformedToolCall: parsed.malformed } : {}) } }
+    : {};
   session.record(
     {
       observation: state,
@@ -338,41 +383,35 @@ async function chat(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
       tipSpan: encoded.tipSpan,
       response: g.tokens,
       logprobs: g.logprobs,
-      action: recordedAction(ctx.rendering, content, valid),
+      action: toolCalls.length > 0 ? callsAction(toolCalls) : recordedAction(ctx.rendering, parsed.content ?? '', valid),
+      ...facts,
     },
     shown,
   );
   session.history = historyAfter(tok, encoded, g.tokens);
-  const answer: StreamedAnswer = {
-    kind: 'chat',
-    id: `chatcmpl-${randomUUID()}`,
-    model: ctx.modelName,
-    content,
+  session.turns.push({ text: g.text, content: parsed.content, toolCalls });
+  return {
+    content: parsed.content,
+    toolCalls,
+    finishReason: toolCalls.length > 0 ? 'tool_calls' : g.finish,
     generation: g,
-    promptTokens: encoded.ids.length,
+    promptIds: encoded.ids,
+    policyVersion: ctx.phase.policyVersion,
   };
-  if (r.stream) return sendStream(c.res, tok, answer, { logprobs: !!r.logprobs, usage: !!r.stream_options?.include_usage });
-  sendJson(c.res, 200, {
-    id: answer.id,
-    object: 'chat.completion',
-    created: Math.floor(Date.now() / 1000),
-    model: ctx.modelName,
-    choices: [
-      {
-        index: 0,
-        message: { role: 'assistant', content },
-        logprobs: r.logprobs ? { content: tokenLogprobs(tok, g) } : null,
-        finish_reason: g.finish,
-        token_ids: g.tokens,
-        ...(r.return_token_ids ? { prompt_token_ids: encoded.ids } : {}),
-      },
-    ],
-    usage: usage(encoded.ids.length, g.tokens.length),
-  });
+}
+
+/** A step's action when the answer is tool calls: each as `name {arguments}` (what the memory and GiGPO compare). */
+function callsAction(calls: readonly ToolCall[]): string {
+  return calls.map((c) => `${c.name} ${c.arguments}`).join('; ');
+}
+
+function messageBytes(m: TurnMessage): number {
+  const calls = m.role === 'assistant' ? m.toolCalls.reduce((n, c) => n + Buffer.byteLength(c.arguments, 'utf8') + c.name.length, 0) : 0;
+  return Buffer.byteLength(turnText(m), 'utf8') + calls;
 }
 
 async function completion(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
-  const r = parseRequest(GatewayCompletionSchema, body);
+  const r = parseRequest(GatewayCompletionSchema, body, { server: GATEWAY_NAME });
   checkModel(ctx, r.model);
   const { session } = c.entry;
   const maxTokens = callBudget(session, r.max_tokens);
@@ -384,7 +423,13 @@ async function completion(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
   if (prompt.length === 0) throw new RequestError(400, '"prompt" encodes to no tokens', 'prompt');
   if (limit) refusePrompt(session, () => checkContext(prompt.length, maxTokens, limit.maxModelLen, 'prompt'));
   const stop = r.stop == null ? [] : typeof r.stop === 'string' ? [r.stop] : r.stop;
-  const g = await sampleStep(c, { prompt, maxTokens, stop, allowedTexts: r.allowed_texts ?? null });
+  const client = hangUp(c.res);
+  let g: Generation;
+  try {
+    g = await sampleStep(session, client.signal, { prompt, maxTokens, stop, allowedTexts: r.allowed_texts ?? null });
+  } finally {
+    client.done();
+  }
   const text = cutAtStop(g.text, stop);
   const state = r.empo2_state ?? r.prompt;
   const valid = r.empo2_valid_actions ?? r.allowed_texts ?? [];
@@ -402,20 +447,22 @@ async function completion(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
     [],
   );
   const answer: StreamedAnswer = {
-    kind: 'text',
     id: `cmpl-${randomUUID()}`,
     model: ctx.modelName,
     content: text,
     generation: g,
     promptTokens: prompt.length,
+    policyVersion: ctx.phase.policyVersion,
   };
   if (r.stream) return sendStream(c.res, tok, answer, { logprobs: r.logprobs != null, usage: !!r.stream_options?.include_usage });
   const labels = g.tokens.map((id) => tok.decode([id]));
+  c.res.setHeader(POLICY_VERSION_HEADER, String(answer.policyVersion));
   sendJson(c.res, 200, {
     id: answer.id,
     object: 'text_completion',
     created: Math.floor(Date.now() / 1000),
     model: ctx.modelName,
+    system_fingerprint: policyFingerprint(answer.policyVersion),
     choices: [
       {
         index: 0,
@@ -431,16 +478,6 @@ async function completion(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
   });
 }
 
-export function tokenLogprobs(tok: TextTokenizer, g: Generation) {
-  const bytesOf = (tok as { tokenBytes?: (id: number) => Uint8Array }).tokenBytes?.bind(tok);
-  return g.tokens.map((id, k) => ({
-    token: tok.decode([id]),
-    logprob: g.logprobs[k],
-    bytes: [...(bytesOf ? bytesOf(id) : new TextEncoder().encode(tok.decode([id])))],
-    top_logprobs: [],
-  }));
-}
-
 function offsets(labels: string[]): number[] {
   let at = 0;
   return labels.map((l) => {
@@ -448,10 +485,6 @@ function offsets(labels: string[]): number[] {
     at += l.length;
     return o;
   });
-}
-
-export function usage(promptTokens: number, completionTokens: number) {
-  return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
 }
 
 /** Response text as OpenAI returns it: cut before the first stop string. */

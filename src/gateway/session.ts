@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import type { RolloutJob, ShownTip, StepRecord } from '../run/records.ts';
 import type { LockstepBatch } from './batch.ts';
-import type { PromptHistory } from './prompt.ts';
+import type { PromptHistory, SampledTurn } from './prompt.ts';
 import { RequestError, type RewardReport } from './protocol.ts';
 
 export interface EpisodeBudget {
@@ -30,6 +30,8 @@ export class EpisodeSession {
   readonly calls: CallRecord[] = [];
   completionTokens = 0;
   history: PromptHistory | null = null;
+  /** Its answers as sampled, which the agent's later calls send back (./prompt.ts `spliceSampled`). */
+  readonly turns: SampledTurn[] = [];
   /** Set once: the episode will make no more calls. */
   ended = false;
   failure: string | null = null;

@@ -52,6 +52,16 @@ export interface StepRecord {
   score: number;
   /** How an ActingEngine chose the action among candidates, when it did (Retrospex). */
   rescored?: RescoredStep;
+  /** A training gateway call's facts (absent for the built-in rollout's steps). */
+  call?: CallFacts;
+}
+
+/** What the gateway knows of a call besides its tokens. */
+export interface CallFacts {
+  /** Every earlier answer in the prompt is the ids sampled for it (false: the agent sent back a turn that matched none, re-encoded). */
+  tokenExact: boolean;
+  /** Why the answer's tool call did not parse (it went back to the agent as text); absent when none was malformed. */
+  malformedToolCall?: string;
 }
 
 /**
