@@ -4,8 +4,8 @@
  * key alone, on `{url}/v1`, also names it), so every call is attributed to its episode exactly, as
  * agent-lightning's proxy gives each rollout attempt its own `/rollout/{id}/attempt/{id}/v1` prefix.
  *
- * Routes under a base URL: GET models, POST chat/completions and completions (streaming or not), and
- * POST empo2/reward (the agent's reward, for agents that cannot return it: ./agent-process.ts).
+ * Routes under a base URL: GET models, POST chat/completions, completions and responses (OpenAI's
+ * Responses API, ../openai/responses/; streaming or not), and POST empo2/reward (the agent's reward, for agents that cannot return it: ./agent-process.ts).
  * Every completion call is one step of its episode: the messages rendered with the model's chat
  * template, the tips of a memory rollout put in the last user message (./prompt.ts), the call sampled
  * with the other episodes' in lockstep (./batch.ts), and the sampled token ids and log-probs recorded
@@ -21,6 +21,7 @@ import type { ShownTip } from '../run/records.ts';
 import { outcomeProblem } from './outcome.ts';
 import { policyFingerprint, POLICY_VERSION_HEADER, serveChatCompletion, usage } from '../openai/chat_completion/serving.ts';
 import { usesTools } from '../openai/render.ts';
+import { answerResponses } from '../openai/responses/serving.ts';
 import { toolParser, type ToolParser } from '../openai/tool-parsers/index.ts';
 import type { ToolCall, TurnBackend, TurnMessage, TurnRequest, TurnResult } from '../openai/types.ts';
 import { encodeCall, historyAfter, lastObservation, recordedAction, spliceSampled, turnText, type PromptRendering } from './prompt.ts';
@@ -204,12 +205,13 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   try {
     if (path === '/v1/chat/completions') return await chat(ctx, { entry, res }, await post());
     if (path === '/v1/completions') return await completion(ctx, { entry, res }, await post());
+    if (path === '/v1/responses') return await responses(ctx, { entry, res }, await post());
   } finally {
     session.openRequests--;
   }
   throw new RequestError(
     404,
-    `no route ${req.method} ${path} (routes: GET models, POST chat/completions, completions, empo2/reward)`,
+    `no route ${req.method} ${path} (routes: GET models, POST chat/completions, completions, responses, empo2/reward)`,
     null,
   );
 }
@@ -323,6 +325,22 @@ const GATEWAY_NAME = 'the empo2 gateway';
 /** A chat call, through the protocol layer, sampled as one step of its episode. */
 async function chat(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
   return serveChatCompletion(episodeBackend(ctx, c.entry), body, c.res);
+}
+
+/** A Responses call, through the protocol layer, sampled as one step of its episode; `previous_response_id` names one of its own. */
+async function responses(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
+  const client = hangUp(c.res);
+  try {
+    await answerResponses({
+      backend: episodeBackend(ctx, c.entry),
+      store: c.entry.session.responses,
+      body,
+      res: c.res,
+      signal: client.signal,
+    });
+  } finally {
+    client.done();
+  }
 }
 
 /** The protocol layer's backend for one call of an episode: a turn is a step. */

@@ -4,6 +4,7 @@
  * budgets, and how it ended (a reward, or the reason it failed).
  */
 import { randomBytes } from 'node:crypto';
+import { ResponseStore } from '../openai/responses/store.ts';
 import type { RolloutJob, ShownTip, StepRecord } from '../run/records.ts';
 import type { LockstepBatch } from './batch.ts';
 import type { PromptHistory, SampledTurn } from './prompt.ts';
@@ -32,6 +33,8 @@ export class EpisodeSession {
   history: PromptHistory | null = null;
   /** Its answers as sampled, which the agent's later calls send back (./prompt.ts `spliceSampled`). */
   readonly turns: SampledTurn[] = [];
+  /** Its answers to `POST responses`, for `previous_response_id` (an id from another episode is not found here). */
+  readonly responses: ResponseStore;
   /** Set once: the episode will make no more calls. */
   ended = false;
   failure: string | null = null;
@@ -59,6 +62,7 @@ export class EpisodeSession {
     this.id = `ep${n}-${randomBytes(4).toString('hex')}`;
     this.key = `empo2-ep-${randomBytes(18).toString('base64url')}`;
     this.cacheKey = `gateway-${this.id}`;
+    this.responses = new ResponseStore({ scope: `episode ${this.id}` });
   }
 
   /** Ends the episode (the first reason given is kept); calls waiting are answered with an error, later ones with `status`. */

@@ -18,10 +18,9 @@ import { randomBytes } from 'node:crypto';
 import type { TextTokenizer } from '../../policy/types.ts';
 import { errorBody, RequestError } from '../errors.ts';
 import type { TurnBackend, TurnMessage, TurnResult } from '../types.ts';
+import { POLICY_VERSION_HEADER } from '../chat_completion/serving.ts';
 import { readResponsesRequest, type ResponsesCall } from './protocol.ts';
 import type { ResponseStore, StoredItem } from './store.ts';
-
-export const POLICY_VERSION_HEADER = 'x-empo2-policy-version';
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(16).toString('hex')}`;
 
