@@ -281,6 +281,13 @@ export const RolloutSchema = strict({
     ),
   max_tokens: z.number().int().positive().default(32).describe('maximum tokens of one action'),
   constrained: z.boolean().default(true).describe("decode only the environment's valid actions"),
+  malformed_tool_call_reward: z
+    .number()
+    .nullable()
+    .default(null)
+    .describe(
+      "agents trained through the gateway: added to the reward of a step whose answer wrote a tool call that does not parse (it goes back to the agent as text, as vLLM returns it), a failed format, so the policy learns to call tools in the format, e.g. -0.1 (null: such a step gets only the agent's reward)",
+    ),
   reuse_prefix: z
     .boolean()
     .default(true)

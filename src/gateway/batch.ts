@@ -5,7 +5,7 @@
  * `engine.generate`, rows in episode order, with the seed of that step. So an agent that makes the
  * built-in rollout's calls gets the built-in rollout's tokens, and many agents share each forward pass.
  */
-import type { Generation, PolicyEngine } from '../policy/types.ts';
+import type { Generation, PolicyEngine, TokenConstraint } from '../policy/types.ts';
 import { batchedOrApart } from '../util/apart.ts';
 import { RequestError } from './protocol.ts';
 
@@ -24,6 +24,8 @@ export interface PendingCall {
   maxTokens: number;
   stop: string[];
   allowedTexts: readonly string[] | null;
+  /** A rule over token ids the answer must follow (a forced tool call); never with allowedTexts. */
+  constraint?: TokenConstraint | null;
   resolve: (g: Generation) => void;
   reject: (e: unknown) => void;
 }
@@ -154,6 +156,7 @@ export class LockstepBatch {
         stop: first.stop.length ? first.stop : undefined,
         seed,
         allowedTexts: rows.some(([, c]) => c.allowedTexts !== null) ? rows.map(([, c]) => c.allowedTexts) : undefined,
+        constraints: rows.some(([, c]) => c.constraint) ? rows.map(([, c]) => c.constraint ?? null) : undefined,
         cacheKeys: this.sampling.reusePrefix ? rows.map(([i]) => keyOf.get(i) ?? null) : undefined,
       },
     );

@@ -77,6 +77,7 @@ export async function openAgentPlay<Task>(cfg: Config, o: AgentPlayOptions<Task>
     batchWaitMs: o.batchWaitMs ?? 1000,
     concurrency: o.concurrency === undefined ? cfg.env.max_instances : o.concurrency,
     judged: cfg.env.reward === 'judge' && cfg.env.judge?.mode === 'replace',
+    malformedToolCallReward: cfg.rollout.malformed_tool_call_reward,
     log: o.log,
   });
   o.log(`gateway: ${gateway.url} (each episode gets ${gateway.url}/episodes/<id>/v1 and its own key; model "${modelName}")`);

@@ -80,6 +80,8 @@ export interface AgentPlayerOptions<Task = unknown> {
   concurrency: number | null;
   /** env.reward: judge with mode replace: the judge gives the training reward, so an agent may report none (its score is then 0). */
   judged?: boolean;
+  /** rollout.malformed_tool_call_reward: added to the reward of a step whose tool call did not parse (null: nothing). */
+  malformedToolCallReward?: number | null;
   log: (line: string) => void;
 }
 
@@ -281,14 +283,25 @@ async function playEpisode<Task>(o: AgentPlayerOptions<Task>, session: EpisodeSe
   }
   const failed = failure ?? session.failure;
   session.end(failed);
-  return episodeOf(session, failed === null ? outcome : undefined, failed, o.judged ?? false);
+  return episodeOf(session, failed === null ? outcome : undefined, failed, {
+    judged: o.judged ?? false,
+    malformedToolCallReward: o.malformedToolCallReward ?? null,
+  });
 }
 
 /**
  * The episode's record: the calls as steps, the reward on them. A failed one has outcome 'failed' and its
- * reason, so the update leaves it out and the scores count it apart (as an environment failure is).
+ * reason, so the update leaves it out and the scores count it apart (as an environment failure is). With
+ * `malformedToolCallReward`, a step whose tool call did not parse gets it added to its reward: a failed
+ * format, as verl-agent's invalid-action penalty scores an action outside the format.
  */
-export function episodeOf(session: EpisodeSession, outcome: AgentOutcome, failure: string | null, judged = false): Episode {
+export function episodeOf(
+  session: EpisodeSession,
+  outcome: AgentOutcome,
+  failure: string | null,
+  o: { judged?: boolean; malformedToolCallReward?: number | null } = {},
+): Episode {
+  const judged = o.judged ?? false;
   const calls = session.calls;
   const base = { ...session.job, description: describe(session.o.task), episodeId: session.id };
   const fail = (why: string): Episode => ({
@@ -312,7 +325,8 @@ export function episodeOf(session: EpisodeSession, outcome: AgentOutcome, failur
   const steps = calls.map((c, t) => {
     const given = r.steps?.[t];
     const last = t === calls.length - 1;
-    return { ...c, reward: given ? given.reward : last ? score : 0, score: given ? given.score : last ? score : 0 };
+    const format = c.call?.malformedToolCall !== undefined ? (o.malformedToolCallReward ?? 0) : 0;
+    return { ...c, reward: (given ? given.reward : last ? score : 0) + format, score: given ? given.score : last ? score : 0 };
   });
   const description = r.description ?? base.description;
   const finalObservation = r.finalObservation ?? calls.at(-1)!.observation;

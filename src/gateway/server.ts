@@ -16,7 +16,8 @@ import { listenOn } from '../util/port.ts';
 import { startHttpFront } from '../util/http-front.ts';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { Generation, TextTokenizer } from '../policy/types.ts';
+import type { Generation, TextTokenizer, TokenConstraint } from '../policy/types.ts';
+import { JsonSchemaError, requireEndTokenIds, toolCallConstraint, type JsonTokenConstraint } from '../policy/index.ts';
 import type { ShownTip } from '../run/records.ts';
 import { outcomeProblem } from './outcome.ts';
 import { policyFingerprint, POLICY_VERSION_HEADER, serveChatCompletion, usage } from '../openai/chat_completion/serving.ts';
@@ -286,7 +287,13 @@ function refusePrompt(session: EpisodeSession, check: () => unknown): void {
 async function sampleStep(
   session: EpisodeSession,
   signal: AbortSignal,
-  call: { prompt: number[]; maxTokens: number; stop: string[]; allowedTexts: readonly string[] | null },
+  call: {
+    prompt: number[];
+    maxTokens: number;
+    stop: string[];
+    allowedTexts: readonly string[] | null;
+    constraint?: TokenConstraint | null;
+  },
 ): Promise<Generation> {
   const gone = () => session.o.batch.cancel(session, signal.reason);
   signal.addEventListener('abort', gone);
@@ -379,7 +386,14 @@ async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], req: TurnRequest, 
     previous: session.history,
   });
   if (limit) refusePrompt(session, () => checkContext(encoded.ids.length, maxTokens, limit.maxModelLen, 'messages'));
-  const g = await sampleStep(session, signal, { prompt: encoded.ids, maxTokens, stop: req.stop, allowedTexts: req.allowedTexts ?? null });
+  const forced = forcedCall(ctx, req, tok);
+  const g = await sampleStep(session, signal, {
+    prompt: encoded.ids,
+    maxTokens,
+    stop: req.stop,
+    allowedTexts: forced?.allowedTexts ?? req.allowedTexts ?? null,
+    constraint: forced?.constraint ?? null,
+  });
   const text = cutAtStop(g.text, req.stop);
   const parsed =
     req.tools.length > 0 && req.toolChoice !== 'none'
@@ -416,6 +430,44 @@ async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], req: TurnRequest, 
     promptIds: encoded.ids,
     policyVersion: ctx.phase.policyVersion,
   };
+}
+
+/** Forced calls whose arguments have at most this many texts are sampled as allowed texts (every engine takes them). */
+const FINITE_CALLS = 256;
+
+/**
+ * The constraint of a call that must call a tool (`tool_choice` "required" or a named function, and no
+ * `allowed_texts` of the agent's own): decoding limited to one valid call of the tools' JSON Schemas in
+ * the run's tool-call format, as the built-in rollout limits its actions to the valid ones; the
+ * recorded log-probs are the policy's own (../policy/json-constraint.ts). Where the schemas leave few
+ * calls (enums), they are sampled as allowed texts, which every engine takes.
+ */
+function forcedCall(
+  ctx: Ctx,
+  req: TurnRequest,
+  tok: TextTokenizer,
+): { allowedTexts: readonly string[]; constraint?: undefined } | { constraint: TokenConstraint; allowedTexts?: undefined } | null {
+  const choice = req.toolChoice;
+  if (req.allowedTexts || req.tools.length === 0 || (choice !== 'required' && typeof choice !== 'object')) return null;
+  const parser = ctx.toolParser ?? 'hermes';
+  if (parser !== 'hermes' && parser !== 'llama3_json')
+    throw new RequestError(
+      400,
+      `tool_choice ${JSON.stringify(choice)} needs model.tool_parser hermes or llama3_json to constrain the call to (this run reads calls with "${parser}")`,
+      'tool_choice',
+    );
+  let c: JsonTokenConstraint;
+  try {
+    const endTokens = requireEndTokenIds(tok, "the model's tokenizer");
+    c = toolCallConstraint({ tools: req.tools, choice, parser, tokenizer: tok, endTokens, finiteLimit: FINITE_CALLS });
+  } catch (e) {
+    if (!(e instanceof JsonSchemaError)) throw e;
+    // Its paths name the tool as the constraint sees it; the request names it under "function".
+    const where = e.path.replace(/^tools\[(\d+)\]\./, 'tools[$1].function.').replace(/^tool_choice\.name/, 'tool_choice.function.name');
+    throw new RequestError(400, `"${where}": a call cannot be constrained to this: ${e.message.slice(e.path.length + 2)}`, where);
+  }
+  const texts = c.finiteTexts();
+  return texts ? { allowedTexts: texts } : { constraint: c };
 }
 
 /** A step's action when the answer is tool calls: each as `name {arguments}` (what the memory and GiGPO compare). */

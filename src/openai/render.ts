@@ -8,7 +8,7 @@
  *
  * A request without tools, tool calls or tool messages renders exactly as before tools were served.
  */
-import { IM_END, IM_START, type ChatMessage } from '../policy/index.ts';
+import { canonicalJson, IM_END, IM_START, type ChatMessage } from '../policy/index.ts';
 import type { ChatTemplate } from '../policy/types.ts';
 import type { FunctionTool, TurnMessage } from './types.ts';
 
@@ -87,15 +87,15 @@ export function hermesToolsPrompt(tools: readonly FunctionTool[]): string {
   return (
     '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' +
     'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' +
-    tools.map((t) => `\n${JSON.stringify(hfTool(t))}`).join('') +
+    tools.map((t) => `\n${canonicalJson(hfTool(t))}`).join('') +
     '\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n' +
     '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
   );
 }
 
-/** One call as the Hermes format writes it (the arguments as compact JSON). */
+/** One call as the Hermes format writes it (JSON spaced as Qwen2.5's template's `tojson` and a constrained call write it). */
 export function hermesCallText(name: string, args: string): string {
-  return `<tool_call>\n{"name": ${JSON.stringify(name)}, "arguments": ${JSON.stringify(JSON.parse(args))}}\n</tool_call>`;
+  return `<tool_call>\n{"name": ${JSON.stringify(name)}, "arguments": ${canonicalJson(JSON.parse(args))}}\n</tool_call>`;
 }
 
 /** The conversation with tools written into the text, for a template (or ChatML) that knows no tools. */
