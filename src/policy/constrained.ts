@@ -106,3 +106,47 @@ export function checkConstraints(
   });
   return c.map((rule) => rule ?? null);
 }
+
+/** A generate call's rows for an engine that constrains by texts or by a server-side grammar. */
+export interface RowConstraints {
+  /** Per row: the allowed texts (given, or a constraint's finiteTexts()), or null. */
+  texts: (readonly string[] | null)[];
+  /** Per row: the grammar of a constraint whose texts are not few (free strings, numbers), or null. */
+  grammars: (string | null)[];
+}
+
+/**
+ * For engines that cannot run a TokenConstraint token by token (the PyTorch worker, a remote server):
+ * each row's allowed texts, a constraint with finiteTexts() standing for its texts, and the grammar of
+ * a constraint that has none. A constraint with neither is refused, naming its row.
+ */
+export function rowConstraints(opts: Pick<GenerateOptions, 'allowedTexts' | 'constraints'>, rows: number): RowConstraints {
+  const given = opts.allowedTexts;
+  if (given && given.length !== rows) throw new Error(`generate: allowedTexts has ${given.length} entries for ${rows} prompts`);
+  const constraints = checkConstraints(opts, rows);
+  const texts: (readonly string[] | null)[] = [];
+  const grammars: (string | null)[] = [];
+  for (let i = 0; i < rows; i++) {
+    const rule = constraints?.[i] ?? null;
+    const listed = given?.[i];
+    if (!rule) {
+      texts.push(listed && listed.length > 0 ? listed : null);
+      grammars.push(null);
+      continue;
+    }
+    const finite = rule.finiteTexts?.() ?? null;
+    if (finite && finite.length > 0) {
+      texts.push(finite);
+      grammars.push(null);
+      continue;
+    }
+    const grammar = rule.grammar?.();
+    if (!grammar)
+      throw new Error(
+        `generate: constraints[${i}] has neither finite texts nor a grammar; this engine cannot apply it token by token (the in-process TensorFlow.js engine can)`,
+      );
+    texts.push(null);
+    grammars.push(grammar);
+  }
+  return { texts, grammars };
+}

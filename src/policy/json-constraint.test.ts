@@ -400,6 +400,23 @@ describe('the TfJS engine samples under a constraint as under an allowed-texts t
     }
   });
 
+  it('response_format json_schema: every sampled answer (30 seeds, T = 1.5) parses, validates and is canonical', async () => {
+    const schema = {
+      type: 'object',
+      properties: { verdict: { enum: ['yes', 'no'] }, reason: { type: 'string', maxLength: 10 }, score: { type: 'integer' } },
+      required: ['verdict', 'reason', 'score'],
+    };
+    const c = jsonFormatConstraint({ type: 'json_schema', schema }, { tokenizer: tiny, endTokens: [END] });
+    const validate = z.fromJSONSchema(schema as never);
+    for (let seed = 1; seed <= 30; seed++) {
+      const [g] = await engine.generate([prompt], { temperature: 1.5, topP: 1, maxTokens: 100, seed, constraints: [c] });
+      expect(g.finish, g.text).toBe('stop');
+      const value = JSON.parse(g.text);
+      expect(validate.safeParse(value).success, g.text).toBe(true);
+      expect(canonicalJson(value)).toBe(g.text);
+    }
+  });
+
   it('a row with both allowedTexts and a constraint, or a wrong number of constraints, is refused', async () => {
     const c = toolCallConstraint({ tools: [{ name: 'look' }], choice: 'required', parser: 'hermes', tokenizer: tiny, endTokens: [END] });
     await expect(

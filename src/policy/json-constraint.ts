@@ -705,6 +705,130 @@ function sentences(n: GNode, limit: number): string[] | null {
   }
 }
 
+// ------------------------------------------------------------------ EBNF for servers
+
+/**
+ * The grammar as EBNF in the GBNF dialect xgrammar reads (vLLM's `structured_outputs.grammar`,
+ * `guided_grammar` before it). Its sentences are a subset of the automaton's, so whatever a server
+ * samples under it the automaton accepts, though not all of them: string lengths are counted in characters
+ * (a 4-byte one counts 1 there, 2 here), and a fraction below 1 has at most 14 digits, its first nonzero among the first 6.
+ */
+function toEbnf(root: GNode): string {
+  const names = new Map<GNode, string>();
+  const rules: string[] = [];
+  let count = 0;
+  const fresh = () => (count++ === 0 ? 'root' : `r${count}`);
+  const ruleOf = (n: GNode): string => {
+    let name = names.get(n);
+    if (name) return name;
+    name = fresh();
+    names.set(n, name);
+    const at = rules.length;
+    rules.push('');
+    rules[at] = `${name} ::= ${body(n)}`;
+    return name;
+  };
+  const strChar = 'strchar';
+  let needsStr = false;
+  const body = (n: GNode): string => {
+    switch (n.k) {
+      case 'lit':
+        return ebnfLiteral(n.text);
+      case 'switch':
+        return n.trie.texts
+          .map((text, tag) => {
+            const then = n.then[tag];
+            return then === null ? ebnfLiteral(text) : `${ebnfLiteral(text)} ${ruleOf(then)}`;
+          })
+          .map((alt) => `(${alt})`)
+          .join(' | ');
+      case 'string':
+        needsStr = true;
+        return `"\\"" ${strChar}${repeat(n.min, n.max)} "\\""`;
+      case 'number':
+        return n.integer ? `("0" | "-"? [1-9] [0-9]{0,14})` : `("0" | "-"? [1-9] [0-9]{0,14} | "-"? ${FRACTIONS})`;
+      case 'object': {
+        // slot i: what may follow once i properties' slots are behind.
+        const slot = (i: number): string => {
+          const trie = n.after[i];
+          const alts: string[] = [];
+          trie.texts.forEach((text, tag) => {
+            if (text === undefined) return;
+            alts.push(tag === n.values.length ? ebnfLiteral(text) : `${ebnfLiteral(text)} ${ruleOf(n.values[tag])} ${slotRule(tag + 1)}`);
+          });
+          return alts.map((a) => `(${a})`).join(' | ');
+        };
+        const slotNames = new Map<number, string>();
+        const slotRule = (i: number): string => {
+          let name = slotNames.get(i);
+          if (name) return name;
+          name = fresh();
+          slotNames.set(i, name);
+          const at = rules.length;
+          rules.push('');
+          rules[at] = `${name} ::= ${slot(i)}`;
+          return name;
+        };
+        return `"{" ${slotRule(0)}`;
+      }
+      case 'map': {
+        needsStr = true;
+        const kv = `"\\"" ${strChar}* "\\"" ": " ${ruleOf(n.value)}`;
+        return `"{" ("}" | ${kv} (", " ${kv})* "}")`;
+      }
+      case 'array': {
+        const item = ruleOf(n.item);
+        const more =
+          n.max === Infinity ? `(", " ${item})*` : n.max <= 1 ? '' : `(", " ${item})${repeat(Math.max(0, n.min - 1), n.max - 1)}`;
+        const full = `${item} ${more} "]"`;
+        return n.min === 0 ? (n.max === 0 ? '"[" "]"' : `"[" ("]" | ${full})`) : `"[" ${full}`;
+      }
+      case 'any':
+        return n.options.map((o) => ruleOf(o)).join(' | ');
+      case 'seq':
+        return n.parts.map((p) => ruleOf(p)).join(' ');
+      case 'end':
+        return '""';
+    }
+  };
+  ruleOf(root);
+  if (needsStr) rules.push(`${strChar} ::= [^"\\\\\\x00-\\x1f] | "\\\\" (["\\\\bfnrt] | "u00" ("0" [0-7bef] | "1" [0-9a-f]))`);
+  return rules.join('\n') + '\n';
+}
+
+/**
+ * Numbers with a fraction, as the automaton writes them: 15 digits at most, no trailing zero, and below 1
+ * at most 5 zeros after the point (one alternative per length of the integer part).
+ */
+const FRACTIONS = [
+  `"0." "0"{0,5} [1-9] ([0-9]{0,6} [1-9])?`,
+  ...Array.from({ length: 14 }, (_, k) => `[1-9] [0-9]{${k}} "." ([0-9]{0,${13 - k}} [1-9])`),
+]
+  .map((a) => `(${a})`)
+  .join(' | ')
+  .replace(/^/, '(')
+  .concat(')');
+
+function repeat(min: number, max: number): string {
+  if (max === Infinity) return min === 0 ? '*' : `{${min},}`;
+  return `{${min},${max}}`;
+}
+
+/** A GBNF string literal: quote, backslash and control characters escaped, everything else as is. */
+function ebnfLiteral(text: string): string {
+  let out = '"';
+  for (const ch of text) {
+    const c = ch.codePointAt(0)!;
+    if (ch === '"' || ch === '\\') out += `\\${ch}`;
+    else if (ch === '\n') out += '\\n';
+    else if (ch === '\r') out += '\\r';
+    else if (ch === '\t') out += '\\t';
+    else if (c < 0x20) out += `\\x${c.toString(16).padStart(2, '0')}`;
+    else out += ch;
+  }
+  return out + '"';
+}
+
 // ------------------------------------------------------------------ vocabulary
 
 /**
@@ -725,6 +849,24 @@ class Vocabulary {
   readonly plainChars: Int32Array;
   readonly plainAllCont: Uint8Array;
   readonly bytes: (Uint8Array | null)[];
+  /** The most UTF-16 units one plain token adds to a string. */
+  readonly maxPlainChars: number;
+  /** Per pending continuation count: the plain tokens that fit when the string's length does not limit them. */
+  private readonly fitting: (Int32Array | undefined)[] = [];
+
+  plainFitting(pending: number): Int32Array {
+    let list = this.fitting[pending];
+    if (!list) {
+      const ids: number[] = [];
+      for (let k = 0; k < this.plainIds.length; k++) {
+        const lead = this.plainLead[k];
+        if (pending === 0 ? lead === 0 : this.plainAllCont[k] ? lead <= pending : lead === pending) ids.push(this.plainIds[k]);
+      }
+      list = Int32Array.from(ids);
+      this.fitting[pending] = list;
+    }
+    return list;
+  }
 
   constructor(tok: ConstraintTokenizer) {
     this.size = tok.vocabSize;
@@ -762,6 +904,7 @@ class Vocabulary {
     this.plainLead = Uint8Array.from(lead);
     this.plainChars = Int32Array.from(chars);
     this.plainAllCont = Uint8Array.from(allCont);
+    this.maxPlainChars = chars.reduce((m, c) => Math.max(m, c), 0);
     this.full = new ByteTrie(bytes, null);
     this.rest = new ByteTrie(bytes, restIds);
   }
@@ -881,6 +1024,8 @@ export interface JsonTokenConstraint extends TokenConstraint {
   accepts(text: string): boolean;
   /** Whether these bytes begin one of the constraint's texts (a stream's text so far may still become one). */
   acceptsPrefix(bytes: Uint8Array): boolean;
+  /** The texts as EBNF for a server that constrains by grammar (vLLM); a subset of what allowedAfter allows. */
+  grammar(): string;
 }
 
 const STATE_CACHE_LIMIT = 4096;
@@ -917,6 +1062,10 @@ class GrammarConstraint implements JsonTokenConstraint {
     return feedBytes(this.start, bytes) !== null;
   }
 
+  grammar(): string {
+    return toEbnf(this.root);
+  }
+
   private stateAfter(prefix: readonly number[]): Frame | null {
     if (prefix.length === 0) return this.start;
     const key = prefix.join(',');
@@ -942,11 +1091,13 @@ class GrammarConstraint implements JsonTokenConstraint {
       const v = this.vocab;
       const pending = (f.s >> 4) & 3;
       const room = top.max - f.i;
-      for (let k = 0; k < v.plainIds.length; k++) {
-        const lead = v.plainLead[k];
-        const fits = pending === 0 ? lead === 0 : v.plainAllCont[k] ? lead <= pending : lead === pending;
-        if (fits && v.plainChars[k] <= room) out.push(v.plainIds[k]);
-      }
+      if (room >= v.maxPlainChars) for (const id of v.plainFitting(pending)) out.push(id);
+      else
+        for (let k = 0; k < v.plainIds.length; k++) {
+          const lead = v.plainLead[k];
+          const fits = pending === 0 ? lead === 0 : v.plainAllCont[k] ? lead <= pending : lead === pending;
+          if (fits && v.plainChars[k] <= room) out.push(v.plainIds[k]);
+        }
       v.rest.walk(f, out);
     } else {
       this.vocab.full.walk(f, out);

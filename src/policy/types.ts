@@ -26,6 +26,8 @@ export interface TokenConstraint {
   allowedAfter(prefix: readonly number[]): readonly number[];
   /** Every text it allows (without the end token) when they are few, else null: engines that take only texts use these. */
   finiteTexts?(): string[] | null;
+  /** Its texts as EBNF (xgrammar's GBNF dialect), for a server that constrains by grammar (vLLM). */
+  grammar?(): string;
 }
 
 export interface GenerateOptions extends SampleOptions {

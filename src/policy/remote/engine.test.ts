@@ -18,6 +18,7 @@ import { startServedFixture, type ServedFixture } from '../../../test/support/se
 import { loadServedModel } from '../../serve/load.ts';
 import { startServer, type RunningServer } from '../../serve/server.ts';
 import type { GenerateOptions, Generation } from '../types.ts';
+import { toolCallConstraint } from '../json-constraint.ts';
 import { RemoteEngine, remoteEngineFromDir } from './index.ts';
 
 let f: ServedFixture;
@@ -38,6 +39,13 @@ afterAll(async () => {
   second?.queue.current.engine.dispose();
   await f?.close();
 });
+
+/** A tool whose one argument is an action from a list: the built-in environment's case. */
+const ACT = {
+  type: 'object',
+  properties: { action: { enum: ['go to kitchen', 'take yellow hat', 'open red box'] } },
+  required: ['action'],
+};
 
 const PROMPTS = [
   '<|im_start|>user\nTask: Find the yellow hat.\nYou are in the hall.<|im_end|>\n<|im_start|>assistant\n',
@@ -89,6 +97,25 @@ describe('RemoteEngine against empo2 serve', () => {
       expectSameGenerations(await pair.generate(prompts, opts), want);
       expect(allowedTexts[0]).toContain(got[0].text);
       expect(allowedTexts[2]).toContain(got[2].text);
+    }
+  });
+
+  it('a tool-call constraint with finite texts goes out as those texts: the same samples as the in-process engine given them', async () => {
+    const prompts = PROMPTS.map((p) => f.local.tokenizer.encode(p));
+    const end = f.local.tokenizer.tokenToId('<|im_end|>')!;
+    const c = toolCallConstraint({
+      tools: [{ name: 'act', parameters: ACT }],
+      choice: 'required',
+      parser: 'hermes',
+      tokenizer: f.local.tokenizer,
+      endTokens: [end],
+    });
+    for (const seed of [1, 2]) {
+      const opts = { maxTokens: 80, temperature: 1, topP: 1, seed };
+      const got = await remote.generate(prompts, { ...opts, constraints: [c, null, c] });
+      expectSameGenerations(got, await f.local.generate(prompts, { ...opts, allowedTexts: [c.finiteTexts(), null, c.finiteTexts()] }));
+      expect(c.finiteTexts()).toContain(got[0].text);
+      expect(c.finiteTexts()).toContain(got[2].text);
     }
   });
 
@@ -373,6 +400,54 @@ describe('RemoteEngine against misbehaving servers', () => {
     expect(bodies.filter((b) => b.seed === 0)).toHaveLength(1); // only the first request keeps the caller's seed
     expect(new Set(bodies.map((b) => b.seed)).size).toBe(4);
     await s.close();
+  });
+
+  it('a constraint with free values goes to vLLM as its grammar (structured_outputs.grammar, guided_grammar); allowed_texts refuses it', async () => {
+    const end = f.local.tokenizer.tokenToId('<|im_end|>')!;
+    const finite = toolCallConstraint({
+      tools: [{ name: 'act', parameters: ACT }],
+      choice: 'required',
+      parser: 'hermes',
+      tokenizer: f.local.tokenizer,
+      endTokens: [end],
+    });
+    const free = toolCallConstraint({
+      tools: [{ name: 'say', parameters: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } }],
+      choice: 'required',
+      parser: 'hermes',
+      tokenizer: f.local.tokenizer,
+      endTokens: [end],
+    });
+    for (const [field, key] of [
+      ['structured_outputs', 'structured_outputs'],
+      ['guided_choice', 'guided_grammar'],
+    ] as const) {
+      const bodies: any[] = [];
+      const s = await stub((_a, body, _req, res) => {
+        bodies.push(body);
+        json(res, 200, answer(body));
+      });
+      const engine = engineFor(s.url, { constraint: field, rescoreConstrained: false });
+      await engine.generate([[1], [2], [3]], { ...OPTS, constraints: [null, finite, free] });
+      expect(bodies.map((b) => b.prompt).sort()).toEqual([[1], [2], [3]].sort());
+      const byPrompt = (p: number) => bodies.find((b) => JSON.stringify(b.prompt) === JSON.stringify([p]));
+      if (field === 'structured_outputs') {
+        expect(byPrompt(2).structured_outputs).toEqual({ choice: finite.finiteTexts() });
+        expect(byPrompt(3).structured_outputs).toEqual({ grammar: free.grammar() });
+      } else {
+        expect(byPrompt(2).guided_choice).toEqual(finite.finiteTexts());
+        expect(byPrompt(3)[key]).toBe(free.grammar());
+      }
+      expect(byPrompt(3)[key === 'guided_grammar' ? key : 'structured_outputs']).toBeDefined();
+      expect(byPrompt(1).structured_outputs ?? byPrompt(1).guided_choice ?? byPrompt(1).guided_grammar).toBeUndefined();
+      await s.close();
+    }
+    await expect(engineFor('http://127.0.0.1:9').generate([[1]], { ...OPTS, constraints: [free] })).rejects.toThrow(
+      /constraints\[0\] allows free values .*constraint "allowed_texts" .*structured_outputs/,
+    );
+    await expect(engineFor('http://127.0.0.1:9', { constraint: 'none' }).generate([[1]], { ...OPTS, constraints: [free] })).rejects.toThrow(
+      /constraint "none"/,
+    );
   });
 
   it('refuses constrained generation when the server cannot constrain', async () => {

@@ -25,13 +25,15 @@ import pLimit from 'p-limit';
 import type { ObjectiveConfig } from '../../algo/objective-config.ts';
 import { Rng } from '../../util/rng.ts';
 import type { GenerateOptions, Generation, PolicyEngine, ScoredSequence, TextTokenizer, TrainSequence, TrainStats } from '../types.ts';
+import { rowConstraints, type RowConstraints } from '../constrained.ts';
 import { isClientError, requestJson, type HttpSettings } from './http.ts';
 
 /**
  * How the server is told to constrain a response to one of a list of texts:
  * - `allowed_texts`: empo2 serve's field; prompts with different lists can share a request.
- * - `structured_outputs`: vLLM >= 0.10.2 (`structured_outputs: {choice: [...]}`), one request per constrained prompt.
- * - `guided_choice`: older vLLM and servers that copied it, one request per constrained prompt.
+ * - `structured_outputs`: vLLM >= 0.10.2 (`structured_outputs: {choice: [...]}`, or `{grammar}` for a constraint
+ *   with free values), one request per constrained prompt.
+ * - `guided_choice`: older vLLM and servers that copied it (`guided_choice`, or `guided_grammar`), one request per constrained prompt.
  * - `none`: the server cannot constrain; constrained generation is refused with an error.
  */
 export type ConstraintField = 'allowed_texts' | 'structured_outputs' | 'guided_choice' | 'none';
@@ -236,14 +238,7 @@ export class RemoteEngine implements PolicyEngine {
       if (p.length === 0) throw new Error(`generate: prompt ${i} is empty`);
     });
     const constraint = this.o.constraint ?? 'allowed_texts';
-    const allowed = opts.allowedTexts ?? [];
-    if (allowed.length > 0 && allowed.length !== prompts.length)
-      throw new Error(`generate: ${allowed.length} allowed-text lists for ${prompts.length} prompts`);
-    if (constraint === 'none' && allowed.some((a) => a && a.length > 0)) {
-      throw new Error(
-        `remote engine: constrained decoding was asked for but the server at ${this.baseUrl} is configured with constraint "none"; turn constrained decoding off (rollout.constrained false) or choose a constraint the server supports (allowed_texts, structured_outputs, guided_choice)`,
-      );
-    }
+    const { texts: allowed, grammars } = this.rowConstraints(opts, prompts.length, constraint);
     // Requests: runs of prompts up to promptsPerRequest; with a per-request constraint field
     // (vLLM), each constrained prompt goes alone since its choices are its own; with several servers
     // every prompt goes alone, seeded as its row.
@@ -252,7 +247,7 @@ export class RemoteEngine implements PolicyEngine {
     const chunks: number[][] = [];
     let current: number[] = [];
     prompts.forEach((_, i) => {
-      const alone = constraint !== 'allowed_texts' && !!allowed[i]?.length;
+      const alone = constraint !== 'allowed_texts' && (!!allowed[i]?.length || grammars[i] !== null);
       if (current.length > 0 && (alone || current.length >= perRequest)) {
         chunks.push(current);
         current = [];
@@ -283,6 +278,7 @@ export class RemoteEngine implements PolicyEngine {
           ...this.constraintFields(
             constraint,
             idx.map((i) => allowed[i] ?? null),
+            idx.map((i) => grammars[i]),
           ),
           ...((this.o.requestTokenIds ?? true) ? { return_token_ids: true, return_tokens_as_token_ids: true } : {}),
           ...this.o.extraBody,
@@ -290,7 +286,7 @@ export class RemoteEngine implements PolicyEngine {
         try {
           const response = await this.post('/completions', body);
           const generations = this.readChoices(response, idx.length).map((c) => this.toGeneration(c));
-          const masked = constraint !== 'allowed_texts' && idx.some((i) => !!allowed[i]?.length);
+          const masked = constraint !== 'allowed_texts' && idx.some((i) => !!allowed[i]?.length || grammars[i] !== null);
           return masked
             ? await this.unmasked(
                 generations,
@@ -307,6 +303,25 @@ export class RemoteEngine implements PolicyEngine {
     const out: Generation[] = new Array(prompts.length);
     chunks.forEach((idx, k) => idx.forEach((i, j) => (out[i] = results[k][j])));
     return out;
+  }
+
+  /** Each row's allowed texts and grammar (rowConstraints), checked against what the server is told it can take. */
+  private rowConstraints(opts: GenerateOptions, rows: number, constraint: ConstraintField): RowConstraints {
+    if (opts.allowedTexts && opts.allowedTexts.length > 0 && opts.allowedTexts.length !== rows)
+      throw new Error(`generate: ${opts.allowedTexts.length} allowed-text lists for ${rows} prompts`);
+    // A constraint goes out as its texts when it has few (enums only), else as its grammar (vLLM's field).
+    const { texts: allowed, grammars } = rowConstraints(opts, rows);
+    const free = grammars.findIndex((g) => g !== null);
+    if (free >= 0 && constraint === 'allowed_texts')
+      throw new Error(
+        `remote engine: constraints[${free}] allows free values (strings, numbers, open arrays), which no list of texts holds, and the server at ${this.baseUrl} is told the constraint "allowed_texts" (empo2 serve's field, texts only); with vLLM set the constraint to structured_outputs (vLLM >= 0.10.2, sent as structured_outputs.grammar) or guided_choice (older vLLM, sent as guided_grammar)`,
+      );
+    if (constraint === 'none' && (allowed.some((a) => a && a.length > 0) || free >= 0)) {
+      throw new Error(
+        `remote engine: constrained decoding was asked for but the server at ${this.baseUrl} is configured with constraint "none"; turn constrained decoding off (rollout.constrained false) or choose a constraint the server supports (allowed_texts, structured_outputs, guided_choice)`,
+      );
+    }
+    return { texts: allowed, grammars };
   }
 
   /**
@@ -331,7 +346,14 @@ export class RemoteEngine implements PolicyEngine {
     return generations;
   }
 
-  private constraintFields(constraint: ConstraintField, lists: (readonly string[] | null)[]): Record<string, unknown> {
+  private constraintFields(
+    constraint: ConstraintField,
+    lists: (readonly string[] | null)[],
+    grammars: (string | null)[],
+  ): Record<string, unknown> {
+    // A grammar row goes alone (per-request fields); its grammar is xgrammar's EBNF (./json-constraint.ts).
+    if (grammars[0] != null)
+      return constraint === 'structured_outputs' ? { structured_outputs: { grammar: grammars[0] } } : { guided_grammar: grammars[0] };
     if (!lists.some((l) => l && l.length > 0)) return {};
     if (constraint === 'allowed_texts') return { allowed_texts: lists.map((l) => (l && l.length > 0 ? l : null)) };
     // Per-request fields: the chunk holds this one constrained prompt.

@@ -9,6 +9,7 @@
  * the output distribution are far from uniform and every code path carries signal.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { toolCallConstraint } from '../json-constraint.ts';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -383,6 +384,36 @@ describe.skipIf(!gate.available)(`TorchEngine agrees with TfjsEngine (${gate.lab
     expect(stopped.finish).toBe('stop');
     expect(stopped.text).toMatch(/^open red/);
     expect(stopped.text).not.toMatch(/box/);
+  });
+
+  it('a tool-call constraint with finite texts goes to the worker as those texts; one with free values is refused, naming the row', async () => {
+    const action = { type: 'object', properties: { action: { enum: ['go to kitchen', 'open red box'] } }, required: ['action'] };
+    const finite = toolCallConstraint({
+      tools: [{ name: 'act', parameters: action }],
+      choice: 'required',
+      parser: 'hermes',
+      tokenizer,
+      endTokens: [IM_END_ID],
+    });
+    const gens = await torch.generate([prompt('go'), prompt('look')], {
+      temperature: 1,
+      topP: 1,
+      maxTokens: 150,
+      seed: 4,
+      constraints: [finite, null],
+    });
+    expect(finite.finiteTexts()).toContain(gens[0].text);
+    expect(gens[0].tokens.at(-1)).toBe(IM_END_ID);
+    const free = toolCallConstraint({
+      tools: [{ name: 'say', parameters: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } }],
+      choice: 'required',
+      parser: 'hermes',
+      tokenizer,
+      endTokens: [IM_END_ID],
+    });
+    await expect(
+      torch.generate([prompt('go'), prompt('look')], { temperature: 1, topP: 1, maxTokens: 8, seed: 4, constraints: [null, free] }),
+    ).rejects.toThrow(/constraints\[1\] allows free values .* the PyTorch worker constrains decoding only to a list of texts/);
   });
 
   it('a bad request gets an error naming the field, and the worker keeps serving', async () => {

@@ -16,6 +16,7 @@ import type { ObjectiveConfig } from '../../algo/objective-config.ts';
 import type { AdamWConfig } from '../tfjs/adamw.ts';
 import type { LoraConfig } from '../tfjs/lora.ts';
 import { Tokenizer } from '../tokenizer.ts';
+import { rowConstraints } from '../constrained.ts';
 import type {
   Generation,
   GenerateOptions,
@@ -467,13 +468,18 @@ export class TorchEngine implements PolicyEngine {
       if (p.length === 0) throw new Error(`generate: prompt ${i} is empty`);
     });
     const endToken = this.options.endTokens[0];
+    // A constraint with few texts (enums only) goes to the worker as those texts; one with free values cannot.
+    const rows = rowConstraints(opts, prompts.length);
+    const free = rows.grammars.findIndex((g) => g !== null);
+    if (free >= 0)
+      throw new Error(
+        `generate: constraints[${free}] allows free values (strings, numbers, open arrays), and the PyTorch worker constrains decoding only to a list of texts; decode it with the in-process TensorFlow.js engine, or give the schema enums/consts/booleans only so that it has finite texts`,
+      );
     // The worker constrains over token ids; tokenising the allowed texts here keeps one tokenizer.
-    const allowed = opts.allowedTexts
-      ? prompts.map((_, i) => {
-          const texts = opts.allowedTexts![i];
-          return texts && texts.length > 0 ? texts.map((t) => [...this.tokenizer.encode(t), endToken]) : null;
-        })
-      : null;
+    const allowed =
+      opts.allowedTexts || opts.constraints
+        ? rows.texts.map((texts) => (texts && texts.length > 0 ? texts.map((t) => [...this.tokenizer.encode(t), endToken]) : null))
+        : null;
     if (opts.cacheKeys && opts.cacheKeys.length !== prompts.length)
       throw new Error(`generate: ${opts.cacheKeys.length} cache keys for ${prompts.length} prompts`);
     const { generations, prefill_tokens, reused_tokens } = await this.call<{
