@@ -4,10 +4,10 @@
  * `createOpenAI(...).responses` each play a tool episode of three forced calls and their results, plain and
  * streamed; every call is one recorded step whose state is the last observation (the last
  * `function_call_output`), whose action is the call, and whose prompt extends the previous step's sampled
- * ids token for token. The calls are forced with the gateway's `allowed_texts` (every valid call of the
- * tool; the engine's constrained decoding picks one), sent as the clients send extra fields: the Agents
- * SDK's `providerData`, and for the AI SDK a `fetch` that adds the field. `previous_response_id` chains
- * within an episode and is refused from another; bad input is a 400 naming the field.
+ * ids token for token. The calls are forced by the clients' own `toolChoice: 'required'` (the gateway
+ * constrains decoding to a valid call of the tool's schema; the untrained model picks the room).
+ * `previous_response_id` chains within an episode and is refused from another; bad input is a 400 naming
+ * the field.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
@@ -33,8 +33,6 @@ beforeAll(async () => {
 }, 120_000);
 
 const ROOMS = ['hall', 'kitchen', 'garden'] as const;
-/** Every valid call of `move`: the only texts a forced call may be. */
-const MOVES = ROOMS.map((room) => `<tool_call>\n{"name": "move", "arguments": {"room": "${room}"}}\n</tool_call>`);
 const MOVE_SCHEMA = {
   type: 'object',
   properties: { room: { type: 'string', enum: [...ROOMS] } },
@@ -107,7 +105,7 @@ describe('POST responses through the gateway', () => {
           instructions: 'You find things.',
           model,
           tools: [move],
-          modelSettings: { toolChoice: 'required', providerData: { allowed_texts: MOVES } },
+          modelSettings: { toolChoice: 'required' },
           resetToolChoice: false,
           toolUseBehavior: () =>
             visited.length >= 3
@@ -131,15 +129,8 @@ describe('POST responses through the gateway', () => {
     for (const streaming of [false, true]) {
       const visited: string[] = [];
       const results: string[] = [];
-      const bodies: Record<string, unknown>[] = [];
       const [episode] = await play(async ({ baseURL, apiKey, model }) => {
-        // The gateway's own field, added as a client adds an extra body field; the SDK itself is unchanged.
-        const withAllowedTexts: typeof fetch = async (url, init) => {
-          const body = { ...(JSON.parse(String(init!.body)) as Record<string, unknown>), allowed_texts: MOVES };
-          bodies.push(body);
-          return fetch(url, { ...init, body: JSON.stringify(body) });
-        };
-        const provider = createOpenAI({ baseURL, apiKey, fetch: withAllowedTexts });
+        const provider = createOpenAI({ baseURL, apiKey });
         const tools = {
           move: aiTool({
             description: 'Go to a room.',
@@ -167,7 +158,6 @@ describe('POST responses through the gateway', () => {
         } else expect((await generateText(options)).steps).toHaveLength(3);
         return 1;
       });
-      expect(bodies.map((b) => b.stream ?? false)).toEqual([streaming, streaming, streaming]);
       expectMoves(episode, visited, results);
     }
   }, 120_000);
@@ -185,8 +175,7 @@ describe('POST responses through the gateway', () => {
           input: 'Find the hat. You are in the hall.',
           tools,
           tool_choice: 'required',
-          allowed_texts: MOVES,
-        } as OpenAI.Responses.ResponseCreateParamsNonStreaming);
+        });
         shared(a.id);
         const call = a.output[0] as OpenAI.Responses.ResponseFunctionToolCall;
         expect(call.type).toBe('function_call');
