@@ -21,6 +21,7 @@
  * four above, content parts other than text, and any field not listed.
  */
 import { z } from 'zod';
+import { checkConstrainableSchema, JsonSchemaError } from '../../policy/index.ts';
 import { parseAt, parseRequest, RequestError } from '../errors.ts';
 import type { FunctionTool, OutputFormat, ToolCall, ToolChoice, TurnMessage, TurnRequest } from '../types.ts';
 import type { ResponseStore, StoredItem } from './store.ts';
@@ -157,6 +158,8 @@ export function readResponsesRequest(body: unknown, o: { store: ResponseStore; s
   const r = parseRequest(ResponsesRequestSchema, body, { server: o.server });
   const tools = (r.tools ?? []).map((t, i) => readTool(t, i, o.server));
   const choice = readToolChoice(r.tool_choice, tools, o.server);
+  const format = readFormat(r);
+  checkConstrainable(tools, choice, format);
   let previous: TurnMessage[] = [];
   if (r.previous_response_id != null) {
     const stored = o.store.response(r.previous_response_id);
@@ -181,7 +184,7 @@ export function readResponsesRequest(body: unknown, o: { store: ResponseStore; s
       parallelToolCalls: r.parallel_tool_calls ?? true,
       maxTokens: r.max_output_tokens ?? null,
       stop: [],
-      format: readFormat(r),
+      format,
       ...(r.model !== undefined ? { model: r.model } : {}),
       ...(r.temperature != null ? { temperature: r.temperature } : {}),
       ...(r.top_p != null ? { topP: r.top_p } : {}),
@@ -234,6 +237,26 @@ function readToolChoice(raw: unknown, tools: readonly FunctionTool[], server: st
   if (!tools.some((t) => t.name === c.name))
     throw new RequestError(400, `tool_choice names function "${c.name}", which is not in "tools"`, 'tool_choice.name');
   return { name: c.name };
+}
+
+/**
+ * A forced call's tool schemas and a JSON format's schema are what decoding is constrained to: one the
+ * constraint cannot take is a 400 naming it here, where the request's own field names are known.
+ */
+function checkConstrainable(tools: readonly FunctionTool[], choice: ToolChoice, format: OutputFormat): void {
+  const check = (schema: unknown, where: string) => {
+    try {
+      checkConstrainableSchema(schema, where);
+    } catch (e) {
+      if (!(e instanceof JsonSchemaError)) throw e;
+      throw new RequestError(400, `"${e.path}": decoding cannot be constrained to this: ${e.message.slice(e.path.length + 2)}`, e.path);
+    }
+  };
+  if (choice === 'required' || typeof choice === 'object')
+    tools.forEach((t, i) => {
+      if (t.parameters !== undefined && (choice === 'required' || t.name === choice.name)) check(t.parameters, `tools[${i}].parameters`);
+    });
+  if (format.type === 'json_schema') check(format.schema, 'text.format.schema');
 }
 
 function readFormat(r: ResponsesRequest): OutputFormat {

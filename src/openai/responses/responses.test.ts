@@ -231,6 +231,12 @@ describe('bad input: a 400 naming the field', () => {
     expect((await bad('i', { input: 'x', conversation: 'conv_1' })).param).toBe('conversation');
     expect((await bad('i', { input: [{ type: 'item_reference', id: 'msg_nope' }] })).param).toBe('input[0].id');
     expect((await bad('i', { input: [] })).param).toBe('input');
+    // Schemas decoding would be constrained to, refused where the constraint cannot take them.
+    const loose = { ...MOVE, parameters: { type: 'object', properties: { note: { type: 'string', pattern: '^a+$' } } } };
+    expect((await bad('i', { input: 'x', tools: [MOVE, loose], tool_choice: 'required' })).param).toMatch(/^tools\[1\]\.parameters\./);
+    expect((await post('i', { input: 'x', tools: [loose], max_output_tokens: 1 })).status).toBe(200); // not forced: not constrained
+    const format = { type: 'json_schema', name: 'n', schema: { type: 'object', properties: { a: { type: 'string', pattern: 'x' } } } };
+    expect((await bad('i', { input: 'x', text: { format } })).param).toMatch(/^text\.format\.schema\./);
     expect((await bad('i', { tools: [MOVE] })).param).toBe('input');
   });
 
