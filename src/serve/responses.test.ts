@@ -2,11 +2,13 @@
  * `empo2 serve` answers `POST /v1/responses` through the protocol layer (../openai/responses/): greedy
  * answers equal the in-process engine's for the same ChatML prompt, plain and streamed, with the `openai`
  * client; `previous_response_id` chains; `text.format` json_schema is constrained (the AI SDK's
- * `Output.object`); tools are refused by name until serve renders them.
+ * `Output.object`); `@openai/agents` plays a forced three-call tool episode against it, as a trained
+ * policy is deployed behind the same agent; bad input is refused naming the field.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
+import { Agent, OpenAIProvider, Runner, tool } from '@openai/agents';
 import { generateText, Output } from 'ai';
 import { z } from 'zod';
 import { renderChatML } from './chat.ts';
@@ -91,9 +93,13 @@ describe('empo2 serve: /v1/responses', () => {
       });
       return { status: res.status, error: ((await res.json()) as { error: { param: string; message: string } }).error };
     };
-    const tools = await post({ input: 'x', tools: [{ type: 'function', name: 'go', parameters: { type: 'object', properties: {} } }] });
-    expect(tools).toMatchObject({ status: 400, error: { param: 'tools' } });
-    expect(tools.error.message).toContain('empo2 serve');
+    const web = await post({ input: 'x', tools: [{ type: 'web_search' }] });
+    expect(web).toMatchObject({ status: 400, error: { param: 'tools[0].type' } });
+    expect(web.error.message).toContain('empo2 serve');
+    expect(await post({ input: [{ type: 'function_call_output', call_id: 'call_x', output: 'y' }] })).toMatchObject({
+      status: 400,
+      error: { param: 'input[0].call_id' },
+    });
     expect(await post({ input: 'x', model: 'other' })).toMatchObject({ status: 404, error: { param: 'model' } });
     expect(await post({ input: 'x', previous_response_id: 'resp_nope' })).toMatchObject({
       status: 400,
@@ -102,5 +108,38 @@ describe('empo2 serve: /v1/responses', () => {
     const unknown = await post({ input: 'x', colour: 'red' });
     expect(unknown).toMatchObject({ status: 400, error: { param: 'colour' } });
     expect(unknown.error.message).toContain('empo2 serve refuses');
+  });
+
+  it('@openai/agents plays a forced three-call tool episode against it', async () => {
+    const visited: string[] = [];
+    const runner = new Runner({ modelProvider: new OpenAIProvider({ openAIClient: client() as any }), tracingDisabled: true });
+    const move = tool({
+      name: 'move',
+      description: 'Go to a room.',
+      // A free string (at most 6 characters): too many calls to list, so decoding runs the JSON constraint itself.
+      parameters: z.object({ room: z.enum(['hall', 'kitchen', 'garden']), note: z.string().max(6) }),
+      execute: ({ room, note }) => {
+        visited.push(room);
+        expect(note.length).toBeLessThanOrEqual(6);
+        return `You walk into the ${room}.`;
+      },
+    });
+    const agent = new Agent({
+      name: 'finder',
+      model: 'tiny',
+      instructions: 'Find the hat.',
+      tools: [move],
+      modelSettings: { toolChoice: 'required' },
+      resetToolChoice: false,
+      toolUseBehavior: () =>
+        visited.length >= 3
+          ? { isFinalOutput: true, isInterrupted: undefined, finalOutput: visited.join(' ') }
+          : { isFinalOutput: false, isInterrupted: undefined },
+    });
+    const result = await runner.run(agent, 'You are in the hall.', { stream: true });
+    for await (const _ of result) void _;
+    await result.completed;
+    expect(visited).toHaveLength(3);
+    expect(result.finalOutput).toBe(visited.join(' '));
   });
 });

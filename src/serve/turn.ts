@@ -1,15 +1,20 @@
 /**
  * `empo2 serve`'s TurnBackend: the one the protocol layer's endpoints (../openai/) answer through. A turn
- * is rendered as the served model reads its chat (ChatML, as ./chat.ts renders chat completions), checked
- * against the request limits before it is tokenised (./limits.ts), and sampled on the engine queue with
- * the client's temperature, top-p and seed, constrained where the request asks for JSON (`text.format`:
- * the same constrained decoding as the trainer's, ../policy/json-constraint.ts) or gives `allowed_texts`.
+ * is rendered as the served model reads its chat (ChatML, as ./chat.ts renders chat completions; tools,
+ * tool calls and their results with the ChatML + Hermes default of ../openai/render.ts, as the gateway
+ * renders them in training), checked against the request limits before it is tokenised (./limits.ts), and
+ * sampled on the engine queue with the client's temperature, top-p and seed. Decoding is constrained, as
+ * in training, for a forced call (`tool_choice` "required" or a named function: one valid call of the
+ * tools' schemas) and for JSON (`text.format`), or to the request's `allowed_texts`; the answer's calls
+ * are read with the hermes tool parser (../openai/tool-parsers/).
  */
-import { endTokenIds, JsonSchemaError, jsonFormatConstraint } from '../policy/index.ts';
-import type { TokenConstraint } from '../policy/types.ts';
+import { randomBytes } from 'node:crypto';
+import { endTokenIds, JsonSchemaError, jsonFormatConstraint, toolCallConstraint } from '../policy/index.ts';
+import type { TextTokenizer, TokenConstraint } from '../policy/types.ts';
 import { RequestError } from '../openai/errors.ts';
-import type { TurnBackend, TurnMessage, TurnRequest, TurnResult } from '../openai/types.ts';
-import { renderChatML } from './chat.ts';
+import { renderMessages } from '../openai/render.ts';
+import { toolParser } from '../openai/tool-parsers/index.ts';
+import type { TurnBackend, TurnRequest, TurnResult } from '../openai/types.ts';
 import { checkAllowedTexts, checkPrompt, checkTextFits, checkWork, servedLimit } from './limits.ts';
 import type { EngineQueue } from './queue.ts';
 
@@ -24,18 +29,32 @@ export interface ServeTurnOptions {
 
 export const SERVE_NAME = 'empo2 serve';
 
-/** Tool calls are the next step here (the gateway's rendering and parsers, shared through ../openai/). */
-function refuseTools(req: TurnRequest): void {
-  const why = `tool calls are not served by ${SERVE_NAME} yet`;
-  if (req.tools.length > 0) throw new RequestError(400, `${why}: send no "tools"`, 'tools');
-  if (req.messages.some((m) => m.role === 'tool' || (m.role === 'assistant' && m.toolCalls.length > 0)))
-    throw new RequestError(400, `${why}: the input has tool calls or their outputs`, 'input');
-}
+const parse = toolParser('hermes');
 
-function chatMessage(m: TurnMessage): { role: 'system' | 'developer' | 'user' | 'assistant'; content: string } {
-  if (m.role === 'assistant') return { role: 'assistant', content: m.content ?? '' };
-  if (m.role === 'tool') throw new Error('unreachable: tool messages are refused first');
-  return m;
+/** Forced calls of few valid texts are sampled as allowed texts, as the gateway samples them. */
+const FINITE_CALLS = 256;
+
+/** What decoding is limited to: a forced call, JSON, the request's allowed texts, or nothing. */
+function constraintOf(
+  req: TurnRequest,
+  tok: TextTokenizer,
+): { constraints: TokenConstraint[] } | { allowedTexts: (readonly string[])[] } | null {
+  const base = { tokenizer: tok, endTokens: endTokenIds(tok) };
+  const choice = req.toolChoice;
+  try {
+    if (req.allowedTexts) return { allowedTexts: [req.allowedTexts] };
+    if (req.tools.length > 0 && (choice === 'required' || typeof choice === 'object')) {
+      const c = toolCallConstraint({ ...base, tools: req.tools, choice, parser: 'hermes', finiteLimit: FINITE_CALLS });
+      const texts = c.finiteTexts();
+      return texts ? { allowedTexts: [texts] } : { constraints: [c] };
+    }
+    if (req.format.type !== 'text') return { constraints: [jsonFormatConstraint(req.format, base)] };
+  } catch (e) {
+    // The endpoints check the schemas they constrain and name them; this names what is left.
+    if (e instanceof JsonSchemaError) throw new RequestError(400, `decoding cannot be constrained to this: ${e.message}`, e.path);
+    throw e;
+  }
+  return null;
 }
 
 export function serveTurnBackend(o: ServeTurnOptions): TurnBackend {
@@ -45,7 +64,6 @@ export function serveTurnBackend(o: ServeTurnOptions): TurnBackend {
     tokenizer: () => o.queue.current.engine.tokenizer,
     checkModel: (model) => void o.adapterOf(model),
     async turn(req, { signal }): Promise<TurnResult> {
-      refuseTools(req);
       const adapter = o.adapterOf(req.model);
       const served = o.queue.current;
       const tok = served.engine.tokenizer;
@@ -53,22 +71,13 @@ export function serveTurnBackend(o: ServeTurnOptions): TurnBackend {
       if (req.allowedTexts)
         checkAllowedTexts(served, [req.allowedTexts], explicitMax ?? o.defaultMaxTokens, (_, j) => `allowed_texts[${j}]`);
       // Measured before it is tokenised: a text that cannot fit is not worth the time.
-      const rendered = renderChatML(req.messages.map(chatMessage));
+      const rendered = renderMessages(req.messages, { tools: req.tools });
       checkTextFits(servedLimit(served), rendered, explicitMax ?? 1, 'input');
       const prompt = tok.encode(rendered);
       const maxTokens = explicitMax ?? Math.max(1, Math.min(o.defaultMaxTokens, served.maxModelLen - prompt.length));
       checkWork(1, prompt.length, maxTokens, o.maxRequestTokens, 'input');
       const check = (s: typeof served) => checkPrompt(s, prompt, () => 'input', maxTokens);
       check(served);
-      let constraint: TokenConstraint | null = null;
-      if (req.format.type !== 'text')
-        try {
-          constraint = jsonFormatConstraint(req.format, { tokenizer: tok, endTokens: endTokenIds(tok) });
-        } catch (e) {
-          if (e instanceof JsonSchemaError)
-            throw new RequestError(400, `the JSON schema cannot be constrained: ${e.message}`, 'text.format.schema');
-          throw e;
-        }
       const [g] = await o.queue.generate(
         [prompt],
         {
@@ -76,12 +85,21 @@ export function serveTurnBackend(o: ServeTurnOptions): TurnBackend {
           topP: req.topP ?? 1,
           maxTokens,
           stop: req.stop,
-          ...(constraint ? { constraints: [constraint] } : req.allowedTexts ? { allowedTexts: [req.allowedTexts] } : {}),
+          ...constraintOf(req, tok),
           seed: req.seed ?? null,
         },
         { signal, check, adapter },
       );
-      return { content: g.text, toolCalls: [], finishReason: g.finish, generation: g, promptIds: prompt, policyVersion: 0 };
+      const parsed = req.tools.length > 0 && req.toolChoice !== 'none' ? parse(g.text, { tools: req.tools }) : null;
+      const toolCalls = (parsed?.calls ?? []).map((c) => ({ id: `call_${randomBytes(12).toString('hex')}`, ...c }));
+      return {
+        content: parsed ? parsed.content : g.text,
+        toolCalls,
+        finishReason: toolCalls.length > 0 ? 'tool_calls' : g.finish,
+        generation: g,
+        promptIds: prompt,
+        policyVersion: 0,
+      };
     },
   };
 }
