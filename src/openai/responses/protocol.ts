@@ -166,7 +166,7 @@ export function readResponsesRequest(body: unknown, o: { store: ResponseStore; s
     if (!stored)
       throw new RequestError(
         400,
-        `previous_response_id "${r.previous_response_id}" is not a response of ${o.store.scope} (${o.server} keeps the last ${o.store.capacity} responses of each episode, for that episode only)`,
+        `previous_response_id "${r.previous_response_id}" is not a response of ${o.store.scope} (${o.server} keeps the last ${o.store.capacity} responses of ${o.store.scope}, for it alone)`,
         'previous_response_id',
       );
     previous = stored.conversation;
