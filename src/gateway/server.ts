@@ -17,7 +17,7 @@ import { startHttpFront } from '../util/http-front.ts';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Generation, TextTokenizer, TokenConstraint } from '../policy/types.ts';
-import { JsonSchemaError, requireEndTokenIds, toolCallConstraint, type JsonTokenConstraint } from '../policy/index.ts';
+import { jsonFormatConstraint, requireEndTokenIds, toolCallConstraint, type JsonTokenConstraint } from '../policy/index.ts';
 import type { ShownTip } from '../run/records.ts';
 import { outcomeProblem } from './outcome.ts';
 import { policyFingerprint, POLICY_VERSION_HEADER, serveChatCompletion, usage } from '../openai/chat_completion/serving.ts';
@@ -386,17 +386,19 @@ async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], req: TurnRequest, 
     previous: session.history,
   });
   if (limit) refusePrompt(session, () => checkContext(encoded.ids.length, maxTokens, limit.maxModelLen, 'messages'));
-  const forced = forcedCall(ctx, req, tok);
+  const forced = forcedAnswer(ctx, req, tok);
   const g = await sampleStep(session, signal, {
     prompt: encoded.ids,
     maxTokens,
     stop: req.stop,
-    allowedTexts: forced?.allowedTexts ?? req.allowedTexts ?? null,
-    constraint: forced?.constraint ?? null,
+    allowedTexts: forced && 'allowedTexts' in forced ? forced.allowedTexts : (req.allowedTexts ?? null),
+    constraint: forced && 'constraint' in forced ? forced.constraint : null,
   });
   const text = cutAtStop(g.text, req.stop);
+  // An answer constrained to a JSON format is that JSON, not a call (unless a call was forced).
+  const jsonOnly = req.format.type !== 'text' && req.toolChoice !== 'required' && typeof req.toolChoice !== 'object';
   const parsed =
-    req.tools.length > 0 && req.toolChoice !== 'none'
+    req.tools.length > 0 && req.toolChoice !== 'none' && !jsonOnly
       ? ctx.parseTools(text, { tools: req.tools })
       : { content: text, calls: [], malformed: null };
   const toolCalls = parsed.calls.map((call) => ({ id: `call_${randomBytes(12).toString('hex')}`, ...call }));
@@ -432,39 +434,41 @@ async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], req: TurnRequest, 
   };
 }
 
-/** Forced calls whose arguments have at most this many texts are sampled as allowed texts (every engine takes them). */
-const FINITE_CALLS = 256;
+/** Forced answers with at most this many texts are sampled as allowed texts (every engine takes them). */
+const FINITE_ANSWERS = 256;
 
 /**
- * The constraint of a call that must call a tool (`tool_choice` "required" or a named function, and no
- * `allowed_texts` of the agent's own): decoding limited to one valid call of the tools' JSON Schemas in
- * the run's tool-call format, as the built-in rollout limits its actions to the valid ones; the
- * recorded log-probs are the policy's own (../policy/json-constraint.ts). Where the schemas leave few
- * calls (enums), they are sampled as allowed texts, which every engine takes.
+ * The constraint of a call whose answer is decided by its form (and no `allowed_texts` of the agent's
+ * own): a call that must call a tool (`tool_choice` "required" or a named function) is decoded as one
+ * valid call of the tools' JSON Schemas in the run's tool-call format, and a `response_format` of JSON as
+ * JSON (for its schema), as the built-in rollout limits its actions to the valid ones; the recorded
+ * log-probs are the policy's own (../policy/json-constraint.ts). Where a constraint leaves few texts
+ * (enums), they are sampled as allowed texts, which every engine takes. (The protocol layer has checked
+ * that the schemas can be constrained, naming the field.)
  */
-function forcedCall(
+function forcedAnswer(
   ctx: Ctx,
   req: TurnRequest,
   tok: TextTokenizer,
-): { allowedTexts: readonly string[]; constraint?: undefined } | { constraint: TokenConstraint; allowedTexts?: undefined } | null {
+): { allowedTexts: readonly string[] } | { constraint: TokenConstraint } | null {
+  if (req.allowedTexts) return null;
   const choice = req.toolChoice;
-  if (req.allowedTexts || req.tools.length === 0 || (choice !== 'required' && typeof choice !== 'object')) return null;
-  const parser = ctx.toolParser ?? 'hermes';
-  if (parser !== 'hermes' && parser !== 'llama3_json')
-    throw new RequestError(
-      400,
-      `tool_choice ${JSON.stringify(choice)} needs model.tool_parser hermes or llama3_json to constrain the call to (this run reads calls with "${parser}")`,
-      'tool_choice',
-    );
+  const callForced = req.tools.length > 0 && (choice === 'required' || typeof choice === 'object');
+  if (!callForced && req.format.type === 'text') return null;
+  const base = { tokenizer: tok, endTokens: requireEndTokenIds(tok, "the model's tokenizer"), finiteLimit: FINITE_ANSWERS };
   let c: JsonTokenConstraint;
-  try {
-    const endTokens = requireEndTokenIds(tok, "the model's tokenizer");
-    c = toolCallConstraint({ tools: req.tools, choice, parser, tokenizer: tok, endTokens, finiteLimit: FINITE_CALLS });
-  } catch (e) {
-    if (!(e instanceof JsonSchemaError)) throw e;
-    // Its paths name the tool as the constraint sees it; the request names it under "function".
-    const where = e.path.replace(/^tools\[(\d+)\]\./, 'tools[$1].function.').replace(/^tool_choice\.name/, 'tool_choice.function.name');
-    throw new RequestError(400, `"${where}": a call cannot be constrained to this: ${e.message.slice(e.path.length + 2)}`, where);
+  if (callForced) {
+    const parser = ctx.toolParser ?? 'hermes';
+    if (parser !== 'hermes' && parser !== 'llama3_json')
+      throw new RequestError(
+        400,
+        `tool_choice ${JSON.stringify(choice)} needs model.tool_parser hermes or llama3_json to constrain the call to (this run reads calls with "${parser}")`,
+        'tool_choice',
+      );
+    c = toolCallConstraint({ ...base, tools: req.tools, choice: choice as 'required' | { name: string }, parser });
+  } else {
+    const f = req.format;
+    c = jsonFormatConstraint(f.type === 'json_schema' ? { type: 'json_schema', schema: f.schema } : { type: 'json_object' }, base);
   }
   const texts = c.finiteTexts();
   return texts ? { allowedTexts: texts } : { constraint: c };

@@ -3,7 +3,9 @@
  * zod and read into a `TurnRequest` (../types.ts), so that a bad request is answered with a 400 naming the
  * field: `tools` (function tools with JSON Schema parameters; other tool types are refused by name),
  * `tool_choice` (auto, none, required, a named function), `parallel_tool_calls`, assistant messages with
- * `tool_calls` and `tool` messages with the `tool_call_id` of a call made earlier in the conversation.
+ * `tool_calls` and `tool` messages with the `tool_call_id` of a call made earlier in the conversation,
+ * `response_format` (text, json_object, json_schema). Schemas that decoding will be constrained to (a
+ * forced call's tools, a json_schema) are checked here against what the constraint takes, naming the field.
  *
  * Fields that do not change what is sampled (`store`, `metadata`, `user`, `service_tier`,
  * `prompt_cache_key`, `safety_identifier`) are accepted and ignored; `temperature`, `top_p` and `seed` are
@@ -13,8 +15,9 @@
  * be), `return_token_ids` (also return the prompt's ids, as vLLM names it).
  */
 import { z } from 'zod';
+import { checkConstrainableSchema, JsonSchemaError } from '../../policy/index.ts';
 import { parseRequest, RequestError } from '../errors.ts';
-import type { FunctionTool, JsonSchema, ToolCall, ToolChoice, TurnMessage, TurnRequest } from '../types.ts';
+import type { FunctionTool, JsonSchema, OutputFormat, ToolCall, ToolChoice, TurnMessage, TurnRequest } from '../types.ts';
 
 const stop = z
   .union([z.string(), z.array(z.string()).max(16)], { error: 'must be a string or an array of strings' })
@@ -86,7 +89,26 @@ export const ChatCompletionRequestSchema = z.strictObject({
   max_completion_tokens: z.number().int().min(1).nullable().optional(),
   logprobs: z.boolean().nullable().optional(),
   top_logprobs: z.literal(0, { error: 'only top_logprobs: 0 is supported; top alternatives are not computed' }).nullable().optional(),
-  response_format: z.strictObject({ type: z.literal('text', { error: 'only response_format {type: "text"} is supported' }) }).optional(),
+  response_format: z
+    .discriminatedUnion(
+      'type',
+      [
+        z.strictObject({ type: z.literal('text') }),
+        z.strictObject({ type: z.literal('json_object') }),
+        z.strictObject({
+          type: z.literal('json_schema'),
+          json_schema: z.strictObject({
+            name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, { error: 'must be 1-64 letters, digits, "_" or "-"' }),
+            description: z.string().optional(),
+            schema: z.record(z.string(), z.unknown()).optional(),
+            strict: z.boolean().nullable().optional(),
+          }),
+        }),
+      ],
+      { error: 'must be {type: "text"}, {type: "json_object"} or {type: "json_schema", json_schema: {name, schema}}' },
+    )
+    .nullable()
+    .optional(),
   // Checked one by one below, so that a built-in tool type is refused by name and a bad schema by its path.
   tools: z.array(z.unknown()).max(1024).nullable().optional(),
   tool_choice: toolChoice.nullable().optional(),
@@ -126,6 +148,8 @@ export function readChatRequest(body: unknown, serverName: string): { request: T
   const tools = readTools(r.tools ?? [], serverName);
   const toolChoice = readToolChoice(r.tool_choice ?? 'auto', tools);
   const messages = readMessages(r.messages);
+  const format = readFormat(r.response_format);
+  checkConstrainable(tools, toolChoice, format);
   const stop = r.stop == null ? [] : typeof r.stop === 'string' ? [r.stop] : r.stop;
   return {
     request: {
@@ -135,7 +159,7 @@ export function readChatRequest(body: unknown, serverName: string): { request: T
       parallelToolCalls: r.parallel_tool_calls ?? true,
       maxTokens: r.max_completion_tokens ?? r.max_tokens ?? null,
       stop,
-      format: { type: 'text' },
+      format,
       ...(r.empo2_state !== undefined ? { state: r.empo2_state } : {}),
       ...(r.empo2_valid_actions != null ? { validActions: r.empo2_valid_actions } : {}),
       allowedTexts: r.allowed_texts ?? null,
@@ -276,4 +300,33 @@ function readToolChoice(c: NonNullable<ChatCompletionRequest['tool_choice']>, to
       'tool_choice.function.name',
     );
   return { name: c.function.name };
+}
+
+function readFormat(f: ChatCompletionRequest['response_format']): OutputFormat {
+  if (!f || f.type === 'text') return { type: 'text' };
+  if (f.type === 'json_object') return { type: 'json_object' };
+  const { name, schema, strict } = f.json_schema;
+  return { type: 'json_schema', name, schema: schema ?? {}, ...(strict != null ? { strict } : {}) };
+}
+
+/**
+ * A forced call's tool schemas and a JSON format's schema are what decoding is constrained to
+ * (../../policy/json-constraint.ts): one the constraint cannot take is a 400 naming it here, where the
+ * request's own field names are known.
+ */
+function checkConstrainable(tools: readonly FunctionTool[], choice: ToolChoice, format: OutputFormat): void {
+  const check = (schema: unknown, where: string) => {
+    try {
+      checkConstrainableSchema(schema, where);
+    } catch (e) {
+      if (!(e instanceof JsonSchemaError)) throw e;
+      throw new RequestError(400, `"${e.path}": decoding cannot be constrained to this: ${e.message.slice(e.path.length + 2)}`, e.path);
+    }
+  };
+  if (choice === 'required' || typeof choice === 'object')
+    tools.forEach((t, i) => {
+      if (t.parameters !== undefined && (choice === 'required' || t.name === choice.name))
+        check(t.parameters, `tools[${i}].function.parameters`);
+    });
+  if (format.type === 'json_schema') check(format.schema, 'response_format.json_schema.schema');
 }
