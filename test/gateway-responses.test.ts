@@ -13,7 +13,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import { Agent, OpenAIProvider, Runner, tool } from '@openai/agents';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateText, jsonSchema, stepCountIs, streamText, tool as aiTool } from 'ai';
+import { generateText, jsonSchema, Output, stepCountIs, streamText, tool as aiTool } from 'ai';
 import { z } from 'zod';
 import { loadConfig } from '../src/config/load.ts';
 import { environmentCorpus } from '../src/envs/index.ts';
@@ -161,6 +161,28 @@ describe('POST responses through the gateway', () => {
       expectMoves(episode, visited, results);
     }
   }, 120_000);
+
+  it('structured outputs: text.format json_schema from @openai/agents outputType and the AI SDK Output.object, one step each', async () => {
+    const schema = z.object({ found: z.enum(['yes', 'no']), where: z.enum(['hall', 'kitchen']) });
+    const outputs: unknown[] = [];
+    const [episode] = await play(async ({ baseURL, apiKey, model }) => {
+      const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+      const runner = new Runner({ modelProvider: new OpenAIProvider({ openAIClient: client as any }), tracingDisabled: true });
+      const agent = new Agent({ name: 'judge', model, instructions: 'Say where the hat is.', outputType: schema });
+      outputs.push((await runner.run(agent, 'Is the hat here?')).finalOutput);
+      const { output } = await generateText({
+        model: createOpenAI({ baseURL, apiKey }).responses(model),
+        prompt: 'Is the hat here?',
+        output: Output.object({ schema }),
+        maxRetries: 0,
+      });
+      outputs.push(output);
+      return 1;
+    });
+    for (const o of outputs) expect(schema.parse(o)).toEqual(o);
+    expect(episode.steps).toHaveLength(2);
+    expect(episode.steps.map((s) => JSON.parse(s.action))).toEqual(outputs);
+  }, 60_000);
 
   it('chains by previous_response_id within an episode, and refuses one from another episode, naming the field', async () => {
     let shared!: (id: string) => void;
