@@ -9,7 +9,7 @@
  * `previous_response_id` chains within an episode and is refused from another; bad input is a 400 naming
  * the field.
  */
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import OpenAI from 'openai';
 import { Agent, OpenAIProvider, Runner, tool } from '@openai/agents';
 import { createOpenAI } from '@ai-sdk/openai';
@@ -55,7 +55,8 @@ async function play(...agents: ((input: AgentInput) => Promise<number>)[]): Prom
     const settings = rolloutSettings(cfg, false, 31);
     const jobs = agents.map((_, k) => ({ task: 'agent', variation: 0, group: k }));
     const { episodes } = await p.player(engine, jobs, { settingsFor: () => settings, evaluation: false });
-    expect(p.gateway.openRequests()).toBe(0);
+    // Counted down when the server side of each answer closes, a moment after the client has it (a 5 MB body's last).
+    await vi.waitFor(() => expect(p.gateway.openRequests()).toBe(0), { timeout: 2000 });
     return episodes;
   } finally {
     await p.close();
@@ -239,7 +240,7 @@ describe('POST responses through the gateway', () => {
 
   it('refuses bad input with a 400 naming the field', async () => {
     const errors: { status: number; param: string; message: string }[] = [];
-    await play(async ({ baseURL, apiKey, model }) => {
+    const [episode] = await play(async ({ baseURL, apiKey, model }) => {
       const post = async (body: Record<string, unknown>) => {
         const res = await fetch(`${baseURL}/responses`, {
           method: 'POST',
@@ -251,13 +252,32 @@ describe('POST responses through the gateway', () => {
       await post({ input: [{ type: 'function_call_output', call_id: 'call_x', output: 'y' }] });
       await post({ input: 'x', tools: [{ type: 'web_search' }] });
       await post({ input: 'x', colour: 'red' });
+      // A 5 MB tool result: more than the context holds, refused before it is tokenised; the episode fails with the reason.
+      const a = await fetch(`${baseURL}/responses`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${apiKey}` },
+        body: JSON.stringify({
+          model,
+          input: 'Go.',
+          tools: [{ type: 'function', name: 'move', parameters: MOVE_SCHEMA }],
+          tool_choice: 'required',
+        }),
+      });
+      const first = (await a.json()) as { id: string; output: { call_id: string }[] };
+      await post({
+        previous_response_id: first.id,
+        input: [{ type: 'function_call_output', call_id: first.output[0].call_id, output: 'x'.repeat(5 << 20) }],
+      });
       return 0;
     });
     expect(errors.map((e) => [e.status, e.param])).toEqual([
       [400, 'input[0].call_id'],
       [400, 'tools[0].type'],
       [400, 'colour'],
+      [400, 'input'],
     ]);
+    expect(errors[3].message).toMatch(/context/);
+    expect(episode.failure).toMatch(/prompt was refused/);
     expect(errors[2].message).toContain('the empo2 gateway refuses');
   }, 60_000);
 });

@@ -371,7 +371,8 @@ async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], req: TurnRequest, 
   const limit = promptLimit(ctx);
   // Measured before the memory is asked for tips on the state or anything is tokenised (a 10 MB message took 23-50 s to tokenise).
   const bytes = req.messages.reduce((n, m) => n + messageBytes(m), 0);
-  if (limit) refusePrompt(session, () => checkBytesFit(limit, bytes, maxTokens, 'messages'));
+  const field = req.messagesField ?? 'messages';
+  if (limit) refusePrompt(session, () => checkBytesFit(limit, bytes, maxTokens, field));
   const u = lastObservation(req.messages);
   const state = req.state ?? turnText(req.messages[u >= 0 ? u : req.messages.length - 1]);
   // The state's valid actions as the agent names them; a constrained call's allowed texts are them otherwise.
@@ -385,7 +386,7 @@ async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], req: TurnRequest, 
     tips: shown.map((t) => t.text),
     previous: session.history,
   });
-  if (limit) refusePrompt(session, () => checkContext(encoded.ids.length, maxTokens, limit.maxModelLen, 'messages'));
+  if (limit) refusePrompt(session, () => checkContext(encoded.ids.length, maxTokens, limit.maxModelLen, field));
   const forced = forcedAnswer(ctx, req, tok);
   const g = await sampleStep(session, signal, {
     prompt: encoded.ids,

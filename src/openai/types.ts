@@ -51,6 +51,8 @@ export interface TurnRequest {
   maxTokens: number | null;
   stop: string[];
   format: OutputFormat;
+  /** The request field the messages came in, for errors about them: "messages" (the default, chat) or "input" (responses). */
+  messagesField?: string;
   /** The model the client named (absent: the server's); a server with LoRA adapters picks one by it. */
   model?: string;
   /** The client's sampling settings: `empo2 serve` samples with them; the gateway samples at the trainer's and ignores them. */

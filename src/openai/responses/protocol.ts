@@ -185,6 +185,7 @@ export function readResponsesRequest(body: unknown, o: { store: ResponseStore; s
       maxTokens: r.max_output_tokens ?? null,
       stop: [],
       format,
+      messagesField: 'input',
       ...(r.model !== undefined ? { model: r.model } : {}),
       ...(r.temperature != null ? { temperature: r.temperature } : {}),
       ...(r.top_p != null ? { topP: r.top_p } : {}),

@@ -74,6 +74,7 @@ describe('POST /v1/responses, plain', () => {
     const body = JSON.parse(r.text);
     const turn = backend.turns.at(-1)!;
     expect(turn.request.messages).toEqual([{ role: 'user', content: 'You are in the hall.' }]);
+    expect(turn.request.messagesField).toBe('input');
     expect(turn.request.maxTokens).toBe(8);
     expect(body).toMatchObject({
       object: 'response',
