@@ -105,6 +105,8 @@ describe('empo2 serve: /v1/responses', () => {
       status: 400,
       error: { param: 'previous_response_id' },
     });
+    const long = await post({ input: 'word '.repeat(50_000) });
+    expect(long).toMatchObject({ status: 400, error: { param: 'input' } });
     const unknown = await post({ input: 'x', colour: 'red' });
     expect(unknown).toMatchObject({ status: 400, error: { param: 'colour' } });
     expect(unknown.error.message).toContain('empo2 serve refuses');

@@ -71,12 +71,13 @@ export function serveTurnBackend(o: ServeTurnOptions): TurnBackend {
       if (req.allowedTexts)
         checkAllowedTexts(served, [req.allowedTexts], explicitMax ?? o.defaultMaxTokens, (_, j) => `allowed_texts[${j}]`);
       // Measured before it is tokenised: a text that cannot fit is not worth the time.
+      const field = req.messagesField ?? 'messages';
       const rendered = renderMessages(req.messages, { tools: req.tools });
-      checkTextFits(servedLimit(served), rendered, explicitMax ?? 1, 'input');
+      checkTextFits(servedLimit(served), rendered, explicitMax ?? 1, field);
       const prompt = tok.encode(rendered);
       const maxTokens = explicitMax ?? Math.max(1, Math.min(o.defaultMaxTokens, served.maxModelLen - prompt.length));
-      checkWork(1, prompt.length, maxTokens, o.maxRequestTokens, 'input');
-      const check = (s: typeof served) => checkPrompt(s, prompt, () => 'input', maxTokens);
+      checkWork(1, prompt.length, maxTokens, o.maxRequestTokens, field);
+      const check = (s: typeof served) => checkPrompt(s, prompt, () => field, maxTokens);
       check(served);
       const [g] = await o.queue.generate(
         [prompt],
