@@ -1,13 +1,17 @@
 /**
- * Tool calling through the training gateway with the tiny model and real clients: the unmodified `openai`
- * npm client (plain, and streaming through its own stream accumulator) and LangChain.js's
- * `ChatOpenAI.bindTools` play multi-turn tool episodes (two tool calls and their results, then an answer);
- * the calls are forced with the gateway's `allowed_texts` (constrained decoding with the real engine).
+ * Tool calling through the training gateway with the tiny model and real, unmodified clients: the `openai`
+ * npm client (plain, and streaming through its own stream accumulator), LangChain.js's
+ * `ChatOpenAI.bindTools` and `withStructuredOutput`, an `@openai/agents` Agent on Chat Completions, and a
+ * Python agent with the `openai` pip package run as a process, each playing a multi-turn tool episode (two
+ * tool calls and their results). Calls are forced with `tool_choice` (decoding constrained to a valid call
+ * of the tools' schemas) or with the gateway's `allowed_texts` (constrained decoding with the real engine).
  *
- * Exactness: the client sends the assistant's calls back re-serialised (keys reordered, arguments
- * re-spaced), and every step's prompt still extends the previous step's tip-free prompt and sampled ids
- * token for token; with the memory's tips shown in every call, cutting the tip span out gives the tip-free
- * ids. Each answer carries the policy version. Bad input gets a 400 naming the field.
+ * Exactness: the clients send the assistant's calls back re-serialised (keys reordered, arguments
+ * re-spaced, pydantic's model_dump), and every step's prompt still extends the previous step's tip-free
+ * prompt and sampled ids token for token; with the memory's tips shown in every call, cutting the tip span
+ * out gives the ids of the same episode played without tips. An edited history is recorded as not
+ * token-exact, a malformed call as text with its reason and the format reward. Each answer carries the
+ * policy version. Bad input gets a 400 naming the field.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
@@ -57,9 +61,16 @@ const TIPS: RolloutMemory = {
 };
 
 /** Plays one episode behind `agent`, with the tips of `memory` when given (and config overrides `set`); returns the recorded episode. */
-async function playOne(agent: (input: AgentInput) => Promise<number>, memory?: RolloutMemory, set: string[] = []): Promise<Episode> {
+async function playOne(
+  agent: (input: AgentInput) => Promise<number>,
+  memory?: RolloutMemory,
+  set: string[] = [],
+  policyVersion?: number,
+): Promise<Episode> {
   const runCfg = set.length ? loadConfig(null, [...SET, ...set]) : cfg;
   const play = await openAgentPlay(runCfg, { agent, taskOf: () => 'task', log: () => {} });
+  // The trainer tells the gateway which weights sample (TrainOptions.onPhase); every answer says it.
+  if (policyVersion !== undefined) play.onPhase({ phase: 'rollout', iteration: policyVersion + 1, policyVersion });
   try {
     const settings = rolloutSettings(runCfg, false, 31);
     const { episodes } = await play.player(engine, [{ task: 'agent', variation: 0, group: 0 }], {
@@ -389,33 +400,49 @@ describe('tool calls through the gateway', () => {
       required: ['room', 'found', 'note'],
       additionalProperties: false,
     };
-    const seen: { openai?: unknown; langchain?: unknown; refused?: { status: number; param: string | null } } = {};
-    await playOne(async ({ baseURL, apiKey, model }) => {
-      const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
-      const r = await client.chat.completions.create({
-        model,
-        messages: [{ role: 'user', content: 'Where is the hat?' }],
-        response_format: { type: 'json_schema', json_schema: { name: 'answer', schema, strict: true } },
-      });
-      seen.openai = JSON.parse(r.choices[0].message.content!);
-      const llm = new ChatOpenAI({ model, apiKey, configuration: { baseURL }, maxRetries: 0 });
-      const structured = llm.withStructuredOutput(z.object({ room: z.enum(['hall', 'kitchen']), found: z.boolean() }), { name: 'answer' });
-      seen.langchain = await structured.invoke('Where is the hat?');
-      const bad = await fetch(`${baseURL}/chat/completions`, {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${apiKey}` },
-        body: JSON.stringify({
-          model,
-          messages: [{ role: 'user', content: 'x' }],
-          response_format: {
-            type: 'json_schema',
-            json_schema: { name: 'a', schema: { type: 'object', properties: { x: { type: 'string', pattern: '^a+$' } } } },
-          },
-        }),
-      });
-      seen.refused = { status: bad.status, param: ((await bad.json()) as { error: { param: string | null } }).error.param };
-      return 1;
-    });
+    const seen: {
+      openai?: unknown;
+      langchain?: unknown;
+      refused?: { status: number; param: string | null };
+      version?: (string | null | undefined)[];
+    } = {};
+    await playOne(
+      async ({ baseURL, apiKey, model }) => {
+        const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+        const { data: r, response } = await client.chat.completions
+          .create({
+            model,
+            messages: [{ role: 'user', content: 'Where is the hat?' }],
+            response_format: { type: 'json_schema', json_schema: { name: 'answer', schema, strict: true } },
+          })
+          .withResponse();
+        seen.openai = JSON.parse(r.choices[0].message.content!);
+        seen.version = [r.system_fingerprint, response.headers.get('x-empo2-policy-version')];
+        const llm = new ChatOpenAI({ model, apiKey, configuration: { baseURL }, maxRetries: 0 });
+        const structured = llm.withStructuredOutput(z.object({ room: z.enum(['hall', 'kitchen']), found: z.boolean() }), {
+          name: 'answer',
+        });
+        seen.langchain = await structured.invoke('Where is the hat?');
+        const bad = await fetch(`${baseURL}/chat/completions`, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${apiKey}` },
+          body: JSON.stringify({
+            model,
+            messages: [{ role: 'user', content: 'x' }],
+            response_format: {
+              type: 'json_schema',
+              json_schema: { name: 'a', schema: { type: 'object', properties: { x: { type: 'string', pattern: '^a+$' } } } },
+            },
+          }),
+        });
+        seen.refused = { status: bad.status, param: ((await bad.json()) as { error: { param: string | null } }).error.param };
+        return 1;
+      },
+      undefined,
+      [],
+      3,
+    );
+    expect(seen.version).toEqual(['empo2-policy-3', '3']);
     const answer = seen.openai as { room: string; found: boolean; note: string };
     expect(Object.keys(answer)).toEqual(['room', 'found', 'note']);
     expect(['hall', 'kitchen']).toContain(answer.room);
@@ -442,4 +469,58 @@ describe('tool calls through the gateway', () => {
     },
     120_000,
   );
+
+  it('an @openai/agents Agent on Chat Completions (OpenAIChatCompletionsModel) runs two tool calls and their results', async () => {
+    const { Agent, run, tool, OpenAIChatCompletionsModel, setTracingDisabled } = await import('@openai/agents');
+    const { z } = await import('zod');
+    setTracingDisabled(true);
+    const ran: string[] = [];
+    const episode = await playOne(async ({ baseURL, apiKey, model }) => {
+      const move = tool({
+        name: 'move',
+        description: 'Go to a room.',
+        parameters: z.object({ room: z.enum(['hall', 'kitchen']) }),
+        execute: async ({ room }) => {
+          ran.push(`move ${room}`);
+          return `You are in the ${room}.`;
+        },
+      });
+      const look = tool({
+        name: 'look',
+        description: 'Look around.',
+        parameters: z.object({}),
+        execute: async () => {
+          ran.push('look');
+          return 'A hat.';
+        },
+      });
+      let results = 0;
+      const agent = new Agent({
+        name: 'finder',
+        instructions: 'Find the hat.',
+        // The SDK pins its own copy of `openai`; the client is the same at run time.
+        model: new OpenAIChatCompletionsModel(
+          new OpenAI({ baseURL, apiKey, maxRetries: 0 }) as unknown as ConstructorParameters<typeof OpenAIChatCompletionsModel>[0],
+          model,
+        ),
+        tools: [move, look],
+        modelSettings: { toolChoice: 'required' },
+        resetToolChoice: false,
+        // Two tool results end the run (the tiny model would call forced tools for ever).
+        toolUseBehavior: (_ctx, toolResults) => {
+          results += toolResults.length;
+          return results >= 2
+            ? { isFinalOutput: true, isInterrupted: undefined, finalOutput: 'done' }
+            : { isFinalOutput: false, isInterrupted: undefined };
+        },
+      });
+      const r = await run(agent, 'Where is the hat?');
+      expect(r.finalOutput).toBe('done');
+      return 1;
+    });
+    expect(ran).toHaveLength(2);
+    expect(episode.steps).toHaveLength(2);
+    expect(episode.steps.map((st) => st.call?.malformedToolCall)).toEqual([undefined, undefined]);
+    expectExact(episode);
+  }, 120_000);
 });

@@ -370,7 +370,9 @@ async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], req: TurnRequest, 
   const maxTokens = callBudget(session, req.maxTokens);
   const limit = promptLimit(ctx);
   // Measured before the memory is asked for tips on the state or anything is tokenised (a 10 MB message took 23-50 s to tokenise).
-  const bytes = req.messages.reduce((n, m) => n + messageBytes(m), 0);
+  // The tools are rendered into the prompt too.
+  const bytes =
+    req.messages.reduce((n, m) => n + messageBytes(m), 0) + (req.tools.length ? Buffer.byteLength(JSON.stringify(req.tools), 'utf8') : 0);
   const field = req.messagesField ?? 'messages';
   if (limit) refusePrompt(session, () => checkBytesFit(limit, bytes, maxTokens, field));
   const u = lastObservation(req.messages);
