@@ -22,7 +22,9 @@ import type { PolicyEngine } from '../src/policy/types.ts';
 import type { Episode } from '../src/run/records.ts';
 import { rolloutSettings } from '../src/trainer/rollout.ts';
 import { removeTips } from '../src/trainer/prompt.ts';
-import { openAgentPlay, type AgentInput } from '../src/gateway/index.ts';
+import { join } from 'node:path';
+import { openAgentPlay, runAgentProcess, type AgentInput } from '../src/gateway/index.ts';
+import { pythonGate, REPO_ROOT, venvPython } from './support/python.ts';
 import { TINY_MODEL } from './support/tiny.ts';
 
 let engine: PolicyEngine;
@@ -280,4 +282,42 @@ describe('POST responses through the gateway', () => {
     expect(episode.failure).toMatch(/prompt was refused/);
     expect(errors[2].message).toContain('the empo2 gateway refuses');
   }, 60_000);
+
+  const gate = pythonGate(['openai', 'agents']);
+  it.skipIf(!gate.available)(
+    `a Python agent with the openai-agents pip package on its default (Responses) model, as a process (${gate.label})`,
+    async () => {
+      const lines: string[] = [];
+      const command = `${venvPython()} ${join(REPO_ROOT, 'test', 'support', 'python-responses-agent.py')}`;
+      const [episode] = await play((input) => runAgentProcess({ command, log: (l) => lines.push(l) }, input) as Promise<number>);
+      const line = lines.find((l) => l.includes('"visited"'));
+      expect(line, lines.join('\n')).toBeDefined();
+      const seen = JSON.parse(line!.replace(/^[^{]*/, '')) as { visited: string[]; first: string; second: string; events: string[] };
+      expect(seen.visited).toHaveLength(4);
+      expect(seen.first).toBe(seen.visited.slice(0, 2).join(' '));
+      expect(seen.second).toBe(seen.visited.join(' '));
+      // The streamed run's events, as the Python SDK read them, for each of its two calls.
+      const call = [
+        'response.created',
+        'response.in_progress',
+        'response.output_item.added',
+        'response.function_call_arguments.delta',
+        'response.function_call_arguments.done',
+        'response.output_item.done',
+        'response.completed',
+      ];
+      expect(seen.events).toEqual([...call, ...call]);
+      expect(episode.score).toBe(100);
+      expect(episode.steps.map((s) => s.action)).toEqual(seen.visited.map((room) => `move {"room":"${room}"}`));
+      // Each step after a call's result has that result as its state; the streamed run's first step reads its new input.
+      expect(episode.steps.map((s) => s.observation)).toEqual([
+        'You are in the hall.',
+        `You are in the ${seen.visited[0]}, room 1.`,
+        'Go on.',
+        `You are in the ${seen.visited[2]}, room 3.`,
+      ]);
+      expectExact(episode);
+    },
+    120_000,
+  );
 });
