@@ -523,4 +523,29 @@ describe('tool calls through the gateway', () => {
     expect(episode.steps.map((st) => st.call?.malformedToolCall)).toEqual([undefined, undefined]);
     expectExact(episode);
   }, 120_000);
+
+  it('returns parallel calls in one answer, and only the first with parallel_tool_calls false', async () => {
+    const two = [`${forced('look', {})[0]}\n${forced('move', { room: 'hall' })[0]}`];
+    const seen: OpenAI.Chat.Completions.ChatCompletionMessage[] = [];
+    const episode = await playOne(async ({ baseURL, apiKey, model }) => {
+      const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+      const messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [{ role: 'user', content: 'Look and go.' }];
+      // The third call's prompt holds the second answer as sampled, both calls in it, though one went back.
+      for (const parallel of [true, false, true]) {
+        const body = { model, messages, tools: TOOLS, parallel_tool_calls: parallel, allowed_texts: two };
+        const message = (await client.chat.completions.create(body as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming))
+          .choices[0].message;
+        seen.push(message);
+        messages.push(
+          reserialised(message),
+          ...message.tool_calls!.map((c) => ({ role: 'tool' as const, tool_call_id: c.id, content: 'ok' })),
+        );
+      }
+      return 1;
+    });
+    expect(
+      seen.map((m) => m.tool_calls!.map((c) => (c as OpenAI.Chat.Completions.ChatCompletionMessageFunctionToolCall).function.name)),
+    ).toEqual([['look', 'move'], ['look'], ['look', 'move']]);
+    expectExact(episode);
+  }, 120_000);
 });

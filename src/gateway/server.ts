@@ -404,7 +404,9 @@ async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], req: TurnRequest, 
     req.tools.length > 0 && req.toolChoice !== 'none' && !jsonOnly
       ? ctx.parseTools(text, { tools: req.tools })
       : { content: text, calls: [], malformed: null };
-  const toolCalls = parsed.calls.map((call) => ({ id: `call_${randomBytes(12).toString('hex')}`, ...call }));
+  // parallel_tool_calls false: at most one call goes back (the sampled text, both calls in it, is what is trained on).
+  const calls = req.parallelToolCalls ? parsed.calls : parsed.calls.slice(0, 1);
+  const toolCalls = calls.map((call) => ({ id: `call_${randomBytes(12).toString('hex')}`, ...call }));
   const hadAssistant = req.messages.some((m) => m.role === 'assistant');
   const tokenExact = spliced.exact && (!hadAssistant || encoded.extended);
   // Recorded for tool conversations: a plain-text call's step stays the built-in rollout's step, field for field.
