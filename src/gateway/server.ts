@@ -4,8 +4,8 @@
  * key alone, on `{url}/v1`, also names it), so every call is attributed to its episode exactly, as
  * agent-lightning's proxy gives each rollout attempt its own `/rollout/{id}/attempt/{id}/v1` prefix.
  *
- * Routes under a base URL: GET models, POST chat/completions and completions (streaming or not), and
- * POST empo2/reward (the agent's reward, for agents that cannot return it: ./agent-process.ts).
+ * Routes under a base URL: GET models, POST chat/completions, completions and responses (OpenAI's
+ * Responses API, ../openai/responses/; streaming or not), and POST empo2/reward (the agent's reward, for agents that cannot return it: ./agent-process.ts).
  * Every completion call is one step of its episode: the messages rendered with the model's chat
  * template, the tips of a memory rollout put in the last user message (./prompt.ts), the call sampled
  * with the other episodes' in lockstep (./batch.ts), and the sampled token ids and log-probs recorded
@@ -22,6 +22,7 @@ import type { ShownTip } from '../run/records.ts';
 import { outcomeProblem } from './outcome.ts';
 import { policyFingerprint, POLICY_VERSION_HEADER, serveChatCompletion, usage } from '../openai/chat_completion/serving.ts';
 import { usesTools } from '../openai/render.ts';
+import { answerResponses } from '../openai/responses/serving.ts';
 import { toolParser, type ToolParser } from '../openai/tool-parsers/index.ts';
 import type { ToolCall, TurnBackend, TurnMessage, TurnRequest, TurnResult } from '../openai/types.ts';
 import { encodeCall, historyAfter, lastObservation, recordedAction, spliceSampled, turnText, type PromptRendering } from './prompt.ts';
@@ -205,12 +206,13 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   // for none to be open returns once every call of its episodes is answered.
   session.openRequests++;
   res.once('close', () => session.openRequests--);
-  if (path === '/v1/chat/completions' || path === '/v1/completions') {
+  if (path === '/v1/chat/completions' || path === '/v1/completions' || path === '/v1/responses') {
     const body = await post();
     // Its step's place, taken as its request is read: calls at once are steps in order of arrival (./session.ts).
     const slot = session.reserve();
     try {
       if (path === '/v1/chat/completions') return await chat(ctx, { entry, res, slot }, body);
+      if (path === '/v1/responses') return await responses(ctx, { entry, res, slot }, body);
       return await completion(ctx, { entry, res, slot }, body);
     } finally {
       session.release(slot); // a call that failed leaves no hole (none once it is recorded)
@@ -218,7 +220,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   }
   throw new RequestError(
     404,
-    `no route ${req.method} ${path} (routes: GET models, POST chat/completions, completions, empo2/reward)`,
+    `no route ${req.method} ${path} (routes: GET models, POST chat/completions, completions, responses, empo2/reward)`,
     null,
   );
 }
@@ -354,6 +356,22 @@ async function chat(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
   return serveChatCompletion(episodeBackend(ctx, c.entry, c.slot), body, c.res);
 }
 
+/** A Responses call, through the protocol layer, sampled as one step of its episode; `previous_response_id` names one of its own. */
+async function responses(ctx: Ctx, c: CallCtx, body: unknown): Promise<void> {
+  const client = hangUp(c.res);
+  try {
+    await answerResponses({
+      backend: episodeBackend(ctx, c.entry, c.slot),
+      store: c.entry.session.responses,
+      body,
+      res: c.res,
+      signal: client.signal,
+    });
+  } finally {
+    client.done();
+  }
+}
+
 /** The protocol layer's backend for one call of an episode: a turn is a step. */
 function episodeBackend(ctx: Ctx, entry: CallCtx['entry'], slot: CallSlot): TurnBackend {
   return {
@@ -377,7 +395,8 @@ async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], slot: CallSlot, re
   // The tools are rendered into the prompt too.
   const bytes =
     req.messages.reduce((n, m) => n + messageBytes(m), 0) + (req.tools.length ? Buffer.byteLength(JSON.stringify(req.tools), 'utf8') : 0);
-  if (limit) refusePrompt(session, () => checkBytesFit(limit, bytes, maxTokens, 'messages'));
+  const field = req.messagesField ?? 'messages';
+  if (limit) refusePrompt(session, () => checkBytesFit(limit, bytes, maxTokens, field));
   const u = lastObservation(req.messages);
   const state = req.state ?? turnText(req.messages[u >= 0 ? u : req.messages.length - 1]);
   // The state's valid actions as the agent names them; a constrained call's allowed texts are them otherwise.
@@ -391,7 +410,7 @@ async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], slot: CallSlot, re
     tips: shown.map((t) => t.text),
     previous: session.history(),
   });
-  if (limit) refusePrompt(session, () => checkContext(encoded.ids.length, maxTokens, limit.maxModelLen, 'messages'));
+  if (limit) refusePrompt(session, () => checkContext(encoded.ids.length, maxTokens, limit.maxModelLen, field));
   const forced = forcedAnswer(ctx, req, tok);
   const g = await sampleStep(session, signal, {
     prompt: encoded.ids,

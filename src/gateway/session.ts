@@ -9,6 +9,7 @@
  * back (`release`), and the steps are the filled slots, so it leaves no hole.
  */
 import { randomBytes } from 'node:crypto';
+import { ResponseStore } from '../openai/responses/store.ts';
 import type { RolloutJob, ShownTip, StepRecord } from '../run/records.ts';
 import type { LockstepBatch } from './batch.ts';
 import type { PromptHistory, SampledTurn } from './prompt.ts';
@@ -53,6 +54,8 @@ export class EpisodeSession {
   private branches: PromptHistory[] = [];
   /** Its answers as sampled, which the agent's later calls send back (./prompt.ts `spliceSampled`). */
   readonly turns: SampledTurn[] = [];
+  /** Its answers to `POST responses`, for `previous_response_id` (an id from another episode is not found here). */
+  readonly responses: ResponseStore;
   /** Set once: the episode will make no more calls. */
   ended = false;
   failure: string | null = null;
@@ -80,6 +83,7 @@ export class EpisodeSession {
     this.id = `ep${n}-${randomBytes(4).toString('hex')}`;
     this.key = `empo2-ep-${randomBytes(18).toString('base64url')}`;
     this.cacheKey = `gateway-${this.id}`;
+    this.responses = new ResponseStore({ scope: `episode ${this.id}` });
   }
 
   /** Ends the episode (the first reason given is kept); calls waiting are answered with an error, later ones with `status`. */

@@ -51,6 +51,14 @@ export interface TurnRequest {
   maxTokens: number | null;
   stop: string[];
   format: OutputFormat;
+  /** The request field the messages came in, for errors about them: "messages" (the default, chat) or "input" (responses). */
+  messagesField?: string;
+  /** The model the client named (absent: the server's); a server with LoRA adapters picks one by it. */
+  model?: string;
+  /** The client's sampling settings: `empo2 serve` samples with them; the gateway samples at the trainer's and ignores them. */
+  temperature?: number;
+  topP?: number;
+  seed?: number;
   /** empo2's own fields (the gateway's; `empo2 serve` takes `allowedTexts` only). */
   state?: string;
   validActions?: string[];
@@ -76,6 +84,8 @@ export interface TurnBackend {
   /** Who answers, in error messages ("the empo2 gateway", "empo2 serve"). */
   serverName: string;
   tokenizer(): TextTokenizer;
+  /** Throws the 404 for a `model` it does not serve (absent: it serves `modelName` only). */
+  checkModel?(model: string | undefined): void;
   /** Samples `req`; `signal` aborts when the client hangs up. Throws RequestError for the client. */
   turn(req: TurnRequest, o: { signal: AbortSignal }): Promise<TurnResult>;
 }

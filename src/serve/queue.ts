@@ -251,7 +251,10 @@ export class EngineQueue {
     const prompts = tasks.flatMap((t) => t.prompts);
     const constrained = tasks.some((t) => t.opts.allowedTexts?.some((a) => a));
     const allowedTexts = constrained ? tasks.flatMap((t) => t.opts.allowedTexts ?? t.prompts.map(() => null)) : undefined;
-    const { seed, ...rest } = tasks[0].opts;
+    const withConstraints = tasks.some((t) => t.opts.constraints?.some((c) => c));
+    const constraints = withConstraints ? tasks.flatMap((t) => t.opts.constraints ?? t.prompts.map(() => null)) : undefined;
+    // Per-row options are merged above; the rest are the group's (its batch key).
+    const { seed, allowedTexts: _texts, constraints: _constraints, ...rest } = tasks[0].opts;
     this.stats.generateCalls++;
     // The call stops once every request in it has gone; a request that goes alone is answered at once.
     const stop = new AbortController();
@@ -271,6 +274,7 @@ export class EngineQueue {
       const gens = await this.served.engine.generate(prompts, {
         ...rest,
         allowedTexts,
+        constraints,
         seed: seed ?? randomInt(0, 2 ** 31 - 1),
         signal: stop.signal,
       });

@@ -317,6 +317,22 @@ describe('EngineQueue', () => {
     expect(q.stats).toEqual({ generateCalls: 3, generateRequests: 5, cancelledCalls: 0, droppedRequests: 0 });
   });
 
+  it('merges per-row constraints as it merges allowed texts: each row keeps its own', async () => {
+    const { engine, calls } = recordingEngine();
+    const q = new EngineQueue({ engine, vocabSize: 10, maxModelLen: 100 });
+    const base = { temperature: 1, topP: 1, maxTokens: 4, seed: null };
+    const c = { allowedAfter: () => [1] };
+    await Promise.all([
+      q.generate([[1]], base),
+      q.generate([[2]], { ...base, constraints: [c] }),
+      q.generate([[3], [4]], base),
+      q.generate([[5]], { ...base, allowedTexts: [['a']] }),
+    ]);
+    expect(calls.map((x) => x.prompts.map((p) => p[0]))).toEqual([[1, 2, 3, 4, 5]]);
+    expect(calls[0].opts.constraints).toEqual([null, c, null, null, null]);
+    expect(calls[0].opts.allowedTexts).toEqual([null, null, null, null, ['a']]);
+  });
+
   it('rejects every request of a failed batch', async () => {
     const engine = { ...recordingEngine().engine, generate: async () => Promise.reject(new Error('out of memory')) };
     const q = new EngineQueue({ engine, vocabSize: 10, maxModelLen: 100 });

@@ -2,7 +2,8 @@
  * `empo2 serve`: an OpenAI-compatible HTTP API over a PolicyEngine (node:http, no framework: three
  * JSON routes do not need one).
  *
- * Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (and, with weight updates
+ * Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions, POST /v1/responses (OpenAI's
+ * Responses API, through the protocol layer: ../openai/responses/, sampled by ./turn.ts) (and, with weight updates
  * allowed, /v1/empo2/load_weights and vLLM's runtime LoRA routes, ./lora.ts). Beyond OpenAI's
  * fields, every choice carries `token_ids` (the sampled ids, the end-of-turn token included when
  * the model emitted it) and, with `return_token_ids: true`, `prompt_token_ids`, as vLLM names
@@ -26,6 +27,10 @@ import { allowedHostNames } from '../util/host-check.ts';
 import { EngineQueue, QueueFullError, type ServedEngine } from './queue.ts';
 import { AdapterRegistry, PlainText, isUnder, type AdapterReader } from './lora.ts';
 import { messageText, renderChatML } from './chat.ts';
+import { answerResponses } from '../openai/responses/serving.ts';
+import { ResponseStore } from '../openai/responses/store.ts';
+import type { TurnBackend } from '../openai/types.ts';
+import { serveTurnBackend } from './turn.ts';
 import {
   DEFAULT_MAX_REQUEST_TOKENS,
   checkAllowedTexts,
@@ -133,6 +138,15 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     defaultChatMaxTokens: o.defaultChatMaxTokens ?? 256,
     maxBodyBytes: o.maxBodyBytes ?? 16 << 20,
     access: { boundAddress: '', allowedHosts, apiKey: o.apiKey },
+    turns: serveTurnBackend({
+      queue,
+      modelName: o.modelName,
+      adapterOf: (model) => adapterOf(ctx, model), // called per request, once ctx is there
+      defaultMaxTokens: o.defaultChatMaxTokens ?? 256,
+      maxRequestTokens,
+    }),
+    // One store for the server (its clients are not told apart): ids are 128 random bits, not guessable.
+    responses: new ResponseStore({ scope: 'this server', capacity: 1024 }),
   };
   const server = createServer((req, res) => {
     void handle(ctx, created, req, res).catch((e: unknown) => {
@@ -220,6 +234,9 @@ async function loadWeights(ctx: Ctx, body: unknown): Promise<unknown> {
 
 interface Ctx extends ServeOptions {
   queue: EngineQueue;
+  /** What the protocol layer's endpoints (/v1/responses) answer through, and the responses they keep. */
+  turns: TurnBackend;
+  responses: ResponseStore;
   adapters: AdapterRegistry | null;
   weightRoots: string[];
   maxRequestTokens: number;
@@ -286,6 +303,11 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
         return chat(ctx, parseRequest(ChatRequestSchema, b), signal);
       },
     },
+    '/v1/responses': {
+      method: 'POST',
+      // Written by the protocol layer itself (JSON or events); send() below then has nothing to add.
+      run: async () => answerResponses({ backend: ctx.turns, store: ctx.responses, body: await body(), res, signal }),
+    },
     '/v1/empo2/load_weights': { method: 'POST', run: async () => loadWeights(ctx, await body()) },
   };
   const adapters = ctx.adapters;
@@ -297,7 +319,7 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
   if (!route)
     throw new RequestError(
       404,
-      `no route ${req.method} ${path} (routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions${
+      `no route ${req.method} ${path} (routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions, POST /v1/responses${
         /_lora_adapter$/.test(path) ? '; runtime LoRA adapters need --allow-weight-updates' : ''
       })`,
       null,

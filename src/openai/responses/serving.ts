@@ -1,0 +1,236 @@
+/**
+ * A sampled turn written back as OpenAI's Responses API answers it (vLLM's
+ * `entrypoints/openai/responses/serving.py`): a `response` object whose `output` holds a `message` item
+ * (the text, as one `output_text` part) and a `function_call` item per tool call, with `usage`, and
+ * `status` "incomplete" (`incomplete_details.reason` "max_output_tokens") when the token cap cut it; or,
+ * streamed, the server-sent events the SDKs read, each with its `sequence_number`: response.created,
+ * response.in_progress, per item response.output_item.added, (text) response.content_part.added,
+ * response.output_text.delta per token, response.output_text.done, response.content_part.done, (call)
+ * response.function_call_arguments.delta and .done, response.output_item.done, and last
+ * response.completed (or response.incomplete). The turn is sampled before the first event is written
+ * (the gateway samples calls in batches), so the events carry the finished answer piece by piece.
+ *
+ * Which weights answered: the `x-empo2-policy-version` header and `metadata.empo2_policy_version` (a
+ * Response has no `system_fingerprint`; metadata is the field the SDKs pass through untouched).
+ */
+import type { ServerResponse } from 'node:http';
+import { randomBytes } from 'node:crypto';
+import type { TextTokenizer } from '../../policy/types.ts';
+import { errorBody, RequestError } from '../errors.ts';
+import type { TurnBackend, TurnMessage, TurnResult } from '../types.ts';
+import { POLICY_VERSION_HEADER } from '../chat_completion/serving.ts';
+import { readResponsesRequest, type ResponsesCall } from './protocol.ts';
+import type { ResponseStore, StoredItem } from './store.ts';
+
+const newId = (prefix: string) => `${prefix}_${randomBytes(16).toString('hex')}`;
+
+type OutputItem =
+  | {
+      type: 'message';
+      id: string;
+      status: 'completed' | 'incomplete';
+      role: 'assistant';
+      content: { type: 'output_text'; text: string; annotations: []; logprobs: [] }[];
+    }
+  | { type: 'function_call'; id: string; call_id: string; name: string; arguments: string; status: 'completed' };
+
+/** OpenAI's Response object (the fields its clients read, and the request's settings echoed). */
+export interface ResponseObject {
+  id: string;
+  object: 'response';
+  created_at: number;
+  status: 'completed' | 'incomplete';
+  error: null;
+  incomplete_details: { reason: 'max_output_tokens' } | null;
+  model: string;
+  output: OutputItem[];
+  usage: {
+    input_tokens: number;
+    input_tokens_details: { cached_tokens: number };
+    output_tokens: number;
+    output_tokens_details: { reasoning_tokens: number };
+    total_tokens: number;
+  };
+  [echoed: string]: unknown;
+}
+
+/** `result` as the Response object of `call`. */
+export function responseObject(o: {
+  id: string;
+  call: ResponsesCall;
+  result: TurnResult;
+  model: string;
+  createdAt: number;
+}): ResponseObject {
+  const { call, result } = o;
+  const r = call.request;
+  const cut = result.finishReason === 'length';
+  const output: OutputItem[] = [];
+  if (result.content !== null && (result.content !== '' || result.toolCalls.length === 0))
+    output.push({
+      type: 'message',
+      id: newId('msg'),
+      status: cut ? 'incomplete' : 'completed',
+      role: 'assistant',
+      content: [{ type: 'output_text', text: result.content, annotations: [], logprobs: [] }],
+    });
+  for (const c of result.toolCalls)
+    output.push({ type: 'function_call', id: newId('fc'), call_id: c.id, name: c.name, arguments: c.arguments, status: 'completed' });
+  const outputTokens = result.generation.tokens.length;
+  return {
+    id: o.id,
+    object: 'response',
+    created_at: o.createdAt,
+    status: cut ? 'incomplete' : 'completed',
+    error: null,
+    incomplete_details: cut ? { reason: 'max_output_tokens' } : null,
+    instructions: r.instructions ?? null,
+    max_output_tokens: r.max_output_tokens ?? null,
+    model: o.model,
+    output,
+    parallel_tool_calls: call.turn.parallelToolCalls,
+    previous_response_id: r.previous_response_id ?? null,
+    reasoning: { effort: null, summary: null },
+    store: call.store,
+    temperature: r.temperature ?? null,
+    text: { format: r.text?.format ?? { type: 'text' } },
+    tool_choice: r.tool_choice ?? 'auto',
+    tools: r.tools ?? [],
+    top_p: r.top_p ?? null,
+    truncation: r.truncation ?? 'disabled',
+    user: r.user ?? null,
+    metadata: { ...r.metadata, empo2_policy_version: String(result.policyVersion) },
+    usage: {
+      input_tokens: result.promptIds.length,
+      input_tokens_details: { cached_tokens: 0 },
+      output_tokens: outputTokens,
+      output_tokens_details: { reasoning_tokens: 0 },
+      total_tokens: result.promptIds.length + outputTokens,
+    },
+  };
+}
+
+/** The text each token adds to `content`, empty pieces left out; together they are `content` exactly. */
+export function textDeltas(tok: TextTokenizer, ids: readonly number[], content: string): string[] {
+  const stream = (tok as { streamDecoder?: () => { push(id: number): string } }).streamDecoder?.();
+  let text = '';
+  let sent = 0;
+  const out: string[] = [];
+  for (const id of ids) {
+    text += stream ? stream.push(id) : tok.decode([id]);
+    const upTo = Math.min(text.length, content.length);
+    if (upTo > sent) out.push(content.slice(sent, upTo));
+    sent = Math.max(sent, upTo);
+  }
+  // The content is not the decoded text's prefix (a parser trimmed it): what is left goes last.
+  if (sent < content.length) out.push(content.slice(sent));
+  return out;
+}
+
+/** The server-sent events of `response`, in the order OpenAI sends them, numbered from 0. */
+export function responseEvents(response: ResponseObject, o: { tokenizer: TextTokenizer; result: TurnResult }): Record<string, unknown>[] {
+  const events: Record<string, unknown>[] = [];
+  const emit = (type: string, body: Record<string, unknown>) => events.push({ type, sequence_number: events.length, ...body });
+  const pending = { ...response, status: 'in_progress', incomplete_details: null, output: [], usage: null };
+  emit('response.created', { response: pending });
+  emit('response.in_progress', { response: pending });
+  response.output.forEach((item, output_index) => {
+    const item_id = item.id;
+    if (item.type === 'message') {
+      emit('response.output_item.added', { output_index, item: { ...item, status: 'in_progress', content: [] } });
+      const part = item.content[0];
+      const content_index = 0;
+      emit('response.content_part.added', { item_id, output_index, content_index, part: { ...part, text: '' } });
+      for (const delta of textDeltas(o.tokenizer, o.result.generation.tokens, part.text))
+        emit('response.output_text.delta', { item_id, output_index, content_index, delta, logprobs: [] });
+      emit('response.output_text.done', { item_id, output_index, content_index, text: part.text, logprobs: [] });
+      emit('response.content_part.done', { item_id, output_index, content_index, part });
+    } else {
+      emit('response.output_item.added', { output_index, item: { ...item, status: 'in_progress', arguments: '' } });
+      emit('response.function_call_arguments.delta', { item_id, output_index, delta: item.arguments });
+      emit('response.function_call_arguments.done', { item_id, output_index, name: item.name, arguments: item.arguments });
+    }
+    emit('response.output_item.done', { output_index, item });
+  });
+  emit(response.status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response });
+  return events;
+}
+
+/** What `previous_response_id` and `item_reference` find of `response` later. */
+function stored(call: ResponsesCall, response: ResponseObject, result: TurnResult) {
+  const items: StoredItem[] = response.output.map((item) =>
+    item.type === 'message'
+      ? { type: 'message', id: item.id, role: 'assistant', content: item.content[0].text }
+      : { type: 'function_call', id: item.id, call_id: item.call_id, name: item.name, arguments: item.arguments },
+  );
+  const answer: TurnMessage = { role: 'assistant', content: result.content, toolCalls: result.toolCalls };
+  return { id: response.id, conversation: [...call.conversation, answer], items };
+}
+
+/**
+ * Answers one `POST /v1/responses`: `body` read against the episode's `store`, sampled by `backend`
+ * (aborted with `signal`), the answer kept in `store` (unless `store: false`) and written to `res`, as
+ * JSON or as events. Throws RequestError for the client before anything is written.
+ */
+export async function answerResponses(o: {
+  backend: TurnBackend;
+  store: ResponseStore;
+  body: unknown;
+  res: ServerResponse;
+  signal: AbortSignal;
+}): Promise<ResponseObject> {
+  const { backend } = o;
+  const call = readResponsesRequest(o.body, { store: o.store, server: backend.serverName });
+  if (backend.checkModel) backend.checkModel(call.model);
+  else if (call.model !== undefined && call.model !== backend.modelName)
+    throw new RequestError(
+      404,
+      `model "${call.model}" is not served here (${backend.serverName} serves "${backend.modelName}")`,
+      'model',
+      'not_found_error',
+      'model_not_found',
+    );
+  const result = await backend.turn(call.turn, { signal: o.signal });
+  const response = responseObject({
+    id: newId('resp'),
+    call,
+    result,
+    model: call.model ?? backend.modelName,
+    createdAt: Math.floor(Date.now() / 1000),
+  });
+  if (call.store) o.store.put(stored(call, response, result));
+  const version = String(result.policyVersion);
+  if (!call.stream) {
+    const text = JSON.stringify(response);
+    o.res.writeHead(200, {
+      'Content-Type': 'application/json',
+      'Content-Length': Buffer.byteLength(text),
+      [POLICY_VERSION_HEADER]: version,
+    });
+    o.res.end(text);
+    return response;
+  }
+  o.res.writeHead(200, {
+    'Content-Type': 'text/event-stream',
+    'Cache-Control': 'no-cache',
+    Connection: 'keep-alive',
+    [POLICY_VERSION_HEADER]: version,
+  });
+  for (const e of responseEvents(response, { tokenizer: backend.tokenizer(), result }))
+    o.res.write(`event: ${String(e.type)}\ndata: ${JSON.stringify(e)}\n\n`);
+  o.res.end();
+  return response;
+}
+
+/** An error as OpenAI's servers answer it: JSON before the answer started, an `error` event after. */
+export function sendResponsesError(res: ServerResponse, e: RequestError): void {
+  if (res.headersSent) {
+    if (!res.writableEnded)
+      res.end(`event: error\ndata: ${JSON.stringify({ type: 'error', message: e.message, code: e.code, param: e.param })}\n\n`);
+    return;
+  }
+  if (res.destroyed) return;
+  const text = JSON.stringify(errorBody(e));
+  res.writeHead(e.status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
+  res.end(text);
+}

@@ -1,0 +1,51 @@
+/**
+ * An episode's earlier responses, for `previous_response_id` and `item_reference`: the conversation each
+ * one ended (its input, without `instructions`, and its output) and its output items by id. Kept per
+ * episode so that an id from another episode is refused, not answered with another agent's history;
+ * bounded (the oldest response and its items go first), as vLLM's in-memory response store is not.
+ */
+import type { TurnMessage } from '../types.ts';
+
+/** An output item a client may name by `item_reference`, in its input item form. */
+export type StoredItem =
+  | { type: 'message'; id: string; role: 'assistant'; content: string }
+  | { type: 'function_call'; id: string; call_id: string; name: string; arguments: string };
+
+export interface StoredResponse {
+  id: string;
+  /** The conversation after this response: what a call with `previous_response_id` continues. */
+  conversation: TurnMessage[];
+  items: StoredItem[];
+}
+
+export class ResponseStore {
+  /** Who the responses belong to, in errors ("episode 3"). */
+  readonly scope: string;
+  /** The most responses kept. */
+  readonly capacity: number;
+  private readonly responses = new Map<string, StoredResponse>();
+  private readonly items = new Map<string, StoredItem>();
+
+  constructor(o: { scope: string; capacity?: number }) {
+    this.scope = o.scope;
+    this.capacity = o.capacity ?? 64;
+  }
+
+  put(r: StoredResponse): void {
+    this.responses.set(r.id, r);
+    for (const item of r.items) this.items.set(item.id, item);
+    for (const [id, old] of this.responses) {
+      if (this.responses.size <= this.capacity) break;
+      this.responses.delete(id);
+      for (const item of old.items) this.items.delete(item.id);
+    }
+  }
+
+  response(id: string): StoredResponse | undefined {
+    return this.responses.get(id);
+  }
+
+  item(id: string): StoredItem | undefined {
+    return this.items.get(id);
+  }
+}
