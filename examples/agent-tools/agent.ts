@@ -80,8 +80,15 @@ export function toolAgent(o: ToolAgentOptions) {
           modelSettings: { toolChoice: 'required' },
           toolUseBehavior: 'stop_on_first_tool',
         });
-        const result = await runner.run(agent, history, { signal, maxTurns: 2 });
-        history = result.history;
+        // A signal per step: the SDK leaves a listener on the signal of each run, which an episode's many runs would pile up.
+        const stepControl = new AbortController();
+        const stop = () => stepControl.abort(signal.reason);
+        signal.addEventListener('abort', stop, { once: true });
+        try {
+          history = (await runner.run(agent, history, { signal: stepControl.signal, maxTurns: 2 })).history;
+        } finally {
+          signal.removeEventListener('abort', stop);
+        }
         if (done) break;
       }
       return { score, steps };
