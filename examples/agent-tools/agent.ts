@@ -29,6 +29,12 @@ export interface ToolAgentOptions {
   openEnv: () => Promise<ToolEnv>;
   /** Steps an episode may take. */
   maxSteps: number;
+  /**
+   * Past turns (a call and its result) kept in the conversation after the first observation (default 2,
+   * as the in-process plain prompt keeps; null: the whole episode). The whole history of a long episode
+   * outgrows a small model's context: the tiny default's 4,096 tokens went in 17 steps.
+   */
+  keepTurns?: number | null;
 }
 
 interface AgentInput {
@@ -85,7 +91,10 @@ export function toolAgent(o: ToolAgentOptions) {
         const stop = () => stepControl.abort(signal.reason);
         signal.addEventListener('abort', stop, { once: true });
         try {
-          history = (await runner.run(agent, history, { signal: stepControl.signal, maxTurns: 2 })).history;
+          const [first, ...turns] = (await runner.run(agent, history, { signal: stepControl.signal, maxTurns: 2 })).history;
+          // Each turn is two items: the function call and its output.
+          const keep = o.keepTurns === undefined ? 2 : o.keepTurns;
+          history = [first, ...(keep === null ? turns : turns.slice(-2 * keep))];
         } finally {
           signal.removeEventListener('abort', stop);
         }
