@@ -16,7 +16,9 @@ import { parseArgs } from 'node:util';
 import { createEnv, loadConfig, train, trainAgent } from '../src/index.ts';
 import { toolAgent, type EnvTask } from '../examples/agent-tools/agent.ts';
 
-const { values } = parseArgs({ options: { set: { type: 'string', multiple: true, default: [] }, out: { type: 'string' } } });
+const { values } = parseArgs({
+  options: { set: { type: 'string', multiple: true, default: [] }, out: { type: 'string' }, 'batch-wait-ms': { type: 'string' } },
+});
 const out = values.out ?? mkdtempSync(join(tmpdir(), 'empo2-bench-gateway-tools-'));
 // One iteration, evaluated before it (and at the end).
 const set = ['train.iterations=1', 'train.eval_every=0', ...values.set];
@@ -63,6 +65,7 @@ await trainAgent({
   tasks,
   evalTasks,
   taskName: (t) => t.family,
+  ...(values['batch-wait-ms'] ? { batchWaitMs: Number(values['batch-wait-ms']) } : {}),
   set: [...set, `rollout.max_tokens=${Math.max(cfg.rollout.max_tokens, 128)}`, `run_dir=${join(out, 'gateway')}`],
   log: quiet,
 });
