@@ -15,7 +15,7 @@
  * be), `return_token_ids` (also return the prompt's ids, as vLLM names it).
  */
 import { z } from 'zod';
-import { checkConstrainableSchema, JsonSchemaError } from '../../policy/index.ts';
+import { checkConstrainable } from '../constrainable.ts';
 import { parseRequest, RequestError } from '../errors.ts';
 import type { FunctionTool, JsonSchema, OutputFormat, ToolCall, ToolChoice, TurnMessage, TurnRequest } from '../types.ts';
 
@@ -151,7 +151,10 @@ export function readChatRequest(body: unknown, serverName: string): { request: T
   const toolChoice = readToolChoice(r.tool_choice ?? 'auto', tools);
   const messages = readMessages(r.messages);
   const format = readFormat(r.response_format);
-  checkConstrainable(tools, toolChoice, format);
+  checkConstrainable(tools, toolChoice, format, {
+    toolParameters: (i) => `tools[${i}].function.parameters`,
+    formatSchema: 'response_format.json_schema.schema',
+  });
   const stop = r.stop == null ? [] : typeof r.stop === 'string' ? [r.stop] : r.stop;
   return {
     request: {
@@ -309,26 +312,4 @@ function readFormat(f: ChatCompletionRequest['response_format']): OutputFormat {
   if (f.type === 'json_object') return { type: 'json_object' };
   const { name, schema, strict } = f.json_schema;
   return { type: 'json_schema', name, schema: schema ?? {}, ...(strict != null ? { strict } : {}) };
-}
-
-/**
- * A forced call's tool schemas and a JSON format's schema are what decoding is constrained to
- * (../../policy/json-constraint.ts): one the constraint cannot take is a 400 naming it here, where the
- * request's own field names are known.
- */
-function checkConstrainable(tools: readonly FunctionTool[], choice: ToolChoice, format: OutputFormat): void {
-  const check = (schema: unknown, where: string) => {
-    try {
-      checkConstrainableSchema(schema, where);
-    } catch (e) {
-      if (!(e instanceof JsonSchemaError)) throw e;
-      throw new RequestError(400, `"${e.path}": decoding cannot be constrained to this: ${e.message.slice(e.path.length + 2)}`, e.path);
-    }
-  };
-  if (choice === 'required' || typeof choice === 'object')
-    tools.forEach((t, i) => {
-      if (t.parameters !== undefined && (choice === 'required' || t.name === choice.name))
-        check(t.parameters, `tools[${i}].function.parameters`);
-    });
-  if (format.type === 'json_schema') check(format.schema, 'response_format.json_schema.schema');
 }

@@ -21,7 +21,7 @@
  * four above, content parts other than text, and any field not listed.
  */
 import { z } from 'zod';
-import { checkConstrainableSchema, JsonSchemaError } from '../../policy/index.ts';
+import { checkConstrainable } from '../constrainable.ts';
 import { parseAt, parseRequest, RequestError } from '../errors.ts';
 import type { FunctionTool, OutputFormat, ToolCall, ToolChoice, TurnMessage, TurnRequest } from '../types.ts';
 import type { ResponseStore, StoredItem } from './store.ts';
@@ -159,7 +159,7 @@ export function readResponsesRequest(body: unknown, o: { store: ResponseStore; s
   const tools = (r.tools ?? []).map((t, i) => readTool(t, i, o.server));
   const choice = readToolChoice(r.tool_choice, tools, o.server);
   const format = readFormat(r);
-  checkConstrainable(tools, choice, format);
+  checkConstrainable(tools, choice, format, { toolParameters: (i) => `tools[${i}].parameters`, formatSchema: 'text.format.schema' });
   let previous: TurnMessage[] = [];
   if (r.previous_response_id != null) {
     const stored = o.store.response(r.previous_response_id);
@@ -238,26 +238,6 @@ function readToolChoice(raw: unknown, tools: readonly FunctionTool[], server: st
   if (!tools.some((t) => t.name === c.name))
     throw new RequestError(400, `tool_choice names function "${c.name}", which is not in "tools"`, 'tool_choice.name');
   return { name: c.name };
-}
-
-/**
- * A forced call's tool schemas and a JSON format's schema are what decoding is constrained to: one the
- * constraint cannot take is a 400 naming it here, where the request's own field names are known.
- */
-function checkConstrainable(tools: readonly FunctionTool[], choice: ToolChoice, format: OutputFormat): void {
-  const check = (schema: unknown, where: string) => {
-    try {
-      checkConstrainableSchema(schema, where);
-    } catch (e) {
-      if (!(e instanceof JsonSchemaError)) throw e;
-      throw new RequestError(400, `"${e.path}": decoding cannot be constrained to this: ${e.message.slice(e.path.length + 2)}`, e.path);
-    }
-  };
-  if (choice === 'required' || typeof choice === 'object')
-    tools.forEach((t, i) => {
-      if (t.parameters !== undefined && (choice === 'required' || t.name === choice.name)) check(t.parameters, `tools[${i}].parameters`);
-    });
-  if (format.type === 'json_schema') check(format.schema, 'text.format.schema');
 }
 
 function readFormat(r: ResponsesRequest): OutputFormat {
