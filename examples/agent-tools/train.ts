@@ -3,7 +3,7 @@
  * default run's algorithm (GiGPO) on the built-in environment, through the gateway. In this repository,
  * after `npm run build` (the file imports 'empo2', which resolves to dist/):
  *
- *   npx tsx examples/agent-tools/train.ts [run directory] [--set key.path=value ...]
+ *   npx tsx examples/agent-tools/train.ts [run directory] [--set key.path=value ...] [--resume]
  *
  * The tiny default model (model.path null) unless `--set model.path=models/smollm2-135m-instruct`. The
  * tasks are the environment's own: its training variations to train on, its test variations held out,
@@ -15,8 +15,10 @@ import { toolAgent, type EnvTask } from './agent.ts';
 const args = process.argv.slice(2);
 const set: string[] = [];
 const positional: string[] = [];
+let resume = false;
 for (let i = 0; i < args.length; i++) {
-  if (args[i] !== '--set') positional.push(args[i]);
+  if (args[i] === '--resume') resume = true;
+  else if (args[i] !== '--set') positional.push(args[i]);
   else if (i + 1 < args.length && args[i + 1].includes('=')) set.push(args[++i]);
   else throw new Error(`examples/agent-tools/train.ts: --set needs key.path=value (got ${args[i + 1] ?? 'nothing'})`);
 }
@@ -44,6 +46,7 @@ const result = await trainAgent({
   // room for it where the in-process rollout's action alone needs rollout.max_tokens (32).
   config: { run_dir: runDir, rollout: { max_tokens: 128 } },
   set,
+  resume,
 });
 // The log above ends with the held-out table (also in eval.md); the episodes: empo2 dashboard <run directory>.
 console.log(`run: ${result.runDir}`);
