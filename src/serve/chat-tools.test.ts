@@ -173,6 +173,38 @@ describe('empo2 serve: /v1/chat/completions through the protocol layer', () => {
     expect((bad as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('messages[2].tool_call_id');
   });
 
+  it('reads the answer as the gateway does: parallel calls unless parallel_tool_calls is false, a malformed call as text', async () => {
+    const callText = (room: string) => `<tool_call>\n{"name": "move", "arguments": {"room": "${room}"}}\n</tool_call>`;
+    // allowed_texts makes the tiny model write exactly these answers.
+    const answer = async (text: string, extra: Record<string, unknown> = {}) =>
+      (
+        await client().chat.completions.create({
+          model: 'tiny',
+          messages: [{ role: 'user', content: 'Where to?' }],
+          tools: [MOVE],
+          seed: 1,
+          ...({ allowed_texts: [text], ...extra } as object),
+        })
+      ).choices[0];
+    const two = `${callText('hall')}\n${callText('garden')}`;
+    const both = await answer(two);
+    expect(both.finish_reason).toBe('tool_calls');
+    expect(both.message.content).toBeNull();
+    expect(both.message.tool_calls!.map((c) => (c as OpenAI.Chat.ChatCompletionMessageFunctionToolCall).function.arguments)).toEqual([
+      '{"room":"hall"}',
+      '{"room":"garden"}',
+    ]);
+    const one = await answer(two, { parallel_tool_calls: false });
+    expect(one.message.tool_calls!.map((c) => (c as OpenAI.Chat.ChatCompletionMessageFunctionToolCall).function.arguments)).toEqual([
+      '{"room":"hall"}',
+    ]);
+    const malformed = '<tool_call>\n{"name": "move", "arguments": [1]}\n</tool_call>';
+    const text = await answer(malformed);
+    expect(text.finish_reason).toBe('stop');
+    expect(text.message.content).toBe(malformed);
+    expect(text.message.tool_calls ?? []).toEqual([]);
+  });
+
   it('streams a plain answer as the JSON answer gives it, and labels log-prob tokens "token_id:N" on request', async () => {
     const ask = { model: 'tiny', messages: [{ role: 'user' as const, content: 'You are in the hall.' }], max_tokens: 8, seed: 3 };
     const whole = (await client().chat.completions.create({

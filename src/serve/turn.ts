@@ -113,8 +113,12 @@ export function serveTurnBackend(o: ServeTurnOptions): TurnBackend {
         { signal, check, adapter },
       );
       const text = cutAtStop(g.text, req.stop);
-      const parsed = req.tools.length > 0 && req.toolChoice !== 'none' ? parse(text, { tools: req.tools }) : null;
-      const toolCalls = (parsed?.calls ?? []).map((c) => ({ id: `call_${randomBytes(12).toString('hex')}`, ...c }));
+      // As the gateway reads an answer: one constrained to a JSON format is that JSON, not a call (unless a call was forced).
+      const jsonOnly = req.format.type !== 'text' && req.toolChoice !== 'required' && typeof req.toolChoice !== 'object';
+      const parsed = req.tools.length > 0 && req.toolChoice !== 'none' && !jsonOnly ? parse(text, { tools: req.tools }) : null;
+      // parallel_tool_calls false: at most one call goes back.
+      const calls = parsed === null ? [] : req.parallelToolCalls ? parsed.calls : parsed.calls.slice(0, 1);
+      const toolCalls = calls.map((c) => ({ id: `call_${randomBytes(12).toString('hex')}`, ...c }));
       return {
         content: parsed ? parsed.content : text,
         toolCalls,
