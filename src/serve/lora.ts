@@ -74,6 +74,8 @@ const filled = (v: unknown): v is string => typeof v === 'string' && v.length > 
 
 export class AdapterRegistry {
   private readonly loaded = new Map<string, { path: string; adapter: LoadedAdapter }>();
+  /** Loads of each name since the start, kept across unloads: the adapter's policy version (./turn.ts). */
+  private readonly loads = new Map<string, number>();
   private attached: string | null = null;
 
   constructor(
@@ -89,6 +91,11 @@ export class AdapterRegistry {
 
   has(name: string): boolean {
     return this.loaded.has(name);
+  }
+
+  /** How many times an adapter was loaded under `name` (0: never). */
+  loadsOf(name: string): number {
+    return this.loads.get(name) ?? 0;
   }
 
   /** Loaded adapters in load order, with the path each was loaded from as the client gave it. */
@@ -154,6 +161,7 @@ export class AdapterRegistry {
         previous.adapter.dispose();
       }
       this.loaded.set(name, { path, adapter });
+      this.loads.set(name, this.loadsOf(name) + 1);
       this.o.log?.(`loaded LoRA adapter "${name}" from ${dir}${previous ? ' (in place)' : ''}`);
       return new PlainText(`Success: LoRA adapter '${name}' added successfully.`);
     });

@@ -1,5 +1,6 @@
 /**
- * The request bodies `empo2 serve` accepts, checked with zod so that a bad request is answered
+ * The request bodies `empo2 serve` checks itself (/v1/completions; chat completions and responses are read
+ * by the OpenAI protocol layer, ../openai/), checked with zod so that a bad request is answered
  * with an OpenAI-style error that names the offending field (`messages[1].role`, `prompt[0][3]`).
  *
  * Unknown fields are refused rather than ignored: a misspelt `allowed_texts` silently ignored
@@ -76,25 +77,6 @@ export const CompletionRequestSchema = z.strictObject({
     .optional(),
 });
 export type CompletionRequest = z.infer<typeof CompletionRequestSchema>;
-
-const textPart = z.strictObject({ type: z.literal('text'), text: z.string() });
-const message = z.strictObject({
-  role: z.enum(['system', 'developer', 'user', 'assistant'], { error: 'must be "system", "developer", "user" or "assistant"' }),
-  content: z.union([z.string(), z.array(textPart)], { error: 'must be a string or an array of {type: "text", text} parts' }),
-  name: z.string().optional(),
-});
-export type ChatMessage = z.infer<typeof message>;
-
-export const ChatRequestSchema = z.strictObject({
-  ...sampling,
-  messages: z.array(message).min(1, { error: 'give at least one message' }),
-  max_tokens: z.number().int().min(1).nullable().optional(),
-  max_completion_tokens: z.number().int().min(1).nullable().optional(),
-  logprobs: z.boolean().nullable().optional(),
-  top_logprobs: z.literal(0, { error: 'only top_logprobs: 0 is supported; top alternatives are not computed' }).nullable().optional(),
-  allowed_texts: allowedList.nullable().optional(),
-});
-export type ChatRequest = z.infer<typeof ChatRequestSchema>;
 
 /**
  * A request's JSON body, at most `limit` bytes (413 past it, before reading when Content-Length says

@@ -2,9 +2,10 @@
  * `empo2 serve`: an OpenAI-compatible HTTP API over a PolicyEngine (node:http, no framework: three
  * JSON routes do not need one).
  *
- * Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions, POST /v1/responses (OpenAI's
- * Responses API, through the protocol layer: ../openai/responses/, sampled by ./turn.ts) (and, with weight updates
- * allowed, /v1/empo2/load_weights and vLLM's runtime LoRA routes, ./lora.ts). Beyond OpenAI's
+ * Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions and POST /v1/responses (both
+ * through the OpenAI protocol layer the training gateway answers through too, ../openai/chat_completion/
+ * and ../openai/responses/, sampled by ./turn.ts: tools, structured outputs, the policy version) (and, with
+ * weight updates allowed, /v1/empo2/load_weights and vLLM's runtime LoRA routes, ./lora.ts). Beyond OpenAI's
  * fields, every choice carries `token_ids` (the sampled ids, the end-of-turn token included when
  * the model emitted it) and, with `return_token_ids: true`, `prompt_token_ids`, as vLLM names
  * them; `return_tokens_as_token_ids: true` writes logprob tokens as "token_id:N" (vLLM's option);
@@ -26,11 +27,11 @@ import { checkAccess, checkJsonContentType, type AccessRules } from './access.ts
 import { allowedHostNames } from '../util/host-check.ts';
 import { EngineQueue, QueueFullError, type ServedEngine } from './queue.ts';
 import { AdapterRegistry, PlainText, isUnder, type AdapterReader } from './lora.ts';
-import { messageText, renderChatML } from './chat.ts';
 import { answerResponses } from '../openai/responses/serving.ts';
+import { serveChatCompletion } from '../openai/chat_completion/serving.ts';
 import { ResponseStore } from '../openai/responses/store.ts';
 import type { TurnBackend } from '../openai/types.ts';
-import { serveTurnBackend } from './turn.ts';
+import { cutAtStop, serveTurnBackend } from './turn.ts';
 import {
   DEFAULT_MAX_REQUEST_TOKENS,
   checkAllowedTexts,
@@ -42,16 +43,7 @@ import {
   checkWork,
   longestTokenBytes,
 } from './limits.ts';
-import {
-  ChatRequestSchema,
-  CompletionRequestSchema,
-  RequestError,
-  errorBody,
-  parseRequest,
-  readJson,
-  type ChatRequest,
-  type CompletionRequest,
-} from './protocol.ts';
+import { CompletionRequestSchema, RequestError, errorBody, parseRequest, readJson, type CompletionRequest } from './protocol.ts';
 
 export interface ServeOptions {
   engine: PolicyEngine;
@@ -138,12 +130,14 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     defaultChatMaxTokens: o.defaultChatMaxTokens ?? 256,
     maxBodyBytes: o.maxBodyBytes ?? 16 << 20,
     access: { boundAddress: '', allowedHosts, apiKey: o.apiKey },
+    weightLoads: 0,
     turns: serveTurnBackend({
       queue,
       modelName: o.modelName,
       adapterOf: (model) => adapterOf(ctx, model), // called per request, once ctx is there
       defaultMaxTokens: o.defaultChatMaxTokens ?? 256,
       maxRequestTokens,
+      versionOf: (adapter) => (adapter === null ? ctx.weightLoads : (adapters?.loadsOf(adapter) ?? 0)),
     }),
     // One store for the server (its clients are not told apart): ids are 128 random bits, not guessable.
     responses: new ResponseStore({ scope: 'this server', capacity: 1024 }),
@@ -223,6 +217,7 @@ async function loadWeights(ctx: Ctx, body: unknown): Promise<unknown> {
       const next = await updates.load(dir);
       // Adapters were read for the weights being replaced.
       ctx.adapters?.clear();
+      ctx.weightLoads++;
       return next;
     });
   } catch (e) {
@@ -234,8 +229,10 @@ async function loadWeights(ctx: Ctx, body: unknown): Promise<unknown> {
 
 interface Ctx extends ServeOptions {
   queue: EngineQueue;
-  /** What the protocol layer's endpoints (/v1/responses) answer through, and the responses they keep. */
+  /** What the protocol layer's endpoints (chat completions, responses) answer through, and the responses they keep. */
   turns: TurnBackend;
+  /** Base weights loaded by load_weights since the start: the base model's policy version (./turn.ts). */
+  weightLoads: number;
   responses: ResponseStore;
   adapters: AdapterRegistry | null;
   weightRoots: string[];
@@ -297,10 +294,11 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
     },
     '/v1/chat/completions': {
       method: 'POST',
+      // Written by the protocol layer itself (JSON or events), as /v1/responses below.
       run: async () => {
         const b = await body();
         checkChatCounts(b);
-        return chat(ctx, parseRequest(ChatRequestSchema, b), signal);
+        await serveChatCompletion(ctx.turns, b, res);
       },
     },
     '/v1/responses': {
@@ -367,23 +365,13 @@ interface Sampling {
   seed: number | null;
 }
 
-function samplingOf(r: CompletionRequest | ChatRequest): Sampling {
+function samplingOf(r: CompletionRequest): Sampling {
   return {
     temperature: r.temperature ?? 1,
     topP: r.top_p ?? 1,
     stop: r.stop == null ? [] : typeof r.stop === 'string' ? [r.stop] : r.stop,
     seed: r.seed ?? null,
   };
-}
-
-/** Response text as OpenAI returns it: cut before the first stop string. */
-function cutAtStop(text: string, stop: string[]): string {
-  let end = text.length;
-  for (const s of stop) {
-    const at = text.indexOf(s);
-    if (at >= 0 && at < end) end = at;
-  }
-  return text.slice(0, end);
 }
 
 /** The largest of `values` (0 for none), without spreading a request-sized array into Math.max. */
@@ -528,67 +516,5 @@ async function completions(ctx: Ctx, r: CompletionRequest, signal: AbortSignal) 
       promptTokens,
       gens.reduce((n, g) => n + g.tokens.length, 0),
     ),
-  };
-}
-
-async function chat(ctx: Ctx, r: ChatRequest, signal: AbortSignal) {
-  const adapter = adapterOf(ctx, r.model);
-  const served = ctx.queue.current;
-  const tok = served.engine.tokenizer;
-  const explicitMax = r.max_completion_tokens ?? r.max_tokens ?? null;
-  // Before tokenising: the allowed texts within their bounds (with the most max_tokens can be)...
-  if (r.allowed_texts)
-    checkAllowedTexts(served, [r.allowed_texts], explicitMax ?? ctx.defaultChatMaxTokens, (_, j) => `allowed_texts[${j}]`);
-  // ...and the longest message alone able to fit.
-  const lengths = r.messages.map((m) => Buffer.byteLength(messageText(m), 'utf8'));
-  const longest = lengths.indexOf(longestOf(lengths));
-  checkTextFits(servedLimit(served), messageText(r.messages[longest]), explicitMax ?? 1, `messages[${longest}].content`);
-  const rendered = renderChatML(r.messages);
-  checkTextFits(servedLimit(served), rendered, explicitMax ?? 1, 'messages');
-  const prompt = tok.encode(rendered);
-  const maxTokens = explicitMax ?? Math.max(1, Math.min(ctx.defaultChatMaxTokens, served.maxModelLen - prompt.length));
-  checkWork(1, prompt.length, maxTokens, ctx.maxRequestTokens, 'messages');
-  const check = (s: ServedEngine) => checkPrompt(s, prompt, () => 'messages', maxTokens);
-  check(served);
-  const s = samplingOf(r);
-  const [g] = await ctx.queue.generate(
-    [prompt],
-    {
-      temperature: s.temperature,
-      topP: s.topP,
-      maxTokens,
-      stop: s.stop,
-      allowedTexts: r.allowed_texts ? [r.allowed_texts] : undefined,
-      seed: s.seed,
-    },
-    { signal, check, adapter },
-  );
-  const asIds = !!r.return_tokens_as_token_ids;
-  const tokenizer = tok as { tokenBytes?: (id: number) => Uint8Array };
-  const logprobs = r.logprobs
-    ? {
-        content: g.tokens.map((id, k) => {
-          const label = tokenLabel(tok, id, asIds);
-          const bytes = tokenizer.tokenBytes ? tokenizer.tokenBytes(id) : new TextEncoder().encode(tok.decode([id]));
-          return { token: label, logprob: g.logprobs[k], bytes: [...bytes], top_logprobs: [] };
-        }),
-      }
-    : null;
-  return {
-    id: `chatcmpl-${randomUUID()}`,
-    object: 'chat.completion',
-    created: Math.floor(Date.now() / 1000),
-    model: adapter ?? ctx.modelName,
-    choices: [
-      {
-        index: 0,
-        message: { role: 'assistant', content: cutAtStop(g.text, s.stop) },
-        logprobs,
-        finish_reason: g.finish,
-        token_ids: g.tokens,
-        ...(r.return_token_ids ? { prompt_token_ids: prompt } : {}),
-      },
-    ],
-    usage: usage(prompt.length, g.tokens.length),
   };
 }

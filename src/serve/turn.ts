@@ -6,7 +6,15 @@
  * sampled on the engine queue with the client's temperature, top-p and seed. Decoding is constrained, as
  * in training, for a forced call (`tool_choice` "required" or a named function: one valid call of the
  * tools' schemas) and for JSON (`text.format`), or to the request's `allowed_texts`; the answer's calls
- * are read with the hermes tool parser (../openai/tool-parsers/).
+ * are read with the hermes tool parser (../openai/tool-parsers/). A request without tools renders exactly as
+ * serve's chat completions always have (plain ChatML, ./chat.ts), and its text is cut before the first
+ * stop string, as OpenAI returns it.
+ *
+ * The policy version an answer carries is how many times the weights that sampled it were loaded into
+ * this server: 0 for those it started with, one more for each POST /v1/empo2/load_weights (the base
+ * model) or each POST /v1/load_lora_adapter of the adapter the request names (counted across unloads, as
+ * a trainer's sync unloads and loads it every time). With a trainer pushing its weights after every
+ * update, it is the iteration whose weights answered.
  */
 import { randomBytes } from 'node:crypto';
 import { endTokenIds, JsonSchemaError, jsonFormatConstraint, toolCallConstraint } from '../policy/index.ts';
@@ -25,6 +33,8 @@ export interface ServeTurnOptions {
   adapterOf: (model: string | undefined) => string | null;
   defaultMaxTokens: number;
   maxRequestTokens: number;
+  /** How many times the weights of `adapter` (null: the base model's) were loaded; read when the request runs. */
+  versionOf?: (adapter: string | null) => number;
 }
 
 export const SERVE_NAME = 'empo2 serve';
@@ -72,12 +82,23 @@ export function serveTurnBackend(o: ServeTurnOptions): TurnBackend {
         checkAllowedTexts(served, [req.allowedTexts], explicitMax ?? o.defaultMaxTokens, (_, j) => `allowed_texts[${j}]`);
       // Measured before it is tokenised: a text that cannot fit is not worth the time.
       const field = req.messagesField ?? 'messages';
+      // Chat's messages are the request's `messages`, one for one: the longest alone is named by its place.
+      if (field === 'messages') {
+        const lengths = req.messages.map((m) => Buffer.byteLength(m.content ?? '', 'utf8'));
+        const longest = lengths.reduce((at, n, i) => (n > lengths[at] ? i : at), 0);
+        checkTextFits(servedLimit(served), req.messages[longest].content ?? '', explicitMax ?? 1, `messages[${longest}].content`);
+      }
       const rendered = renderMessages(req.messages, { tools: req.tools });
       checkTextFits(servedLimit(served), rendered, explicitMax ?? 1, field);
       const prompt = tok.encode(rendered);
       const maxTokens = explicitMax ?? Math.max(1, Math.min(o.defaultMaxTokens, served.maxModelLen - prompt.length));
       checkWork(1, prompt.length, maxTokens, o.maxRequestTokens, field);
-      const check = (s: typeof served) => checkPrompt(s, prompt, () => field, maxTokens);
+      let version = o.versionOf?.(adapter) ?? 0;
+      // Run again by the queue just before the call, against the weights that will answer (a load may come first).
+      const check = (s: typeof served) => {
+        checkPrompt(s, prompt, () => field, maxTokens);
+        version = o.versionOf?.(adapter) ?? 0;
+      };
       check(served);
       const [g] = await o.queue.generate(
         [prompt],
@@ -91,16 +112,31 @@ export function serveTurnBackend(o: ServeTurnOptions): TurnBackend {
         },
         { signal, check, adapter },
       );
-      const parsed = req.tools.length > 0 && req.toolChoice !== 'none' ? parse(g.text, { tools: req.tools }) : null;
-      const toolCalls = (parsed?.calls ?? []).map((c) => ({ id: `call_${randomBytes(12).toString('hex')}`, ...c }));
+      const text = cutAtStop(g.text, req.stop);
+      // As the gateway reads an answer: one constrained to a JSON format is that JSON, not a call (unless a call was forced).
+      const jsonOnly = req.format.type !== 'text' && req.toolChoice !== 'required' && typeof req.toolChoice !== 'object';
+      const parsed = req.tools.length > 0 && req.toolChoice !== 'none' && !jsonOnly ? parse(text, { tools: req.tools }) : null;
+      // parallel_tool_calls false: at most one call goes back.
+      const calls = parsed === null ? [] : req.parallelToolCalls ? parsed.calls : parsed.calls.slice(0, 1);
+      const toolCalls = calls.map((c) => ({ id: `call_${randomBytes(12).toString('hex')}`, ...c }));
       return {
-        content: parsed ? parsed.content : g.text,
+        content: parsed ? parsed.content : text,
         toolCalls,
         finishReason: toolCalls.length > 0 ? 'tool_calls' : g.finish,
         generation: g,
         promptIds: prompt,
-        policyVersion: 0,
+        policyVersion: version,
       };
     },
   };
+}
+
+/** The answer's text as OpenAI returns it: cut before the first stop string (the ids keep what was sampled). */
+export function cutAtStop(text: string, stop: readonly string[]): string {
+  let end = text.length;
+  for (const s of stop) {
+    const at = text.indexOf(s);
+    if (at >= 0 && at < end) end = at;
+  }
+  return text.slice(0, end);
 }

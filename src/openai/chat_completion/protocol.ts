@@ -9,10 +9,12 @@
  *
  * Fields that do not change what is sampled (`store`, `metadata`, `user`, `service_tier`,
  * `prompt_cache_key`, `safety_identifier`) are accepted and ignored; `temperature`, `top_p` and `seed` are
- * accepted and left to the server (the training gateway samples at the rollout's). The empo2 fields:
+ * passed to the server, which samples with them (`empo2 serve`) or at its own (the training gateway samples at
+ * the rollout's). The empo2 fields:
  * `empo2_state` (the state the memory keys on), `empo2_valid_actions` (the state's valid actions, for the
  * records and the memory's query), `allowed_texts` (constrained decoding: the only texts the answer may
- * be), `return_token_ids` (also return the prompt's ids, as vLLM names it).
+ * be), `return_token_ids` (also return the prompt's ids, as vLLM names it), `return_tokens_as_token_ids`
+ * (vLLM's: log-prob tokens written "token_id:N").
  */
 import { z } from 'zod';
 import { checkConstrainable } from '../constrainable.ts';
@@ -77,7 +79,7 @@ const ignored = z.unknown().optional();
 export const ChatCompletionRequestSchema = z.strictObject({
   ...samplingFields,
   messages: z.array(message).min(1, { error: 'give at least one message' }).max(4096),
-  n: z.literal(1, { error: 'only n = 1 is supported: each call is one step of the episode' }).nullable().optional(),
+  n: z.literal(1, { error: 'only n = 1 is supported: send the request again for another sample' }).nullable().optional(),
   stream: z.boolean().nullable().optional(),
   stream_options: z.strictObject({ include_usage: z.boolean().optional() }).nullable().optional(),
   frequency_penalty: zeroPenalty,
@@ -129,6 +131,7 @@ export const ChatCompletionRequestSchema = z.strictObject({
   safety_identifier: ignored,
   // empo2's fields.
   return_token_ids: z.boolean().nullable().optional(),
+  return_tokens_as_token_ids: z.boolean().nullable().optional(),
   empo2_state: z.string().optional(),
   empo2_valid_actions: z.array(z.string()).max(100_000).nullable().optional(),
   allowed_texts: z.array(z.string().min(1)).min(1).nullable().optional(),
@@ -142,6 +145,8 @@ export interface ChatAnswerOptions {
   includeUsage: boolean;
   logprobs: boolean;
   returnTokenIds: boolean;
+  /** Log-prob tokens written "token_id:N" (vLLM's `return_tokens_as_token_ids`). */
+  tokensAsIds: boolean;
 }
 
 /** Reads a Chat Completions body into a turn; a bad one is a 400 naming the field and `serverName`. */
@@ -165,6 +170,10 @@ export function readChatRequest(body: unknown, serverName: string): { request: T
       maxTokens: r.max_completion_tokens ?? r.max_tokens ?? null,
       stop,
       format,
+      ...(r.model !== undefined ? { model: r.model } : {}),
+      ...(r.temperature != null ? { temperature: r.temperature } : {}),
+      ...(r.top_p != null ? { topP: r.top_p } : {}),
+      ...(r.seed != null ? { seed: r.seed } : {}),
       ...(r.empo2_state !== undefined ? { state: r.empo2_state } : {}),
       ...(r.empo2_valid_actions != null ? { validActions: r.empo2_valid_actions } : {}),
       allowedTexts: r.allowed_texts ?? null,
@@ -175,6 +184,7 @@ export function readChatRequest(body: unknown, serverName: string): { request: T
       includeUsage: !!r.stream_options?.include_usage,
       logprobs: !!r.logprobs,
       returnTokenIds: !!r.return_token_ids,
+      tokensAsIds: !!r.return_tokens_as_token_ids,
     },
   };
 }

@@ -25,7 +25,8 @@ export function policyFingerprint(policyVersion: number): string {
 /** Answers one `POST /v1/chat/completions` with body `body` through `backend`. */
 export async function serveChatCompletion(backend: TurnBackend, body: unknown, res: ServerResponse): Promise<void> {
   const { request, answer } = readChatRequest(body, backend.serverName);
-  if (answer.model !== undefined && answer.model !== backend.modelName)
+  if (backend.checkModel) backend.checkModel(answer.model);
+  else if (answer.model !== undefined && answer.model !== backend.modelName)
     throw new RequestError(
       404,
       `model "${answer.model}" is not served by ${backend.serverName} (it serves "${backend.modelName}")`,
@@ -33,6 +34,8 @@ export async function serveChatCompletion(backend: TurnBackend, body: unknown, r
       'not_found_error',
       'model_not_found',
     );
+  // The name the client gave, once the backend serves it (a LoRA adapter's on empo2 serve).
+  const model = answer.model ?? backend.modelName;
   const abort = new AbortController();
   const gone = () => {
     if (!res.writableFinished) abort.abort(new RequestError(499, 'the client closed the connection', null));
@@ -46,7 +49,7 @@ export async function serveChatCompletion(backend: TurnBackend, body: unknown, r
   }
   const tok = backend.tokenizer();
   const id = `chatcmpl-${randomUUID()}`;
-  if (answer.stream) return streamChat(res, tok, { id, model: backend.modelName, result, answer });
+  if (answer.stream) return streamChat(res, tok, { id, model, result, answer });
   const message: Record<string, unknown> = { role: 'assistant', content: result.content };
   if (result.toolCalls.length > 0) message.tool_calls = result.toolCalls.map((c) => wireCall(c));
   const g = result.generation;
@@ -54,13 +57,13 @@ export async function serveChatCompletion(backend: TurnBackend, body: unknown, r
     id,
     object: 'chat.completion',
     created: Math.floor(Date.now() / 1000),
-    model: backend.modelName,
+    model,
     system_fingerprint: policyFingerprint(result.policyVersion),
     choices: [
       {
         index: 0,
         message,
-        logprobs: answer.logprobs ? { content: tokenLogprobs(tok, g) } : null,
+        logprobs: answer.logprobs ? { content: tokenLogprobs(tok, g, { asIds: answer.tokensAsIds }) } : null,
         finish_reason: result.finishReason,
         token_ids: g.tokens,
         ...(answer.returnTokenIds ? { prompt_token_ids: result.promptIds } : {}),
@@ -81,10 +84,11 @@ function wireCall(c: { id: string; name: string; arguments: string }) {
   return { id: c.id, type: 'function' as const, function: { name: c.name, arguments: c.arguments } };
 }
 
-export function tokenLogprobs(tok: TextTokenizer, g: Generation) {
+/** Each sampled token's log-prob as OpenAI writes them; `o.asIds` labels tokens "token_id:N" (vLLM's option). */
+export function tokenLogprobs(tok: TextTokenizer, g: Generation, o: { asIds?: boolean } = {}) {
   const bytesOf = (tok as { tokenBytes?: (id: number) => Uint8Array }).tokenBytes?.bind(tok);
   return g.tokens.map((id, k) => ({
-    token: tok.decode([id]),
+    token: o.asIds ? `token_id:${id}` : tok.decode([id]),
     logprob: g.logprobs[k],
     bytes: [...(bytesOf ? bytesOf(id) : new TextEncoder().encode(tok.decode([id])))],
     top_logprobs: [],
@@ -139,7 +143,12 @@ function streamChat(
       ? {
           content: g.tokens
             .slice(from, to)
-            .map((id, k) => ({ token: tok.decode([id]), logprob: g.logprobs[from + k], bytes: [], top_logprobs: [] })),
+            .map((id, k) => ({
+              token: a.answer.tokensAsIds ? `token_id:${id}` : tok.decode([id]),
+              logprob: g.logprobs[from + k],
+              bytes: [],
+              top_logprobs: [],
+            })),
         }
       : null;
   const content = result.content ?? '';
