@@ -26,7 +26,7 @@ const REPO_ROOT = resolve(import.meta.dirname, '..');
 
 type Fault = 'none' | '429' | '500' | 'garbage' | 'hang' | 'fast' | 'sse';
 
-/** What the streaming stand-in sends, in three chunks (`empo2 serve` does not stream). */
+/** What the streaming stand-in sends, in three chunks (`empo2 serve` samples before it streams). */
 const STREAMED = ['open ', 'the ', 'door'];
 
 /** The tip a stronger writer would give: the untrained tiny model's greedy answer to the reflection prompt is empty (no tip). */
