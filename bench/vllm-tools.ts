@@ -13,6 +13,9 @@
  *   npx tsx bench/vllm-tools.ts [--url http://127.0.0.1:8000] [--record FILE]
  *
  * --url: a vLLM already started with the flags of VLLM_FLAGS (else one is started here, about 75 s).
+ * --qwen25-url: one started with Qwen2.5's own template (test/support/qwen25-template.ts) as its
+ * --chat-template (else one is started here after the first): the QWEN25_CASES sent to its /tokenize,
+ * recorded under `qwen25_tokenize` (Qwen2.5's `tool | tojson` against render.ts's tools).
  *
  * Then the same requests greedy on our side, `empo2 serve` on the same model (the engine the gateway
  * samples with): the free answers sampled from vLLM's prompt ids through /v1/completions (their ids
@@ -26,22 +29,25 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { TOOL_CASES } from '../test/support/vllm-tools-cases.ts';
+import { QWEN25_TEMPLATE } from '../test/support/qwen25-template.ts';
+import { QWEN25_CASES, TOOL_CASES } from '../test/support/vllm-tools-cases.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const { values: args } = parseArgs({
   options: {
     url: { type: 'string' },
+    'qwen25-url': { type: 'string' },
     record: { type: 'string', default: join(ROOT, 'test', 'support', 'vllm-tools-0.32.0.json') },
   },
 });
 const MODEL = join(ROOT, 'models', 'smollm2-135m-instruct');
 const VLLM_PYTHON = join(ROOT, '.venv-vllm', 'bin', 'python');
-const VLLM_FLAGS = [
+const vllmFlags = (template: string) => [
   ...['--model', MODEL, '--served-model-name', 'smollm2', '--dtype', 'float32', '--max-model-len', '2048', '--seed', '0'],
   ...['--max-num-seqs', '2', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes'],
-  ...['--chat-template', join(ROOT, 'bench', 'smollm2-hermes-tools.jinja'), '--chat-template-content-format', 'string'],
+  ...['--chat-template', template, '--chat-template-content-format', 'string'],
 ];
+const VLLM_FLAGS = vllmFlags(join(ROOT, 'bench', 'smollm2-hermes-tools.jinja'));
 
 const EMPO2 = join(ROOT, 'bin', 'empo2.js');
 
@@ -134,14 +140,14 @@ async function freePort(): Promise<number> {
 }
 
 /** vLLM from .venv-vllm, its OpenMP on one core (the machine is shared); resolves once /v1/models answers. */
-async function startVllm(): Promise<{ url: string; child: ChildProcess }> {
+async function startVllm(flags: readonly string[]): Promise<{ url: string; child: ChildProcess }> {
   const work = mkdtempSync(join(tmpdir(), 'empo2-vllm-tools-'));
   const logPath = join(work, 'vllm.log');
   const log = createWriteStream(logPath);
   const port = await freePort();
   const child = spawn(
     'nice',
-    ['-n', '10', VLLM_PYTHON, '-m', 'vllm.entrypoints.openai.api_server', ...VLLM_FLAGS, '--host', '127.0.0.1', '--port', String(port)],
+    ['-n', '10', VLLM_PYTHON, '-m', 'vllm.entrypoints.openai.api_server', ...flags, '--host', '127.0.0.1', '--port', String(port)],
     {
       env: {
         ...process.env,
@@ -199,7 +205,7 @@ async function exchange(base: string, path: string, body: Record<string, unknown
   return { request: { path, body }, status: res.status, contentType, json: JSON.parse(text) as unknown };
 }
 
-const started = args.url ? null : await startVllm();
+const started = args.url ? null : await startVllm(VLLM_FLAGS);
 const url = args.url ?? started!.url;
 try {
   const exchanges: Record<string, unknown> = {};
@@ -226,6 +232,21 @@ try {
     stop(empo2.child);
   }
   const version = ((await (await fetch(`${url}/version`)).json()) as { version: string }).version;
+  if (started) stop(started.child);
+  const qwenTemplate = join(mkdtempSync(join(tmpdir(), 'empo2-qwen25-')), 'qwen25.jinja');
+  writeFileSync(qwenTemplate, QWEN25_TEMPLATE);
+  const qwen = args['qwen25-url'] ? null : await startVllm(vllmFlags(qwenTemplate));
+  const qwen25: Record<string, unknown> = {};
+  try {
+    for (const [name, body] of Object.entries(QWEN25_CASES)) {
+      qwen25[name] = await exchange(args['qwen25-url'] ?? qwen!.url, '/tokenize', { model: 'smollm2', ...body });
+      console.log(
+        JSON.stringify({ check: 'vllm-tools', template: 'qwen2.5', case: name, status: (qwen25[name] as { status: number }).status }),
+      );
+    }
+  } finally {
+    if (qwen) stop(qwen.child);
+  }
   writeFileSync(
     args.record!,
     JSON.stringify(
@@ -234,6 +255,7 @@ try {
         flags: VLLM_FLAGS.map((f) => (f.startsWith(ROOT) ? f.slice(ROOT.length + 1) : f)),
         exchanges,
         empo2_serve: ours,
+        qwen25_tokenize: qwen25,
       },
       null,
       1,

