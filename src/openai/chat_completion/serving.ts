@@ -5,7 +5,9 @@
  * (the role first, the content one token a chunk, each tool call as OpenAI streams it: its index, id and
  * name, then its arguments, then the finish reason, the usage when asked, `[DONE]`). Every answer carries
  * the policy version that sampled it, in `system_fingerprint` and the `x-empo2-policy-version` header.
- * Each choice also carries `token_ids` (and `prompt_token_ids` with `return_token_ids`), as vLLM names them.
+ * Each choice also carries `token_ids`; with `return_token_ids`, `prompt_token_ids` are where vLLM's chat
+ * completions put them (at the top of the answer, and of a stream's first chunk; test/support/
+ * vllm-tools-0.32.0.json) and, as before, in the choice.
  */
 import type { ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
@@ -70,6 +72,7 @@ export async function serveChatCompletion(backend: TurnBackend, body: unknown, r
       },
     ],
     usage: usage(result.promptIds.length, g.tokens.length),
+    ...(answer.returnTokenIds ? { prompt_token_ids: result.promptIds } : {}),
   });
   if (res.destroyed) return;
   res.writeHead(200, {
@@ -156,7 +159,10 @@ function streamChat(
   // With tool calls, the content's tokens are those up to the last one that adds to it; the rest are the calls'.
   let contentTokens = g.tokens.length;
   if (result.toolCalls.length > 0) while (contentTokens > 0 && text[contentTokens - 1] === '') contentTokens--;
-  send([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
+  send(
+    [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+    a.answer.returnTokenIds ? { prompt_token_ids: result.promptIds } : {},
+  );
   for (let k = 0; k < contentTokens; k++)
     send([{ index: 0, delta: { content: text[k] }, logprobs: logprobsOf(k, k + 1), finish_reason: null, token_ids: [g.tokens[k]] }]);
   result.toolCalls.forEach((c, i) => {
