@@ -144,14 +144,12 @@ function streamChat(
   const logprobsOf = (from: number, to: number) =>
     a.answer.logprobs
       ? {
-          content: g.tokens
-            .slice(from, to)
-            .map((id, k) => ({
-              token: a.answer.tokensAsIds ? `token_id:${id}` : tok.decode([id]),
-              logprob: g.logprobs[from + k],
-              bytes: [],
-              top_logprobs: [],
-            })),
+          content: g.tokens.slice(from, to).map((id, k) => ({
+            token: a.answer.tokensAsIds ? `token_id:${id}` : tok.decode([id]),
+            logprob: g.logprobs[from + k],
+            bytes: [],
+            top_logprobs: [],
+          })),
         }
       : null;
   const content = result.content ?? '';
