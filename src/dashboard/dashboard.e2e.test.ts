@@ -121,6 +121,9 @@ describe.skipIf(!chromiumPath)(`dashboard page in headless Chromium${chromiumPat
 
   /** The trajectories view of train.jsonl (file 0) at an iteration, once its episode list is drawn. */
   async function openIteration(iteration: number, extra = ''): Promise<void> {
+    // A new document each time: a change of the hash alone keeps the last table on screen until the page
+    // re-renders it, and under load the wait below found those old rows (a click on one of them failed).
+    await page.goto('about:blank');
     await page.goto(`${dashboard.url}/#trajectories?source=${dashboard.sources()[0].id}&file=0&iteration=${iteration}${extra}`, {
       waitUntil: 'load',
     });
