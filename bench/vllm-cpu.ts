@@ -22,7 +22,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, createWriteStream, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { freePort } from './free-port.ts';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -53,17 +53,6 @@ function figure(name: string, value: number | string, unit: string, extra: Recor
   const line = JSON.stringify({ check: 'vllm-cpu', figure: name, value, unit, dtype, ...extra });
   console.log(line);
   if (args.out) appendFileSync(args.out, line + '\n');
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => ok(port));
-    });
-    s.on('error', fail);
-  });
 }
 
 /** vLLM's OpenAI server from .venv-vllm; resolves with its base URL once /v1/models answers. */

@@ -25,7 +25,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { freePort } from './free-port.ts';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -126,17 +126,6 @@ async function ourSide(base: string, exchanges: Record<string, any>): Promise<Re
     console.log(JSON.stringify({ check: 'vllm-tools', side: 'empo2 serve', case: name, calls, vllm_calls: vllm }));
   }
   return out;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => ok(port));
-    });
-    s.on('error', fail);
-  });
 }
 
 /** vLLM from .venv-vllm, its OpenMP on one core (the machine is shared); resolves once /v1/models answers. */
