@@ -13,7 +13,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { createEnv, loadConfig, train, trainAgent } from '../src/index.ts';
+import { createEnv, environmentCorpus, loadConfig, train, trainAgent } from '../src/index.ts';
 import { toolAgent, type EnvTask } from '../examples/agent-tools/agent.ts';
 
 const { values } = parseArgs({
@@ -65,6 +65,8 @@ await trainAgent({
   tasks,
   evalTasks,
   taskName: (t) => t.family,
+  // The in-process run's tokenizer (examples/agent-tools/train.ts passes the same).
+  corpus: await environmentCorpus(settings),
   ...(values['batch-wait-ms'] ? { batchWaitMs: Number(values['batch-wait-ms']) } : {}),
   set: [...set, `rollout.max_tokens=${Math.max(cfg.rollout.max_tokens, 128)}`, `run_dir=${join(out, 'gateway')}`],
   log: quiet,

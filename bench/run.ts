@@ -8,12 +8,11 @@
  *   5. matrix products: the engine's kernel vs the machine's BLAS through numpy (bench/matmul.ts)
  */
 import { spawnSync } from 'node:child_process';
-import { createEnv, Rng } from '../src/index.ts';
+import { createEnv, environmentCorpus, Rng } from '../src/index.ts';
 import {
   ConfigSchema,
   countParameters,
   createEngine,
-  environmentCorpus,
   initBackend,
   nativeMatMulStatus,
   promptSettings,

@@ -11,11 +11,11 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { environmentCorpus } from '../src/index.ts';
 import {
   ConfigSchema,
   countParameters,
   createEngine,
-  environmentCorpus,
   initBackend,
   loadModelDir,
   nativeMatMulStatus,

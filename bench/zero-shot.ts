@@ -15,12 +15,11 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { createEnv, Rng, type Config, type Env } from '../src/index.ts';
+import { createEnv, environmentCorpus, Rng, type Config, type Env } from '../src/index.ts';
 import {
   applyOverride,
   ConfigSchema,
   createTrainingEngine,
-  environmentCorpus,
   environmentCount,
   EpisodeProgress,
   initBackend,

@@ -9,7 +9,15 @@ export { judge, type JudgeReward } from './api/judge.ts';
 export { trainAgent, type Agent, type AgentInput, type AgentOutcome, type TrainAgentOptions } from './api/train-agent.ts';
 export { ConfigError, configReference } from './config/load.ts';
 export type { Config } from './config/schema.ts';
-export { createEnv, envNames, registerEnv, type EnvDefinition, type EnvFactory, type EnvSettings } from './envs/index.ts';
+export {
+  createEnv,
+  environmentCorpus,
+  envNames,
+  registerEnv,
+  type EnvDefinition,
+  type EnvFactory,
+  type EnvSettings,
+} from './envs/index.ts';
 export {
   registerToolParser,
   toolParserNames,

@@ -10,7 +10,6 @@ export type { TrialResult } from './adapt/tips.ts';
 export { parseSeeds, runChild } from './compare/runner.ts';
 export { applyOverride, validateConfig } from './config/load.ts';
 export { ConfigSchema } from './config/schema.ts';
-export { environmentCorpus } from './envs/index.ts';
 export { Game, createBuiltinEnv, generateWorld, oracleAct, randomAct, Rng as BuiltinRng } from './envs/builtin/index.ts';
 export { ScienceWorldEnv, ScienceWorldPool, checkScienceWorldSetup, splitVariations, taskNames } from './envs/scienceworld/index.ts';
 export { goldReplayOptions, replayGold, type GoldReplay } from './envs/scienceworld/gold.ts';
