@@ -49,6 +49,14 @@ export interface GenerateOptions extends SampleOptions {
    */
   cacheKeys?: (string | null)[];
   /**
+   * Jump-forward decoding: where a row's constraint leaves one token at a time (a forced tool call's
+   * wrapper, the rest of the one allowed text a prefix names), an engine that can feeds that run of
+   * tokens through the model in one pass instead of one pass per token. The tokens, the random draws
+   * and the finish are the same as without it; the log-probs differ only by float rounding (other
+   * matrix shapes). Engines without it ignore it.
+   */
+  jumpForward?: boolean;
+  /**
    * Given, the engine lets the event loop turn between tokens (a server keeps answering other
    * requests meanwhile) and, once it is aborted, stops and rejects with its reason.
    */

@@ -871,6 +871,129 @@ describe('prefix reuse: generate with cacheKeys', () => {
   });
 });
 
+describe('jump-forward: a forced run of tokens in one pass', () => {
+  // Texts whose tokens after the first few are forced (one allowed token at a time), as a tool call's wrapper is.
+  const calls = ['put yellow hat in red box', 'put yellow hat in blue drawer', 'take red key', 'open blue drawer'];
+  const prompts = () => [
+    prompt('go'),
+    prompt('You are in the hall. You see a red box.'),
+    prompt('Task: Find the yellow hat and bring it to the pantry. You are in the hall.'),
+    prompt('inventory'),
+  ];
+  /** A TokenConstraint (not a trie) that forces one text token by token, then the end token. */
+  const exactly = (text: string) => {
+    const ids = [...tokenizer.encode(text), IM_END_ID];
+    return { allowedAfter: (prefix: readonly number[]) => (prefix.length < ids.length ? [ids[prefix.length]] : []) };
+  };
+  const TOL = 5e-5; // other matrix shapes than one token per pass (see prefix reuse's REUSE_TOL)
+
+  const compare = async (engine: TfjsEngine, opts: Parameters<TfjsEngine['generate']>[1], ps = prompts()) => {
+    const passes = vi.spyOn(engine as unknown as { runLayers: () => unknown }, 'runLayers');
+    const stepwise = await engine.generate(ps, opts);
+    const stepPasses = passes.mock.calls.length;
+    passes.mockClear();
+    const jumped = await engine.generate(ps, { ...opts, jumpForward: true });
+    const jumpPasses = passes.mock.calls.length;
+    passes.mockRestore();
+    expect(jumped.map((g) => g.tokens)).toEqual(stepwise.map((g) => g.tokens));
+    expect(jumped.map((g) => g.finish)).toEqual(stepwise.map((g) => g.finish));
+    expect(jumped.map((g) => g.text)).toEqual(stepwise.map((g) => g.text));
+    jumped.forEach((g, i) => expect(maxAbsDiff(g.logprobs, stepwise[i].logprobs)).toBeLessThan(TOL));
+    return { stepwise, jumped, stepPasses, jumpPasses };
+  };
+
+  for (const [label, sampling] of [
+    ['T = 1', { temperature: 1, topP: 1 }],
+    ['T = 0.7, top-p 0.9', { temperature: 0.7, topP: 0.9 }],
+    ['greedy', { temperature: 0, topP: 1 }],
+  ] as const) {
+    it(`same tokens, draws and finish as token by token, log-probs within ${TOL}, in fewer passes (${label})`, async () => {
+      const engine = makeEngine(31);
+      for (const seed of [1, 2, 3]) {
+        const { stepwise, stepPasses, jumpPasses } = await compare(engine, {
+          ...sampling,
+          maxTokens: 24,
+          seed,
+          allowedTexts: [calls, null, calls, null],
+          constraints: [null, exactly('put yellow hat in red box'), null, null],
+        });
+        expect(calls).toContain(stepwise[0].text);
+        expect(stepwise[1].text).toBe('put yellow hat in red box');
+        expect(calls).toContain(stepwise[2].text);
+        // A free row keeps the batch running; the constrained rows took their forced runs in one pass each.
+        expect(jumpPasses).toBeLessThanOrEqual(stepPasses);
+      }
+      engine.dispose();
+    });
+  }
+
+  it('all rows constrained: the passes drop to the branching points (plus the prefill)', async () => {
+    const engine = makeEngine(32);
+    const { stepwise, stepPasses, jumpPasses } = await compare(engine, {
+      temperature: 1,
+      topP: 1,
+      maxTokens: 24,
+      seed: 4,
+      allowedTexts: [calls, calls, calls, calls],
+    });
+    const longest = Math.max(...stepwise.map((g) => g.tokens.length));
+    expect(stepPasses).toBe(longest); // the prefill, then one pass per token but the last
+    expect(jumpPasses).toBeLessThan(stepPasses / 2);
+    engine.dispose();
+  });
+
+  it('a forced run cut by maxTokens, and by a stop text inside it: the same as token by token', async () => {
+    const engine = makeEngine(33);
+    for (const seed of [5, 6]) {
+      await compare(engine, { temperature: 1, topP: 1, maxTokens: 4, seed, allowedTexts: [calls, calls, null, calls] });
+      const { stepwise } = await compare(engine, {
+        temperature: 1,
+        topP: 1,
+        maxTokens: 24,
+        seed,
+        stop: ['hat'],
+        allowedTexts: [calls, calls, calls, calls],
+      });
+      stepwise.filter((g) => g.text.startsWith('put')).forEach((g) => expect(g.finish).toBe('stop'));
+    }
+    engine.dispose();
+  });
+
+  it('with cacheKeys over an episode: the same as token by token, and the next prompt reuses the fed tokens', async () => {
+    const run = async (jumpForward: boolean) => {
+      const engine = makeEngine(34);
+      const histories = prompts().map((p) => [p]);
+      const out: Generation[][] = [];
+      for (let t = 0; t < 3; t++) {
+        const ps = histories.map((h) => h.flat());
+        const gens = await engine.generate(ps, {
+          temperature: 1,
+          topP: 1,
+          maxTokens: 24,
+          seed: 50 + t,
+          allowedTexts: [calls, calls, null, calls],
+          cacheKeys: histories.map((_, b) => `e${b}`),
+          jumpForward,
+        });
+        out.push(gens);
+        histories.forEach((h, b) =>
+          h.push(gens[b].tokens, tokenizer.encode(`<|im_start|>user\nYou see a red box.<|im_end|>\n<|im_start|>assistant\n`)),
+        );
+      }
+      const stats = engine.prefillCounts();
+      engine.dispose();
+      return { out, stats };
+    };
+    const a = await run(false);
+    const b = await run(true);
+    expect(b.out.map((c) => c.map((g) => g.tokens))).toEqual(a.out.map((c) => c.map((g) => g.tokens)));
+    b.out.forEach((c, t) => c.forEach((g, i) => expect(maxAbsDiff(g.logprobs, a.out[t][i].logprobs)).toBeLessThan(TOL)));
+    // Every call after the first prefilled only the new turn (the response's tokens were in the cache).
+    expect(b.stats).toEqual(a.stats);
+    expect(b.stats.reusedTokens).toBeGreaterThan(0);
+  });
+});
+
 describe('packed episodes: policyTokens', () => {
   const objective: ObjectiveConfig = { clipLow: 0.2, clipHigh: 0.3, dualClip: 3, klCoef: 0.1, lowProbDelta: 2e-3 };
   /**

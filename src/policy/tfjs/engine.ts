@@ -130,6 +130,9 @@ interface GenerationCall {
   maxTokens: number;
   out: RowState[];
   sample: (b: number, logits: Float32Array) => void;
+  /** A row's decoding rule (allowed texts' trie or constraint), or null. */
+  rule: (b: number) => TokenConstraint | null;
+  jumpForward: boolean;
   keys: (string | null)[] | undefined;
   weights: object[];
   signal?: AbortSignal;
@@ -230,8 +233,8 @@ export class TfjsEngine implements PolicyEngine {
     const tries = await buildTries(opts.allowedTexts ?? [], (t) => this.tokenizer.encode(t), endToken, opts.signal);
     const out: RowState[] = prompts.map(() => ({ tokens: [], logprobs: [], done: false, finish: 'length' }));
     if (opts.maxTokens === 0) return out.map(() => ({ tokens: [], logprobs: [], text: '', finish: 'length' }));
-    const sample = (b: number, logits: Float32Array) =>
-      this.sampleInto(out[b], logits, opts, rngs[b], tries[b] ?? constraints?.[b] ?? null);
+    const rule = (b: number) => tries[b] ?? constraints?.[b] ?? null;
+    const sample = (b: number, logits: Float32Array) => this.sampleInto(out[b], logits, opts, rngs[b], rule(b));
 
     opts.signal?.throwIfAborted();
     if (opts.useCache === false) {
@@ -252,7 +255,18 @@ export class TfjsEngine implements PolicyEngine {
         else this.kvCache.counters.misses++;
         this.kvCache.counters.reusedTokens += r.length;
       });
-      const call: GenerationCall = { prompts, reuse, maxTokens: opts.maxTokens, out, sample, keys, weights, signal: opts.signal };
+      const call: GenerationCall = {
+        prompts,
+        reuse,
+        maxTokens: opts.maxTokens,
+        out,
+        sample,
+        rule,
+        jumpForward: opts.jumpForward === true,
+        keys,
+        weights,
+        signal: opts.signal,
+      };
       for (const group of groups) await this.generateGroup(group, call);
     }
     return out.map((r) => ({ tokens: r.tokens, logprobs: r.logprobs, text: this.decodeResponse(r.tokens), finish: r.finish }));
@@ -389,7 +403,7 @@ export class TfjsEngine implements PolicyEngine {
           blocks[l] = [...blocks[l].slice(0, at.R > 0 ? 1 : 0), merged];
         }
       }
-      const steps = await this.decode(at, call, { blocks, tail, logits });
+      const fed = await this.decode(at, call, { blocks, tail, logits });
       const keyed = rows.map((b, j) => ({ b, j, key: call.keys?.[b] })).filter((x) => x.key !== null && x.key !== undefined);
       const storing = performance.now();
       if (keyed.length > 0)
@@ -400,7 +414,7 @@ export class TfjsEngine implements PolicyEngine {
           call.out,
           blocks,
           tail,
-          { ...at, steps },
+          { ...at, ...fed },
           call.weights,
         );
       this.kvCache.counters.copyMs += performance.now() - storing;
@@ -471,41 +485,69 @@ export class TfjsEngine implements PolicyEngine {
     return logits!;
   }
 
-  /** Samples up to maxTokens for every row of the group, one batched step at a time; returns the steps run through the model. */
+  /**
+   * Samples up to maxTokens for every row of the group, one batched pass at a time: a pass feeds each
+   * running row its last sampled token and, with jump-forward, the tokens its rule forces after it (their
+   * log-probs read from the same pass). Returns the tail's columns and, per row, the tail column of each
+   * response token fed back, in token order.
+   */
   private async decode(
     at: GroupLayout,
     call: GenerationCall,
     kv: { blocks: LayerCache[][]; tail: (LayerCache | null)[]; logits: Float32Array },
-  ): Promise<number> {
+  ): Promise<{ columns: number; fedCols: number[][] }> {
     const { rows, G, r, R, N, offset } = at;
     const { prompts, maxTokens, out, sample } = call;
     const { blocks, tail } = kv;
     const pad = this.options.padToken;
     let logits = kv.logits;
     const V = logits.length / G;
-    let steps = 0;
-    for (let step = 0; step < maxTokens; step++) {
-      rows.forEach((b, j) => sample(b, logits.subarray(j * V, (j + 1) * V)));
-      if (rows.every((b) => out[b].done) || step === maxTokens - 1) break;
-      await yieldTo(call.signal);
-      const S = R + N + step + 1;
-      const ids = new Int32Array(G);
-      const pos = new Int32Array(G);
-      const mask = new Float32Array(G * S).fill(MASKED);
+    const fedCols: number[][] = rows.map(() => []);
+    // Per row: its first logits row in `logits`, and how many forced tokens it fed in the last pass.
+    let first = rows.map((_, j) => j);
+    let forced = rows.map(() => 0);
+    let columns = 0;
+    for (;;) {
       rows.forEach((b, j) => {
-        const toks = out[b].tokens;
-        ids[j] = toks.length > 0 ? toks[toks.length - 1] : pad;
-        pos[j] = prompts[b].length + step;
-        for (let col = 0; col < r[j]; col++) mask[j * S + col] = 0;
-        for (let u = offset[j]; u < N; u++) mask[j * S + R + u] = 0;
-        for (let s = 0; s <= step; s++) mask[j * S + R + N + s] = 0;
+        for (let t = 0; t <= forced[j] && !out[b].done && out[b].tokens.length < maxTokens; t++)
+          sample(b, logits.subarray((first[j] + t) * V, (first[j] + t + 1) * V));
       });
+      const running = rows.map((b) => !out[b].done && out[b].tokens.length < maxTokens);
+      if (!running.some(Boolean)) break;
+      await yieldTo(call.signal);
+      const feeds = rows.map((b, j) => {
+        const toks = out[b].tokens;
+        const last = toks.length > 0 ? toks[toks.length - 1] : pad;
+        if (!running[j] || !call.jumpForward) return [last];
+        return [last, ...forcedRun(call.rule(b), toks, maxTokens - toks.length - 1, this.options.endTokens)];
+      });
+      const T = Math.max(...feeds.map((f) => f.length));
+      const S = R + N + columns + T;
+      const ids = new Int32Array(G * T).fill(pad);
+      const pos = new Int32Array(G * T);
+      const mask = new Float32Array(G * T * S).fill(MASKED);
+      rows.forEach((b, j) => {
+        // A stopped row is fed its last token again (its answer is not read); a running one its own tokens.
+        const start = running[j] ? prompts[b].length + out[b].tokens.length - 1 : prompts[b].length + columns;
+        const seen = running[j] ? fedCols[j] : Array.from({ length: columns }, (_, c) => c);
+        for (let t = 0; t < T; t++) {
+          const row = (j * T + t) * S;
+          for (let col = 0; col < r[j]; col++) mask[row + col] = 0;
+          for (let u = offset[j]; u < N; u++) mask[row + R + u] = 0;
+          if (t >= feeds[j].length) continue; // padding column: attends to the prompt only, read by no one
+          ids[j * T + t] = feeds[j][t];
+          pos[j * T + t] = start + t;
+          for (const c of seen) mask[row + R + N + c] = 0;
+          for (let u = 0; u <= t; u++) mask[row + R + N + columns + u] = 0;
+        }
+      });
+      const wanted = rows.flatMap((_, j) => feeds[j].map((__, t) => j * T + t));
       logits = this.runLayers(
         ids,
         pos,
         mask,
         G,
-        1,
+        T,
         S,
         blocks.map((bl, l) => (tail[l] ? [...bl, tail[l]!] : bl)),
         (l, layerKv) => {
@@ -517,16 +559,23 @@ export class TfjsEngine implements PolicyEngine {
           }
         },
         true,
+        T > 1 ? wanted : undefined,
       )!;
-      steps = step + 1;
+      let at0 = 0;
+      first = feeds.map((f) => (at0 += f.length) - f.length);
+      forced = feeds.map((f, j) => (running[j] ? f.length - 1 : 0));
+      rows.forEach((_, j) => {
+        if (running[j]) feeds[j].forEach((__, t) => fedCols[j].push(columns + t));
+      });
+      columns += T;
     }
-    return steps;
+    return { columns, fedCols };
   }
 
   /**
    * Runs ids [G, T] through every layer, one layer's activations at a time, attending to `past`
    * (per layer) and to themselves; hands each layer's new keys/values to `keep`. Returns the
-   * last column's logits [G·V] when asked.
+   * last column's logits [G·V] when asked, or those of `logitRows` (indices into the G·T columns).
    */
   private runLayers(
     ids: Int32Array,
@@ -538,6 +587,7 @@ export class TfjsEngine implements PolicyEngine {
     past: LayerCache[][],
     keep: (layer: number, kv: LayerCache) => void,
     wantLogits: boolean,
+    logitRows?: number[],
   ): Float32Array | null {
     const model = this.model;
     const idsT = tf.tensor2d(ids, [G, T], 'int32');
@@ -556,6 +606,12 @@ export class TfjsEngine implements PolicyEngine {
         keep(l, { k: k as tf.Tensor4D, v: v as tf.Tensor4D });
       }
       if (!wantLogits) return null;
+      if (logitRows)
+        return tf.tidy(() => {
+          const d = h.shape[2];
+          const picked = tf.gather(h.reshape([G * T, d]), tf.tensor1d(logitRows, 'int32')).reshape([1, logitRows.length, d]) as tf.Tensor3D;
+          return model.logits(model.finalNorm(picked).reshape([logitRows.length, d]) as tf.Tensor2D).dataSync() as Float32Array;
+        });
       return tf.tidy(() => {
         const d = h.shape[2];
         const lastHidden = model.finalNorm(h.slice([0, T - 1, 0], [G, 1, d])).reshape([G, d]) as tf.Tensor2D;
@@ -574,16 +630,16 @@ export class TfjsEngine implements PolicyEngine {
     out: RowState[],
     blocks: LayerCache[][],
     tail: (LayerCache | null)[],
-    g: { R: number; N: number; r: number[]; n: number[]; offset: number[]; steps: number },
+    g: { R: number; N: number; r: number[]; n: number[]; offset: number[]; columns: number; fedCols: number[][] },
     weights: object[],
   ): void {
     const c = this.model.config;
     const layers = c.num_hidden_layers;
     const H = c.num_key_value_heads;
     const D = headDim(c);
-    const { N, steps } = g;
-    // Every generated token but the last was fed back (the last one's keys were never computed).
-    const fed = keyed.map(({ b }) => Math.min(steps, Math.max(0, out[b].tokens.length - 1)));
+    const { N, columns, fedCols } = g;
+    // The generated tokens that were fed back (not the last one sampled: its keys were never computed).
+    const fed = keyed.map(({ b, j }) => Math.min(fedCols[j].length, out[b].tokens.length));
     const segs = keyed.map(({ j }, i) => new Float32Array(layers * 2 * H * (g.n[j] + fed[i]) * D));
     for (let l = 0; l < layers; l++) {
       const fresh = blocks[l][blocks[l].length - 1];
@@ -592,7 +648,7 @@ export class TfjsEngine implements PolicyEngine {
         [1, 'v'],
       ] as const) {
         const newData = fresh[which].dataSync() as Float32Array; // [G, H, N, D]
-        const tailData = tail[l] ? (tail[l]![which].dataSync() as Float32Array) : null; // [G, H, steps, D]
+        const tailData = tail[l] ? (tail[l]![which].dataSync() as Float32Array) : null; // [G, H, columns, D]
         keyed.forEach(({ j }, i) => {
           const len = g.n[j] + fed[i];
           const seg = segs[i];
@@ -600,9 +656,9 @@ export class TfjsEngine implements PolicyEngine {
             const to = ((l * 2 + kind) * H + h) * len * D;
             const from = ((j * H + h) * N + g.offset[j]) * D;
             seg.set(newData.subarray(from, from + g.n[j] * D), to);
-            if (fed[i] > 0) {
-              const tf0 = (j * H + h) * steps * D;
-              seg.set(tailData!.subarray(tf0, tf0 + fed[i] * D), to + g.n[j] * D);
+            for (let k = 0; k < fed[i]; k++) {
+              const tf0 = ((j * H + h) * columns + fedCols[j][k]) * D;
+              seg.set(tailData!.subarray(tf0, tf0 + D), to + (g.n[j] + k) * D);
             }
           }
         });
@@ -837,6 +893,23 @@ export class TfjsEngine implements PolicyEngine {
     this.model.dispose();
     this.optimizer.dispose();
   }
+}
+
+/**
+ * The tokens `rule` forces after `tokens`, one allowed token at a time, at most `limit`; stops before an
+ * end token (sampled from the pass's last column, where the row's finish is decided as usual).
+ */
+export function forcedRun(rule: TokenConstraint | null, tokens: readonly number[], limit: number, endTokens: readonly number[]): number[] {
+  const run: number[] = [];
+  if (!rule) return run;
+  const prefix = [...tokens];
+  while (run.length < limit) {
+    const allowed = rule.allowedAfter(prefix);
+    if (allowed.length !== 1 || endTokens.includes(allowed[0])) break;
+    run.push(allowed[0]);
+    prefix.push(allowed[0]);
+  }
+  return run;
 }
 
 function seqLen(s: ScoredSequence): number {
