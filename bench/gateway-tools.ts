@@ -6,7 +6,7 @@
  * same config (the default run unless --set changes it) with one training iteration, and the bench
  * compares the evaluation before training (the same initial weights, the same held-out episodes) and the
  * training iteration's rollout: seconds per environment step in each, and their ratio (goal, issue #87:
- * at most 1.2×). The prompts differ by what tool calling adds (the tools block in the system turn, the
+ * at most 1.2×); beside them the update's seconds per step and the prompt and trained tokens per step. The prompts differ by what tool calling adds (the tools block in the system turn, the
  * call's wrapper around each action), which the ratio includes.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -28,6 +28,9 @@ interface Timing {
   evalSteps: number;
   rolloutSeconds: number;
   rolloutSteps: number;
+  updateSeconds: number;
+  promptTokens: number;
+  trainedTokens: number;
 }
 
 function timing(runDir: string): Timing {
@@ -43,6 +46,9 @@ function timing(runDir: string): Timing {
     evalSteps: ev.env_steps,
     rolloutSeconds: tr.rollout_seconds,
     rolloutSteps: tr.env_steps,
+    updateSeconds: tr.update_seconds,
+    promptTokens: tr.mean_prompt_tokens,
+    trainedTokens: tr.trained_tokens,
   };
 }
 
@@ -82,4 +88,11 @@ console.log('| phase | in process | gateway (tools, forced calls) | gateway / in
 console.log('|---|---|---|---|');
 row('evaluation before training', inProcess.evalSeconds, inProcess.evalSteps, gateway.evalSeconds, gateway.evalSteps);
 row('training rollout', inProcess.rolloutSeconds, inProcess.rolloutSteps, gateway.rolloutSeconds, gateway.rolloutSteps);
+row('update (per step rolled out)', inProcess.updateSeconds, inProcess.rolloutSteps, gateway.updateSeconds, gateway.rolloutSteps);
+console.log(
+  `| prompt tokens per step (mean) | ${inProcess.promptTokens.toFixed(0)} | ${gateway.promptTokens.toFixed(0)} | ${(gateway.promptTokens / inProcess.promptTokens).toFixed(2)}× |`,
+);
+console.log(
+  `| trained tokens per step | ${(inProcess.trainedTokens / inProcess.rolloutSteps).toFixed(1)} | ${(gateway.trainedTokens / gateway.rolloutSteps).toFixed(1)} | ${(gateway.trainedTokens / gateway.rolloutSteps / (inProcess.trainedTokens / inProcess.rolloutSteps)).toFixed(2)}× |`,
+);
 if (!values.out) rmSync(out, { recursive: true, force: true });

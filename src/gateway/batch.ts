@@ -31,6 +31,12 @@ export interface CallRequest {
   allowedTexts: readonly string[] | null;
   /** A rule over token ids the answer must follow (a forced tool call); never with allowedTexts. */
   constraint?: TokenConstraint | null;
+  /**
+   * The answer's form is forced (a forced tool call, a JSON format): its tokens no one chooses (the call's
+   * wrapper) go through the model in one pass (jump-forward). Off for an agent's own allowed texts, which
+   * are sampled exactly as the built-in rollout samples them, log-prob for log-prob.
+   */
+  forced?: boolean;
 }
 
 /** One call waiting for its tokens. */
@@ -186,6 +192,7 @@ export class LockstepBatch {
         allowedTexts: rows.some(([, c]) => c.allowedTexts !== null) ? rows.map(([, c]) => c.allowedTexts) : undefined,
         constraints: rows.some(([, c]) => c.constraint) ? rows.map(([, c]) => c.constraint ?? null) : undefined,
         cacheKeys: this.sampling.reusePrefix ? cacheKeys : undefined,
+        jumpForward: rows.some(([, c]) => c.forced === true),
       },
     );
     this.prefilledTokens += (this.engine.prefillCounts?.().prefilledTokens ?? 0) - before;

@@ -28,6 +28,7 @@ import type { ToolCall, TurnBackend, TurnMessage, TurnRequest, TurnResult } from
 import { encodeCall, historyAfter, lastObservation, recordedAction, spliceSampled, turnText, type PromptRendering } from './prompt.ts';
 import { GatewayCompletionSchema, readJson, RequestError, RewardReportSchema, errorBody, parseRequest } from './protocol.ts';
 import type { CallSlot, EpisodeSession } from './session.ts';
+import type { CallRequest } from './batch.ts';
 import { sendStream, type StreamedAnswer } from './stream.ts';
 import { checkBytesFit, checkContext, type PromptLimit } from '../serve/limits.ts';
 
@@ -309,13 +310,7 @@ function refusePrompt(session: EpisodeSession, check: () => unknown): void {
 async function sampleStep(
   session: EpisodeSession,
   signal: AbortSignal,
-  call: {
-    prompt: number[];
-    maxTokens: number;
-    stop: string[];
-    allowedTexts: readonly string[] | null;
-    constraint?: TokenConstraint | null;
-  },
+  call: CallRequest,
 ): Promise<Generation> {
   const gone = () => session.o.batch.cancel(session, signal.reason, call);
   signal.addEventListener('abort', gone);
@@ -418,6 +413,7 @@ async function episodeTurn(ctx: Ctx, entry: CallCtx['entry'], slot: CallSlot, re
     stop: req.stop,
     allowedTexts: forced && 'allowedTexts' in forced ? forced.allowedTexts : (req.allowedTexts ?? null),
     constraint: forced && 'constraint' in forced ? forced.constraint : null,
+    forced: forced !== null,
   });
   const text = cutAtStop(g.text, req.stop);
   // An answer constrained to a JSON format is that JSON, not a call (unless a call was forced).
