@@ -8,12 +8,13 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { tf } from '../policy/tfjs/backend.ts';
 import { saveLoraAdapter } from '../policy/tfjs/lora.ts';
-import { loadServedModel, readServedAdapter } from './load.ts';
+import { loadServedModel, readServedAdapter, toolTemplateOf } from './load.ts';
+import { startServer } from './server.ts';
 import { startServedFixture, type ServedFixture } from '../../test/support/served-fixture.ts';
 
 const MOVE = {
@@ -310,5 +311,71 @@ describe('empo2 serve: the policy version is how many times the answering weight
       expect(await versionOf('policy')).toEqual({ header: expected, fingerprint: `empo2-policy-${expected}`, model: 'policy' });
     }
     expect((await versionOf('tiny')).header).toBe('1');
+  });
+});
+
+/** A template with tool support of its own (Qwen2.5's shape, with its default system line), unlike the ChatML + Hermes default. */
+const QWEN_LIKE =
+  '{%- if tools %}<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n# Tools\n\n<tools>{% for t in tools %}\n{{ t | tojson }}{% endfor %}\n</tools><|im_end|>\n{% endif %}' +
+  "{%- for m in messages %}{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n" +
+  '{% elif m.role == \'assistant\' and m.tool_calls %}<|im_start|>assistant\n{% for c in m.tool_calls %}<tool_call>\n{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n' +
+  '{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}';
+
+describe('empo2 serve: a model whose chat template renders tools gets its tool conversations rendered by it', () => {
+  let f: ServedFixture;
+  beforeAll(async () => {
+    f = await startServedFixture('tiny');
+    // The served model directory with the template beside it, as a Qwen2.5 download has it.
+    writeFileSync(join(f.modelDir, 'chat_template.jinja'), QWEN_LIKE);
+    const toolTemplate = toolTemplateOf(f.modelDir);
+    expect(toolTemplate).not.toBeNull();
+    await f.server.close();
+    f.server = await startServer({ engine: f.server.queue.current.engine, modelName: 'tiny', port: 0, toolTemplate });
+  }, 60_000);
+  afterAll(async () => f?.close());
+
+  const promptOf = async (body: object) => {
+    const res = await fetch(`${f.server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: 'tiny', seed: 1, max_tokens: 4, return_token_ids: true, ...body }),
+    });
+    expect(res.status).toBe(200);
+    const json = (await res.json()) as {
+      prompt_token_ids: number[];
+      choices: { message: { tool_calls?: { function: { name: string } }[] } }[];
+    };
+    return { text: f.local.tokenizer.decode(json.prompt_token_ids), json };
+  };
+
+  it('renders tools, calls and results through the template; a chat without tools as before', async () => {
+    const { text, json } = await promptOf({
+      messages: [
+        { role: 'user', content: 'Find the hat.' },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id: 'c1', type: 'function', function: { name: 'move', arguments: '{"room":"hall"}' } }],
+        },
+        { role: 'tool', tool_call_id: 'c1', content: 'You are in the hall.' },
+      ],
+      tools: [MOVE],
+      tool_choice: 'required',
+      max_tokens: 64,
+    });
+    expect(text.startsWith('<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.')).toBe(true);
+    expect(text).toContain('"name": "move"');
+    // The call's arguments as an object, as transformers hands them to a template.
+    expect(text).toContain('<tool_call>\n{"name": "move", "arguments": {"room": "hall"}}\n</tool_call>');
+    expect(text).toContain('<tool_response>\nYou are in the hall.\n</tool_response>');
+    expect(text.endsWith('<|im_start|>assistant\n')).toBe(true);
+    expect(json.choices[0].message.tool_calls?.[0].function.name).toBe('move');
+    const plain = await promptOf({ messages: [{ role: 'user', content: 'Find the hat.' }] });
+    expect(plain.text).toBe('<|im_start|>user\nFind the hat.<|im_end|>\n<|im_start|>assistant\n');
+  });
+
+  it('a model directory without a template (the tiny model) has none', () => {
+    rmSync(join(f.modelDir, 'chat_template.jinja'));
+    expect(toolTemplateOf(f.modelDir)).toBeNull();
   });
 });

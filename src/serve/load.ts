@@ -10,6 +10,8 @@ import { loadModelDir } from '../policy/tfjs/checkpoint.ts';
 import { resolveModelPath } from '../policy/gguf/model-path.ts';
 import { TfjsEngine } from '../policy/tfjs/engine.ts';
 import { readLoraAdapter } from '../policy/tfjs/lora.ts';
+import { ChatTemplate } from '../policy/chat-template.ts';
+import { templateRendersTools } from '../openai/render.ts';
 import type { LoadedAdapter } from './lora.ts';
 import type { ServedEngine } from './queue.ts';
 import { latestCheckpoint } from '../run/checkpoint.ts';
@@ -37,6 +39,19 @@ export interface ServedModel {
   modelDir: string;
   vocabSize: number;
   maxModelLen: number;
+  /** The model's chat template where it renders tools itself (Qwen2.5's), for tool conversations; else null. */
+  toolTemplate: ChatTemplate | null;
+}
+
+/** The chat template of a model directory, where it has one that renders tools itself. */
+export function toolTemplateOf(modelDir: string): ChatTemplate | null {
+  let template: ChatTemplate;
+  try {
+    template = ChatTemplate.fromDir(modelDir);
+  } catch {
+    return null; // no template (the tiny model): tool conversations get the ChatML + Hermes default
+  }
+  return templateRendersTools(template) ? template : null;
 }
 
 export async function loadServedModel(path: string): Promise<ServedModel> {
@@ -59,7 +74,13 @@ export async function loadServedModel(path: string): Promise<ServedModel> {
     endTokens: ends,
     padToken: ends[ends.length - 1],
   });
-  return { engine, modelDir, vocabSize: model.config.vocab_size, maxModelLen: model.config.max_position_embeddings };
+  return {
+    engine,
+    modelDir,
+    vocabSize: model.config.vocab_size,
+    maxModelLen: model.config.max_position_embeddings,
+    toolTemplate: toolTemplateOf(modelDir),
+  };
 }
 
 /**

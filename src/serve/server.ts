@@ -23,6 +23,7 @@ import { randomUUID } from 'node:crypto';
 import { realpathSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Generation, PolicyEngine, TextTokenizer } from '../policy/types.ts';
+import type { ChatTemplate } from '../policy/index.ts';
 import { checkAccess, checkJsonContentType, type AccessRules } from './access.ts';
 import { allowedHostNames } from '../util/host-check.ts';
 import { EngineQueue, QueueFullError, type ServedEngine } from './queue.ts';
@@ -68,6 +69,11 @@ export interface ServeOptions {
   /** Host names clients may reach the server under, besides its IP addresses (and localhost on loopback). */
   allowedHosts?: string[];
   log?: (line: string) => void;
+  /**
+   * The model's chat template where it renders tools itself (./load.ts `toolTemplateOf`): tool
+   * conversations render through it, as vLLM renders them; without one, the ChatML + Hermes default.
+   */
+  toolTemplate?: ChatTemplate | null;
   /**
    * Enables POST /v1/empo2/load_weights {"path": dir}: a trainer pushes its current policy (a model
    * directory under one of `roots`) so the next requests sample from it. Needs `apiKey`.
@@ -138,6 +144,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
       defaultMaxTokens: o.defaultChatMaxTokens ?? 256,
       maxRequestTokens,
       versionOf: (adapter) => (adapter === null ? ctx.weightLoads : (adapters?.loadsOf(adapter) ?? 0)),
+      toolTemplate: o.toolTemplate ?? null,
     }),
     // One store for the server (its clients are not told apart): ids are 128 random bits, not guessable.
     responses: new ResponseStore({ scope: 'this server', capacity: 1024 }),

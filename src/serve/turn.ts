@@ -17,10 +17,10 @@
  * update, it is the iteration whose weights answered.
  */
 import { randomBytes } from 'node:crypto';
-import { endTokenIds, JsonSchemaError, jsonFormatConstraint, toolCallConstraint } from '../policy/index.ts';
+import { endTokenIds, JsonSchemaError, jsonFormatConstraint, toolCallConstraint, type ChatTemplate } from '../policy/index.ts';
 import type { TextTokenizer, TokenConstraint } from '../policy/types.ts';
 import { RequestError } from '../openai/errors.ts';
-import { renderMessages } from '../openai/render.ts';
+import { renderMessages, usesTools } from '../openai/render.ts';
 import { toolParser } from '../openai/tool-parsers/index.ts';
 import type { TurnBackend, TurnRequest, TurnResult } from '../openai/types.ts';
 import { checkAllowedTexts, checkPrompt, checkTextFits, checkWork, servedLimit } from './limits.ts';
@@ -35,6 +35,8 @@ export interface ServeTurnOptions {
   maxRequestTokens: number;
   /** How many times the weights of `adapter` (null: the base model's) were loaded; read when the request runs. */
   versionOf?: (adapter: string | null) => number;
+  /** A chat template that renders tools itself: tool conversations render through it. */
+  toolTemplate?: ChatTemplate | null;
 }
 
 export const SERVE_NAME = 'empo2 serve';
@@ -88,7 +90,9 @@ export function serveTurnBackend(o: ServeTurnOptions): TurnBackend {
         const longest = lengths.reduce((at, n, i) => (n > lengths[at] ? i : at), 0);
         checkTextFits(servedLimit(served), req.messages[longest].content ?? '', explicitMax ?? 1, `messages[${longest}].content`);
       }
-      const rendered = renderMessages(req.messages, { tools: req.tools });
+      // Tool conversations through the model's own tool template where it has one; plain chats as before (ChatML).
+      const template = o.toolTemplate && usesTools(req.messages, req.tools) ? o.toolTemplate : undefined;
+      const rendered = renderMessages(req.messages, { tools: req.tools, template });
       checkTextFits(servedLimit(served), rendered, explicitMax ?? 1, field);
       const prompt = tok.encode(rendered);
       const maxTokens = explicitMax ?? Math.max(1, Math.min(o.defaultMaxTokens, served.maxModelLen - prompt.length));

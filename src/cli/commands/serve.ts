@@ -67,6 +67,7 @@ export function register(program: Command): void {
         port,
         vocabSize: served.vocabSize,
         maxModelLen: served.maxModelLen,
+        toolTemplate: served.toolTemplate,
         maxRequestTokens,
         apiKey,
         allowedHosts: opts.allowedHost,
