@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { tf } from '../policy/tfjs/backend.ts';
 import { saveLoraAdapter } from '../policy/tfjs/lora.ts';
 import { loadServedModel, readServedAdapter, toolTemplateOf } from './load.ts';
-import { startServer } from './server.ts';
+import { startServer, type RunningServer } from './server.ts';
 import { startServedFixture, type ServedFixture } from '../../test/support/served-fixture.ts';
 
 const MOVE = {
@@ -323,19 +323,23 @@ const QWEN_LIKE =
 
 describe('empo2 serve: a model whose chat template renders tools gets its tool conversations rendered by it', () => {
   let f: ServedFixture;
+  let server: RunningServer;
   beforeAll(async () => {
     f = await startServedFixture('tiny');
     // The served model directory with the template beside it, as a Qwen2.5 download has it.
     writeFileSync(join(f.modelDir, 'chat_template.jinja'), QWEN_LIKE);
     const toolTemplate = toolTemplateOf(f.modelDir);
     expect(toolTemplate).not.toBeNull();
-    await f.server.close();
-    f.server = await startServer({ engine: f.server.queue.current.engine, modelName: 'tiny', port: 0, toolTemplate });
+    // A second server on the fixture's engine, with the template (the fixture's own has none).
+    server = await startServer({ engine: f.server.queue.current.engine, modelName: 'tiny', port: 0, toolTemplate });
   }, 60_000);
-  afterAll(async () => f?.close());
+  afterAll(async () => {
+    await server?.close();
+    await f?.close();
+  });
 
   const promptOf = async (body: object) => {
-    const res = await fetch(`${f.server.url}/v1/chat/completions`, {
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'Content-Type': 'application/json' },
       body: JSON.stringify({ model: 'tiny', seed: 1, max_tokens: 4, return_token_ids: true, ...body }),
