@@ -307,11 +307,7 @@ function refusePrompt(session: EpisodeSession, check: () => unknown): void {
 }
 
 /** Samples one step of `session`: waits for its lockstep batch; a client that hangs up (`signal`) takes its call out. */
-async function sampleStep(
-  session: EpisodeSession,
-  signal: AbortSignal,
-  call: CallRequest,
-): Promise<Generation> {
+async function sampleStep(session: EpisodeSession, signal: AbortSignal, call: CallRequest): Promise<Generation> {
   const gone = () => session.o.batch.cancel(session, signal.reason, call);
   signal.addEventListener('abort', gone);
   try {
