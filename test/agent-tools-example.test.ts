@@ -8,13 +8,18 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../src/api/config.ts';
 import { trainAgent } from '../src/api/train-agent.ts';
 import { createEnv } from '../src/envs/index.ts';
 import { toolAgent, type EnvTask } from '../examples/agent-tools/agent.ts';
 import { TINY_MODEL } from './support/tiny.ts';
 
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const TSX_CLI = createRequire(import.meta.url).resolve('tsx/cli');
 const root = mkdtempSync(join(tmpdir(), 'empo2-agent-tools-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
@@ -80,4 +85,29 @@ describe('examples/agent-tools', () => {
     }
     expect(steps).toBeGreaterThan(0);
   }, 300_000);
+
+  it('train.ts, the script the docs give, trains it from the command line and resumes the finished run', async () => {
+    // tsconfig.json maps `empo2` to src/, so tsx runs the example from the sources here (no dist/ needed).
+    const runDir = join(root, 'script-run');
+    const sets = SET.flatMap((kv) => ['--set', kv]);
+    const run = (...extra: string[]) =>
+      spawnSync(process.execPath, [TSX_CLI, 'examples/agent-tools/train.ts', runDir, ...sets, ...extra], {
+        cwd: ROOT,
+        encoding: 'utf8',
+        env: { ...process.env, OMP_NUM_THREADS: '1' },
+        timeout: 280_000,
+      });
+    const first = run();
+    expect(first.status, first.stderr + first.stdout).toBe(0);
+    expect(first.stdout).toContain(`run: ${runDir}`);
+    expect(readFileSync(join(runDir, 'eval.md'), 'utf8')).toMatch(/\| fetch \|/);
+    const metrics = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(metrics.some((m) => m.type === 'train')).toBe(true);
+    const again = run('--resume');
+    expect(again.status, again.stderr + again.stdout).toBe(0);
+    expect(readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n')).toHaveLength(metrics.length);
+  }, 600_000);
 });

@@ -1,6 +1,6 @@
 /**
- * Trains the model behind ./agent.ts with EMPO² through the gateway. In this repository, after
- * `npm run build` (the file imports 'empo2', which resolves to dist/):
+ * Trains the model behind ./agent.ts with EMPO² through the gateway. In this repository, with tsx (the
+ * file imports 'empo2', which tsconfig.json maps to src/):
  *
  *   npx tsx examples/agent-openai/train.ts [model directory] [run directory] [--set key.path=value ...]
  *

@@ -1,7 +1,7 @@
 /**
  * Trains the model behind ./agent.ts (an `@openai/agents` agent whose actions are tool calls) with the
  * default run's algorithm (GiGPO) on the built-in environment, through the gateway. In this repository,
- * after `npm run build` (the file imports 'empo2', which resolves to dist/):
+ * with tsx (the file imports 'empo2', which tsconfig.json maps to src/):
  *
  *   npx tsx examples/agent-tools/train.ts [run directory] [--set key.path=value ...] [--resume]
  *
