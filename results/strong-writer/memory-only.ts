@@ -32,7 +32,7 @@
  *
  *   nice -n 10 env OMP_NUM_THREADS=1 npx tsx results/strong-writer/memory-only.ts \
  *     [-c configs/real-empo2.yaml] [--set key=value ...] [--trials 5] [--out runs/strong-writer/memory-only] \
- *     [--upstream http://127.0.0.1:8000/v1 --upstream-model NAME] [--episodes N] [--stop-after N]
+ *     [--upstream http://127.0.0.1:8000/v1 --upstream-model NAME] [--episodes N] [--stop-after N] [--restarts 5]
  *
  * The report: ./memory-only-report.ts.
  */
@@ -360,6 +360,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
       'upstream-model': { type: 'string' },
       episodes: { type: 'string' },
       'stop-after': { type: 'string' },
+      restarts: { type: 'string', default: '5' },
     },
   });
   if (values.upstream && !values['upstream-model']) throw new Error('--upstream needs --upstream-model');
@@ -372,7 +373,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
       ctrl.abort(new Error(sig));
     });
   console.log(`memory-only result (#89), tip writer: ${WRITER_LABEL}`);
-  const state = await runMemoryOnly({
+  const options: MemoryOnlyOptions = {
     config: values.config || null,
     sets: values.set,
     out: values.out,
@@ -381,13 +382,30 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     episodes: values.episodes ? Number(values.episodes) : undefined,
     stopAfter: values['stop-after'] ? Number(values['stop-after']) : undefined,
     signal: ctrl.signal,
-  }).catch((e: unknown) => {
-    if (ctrl.signal.aborted) {
-      console.log('stopped');
-      process.exit(0);
+  };
+  // An unattended run of a day or more: a failure (an upstream that gave up after its retries) starts the
+  // servers again and goes on from the state file, up to --restarts times in a row without a new episode.
+  let state: MemoryOnlyState | null = null;
+  for (let failures = 0; state === null;) {
+    const before = existsSync(join(values.out, 'state.json'))
+      ? Object.keys((JSON.parse(readFileSync(join(values.out, 'state.json'), 'utf8')) as MemoryOnlyState).plays).length
+      : 0;
+    try {
+      state = await runMemoryOnly(options);
+    } catch (e) {
+      if (ctrl.signal.aborted) {
+        console.log('stopped');
+        process.exit(0);
+      }
+      const after = existsSync(join(values.out, 'state.json'))
+        ? Object.keys((JSON.parse(readFileSync(join(values.out, 'state.json'), 'utf8')) as MemoryOnlyState).plays).length
+        : 0;
+      failures = after > before ? 1 : failures + 1;
+      if (failures > Number(values.restarts)) throw e;
+      console.log(`failed (${(e as Error).stack ?? String(e)}); starting again in 60 s (${failures} of ${values.restarts})`);
+      await new Promise((r) => setTimeout(r, 60_000));
     }
-    throw e;
-  });
+  }
   const total = passes(Number(values.trials)).length * state.episodes.length;
   console.log(`${Object.keys(state.plays).length} of ${total} plays recorded in ${join(values.out, 'state.json')}`);
   process.exit(0);
