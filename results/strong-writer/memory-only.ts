@@ -15,7 +15,8 @@
  *     (src/trainer/prompt.ts instructMessages, what the trainer renders), decoding as the config's
  *     evaluation: `rollout.eval_temperature`, `rollout.max_tokens`, constrained to the valid actions by
  *     `allowed_texts` (which the proxy passes on and `empo2 serve` honours), a seed per (episode, trial,
- *     step) shared by both arms, so that where no tip is shown the two arms sample alike.
+ *     step) shared by both arms, so that where no tip is shown the two arms sample alike; and a
+ *     `prompt_cache_key` per episode, under which `empo2 serve` prefills only each call's new tokens.
  *
  * The memory is one slot per episode (`task` of `POST /episodes` = family#variation, the reference's
  * `memory.slot: variation`): an episode is shown only the tips its own earlier trials left, so trial k
@@ -189,6 +190,8 @@ export async function runMemoryOnly(o: MemoryOnlyOptions): Promise<MemoryOnlySta
 
     // The upstream: `empo2 serve`'s server on the model, unless one is given.
     let upstream = o.upstream;
+    /** Drops an episode's prompt cache in the server this process runs (an upstream given runs its own). */
+    let releaseCache = (_key: string) => {};
     if (!upstream) {
       if (!cfg.model.path) throw new Error('model.path is not set: give a model to serve, or --upstream');
       const served = await loadServedModel(cfg.model.path);
@@ -206,6 +209,7 @@ export async function runMemoryOnly(o: MemoryOnlyOptions): Promise<MemoryOnlySta
         served.engine.dispose();
       });
       upstream = { baseURL: `${server.url}/v1`, model };
+      releaseCache = (key) => served.engine.releaseCache([key]);
     }
     const writer: OracleWriter = await startOracleWriter({ port: 0, tasks: cfg.env.tasks });
     closers.push(() => writer.close());
@@ -247,6 +251,8 @@ export async function runMemoryOnly(o: MemoryOnlyOptions): Promise<MemoryOnlySta
         const first = await env.reset(task, variation);
         const slot = `${task}#${variation}`;
         const handle = proxy.startEpisode({ task: slot, description: `${first.task}\n${oneLine(first.observation)}` });
+        // The episode's calls extend each other: under one prompt_cache_key `empo2 serve` prefills only each turn's new tokens.
+        const cacheKey = `${arm}:${trial}:${i}:${handle.id}`;
         const client = new OpenAI({ baseURL: handle.baseURL, apiKey: handle.apiKey, maxRetries: 3, timeout: 20 * 60_000 });
         const turns: InstructTurn[] = [{ observation: first.observation, validActions: first.validActions }];
         const p: Play = {
@@ -287,6 +293,7 @@ export async function runMemoryOnly(o: MemoryOnlyOptions): Promise<MemoryOnlySta
             temperature: cfg.rollout.eval_temperature,
             max_tokens: cfg.rollout.max_tokens,
             seed: callSeed(cfg.seed, trial, i, t),
+            prompt_cache_key: cacheKey,
             ...(allowed ? { allowed_texts: allowed } : {}),
           } as OpenAI.Chat.ChatCompletionCreateParamsNonStreaming;
           const r = await client.chat.completions.create(body);
@@ -311,6 +318,7 @@ export async function runMemoryOnly(o: MemoryOnlyOptions): Promise<MemoryOnlySta
           turns.push({ observation: step.observation, validActions: step.validActions });
           if (step.done) break;
         }
+        releaseCache(cacheKey);
         counted[arm] += p.steps_with_tips;
         if (proxy.stats().calls_with_tips !== counted[arm])
           throw new Error(`the ${arm} proxy put tips into ${proxy.stats().calls_with_tips} calls, the driver counted ${counted[arm]}`);
