@@ -75,6 +75,31 @@ describe('the stand-in oracle tip writer', () => {
       }
   });
 
+  it("places an episode by step 1 inside an agent's message, and a long one by the first observation under its task", async () => {
+    const solves = async (family: string, variation: number, tip: string) => {
+      const plan = tip
+        .slice(tip.indexOf(': ') + 2)
+        .replace(/\.$/, '')
+        .split(', then ');
+      await env.reset(family, variation);
+      for (const a of plan) await env.step(a);
+      expect(env.score(), `${family} #${variation}: ${tip}`).toBe(100);
+    };
+    for (const family of TASKS) {
+      // Step 1 as a chat agent's first user message shows it (the memory proxy's observation is the whole message).
+      const short = await trajectory(family, 3, 2);
+      const start = await env.reset(family, 3);
+      short.steps[0].observation = `Task: ${start.task}\n\n${start.observation}\n\nValid actions: ${start.validActions.join(', ')}`;
+      await solves(family, 3, await ask(reflectionPrompt(short, 12)));
+      // 20 steps: the prompt shows the last 12 only; no task text of these families is unique.
+      const long = await trajectory(family, 5, 20);
+      expect(long.steps.length).toBeGreaterThan(12);
+      expect(await ask(reflectionPrompt(long, 12))).toBe('');
+      const first = await env.reset(family, 5);
+      await solves(family, 5, await ask(reflectionPrompt({ ...long, task: `${first.task}\n${first.observation}` }, 12)));
+    }
+  });
+
   it('gives no tip to a prompt it cannot place', async () => {
     expect(await ask('Task: something no built-in episode asks\nYour trajectory:\n')).toBe('');
     expect(await ask('hello')).toBe('');

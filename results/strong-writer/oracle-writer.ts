@@ -7,8 +7,11 @@
  *
  * How it writes a tip: the prompt names the task and shows the trajectory; the episode is found among the
  * built-in environment's (family, variation) pairs by its task text and, where that is not unique, by the
- * first observation the prompt shows (a trajectory longer than the prompt's last 12 steps shows no first
- * observation: then only a unique task text identifies it). The tip is the solver's plan from the start,
+ * first observation the prompt shows: step 1's (equal to it, or, where an agent's message holds more than
+ * the observation, containing it), else the line under the task, where an episode's description (the
+ * memory proxy's `POST /episodes` `description`) names where it starts. A trajectory longer than the
+ * prompt's last 12 steps shows no step 1, and no task text of power, clue or unlock is unique, so such an
+ * episode gets a tip only when its description gives the first observation. The tip is the solver's plan from the start,
  * "To <task>: a, then b, then c.", cut to the reflection's word limit. An episode it cannot identify gets
  * an empty answer, which the writer's caller stores as no tip (counted as skipped in metrics.jsonl).
  *
@@ -62,8 +65,12 @@ export async function writeTip(env: Env, index: Map<string, Episode[]>, prompt: 
   const task = /^Task: (.*)$/m.exec(prompt)?.[1];
   if (task === undefined) return '';
   const candidates = index.get(task) ?? [];
-  const first = /^Step 1: you saw "(.*)" and did "/m.exec(prompt)?.[1];
-  const found = candidates.length === 1 ? candidates : candidates.filter((c) => first !== undefined && c.firstObservation === first);
+  // The first observation: step 1's, else the line under the task (an episode's description that names where it starts).
+  const first = /^Step 1: you saw "(.*)" and did "/m.exec(prompt)?.[1] ?? /^Task: .*\n(?!Your trajectory)(.+)$/m.exec(prompt)?.[1];
+  const exact = candidates.filter((c) => c.firstObservation === first);
+  // An agent's step 1 may show the observation inside its message ("Task: ...", then it, then the valid actions).
+  const within = candidates.filter((c) => first !== undefined && first.includes(c.firstObservation));
+  const found = candidates.length === 1 ? candidates : exact.length === 1 ? exact : within;
   if (found.length !== 1) return '';
   const actions = await plan(env, found[0]);
   if (actions.length === 0) return '';

@@ -63,6 +63,12 @@ export interface TurnRequest {
   state?: string;
   validActions?: string[];
   allowedTexts?: string[] | null;
+  /**
+   * The client's `prompt_cache_key`: `empo2 serve` keeps the prompt's keys/values under it, so that the
+   * next call with the key prefills only the tokens after the prefix the two prompts share (the gateway
+   * ignores it: it keeps its episodes' caches itself).
+   */
+  cacheKey?: string;
 }
 
 /** What the model answered, parsed. */

@@ -253,8 +253,12 @@ export class EngineQueue {
     const allowedTexts = constrained ? tasks.flatMap((t) => t.opts.allowedTexts ?? t.prompts.map(() => null)) : undefined;
     const withConstraints = tasks.some((t) => t.opts.constraints?.some((c) => c));
     const constraints = withConstraints ? tasks.flatMap((t) => t.opts.constraints ?? t.prompts.map(() => null)) : undefined;
+    // One prompt cache key per row (a request without one: none); a key twice in one call fails it, and the
+    // requests are then run one at a time (runGroup).
+    const keyed = tasks.some((t) => t.opts.cacheKeys?.some((k) => k));
+    const cacheKeys = keyed ? tasks.flatMap((t) => t.opts.cacheKeys ?? t.prompts.map(() => null)) : undefined;
     // Per-row options are merged above; the rest are the group's (its batch key).
-    const { seed, allowedTexts: _texts, constraints: _constraints, ...rest } = tasks[0].opts;
+    const { seed, allowedTexts: _texts, constraints: _constraints, cacheKeys: _keys, ...rest } = tasks[0].opts;
     this.stats.generateCalls++;
     // The call stops once every request in it has gone; a request that goes alone is answered at once.
     const stop = new AbortController();
@@ -275,6 +279,7 @@ export class EngineQueue {
         ...rest,
         allowedTexts,
         constraints,
+        cacheKeys,
         seed: seed ?? randomInt(0, 2 ** 31 - 1),
         signal: stop.signal,
       });

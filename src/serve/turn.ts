@@ -112,6 +112,7 @@ export function serveTurnBackend(o: ServeTurnOptions): TurnBackend {
           maxTokens,
           stop: req.stop,
           ...constraintOf(req, tok),
+          ...(req.cacheKey ? { cacheKeys: [req.cacheKey] } : {}),
           seed: req.seed ?? null,
         },
         { signal, check, adapter },

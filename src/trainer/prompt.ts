@@ -184,11 +184,35 @@ class PlainDialogue implements Dialogue {
 /** Stands where the tip block goes while the template is rendered; never in real text. */
 const TIP_SLOT = '\u0000tip-slot\u0000';
 
-interface InstructTurn {
+/** One turn of the instruct style: what the agent saw, and the model's answer once it answered. */
+export interface InstructTurn {
   observation: string;
   validActions: readonly string[];
   /** The response as the model wrote it (the assistant message), once answered. */
   response?: string;
+}
+
+/**
+ * The instruct style's chat messages, without tips: the system prompt, the task (after Reflexion's plans)
+ * opening the first kept user message, the valid actions in every user message that lists them, the
+ * model's answers as the assistant messages. What InstructDialogue renders with the model's template, and
+ * what an agent of a served model sends as its chat messages (the server renders the same template).
+ */
+export function instructMessages(
+  s: PromptSettings,
+  start: { task: string; reflections?: readonly PastReflection[] },
+  turns: readonly InstructTurn[],
+): ChatMessage[] {
+  const kept = s.history === null ? turns : turns.slice(Math.max(0, turns.length - 1 - s.history));
+  const messages: ChatMessage[] = s.system ? [{ role: 'system', content: s.system }] : [];
+  kept.forEach((turn, i) => {
+    let user = i === 0 ? `${renderReflections(start.reflections ?? [])}Task: ${start.task}\n\n${turn.observation}` : turn.observation;
+    const listed = s.showValidActions && turn.validActions.length > 0 && turn.validActions.length <= (s.maxListedActions ?? Infinity);
+    if (listed) user += `\n\nValid actions: ${turn.validActions.join(', ')}`;
+    messages.push({ role: 'user', content: user });
+    if (i < kept.length - 1) messages.push({ role: 'assistant', content: turn.response ?? '' });
+  });
+  return messages;
 }
 
 class InstructDialogue implements Dialogue {
@@ -240,19 +264,9 @@ class InstructDialogue implements Dialogue {
   }
 
   private messages(): ChatMessage[] {
-    const kept = this.s.history === null ? this.turns : this.turns.slice(Math.max(0, this.turns.length - 1 - this.s.history));
-    const messages: ChatMessage[] = this.s.system ? [{ role: 'system', content: this.s.system }] : [];
-    kept.forEach((turn, i) => {
-      let user =
-        i === 0 ? `${renderReflections(this.start.reflections ?? [])}Task: ${this.start.task}\n\n${turn.observation}` : turn.observation;
-      const listed =
-        this.s.showValidActions && turn.validActions.length > 0 && turn.validActions.length <= (this.s.maxListedActions ?? Infinity);
-      if (listed) user += `\n\nValid actions: ${turn.validActions.join(', ')}`;
-      const isCurrent = i === kept.length - 1;
-      messages.push({ role: 'user', content: isCurrent ? user + TIP_SLOT : user });
-      if (!isCurrent) messages.push({ role: 'assistant', content: turn.response ?? '' });
-    });
-    return messages;
+    const messages = instructMessages(this.s, this.start, this.turns);
+    const current = messages.at(-1)!;
+    return [...messages.slice(0, -1), { ...current, content: `${current.content as string}${TIP_SLOT}` }];
   }
 }
 

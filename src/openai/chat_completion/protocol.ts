@@ -8,7 +8,8 @@
  * forced call's tools, a json_schema) are checked here against what the constraint takes, naming the field.
  *
  * Fields that do not change what is sampled (`store`, `metadata`, `user`, `service_tier`,
- * `prompt_cache_key`, `safety_identifier`) are accepted and ignored; `temperature`, `top_p` and `seed` are
+ * `prompt_cache_key`, `safety_identifier`) are accepted and ignored (`prompt_cache_key` a string is passed
+ * on as the turn's `cacheKey`, which `empo2 serve` keeps the prompt's KV cache under); `temperature`, `top_p` and `seed` are
  * passed to the server, which samples with them (`empo2 serve`) or at its own (the training gateway samples at
  * the rollout's). The empo2 fields:
  * `empo2_state` (the state the memory keys on), `empo2_valid_actions` (the state's valid actions, for the
@@ -177,6 +178,7 @@ export function readChatRequest(body: unknown, serverName: string): { request: T
       ...(r.empo2_state !== undefined ? { state: r.empo2_state } : {}),
       ...(r.empo2_valid_actions != null ? { validActions: r.empo2_valid_actions } : {}),
       allowedTexts: r.allowed_texts ?? null,
+      ...(typeof r.prompt_cache_key === 'string' && r.prompt_cache_key ? { cacheKey: r.prompt_cache_key } : {}),
     },
     answer: {
       model: r.model,
