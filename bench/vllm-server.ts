@@ -5,6 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, readFileSync } from 'node:fs';
+import { getPriority } from 'node:os';
 import { join, resolve } from 'node:path';
 import { freePort } from './free-port.ts';
 
@@ -21,7 +22,8 @@ export interface VllmServer {
 }
 
 /**
- * Starts `python -m vllm.entrypoints.openai.api_server <flags> --host 127.0.0.1 --port <free>` at nice 10,
+ * Starts `python -m vllm.entrypoints.openai.api_server <flags> --host 127.0.0.1 --port <free>` at nice 10
+ * (absolute: a bench already run under `nice -n 10` starts it at 10, as its own worker, not at 19),
  * its OpenMP on one thread unless OMP_NUM_THREADS says otherwise and its KV cache 1 GiB unless
  * VLLM_CPU_KVCACHE_SPACE says otherwise, stdout and stderr into <logDir>/vllm.log; resolves once
  * /v1/models answers. A Ctrl-C or SIGTERM of this process stops the server's whole process group.
@@ -31,9 +33,10 @@ export async function startVllm(flags: readonly string[], logDir: string, env: R
   const logPath = join(logDir, 'vllm.log');
   const log = createWriteStream(logPath);
   const t0 = performance.now();
+  const bump = Math.max(0, 10 - getPriority());
   const child = spawn(
     'nice',
-    ['-n', '10', VLLM_PYTHON, '-m', 'vllm.entrypoints.openai.api_server', ...flags, '--host', '127.0.0.1', '--port', String(port)],
+    ['-n', String(bump), VLLM_PYTHON, '-m', 'vllm.entrypoints.openai.api_server', ...flags, '--host', '127.0.0.1', '--port', String(port)],
     {
       env: {
         ...process.env,
