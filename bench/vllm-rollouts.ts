@@ -6,7 +6,7 @@
  * --enable-prefix-caching, runtime LoRA updating), the same model (SmolLM2-135M-Instruct, fp32) on both sides.
  *
  *   nice -n 10 env OMP_NUM_THREADS=1 npx tsx bench/vllm-rollouts.ts [--episodes 8] [--max-steps 10] [--reps 1]
- *     [--memory-steps 6] [--no-memory] [--worker-memory] [--out runs/vllm-rollouts] [--url http://127.0.0.1:8000]
+ *     [--memory-steps 6] [--memory-task power] [--no-memory] [--worker-memory] [--out runs/vllm-rollouts] [--url http://127.0.0.1:8000]
  *
  * 1. Tokens/s, same prompts: one call of --episodes first-step prompts (with a few random steps of history,
  *    as bench/run.ts builds them), free text at temperature 1, top-p 1, 32 tokens at most, on each engine.
@@ -19,7 +19,8 @@
  *    prompts differ after the first step (they hold the sampled actions). Worker and vLLM alternate; each
  *    rep takes new variations, so vLLM's prefix cache holds nothing of a measured call's first prompts.
  * 3. Memory iteration: bench/memory-iteration.ts at configs/real-empo2.yaml (LoRA r 16, MiniLM embedder, the
- *    policy as reflector), one task per batch, 4 rollouts, --memory-steps steps, its rollouts on this vLLM
+ *    policy as reflector), one task (--memory-task, default power: iteration 2 must draw the task iteration 1
+ *    wrote tips for, the memory keeps a slot per task), 4 rollouts, --memory-steps steps, its rollouts on this vLLM
  *    (rollout.remote, sync lora after every update, structured_outputs, not rescored); arms plain, tips-off,
  *    tips-on, one at a time, with vLLM's prefix-cache counters (/metrics) read between them.
  *    --worker-memory: the same arms in process on the worker, for the same ratios without vLLM.
@@ -49,6 +50,7 @@ const { values: args } = parseArgs({
     'max-steps': { type: 'string', default: '10' },
     reps: { type: 'string', default: '1' },
     'memory-steps': { type: 'string', default: '6' },
+    'memory-task': { type: 'string', default: 'power' },
     'no-memory': { type: 'boolean', default: false },
     'worker-memory': { type: 'boolean', default: false },
     out: { type: 'string', default: 'runs/vllm-rollouts' },
@@ -162,6 +164,8 @@ async function memoryArms(server: VllmServer | null, name: string): Promise<Reco
     json,
     ...['--set', `model.path=${SMOLLM2}`, '--set', 'model.engine=torch', '--set', 'model.torch.threads=1'],
     ...['--set', `env.max_steps=${args['memory-steps']}`, '--set', 'rollout.tasks_per_batch=1', '--set', 'rollout.group_size=4'],
+    // One task: iteration 2 draws the task iteration 1 wrote tips for (the memory keeps a slot per task).
+    ...['--set', `env.tasks=[${args['memory-task']}]`],
     ...(server
       ? [
           '--set',
