@@ -19,9 +19,10 @@
  * training (which must be equal within a seed), and how much iteration 1's sampled episodes differ
  * (same jobs, same start weights: actions equal at the first step, whole episodes equal).
  *
- * Runs finished under --out are read back, not run again; one cut short is run again from scratch.
+ * Runs finished under --out are read back, not run again; one cut short goes on from its last checkpoint
+ * (train's resume: a finished iteration or one saved part-way), or from scratch without one.
  */
-import { existsSync, mkdirSync, readFileSync, rmSync, appendFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { train } from '../src/index.ts';
@@ -77,7 +78,9 @@ async function runArm(seed: number, arm: 'worker' | 'vllm', url: () => Promise<s
     log(`${arm} seed ${seed}: finished in ${dir}, read back`);
     return dir;
   }
-  rmSync(dir, { recursive: true, force: true });
+  // A run cut short with a checkpoint (a finished iteration, or one saved part-way) goes on from it.
+  const resume = existsSync(join(dir, 'checkpoints')) && readdirSync(join(dir, 'checkpoints')).length > 0;
+  if (!resume) rmSync(dir, { recursive: true, force: true });
   const set = [
     `run_dir=${dir}`,
     `seed=${seed}`,
@@ -100,7 +103,7 @@ async function runArm(seed: number, arm: 'worker' | 'vllm', url: () => Promise<s
       : []),
   ];
   const t0 = performance.now();
-  await train({ config: CONFIG, set, log: (l) => log(`  ${arm} s${seed} | ${l}`) });
+  await train({ config: CONFIG, set, resume, log: (l) => log(`  ${arm} s${seed} | ${l}`) });
   figure('run_seconds', Math.round((performance.now() - t0) / 1000), 's', { seed, arm });
   return dir;
 }
