@@ -23,6 +23,7 @@
  *   npx tsx bench/memory-iteration.ts -c configs/real-empo2.yaml --set env.max_steps=10   # the real-model study's, shorter episodes
  *
  * A run whose metrics already hold iteration 2 is read back, not run again (--fresh runs it again).
+ * --arms tips-off,tips-on runs (or reads back) only those arms and plain.
  * --json FILE also writes the figures (per arm: seconds, tokens, ratios to plain) for a script to read:
  * bench/memory-iteration-gpu.sh runs this bench on the GPU path (vLLM rollouts) and reads it.
  */
@@ -39,6 +40,7 @@ const { values } = parseArgs({
     set: { type: 'string', multiple: true, default: [] },
     fresh: { type: 'boolean', default: false },
     'no-before': { type: 'boolean', default: false },
+    arms: { type: 'string' },
     'activation-mb': { type: 'string', default: '3072' },
     json: { type: 'string' },
   },
@@ -55,12 +57,18 @@ interface Arm {
   name: string;
   sets: string[];
 }
-const ARMS: Arm[] = [
+const ALL_ARMS: Arm[] = [
   { name: 'plain', sets: ['algo.p=0'] },
   { name: 'tips-off', sets: ['algo.p=1', 'algo.q=1'] },
   { name: 'tips-on', sets: ['algo.p=1', 'algo.q=0'] },
   ...(values['no-before'] ? [] : [{ name: 'tips-on-before', sets: ['algo.p=1', 'algo.q=0', 'optim.tip_branches=false'] }]),
 ];
+// --arms plain,tips-off: only those (plain always, the ratios' base), e.g. one at a time for a caller that
+// looks at the rollout server between arms (bench/vllm-rollouts.ts); finished arms are read back as ever.
+const wanted = values.arms?.split(',').map((a) => a.trim());
+for (const a of wanted ?? [])
+  if (!ALL_ARMS.some((arm) => arm.name === a)) throw new Error(`--arms: no arm ${a} (${ALL_ARMS.map((arm) => arm.name).join(', ')})`);
+const ARMS = ALL_ARMS.filter((arm) => arm.name === 'plain' || !wanted || wanted.includes(arm.name));
 
 interface Line {
   type: string;
@@ -144,8 +152,8 @@ for (const r of results) {
   );
 }
 const now = results.filter((r) => r.arm.name !== 'plain' && r.arm.name !== 'tips-on-before');
-const worst = Math.max(...now.map((r) => seconds(r) / seconds(plain)));
-console.log(`\nslowest memory iteration: ${worst.toFixed(2)}× a plain one (the target: at most 1.3×)`);
+const worst = now.length > 0 ? Math.max(...now.map((r) => seconds(r) / seconds(plain))) : NaN;
+if (now.length > 0) console.log(`\nslowest memory iteration: ${worst.toFixed(2)}× a plain one (the target: at most 1.3×)`);
 const [after, before] = ['tips-on', 'tips-on-before'].map((name) => results.find((r) => r.arm.name === name));
 if (after && before)
   console.log(

@@ -20,14 +20,13 @@
  *
  * One JSON line per figure ({"check": "vllm-cpu", "figure", "value", "unit", ...}), also appended to --out.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { appendFileSync, createWriteStream, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { freePort } from './free-port.ts';
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadConfig, train } from '../src/index.ts';
 import { createPlayingEngine, latestCheckpoint, remoteEngineFromDir } from '../src/internals.ts';
+import { SMOLLM2, startVllm, stopGroup, VLLM_PYTHON } from './vllm-server.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const { values: args } = parseArgs({
@@ -42,8 +41,7 @@ const { values: args } = parseArgs({
 const dtype = args.dtype!;
 if (!['float32', 'bfloat16'].includes(dtype)) throw new Error(`--dtype must be float32 or bfloat16, got ${dtype}`);
 const iterations = Number(args.iterations);
-const MODEL = join(ROOT, 'models', 'smollm2-135m-instruct');
-const VLLM_PYTHON = join(ROOT, '.venv-vllm', 'bin', 'python');
+const MODEL = SMOLLM2;
 const LORA = 'policy';
 /** The sync probe's tolerance here: fp32 on both sides agree far closer; bf16 on vLLM's side does not. */
 const PROBE_TOLERANCE = dtype === 'float32' ? 1e-3 : 0.5;
@@ -55,80 +53,16 @@ function figure(name: string, value: number | string, unit: string, extra: Recor
   if (args.out) appendFileSync(args.out, line + '\n');
 }
 
-/** vLLM's OpenAI server from .venv-vllm; resolves with its base URL once /v1/models answers. */
-async function startVllm(): Promise<{ url: string; child: ChildProcess; seconds: number }> {
-  const port = await freePort();
-  const log = createWriteStream(join(work, 'vllm.log'));
-  const t0 = performance.now();
-  const child = spawn(
-    'nice',
+/** vLLM's OpenAI server from .venv-vllm (./vllm-server.ts) with runtime LoRA updating on. */
+function startServer() {
+  return startVllm(
     [
-      '-n',
-      '10',
-      VLLM_PYTHON,
-      '-m',
-      'vllm.entrypoints.openai.api_server',
-      ...['--model', MODEL, '--served-model-name', 'smollm2', '--host', '127.0.0.1', '--port', String(port)],
+      ...['--model', MODEL, '--served-model-name', 'smollm2'],
       ...['--dtype', dtype, '--enable-lora', '--max-lora-rank', '16', '--max-loras', '1', '--max-model-len', '2048', '--seed', '0'],
     ],
-    {
-      env: {
-        ...process.env,
-        VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True',
-        OMP_NUM_THREADS: process.env.OMP_NUM_THREADS ?? '1',
-        VLLM_CPU_KVCACHE_SPACE: process.env.VLLM_CPU_KVCACHE_SPACE ?? '1',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      detached: true, // its own process group: vLLM starts an engine process that must go with it
-    },
+    work,
+    { VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True' },
   );
-  // Both into one file, which neither may close: the other still writes as the server shuts down.
-  child.stdout!.pipe(log, { end: false });
-  child.stderr!.pipe(log, { end: false });
-  const url = `http://127.0.0.1:${port}`;
-  let exited: string | null = null;
-  child.on('exit', (code, signal) => (exited = `exited (${code ?? signal})`));
-  for (const sig of ['SIGINT', 'SIGTERM'] as const)
-    process.once(sig, () => {
-      stopGroup(child);
-      process.exit(130);
-    });
-  for (;;) {
-    if (exited)
-      throw new Error(
-        `vLLM ${exited} before answering; its log: ${join(work, 'vllm.log')}\n${readFileSync(join(work, 'vllm.log'), 'utf8').slice(-3000)}`,
-      );
-    if (performance.now() - t0 > 600_000) {
-      stopGroup(child);
-      throw new Error(`vLLM did not answer within 10 minutes; its log: ${join(work, 'vllm.log')}`);
-    }
-    try {
-      if ((await fetch(`${url}/v1/models`)).ok) break;
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 1000));
-  }
-  return { url, child, seconds: (performance.now() - t0) / 1000 };
-}
-
-/** Ends vLLM and the engine process it started (the group the detached spawn made). */
-function stopGroup(child: ChildProcess): void {
-  try {
-    process.kill(-child.pid!, 'SIGTERM');
-  } catch {
-    return; // already gone
-  }
-  const deadline = Date.now() + 10_000;
-  while (Date.now() < deadline) {
-    try {
-      process.kill(-child.pid!, 0);
-    } catch {
-      return;
-    }
-    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200);
-  }
-  process.kill(-child.pid!, 'SIGKILL');
 }
 
 /** One request and vLLM's answer as it came. */
@@ -261,7 +195,7 @@ async function main(): Promise<void> {
     [join(MODEL, 'tokenizer.json'), 'no SmolLM2-135M-Instruct in models/: run npm run setup'],
   ])
     if (!existsSync(path)) throw new Error(`vllm-cpu: ${why}`);
-  const server = await startVllm();
+  const server = await startServer();
   let ok = false;
   try {
     figure('vllm_start_s', Math.round(server.seconds), 's');

@@ -24,8 +24,9 @@
  * answers under `empo2_serve`, one JSON line each printed.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { freePort } from './free-port.ts';
+import { SMOLLM2, startVllm, stopGroup } from './vllm-server.ts';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -40,8 +41,7 @@ const { values: args } = parseArgs({
     record: { type: 'string', default: join(ROOT, 'test', 'support', 'vllm-tools-0.32.0.json') },
   },
 });
-const MODEL = join(ROOT, 'models', 'smollm2-135m-instruct');
-const VLLM_PYTHON = join(ROOT, '.venv-vllm', 'bin', 'python');
+const MODEL = SMOLLM2;
 const vllmFlags = (template: string) => [
   ...['--model', MODEL, '--served-model-name', 'smollm2', '--dtype', 'float32', '--max-model-len', '2048', '--seed', '0'],
   ...['--max-num-seqs', '2', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes'],
@@ -128,45 +128,10 @@ async function ourSide(base: string, exchanges: Record<string, any>): Promise<Re
   return out;
 }
 
-/** vLLM from .venv-vllm, its OpenMP on one core (the machine is shared); resolves once /v1/models answers. */
-async function startVllm(flags: readonly string[]): Promise<{ url: string; child: ChildProcess }> {
-  const work = mkdtempSync(join(tmpdir(), 'empo2-vllm-tools-'));
-  const logPath = join(work, 'vllm.log');
-  const log = createWriteStream(logPath);
-  const port = await freePort();
-  const child = spawn(
-    'nice',
-    ['-n', '10', VLLM_PYTHON, '-m', 'vllm.entrypoints.openai.api_server', ...flags, '--host', '127.0.0.1', '--port', String(port)],
-    {
-      env: {
-        ...process.env,
-        OMP_NUM_THREADS: '1',
-        VLLM_CPU_OMP_THREADS_BIND: process.env.VLLM_CPU_OMP_THREADS_BIND ?? '1',
-        VLLM_CPU_KVCACHE_SPACE: process.env.VLLM_CPU_KVCACHE_SPACE ?? '1',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      detached: true, // its own process group: vLLM's engine process must go with it
-    },
-  );
-  child.stdout!.pipe(log, { end: false });
-  child.stderr!.pipe(log, { end: false });
-  let exited: string | null = null;
-  child.on('exit', (code, signal) => (exited = `exited (${code ?? signal})`));
-  const url = `http://127.0.0.1:${port}`;
-  const t0 = Date.now();
-  for (;;) {
-    if (exited) throw new Error(`vLLM ${exited} before answering; its log (${logPath}):\n${readFileSync(logPath, 'utf8').slice(-3000)}`);
-    if (Date.now() - t0 > 600_000) {
-      stop(child);
-      throw new Error(`vLLM did not answer within 10 minutes; its log: ${logPath}`);
-    }
-    try {
-      if ((await fetch(`${url}/v1/models`)).ok) return { url, child };
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 1000));
-  }
+/** vLLM from .venv-vllm (./vllm-server.ts), its OpenMP on one core (the machine is shared). */
+async function startServer(flags: readonly string[]): Promise<{ url: string; child: ChildProcess }> {
+  const env = { OMP_NUM_THREADS: '1', VLLM_CPU_OMP_THREADS_BIND: process.env.VLLM_CPU_OMP_THREADS_BIND ?? '1' };
+  return startVllm(flags, mkdtempSync(join(tmpdir(), 'empo2-vllm-tools-')), env);
 }
 
 function stop(child: ChildProcess): void {
@@ -194,7 +159,7 @@ async function exchange(base: string, path: string, body: Record<string, unknown
   return { request: { path, body }, status: res.status, contentType, json: JSON.parse(text) as unknown };
 }
 
-const started = args.url ? null : await startVllm(VLLM_FLAGS);
+const started = args.url ? null : await startServer(VLLM_FLAGS);
 const url = args.url ?? started!.url;
 try {
   const exchanges: Record<string, unknown> = {};
@@ -221,10 +186,10 @@ try {
     stop(empo2.child);
   }
   const version = ((await (await fetch(`${url}/version`)).json()) as { version: string }).version;
-  if (started) stop(started.child);
+  if (started) stopGroup(started.child);
   const qwenTemplate = join(mkdtempSync(join(tmpdir(), 'empo2-qwen25-')), 'qwen25.jinja');
   writeFileSync(qwenTemplate, QWEN25_TEMPLATE);
-  const qwen = args['qwen25-url'] ? null : await startVllm(vllmFlags(qwenTemplate));
+  const qwen = args['qwen25-url'] ? null : await startServer(vllmFlags(qwenTemplate));
   const qwen25: Record<string, unknown> = {};
   try {
     for (const [name, body] of Object.entries(QWEN25_CASES)) {
@@ -234,7 +199,7 @@ try {
       );
     }
   } finally {
-    if (qwen) stop(qwen.child);
+    if (qwen) stopGroup(qwen.child);
   }
   writeFileSync(
     args.record!,
@@ -252,5 +217,5 @@ try {
   );
   console.log(`vllm-tools: recorded ${Object.keys(exchanges).length} exchanges in ${args.record}`);
 } finally {
-  if (started) stop(started.child);
+  if (started) stopGroup(started.child);
 }
