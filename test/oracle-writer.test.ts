@@ -59,32 +59,28 @@ async function trajectory(family: string, variation: number, steps: number): Pro
 }
 
 describe('the stand-in oracle tip writer', () => {
+  /** The tip's plan ("To <task>: a, then b.") played from the episode's start reaches a full score. */
+  const solves = async (family: string, variation: number, tip: string) => {
+    const plan = tip
+      .slice(tip.indexOf(': ') + 2)
+      .replace(/\.$/, '')
+      .split(', then ');
+    await env.reset(family, variation);
+    for (const a of plan) await env.step(a);
+    expect(env.score(), `${family} #${variation}: ${tip}`).toBe(100);
+  };
+
   it("answers a built-in episode's reflection with the solver's plan, which solves the episode", async () => {
     for (const family of TASKS)
       for (const variation of [0, 7]) {
         const t = await trajectory(family, variation, 3);
         const tip = await ask(reflectionPrompt(t, 12));
         expect(tip.startsWith(`To ${t.task.replace(/\.$/, '')}: `), tip).toBe(true);
-        const plan = tip
-          .slice(tip.indexOf(': ') + 2)
-          .replace(/\.$/, '')
-          .split(', then ');
-        await env.reset(family, variation);
-        for (const a of plan) await env.step(a);
-        expect(env.score(), `${family} #${variation}: ${tip}`).toBe(100);
+        await solves(family, variation, tip);
       }
   });
 
   it("places an episode by step 1 inside an agent's message, and a long one by the first observation under its task", async () => {
-    const solves = async (family: string, variation: number, tip: string) => {
-      const plan = tip
-        .slice(tip.indexOf(': ') + 2)
-        .replace(/\.$/, '')
-        .split(', then ');
-      await env.reset(family, variation);
-      for (const a of plan) await env.step(a);
-      expect(env.score(), `${family} #${variation}: ${tip}`).toBe(100);
-    };
     for (const family of TASKS) {
       // Step 1 as a chat agent's first user message shows it (the memory proxy's observation is the whole message).
       const short = await trajectory(family, 3, 2);
