@@ -13,8 +13,14 @@ for s in ${1:-0 1 2}; do
     echo "seed $s: finished"; continue
   fi
   resume=()
-  [ -f "$dir/checkpoints/latest.json" ] && resume=(--resume)
+  if [ -f "$dir/checkpoints/latest.json" ]; then
+    resume=(--resume)
+  elif [ -d "$dir" ]; then
+    # Stopped before its first checkpoint: nothing to resume, so it starts again (the old folder kept aside).
+    mv "$dir" "$dir.stopped-$(date -u +%Y%m%dT%H%M%SZ)"
+  fi
   echo "seed $s: $(date -u +%FT%TZ) start ${resume[*]:-fresh}"
-  OMP_NUM_THREADS=1 npx tsx examples/agent-tools/train.ts "$dir" --set seed=$s "${resume[@]}" >>"$OUT/seed$s.log" 2>&1
+  # A checkpoint every iteration (an iteration takes ~10 minutes here); where checkpoints fall changes nothing trained.
+  OMP_NUM_THREADS=1 npx tsx examples/agent-tools/train.ts "$dir" --set seed=$s --set train.checkpoint_every=1 "${resume[@]}" >>"$OUT/seed$s.log" 2>&1
   echo "seed $s: $(date -u +%FT%TZ) exit $?"
 done
