@@ -9,6 +9,7 @@
 import { parseArgs } from 'node:util';
 import { environmentCorpus, loadConfig } from '../src/index.ts';
 import { createEngine, initBackend, type TfjsEngine } from '../src/internals.ts';
+// Deep on purpose: the gateway's own Hermes rendering, so the prompts and calls are those a forced tool step has.
 import { hermesCallText, hermesToolsPrompt } from '../src/openai/render.ts';
 
 const { values } = parseArgs({ options: { rows: { type: 'string', default: '12' }, repeats: { type: 'string', default: '5' } } });

@@ -42,13 +42,18 @@ import { basename, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import OpenAI from 'openai';
 import { createEnv, loadConfig, withMemory, type Config, type Env, type MemoryProxy } from '../../src/index.ts';
-import { HashedNgramEmbedder } from '../../src/memory/hashed.ts';
+import { HashedNgramEmbedder, promptSettings } from '../../src/internals.ts';
+// Deep on purpose: the proxy's own retrieval key, to tell which tips the proxy put into a call.
 import { sparseKey } from '../../src/memory-proxy/tip-index.ts';
+// Deep on purpose: `empo2 serve` started in this process as the study's upstream (the CLI's own loader).
 import { loadServedModel } from '../../src/serve/load.ts';
+// Deep on purpose: `empo2 serve` started in this process as the study's upstream (the CLI's own server).
 import { startServer, type RunningServer } from '../../src/serve/server.ts';
-import { promptSettings } from '../../src/trainer/prompt-style.ts';
+// Deep on purpose: the trainer's own instruct prompt and action parsing, so the agent reads what the study's policy read.
 import { instructMessages, parseAction, type InstructTurn } from '../../src/trainer/prompt.ts';
+// Deep on purpose: the trainer's own rule for which valid actions decoding is constrained to.
 import { constrainedTo } from '../../src/trainer/rollout.ts';
+// Deep on purpose: the state file written as the trainer writes its own (never half-written).
 import { writeJsonAtomic } from '../../src/util/atomic-write.ts';
 import { startOracleWriter, type OracleWriter } from './oracle-writer.ts';
 
