@@ -899,7 +899,7 @@ export class TfjsEngine implements PolicyEngine {
  * The tokens `rule` forces after `tokens`, one allowed token at a time, at most `limit`; stops before an
  * end token (sampled from the pass's last column, where the row's finish is decided as usual).
  */
-export function forcedRun(rule: TokenConstraint | null, tokens: readonly number[], limit: number, endTokens: readonly number[]): number[] {
+function forcedRun(rule: TokenConstraint | null, tokens: readonly number[], limit: number, endTokens: readonly number[]): number[] {
   const run: number[] = [];
   if (!rule) return run;
   const prefix = [...tokens];
