@@ -10,6 +10,7 @@
  *   npx tsx results/strong-writer/placement-check.ts FILE.jsonl...
  */
 import { readFileSync } from 'node:fs';
+// Deep on purpose: the trainer's own reflection prompt, so each episode is rendered as the trainer asks its writer.
 import { reflectionPrompt } from '../../src/memory/reflector.ts';
 import { indexEpisodes, place, type Placement } from './oracle-writer.ts';
 
