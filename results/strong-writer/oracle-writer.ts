@@ -6,14 +6,21 @@
  * --reflector`), and every result that uses it says so.
  *
  * How it writes a tip: the prompt names the task and shows the trajectory; the episode is found among the
- * built-in environment's (family, variation) pairs by its task text and, where that is not unique, by the
- * first observation the prompt shows: step 1's (equal to it, or, where an agent's message holds more than
- * the observation, containing it), else the line under the task, where an episode's description (the
- * memory proxy's `POST /episodes` `description`) names where it starts. A trajectory longer than the
- * prompt's last 12 steps shows no step 1, and no task text of power, clue or unlock is unique, so such an
- * episode gets a tip only when its description gives the first observation. The tip is the solver's plan from the start,
- * "To <task>: a, then b, then c.", cut to the reflection's word limit. An episode it cannot identify gets
- * an empty answer, which the writer's caller stores as no tip (counted as skipped in metrics.jsonl).
+ * built-in environment's (family, variation) pairs (`place`) by its task text and, where that is not unique,
+ * by the first observation the prompt shows: step 1's (equal to it, or, where an agent's message holds more
+ * than the observation, containing it), else the line under the task, where an episode's description (the
+ * memory proxy's `POST /episodes` `description`) names where it starts. The trainer's prompt shows only the
+ * last 12 steps and its task line is the task text alone, and no task text of power or clue is unique (4 of
+ * unlock's 300 are); so, failing those, it keeps the candidates with the task text whose world fits every fact the
+ * shown observations state (`observationFacts`: each room as described, its doors and the things that
+ * never move; what the other answers name: things carried, opened, taken from, a device's part, a note's
+ * words), checking only what play never changes, so the true episode always fits. If those that fit share
+ * one solver plan from the start, that is the plan; if their plans differ, no tip (`ambiguous`). The
+ * layouts and plans are read once at start-up (about 2 s for power, clue and unlock's 900 episodes; then
+ * about 2 ms a prompt). Placement rates on real episodes: RUNS.md (placement-check.ts).
+ * The tip is the solver's plan from the start, "To <task>: a, then b, then c.", cut to the reflection's
+ * word limit. An episode it cannot place gets an empty answer, which the writer's caller stores as no tip
+ * (counted as skipped in metrics.jsonl).
  *
  *   npx tsx results/strong-writer/oracle-writer.ts [--port 8089] [--tasks power,clue,unlock]
  */
@@ -21,37 +28,110 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
 import { createEnv, type Env } from '../../src/index.ts';
+import { generateWorld } from '../../src/internals.ts';
 
 /** The reflection's word limit (src/memory/reflector.ts MAX_TIP_WORDS). */
 const MAX_WORDS = 100;
 
 const oneLine = (s: string) => s.replace(/\s+/g, ' ').trim();
 
-interface Episode {
+type World = ReturnType<typeof generateWorld>;
+
+/**
+ * What of an episode's world never changes while it is played: its rooms, each with its doors in the
+ * world's order (which ones start locked: a door is never locked again once unlocked) and the things that
+ * cannot be carried, in the world's order (containers, devices, stove, sink, note never move); and every
+ * thing by name: its place in the world's order (a room's listing follows it), whether it can be carried,
+ * and the state words its listing may carry ("closed"/"open", "(on)"/"(off)", "(full)").
+ */
+interface Layout {
+  rooms: Map<string, { doors: string[]; locked: Set<string>; fixed: string[] }>;
+  things: Map<string, LaidThing>;
+}
+
+interface LaidThing {
+  index: number;
+  portable: boolean;
+  tags: readonly string[];
+  kind: string;
+  noun: string;
+  openable: boolean;
+  /** A part (battery, fuse, bulb); a device's part; a note's text. */
+  part: boolean;
+  needs?: string;
+  text?: string;
+}
+
+export interface Episode {
   family: string;
   variation: number;
   firstObservation: string;
+  layout: Layout;
+  /** The solver's actions from the start (at most the step limit). */
+  plan: string[];
 }
 
-/** The built-in episodes of `tasks` (every split), indexed by task text. */
-async function indexEpisodes(env: Env): Promise<Map<string, Episode[]>> {
+function layoutOf(w: World): Layout {
+  const rooms: Layout['rooms'] = new Map();
+  for (const room of w.rooms) {
+    const nb = w.neighbours(room);
+    rooms.set(room, {
+      doors: nb.map((n) => n.room),
+      locked: new Set(nb.filter((n) => n.door.locked).map((n) => n.room)),
+      fixed: w
+        .inRoom(room)
+        .filter((t) => !t.portable)
+        .map((t) => t.name),
+    });
+  }
+  const things: Layout['things'] = new Map();
+  w.things.forEach((t, index) => {
+    // As src/envs/builtin/world.ts `listing` writes it.
+    const tags =
+      t.kind === 'container' && t.openable
+        ? ['closed', 'open']
+        : t.kind === 'device' || t.kind === 'stove'
+          ? ['on', 'off']
+          : t.vessel
+            ? ['', 'full']
+            : [''];
+    things.set(t.name, {
+      index,
+      portable: t.portable,
+      tags,
+      kind: t.kind,
+      noun: t.noun,
+      openable: !!t.openable,
+      part: !!t.part,
+      needs: t.needs,
+      text: t.text,
+    });
+  });
+  return { rooms, things };
+}
+
+/** The built-in episodes of `tasks` (every split; null: all tasks), indexed by task text, each with its layout and the solver's plan. */
+export async function indexEpisodes(tasks: string[] | null): Promise<Map<string, Episode[]>> {
+  const env = await createEnv({ name: 'builtin', tasks });
   const byTask = new Map<string, Episode[]>();
   for (const family of env.tasks())
     for (const split of ['train', 'dev', 'test'] as const)
       for (const variation of env.variations(family, split)) {
         const r = await env.reset(family, variation);
         const list = byTask.get(r.task) ?? [];
-        list.push({ family, variation, firstObservation: oneLine(r.observation) });
+        const layout = layoutOf(generateWorld(family, variation));
+        list.push({ family, variation, firstObservation: oneLine(r.observation), layout, plan: await plan(env, family, variation) });
         byTask.set(r.task, list);
       }
+  await env.close();
   return byTask;
 }
 
-/** The solver's actions from the start of `e` (at most its step limit). */
-async function plan(env: Env, e: Episode): Promise<string[]> {
-  await env.reset(e.family, e.variation);
+/** The solver's actions from the start of `family` #`variation` (at most its step limit). */
+async function plan(env: Env, family: string, variation: number): Promise<string[]> {
+  await env.reset(family, variation);
   const actions: string[] = [];
-  for (let t = 0; t < env.maxSteps(e.family) && !env.done(); t++) {
+  for (let t = 0; t < env.maxSteps(family) && !env.done(); t++) {
     const a = env.oracleAction?.() ?? null;
     if (a === null) break;
     actions.push(a);
@@ -60,20 +140,255 @@ async function plan(env: Env, e: Episode): Promise<string[]> {
   return actions;
 }
 
-/** The tip for a reflection prompt, or '' where the episode cannot be identified. */
-export async function writeTip(env: Env, index: Map<string, Episode[]>, prompt: string): Promise<string> {
+/** A thing in a room's listing: "a closed red box" is red box, closed; "a lamp (off)" is lamp, off. */
+interface Listed {
+  name: string;
+  tag: string;
+}
+
+/** A room as an observation showed it (src/envs/builtin/world.ts `describeRoom`). */
+export interface RoomView {
+  room: string;
+  /** "You see ..." (empty: "The room is bare."). */
+  seen: Listed[];
+  /** "The red box holds ...": what an open container or a device here shows inside. */
+  holds: { holder: string; items: Listed[] }[];
+  /** The rooms a door leads to, then those behind a locked door, as listed. */
+  open: string[];
+  locked: string[];
+}
+
+/** "a, b and c" as [a, b, c] (src/envs/builtin/world.ts `joinAnd`; no name holds a comma or " and "). */
+function splitAnd(s: string): string[] {
+  const parts = s.split(', ');
+  return [...parts.slice(0, -1), ...parts[parts.length - 1].split(' and ')];
+}
+
+function listed(s: string): Listed[] | null {
+  const out: Listed[] = [];
+  for (const x of splitAnd(s)) {
+    const m = /^an? (?:(closed|open) )?([a-z ]+?)(?: \((on|off|full)\))?$/.exec(x);
+    if (!m) return null;
+    out.push({ name: m[2], tag: m[1] ?? m[3] ?? '' });
+  }
+  return out;
+}
+
+/**
+ * Every whole room description in `text`: "You are in the R.", "You see ..." or "The room is bare.", any
+ * "The X holds ..." sentences, the doors that lead on, the locked doors. A description cut short is left out.
+ */
+export function roomViews(text: string): RoomView[] {
+  const views: RoomView[] = [];
+  for (const m of text.matchAll(/\bYou are in the /g)) {
+    const sentences = text.slice(m.index).split(/\.(?: |$)/);
+    const room = /^You are in the ([a-z ]+)$/.exec(sentences[0])?.[1];
+    const what = sentences[1] === 'The room is bare' ? [] : /^You see (.+)$/.exec(sentences[1] ?? '')?.[1];
+    const seen = typeof what === 'string' ? listed(what) : what;
+    if (room === undefined || seen == null) continue;
+    const view: RoomView = { room, seen, holds: [], open: [], locked: [] };
+    let k = 2;
+    for (let h; (h = /^The ([a-z ]+?) holds (.+)$/.exec(sentences[k] ?? '')); k++) {
+      const items = listed(h[2]);
+      if (!items) break;
+      view.holds.push({ holder: h[1], items });
+    }
+    const doors = /^(?:A door leads|Doors lead) to (.+)$/.exec(sentences[k] ?? '');
+    if (doors) {
+      view.open = splitAnd(doors[1]).map((d) => d.replace(/^the /, ''));
+      k++;
+    }
+    for (let d; (d = /^The door to the ([a-z ]+) is locked$/.exec(sentences[k] ?? '')); k++) view.locked.push(d[1]);
+    views.push(view);
+  }
+  return views;
+}
+
+const sameList = (a: readonly string[], b: readonly string[]) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+/**
+ * What an observation says of the world that holds whatever was played before: a room as it looked, and
+ * what other answers of the environment (src/envs/builtin/engine.ts) name with the world's own words.
+ * Answers that echo the agent's words ("You don't see a ... here.") say nothing and are not read.
+ */
+export type Fact =
+  | { kind: 'room'; view: RoomView }
+  /** Things that can be carried, in the world's order where `ordered` ("You carry ...", "It holds ..."). */
+  | { kind: 'portable'; items: Listed[]; ordered: boolean }
+  /** "You put the x in the y.", "You take the x from the y.": y stands where it is. */
+  | { kind: 'fixed'; name: string }
+  /** "You open the x.": x is a container with a lid. */
+  | { kind: 'openable'; name: string }
+  | { kind: 'note'; says: string }
+  /** "Nothing happens. The lamp needs a bulb." */
+  | { kind: 'needs'; device: string; part: string }
+  /** "The battery does not fit in the lamp." */
+  | { kind: 'misfit'; item: string; device: string }
+  /** "You unlock the door to the attic with the red key." */
+  | { kind: 'unlocked'; room: string; key: string };
+
+/** Every fact `text` states (room descriptions, then the other answers sentence by sentence). */
+export function observationFacts(text: string): Fact[] {
+  const facts: Fact[] = roomViews(text).map((view) => ({ kind: 'room' as const, view }));
+  const note = /\bThe note says: (.+)$/.exec(text);
+  if (note) facts.push({ kind: 'note', says: note[1] });
+  const sentences = text.split(/\.(?: |$)/);
+  const name = '([a-z]+(?: [a-z]+)?)';
+  sentences.forEach((x, i) => {
+    let m: RegExpExecArray | null;
+    if ((m = new RegExp(`^You take the ${name}(?: from the ${name})?$`).exec(x))) {
+      facts.push({ kind: 'portable', items: [{ name: m[1], tag: '' }], ordered: false });
+      if (m[2]) facts.push({ kind: 'fixed', name: m[2] });
+    } else if ((m = new RegExp(`^You put the ${name} (?:in|on) the ${name}$`).exec(x))) {
+      facts.push({ kind: 'portable', items: [{ name: m[1], tag: '' }], ordered: false }, { kind: 'fixed', name: m[2] });
+    } else if ((m = new RegExp(`^You drop the ${name}$`).exec(x))) {
+      facts.push({ kind: 'portable', items: [{ name: m[1], tag: '' }], ordered: false });
+    } else if ((m = new RegExp(`^You open the ${name}$`).exec(x))) {
+      facts.push({ kind: 'openable', name: m[1] });
+      const inside = /^It holds (.+)$/.exec(sentences[i + 1] ?? '');
+      const items = inside ? listed(inside[1]) : null;
+      if (items) facts.push({ kind: 'portable', items, ordered: true });
+    } else if ((m = /^You carry (.+)$/.exec(x))) {
+      const items = listed(m[1]);
+      if (items) facts.push({ kind: 'portable', items, ordered: true });
+    } else if ((m = new RegExp(`^The ${name} needs an? ([a-z]+)$`).exec(x)) && sentences[i - 1] === 'Nothing happens') {
+      facts.push({ kind: 'needs', device: m[1], part: m[2] });
+    } else if ((m = new RegExp(`^The ${name} does not fit in the ${name}$`).exec(x))) {
+      facts.push({ kind: 'misfit', item: m[1], device: m[2] });
+    } else if ((m = new RegExp(`^You unlock the door to the ${name} with the ${name}$`).exec(x))) {
+      facts.push({ kind: 'unlocked', room: m[1], key: m[2] });
+    }
+  });
+  return facts;
+}
+
+/**
+ * Whether `view` can be a room of the world `layout` describes, in some state that play reaches: the room is
+ * one of its rooms; its doors, in the world's order, lead where the view says, and a door shown locked is one
+ * that starts locked; the things it cannot carry that stand in that room are listed, and no others; what is
+ * listed is of that world, in the world's order, with the state words its kind shows.
+ */
+function roomFits(view: RoomView, layout: Layout): boolean {
+  const r = layout.rooms.get(view.room);
+  if (!r) return false;
+  const shown = [...view.open, ...view.locked];
+  if (shown.length !== r.doors.length || !r.doors.every((d) => shown.includes(d))) return false;
+  if (
+    !sameList(
+      view.open,
+      r.doors.filter((d) => view.open.includes(d)),
+    )
+  )
+    return false;
+  if (
+    !sameList(
+      view.locked,
+      r.doors.filter((d) => view.locked.includes(d)),
+    )
+  )
+    return false;
+  if (view.locked.some((d) => !r.locked.has(d))) return false;
+  if (!listedFits(view.seen, layout, true)) return false;
+  if (
+    !sameList(
+      view.seen.filter((x) => !layout.things.get(x.name)!.portable).map((x) => x.name),
+      r.fixed,
+    )
+  )
+    return false;
+  return view.holds.every((h) => {
+    const holder = view.seen.find((x) => x.name === h.holder);
+    return (
+      holder !== undefined &&
+      holder.tag !== 'closed' &&
+      listedFits(h.items, layout, true) &&
+      h.items.every((x) => layout.things.get(x.name)!.portable)
+    );
+  });
+}
+
+/** Every listed thing is of the world, with a state word its kind shows, and (`ordered`) in the world's order. */
+function listedFits(xs: readonly Listed[], layout: Layout, ordered: boolean): boolean {
+  return xs.every((x, i) => {
+    const t = layout.things.get(x.name);
+    return t !== undefined && t.tags.includes(x.tag) && (!ordered || i === 0 || layout.things.get(xs[i - 1].name)!.index < t.index);
+  });
+}
+
+/**
+ * Whether `fact` can hold in some state of the world `layout` describes that play reaches. Only what never
+ * changes is checked (rooms, doors and where they lead, what stands where, what can be carried, a device's
+ * part, a note's words; a door is only ever unlocked), so the true world always fits (test/oracle-writer.test.ts
+ * plays the built-in episodes to check it).
+ */
+export function fits(fact: Fact, layout: Layout): boolean {
+  const thing = (name: string) => layout.things.get(name);
+  switch (fact.kind) {
+    case 'room':
+      return roomFits(fact.view, layout);
+    case 'portable':
+      return listedFits(fact.items, layout, fact.ordered) && fact.items.every((x) => thing(x.name)!.portable);
+    case 'fixed':
+      return thing(fact.name)?.portable === false;
+    case 'openable':
+      return thing(fact.name)?.openable === true;
+    case 'note':
+      return [...layout.things.values()].some((t) => t.kind === 'note' && t.text !== undefined && fact.says.startsWith(t.text));
+    case 'needs':
+      return thing(fact.device)?.kind === 'device' && thing(fact.device)?.needs === fact.part;
+    case 'misfit': {
+      const [item, device] = [thing(fact.item), thing(fact.device)];
+      return item?.portable === true && device?.kind === 'device' && !(item.part && item.noun === device.needs);
+    }
+    case 'unlocked':
+      return thing(fact.key)?.noun === 'key' && [...layout.rooms.values()].some((r) => r.locked.has(fact.room));
+  }
+}
+
+/** The observations a reflection prompt shows: each step's, and the final one. */
+function shownObservations(prompt: string): string[] {
+  const steps = [...prompt.matchAll(/^Step \d+: you saw "(.*)" and did "(?:.*)"\.$/gm)].map((m) => m[1]);
+  const final = /^Final observation: "(.*)"\. Final score: /m.exec(prompt)?.[1];
+  return final === undefined ? steps : [...steps, final];
+}
+
+/**
+ * Where a reflection prompt's episode was found: by its task text alone (`task`), by the first observation
+ * (`first-observation`: step 1's, or the line under the task), or (`consistent`) as the candidates with its task
+ * text whose world fits every fact the prompt's observations state (`observationFacts`: the rooms they describe,
+the things they name), all with the same plan from the start;
+ * `ambiguous`: several fit, with different plans; `unplaced`: none fits, or no episode has the task text.
+ */
+export type Placement =
+  { how: 'task' | 'first-observation' | 'consistent'; episodes: Episode[] } | { how: 'ambiguous' | 'unplaced'; episodes: Episode[] };
+
+/** The episode of a reflection prompt; `consistency: false` places as the writer first did (task text, then first observation). */
+export function place(index: Map<string, Episode[]>, prompt: string, o: { consistency: boolean } = { consistency: true }): Placement {
   const task = /^Task: (.*)$/m.exec(prompt)?.[1];
-  if (task === undefined) return '';
-  const candidates = index.get(task) ?? [];
+  const candidates = task === undefined ? [] : (index.get(task) ?? []);
+  if (candidates.length === 1) return { how: 'task', episodes: candidates };
   // The first observation: step 1's, else the line under the task (an episode's description that names where it starts).
   const first = /^Step 1: you saw "(.*)" and did "/m.exec(prompt)?.[1] ?? /^Task: .*\n(?!Your trajectory)(.+)$/m.exec(prompt)?.[1];
   const exact = candidates.filter((c) => c.firstObservation === first);
   // An agent's step 1 may show the observation inside its message ("Task: ...", then it, then the valid actions).
   const within = candidates.filter((c) => first !== undefined && first.includes(c.firstObservation));
-  const found = candidates.length === 1 ? candidates : exact.length === 1 ? exact : within;
-  if (found.length !== 1) return '';
-  const actions = await plan(env, found[0]);
+  const found = exact.length === 1 ? exact : within;
+  if (found.length === 1) return { how: 'first-observation', episodes: found };
+  if (!o.consistency || candidates.length === 0) return { how: 'unplaced', episodes: [] };
+  const facts = shownObservations(prompt).flatMap(observationFacts);
+  const fitting = candidates.filter((c) => facts.every((f) => fits(f, c.layout)));
+  if (fitting.length === 0) return { how: 'unplaced', episodes: [] };
+  const same = fitting.every((c) => sameList(c.plan, fitting[0].plan));
+  return { how: same ? 'consistent' : 'ambiguous', episodes: fitting };
+}
+
+/** The tip for a reflection prompt, or '' where the episode cannot be placed (or its plan is not one). */
+export async function writeTip(index: Map<string, Episode[]>, prompt: string): Promise<string> {
+  const p = place(index, prompt);
+  if (p.how === 'ambiguous' || p.how === 'unplaced') return '';
+  const actions = p.episodes[0].plan;
   if (actions.length === 0) return '';
+  const task = /^Task: (.*)$/m.exec(prompt)![1];
   const words = `To ${task.replace(/\.$/, '')}: ${actions.join(', then ')}.`.split(' ');
   return words.length <= MAX_WORDS ? words.join(' ') : `${words.slice(0, MAX_WORDS).join(' ')} ...`;
 }
@@ -87,8 +402,7 @@ export interface OracleWriter {
 
 /** Starts the writer on 127.0.0.1:`port` (0: a free port) for the built-in tasks `tasks` (null: all). */
 export async function startOracleWriter(o: { port: number; tasks: string[] | null }): Promise<OracleWriter> {
-  const env = await createEnv({ name: 'builtin', tasks: o.tasks });
-  const index = await indexEpisodes(env);
+  const index = await indexEpisodes(o.tasks);
   let asked = 0;
   let written = 0;
   let queue = Promise.resolve();
@@ -113,10 +427,10 @@ export async function startOracleWriter(o: { port: number; tasks: string[] | nul
         });
       }
       const prompt = [...messages].reverse().find((m) => m.role === 'user')?.content ?? '';
-      // One environment instance: the prompts are answered one after another.
+      // Answered in the order they came (the counts and the answer ids follow it).
       queue = queue.then(async () => {
         asked++;
-        const tip = await writeTip(env, index, typeof prompt === 'string' ? prompt : '');
+        const tip = await writeTip(index, typeof prompt === 'string' ? prompt : '');
         if (tip) written++;
         answer(200, {
           id: `chatcmpl-oracle-${asked}`,
@@ -137,7 +451,6 @@ export async function startOracleWriter(o: { port: number; tasks: string[] | nul
     stats: () => ({ asked, written }),
     close: async () => {
       await new Promise((r) => server.close(r));
-      await env.close();
     },
   };
 }
