@@ -28,6 +28,7 @@ import type { ToolCall, TurnBackend, TurnMessage, TurnRequest, TurnResult } from
 import { encodeCall, historyAfter, lastObservation, recordedAction, spliceSampled, turnText, type PromptRendering } from './prompt.ts';
 import { GatewayCompletionSchema, readJson, RequestError, RewardReportSchema, errorBody, parseRequest } from './protocol.ts';
 import type { CallSlot, EpisodeSession } from './session.ts';
+import { RECEIVED_AT_HEADER } from './agent-clock.ts';
 import type { CallRequest } from './batch.ts';
 import { sendStream, type StreamedAnswer } from './stream.ts';
 import { checkBytesFit, checkContext, type PromptLimit } from '../serve/limits.ts';
@@ -208,6 +209,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   session.openRequests++;
   res.once('close', () => session.openRequests--);
   if (path === '/v1/chat/completions' || path === '/v1/completions' || path === '/v1/responses') {
+    inGateway(session, req, res);
     const body = await post();
     // Its step's place, taken as its request is read: calls at once are steps in order of arrival (./session.ts).
     const slot = session.reserve();
@@ -224,6 +226,23 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
     `no route ${req.method} ${path} (routes: GET models, POST chat/completions, completions, responses, empo2/reward)`,
     null,
   );
+}
+
+/**
+ * The call is inside the gateway, its agent's clock standing still (./agent-clock.ts), from when the HTTP
+ * front received it until its whole answer is written (`res.end`: not read, which is the agent's business)
+ * or the client hung up.
+ */
+function inGateway(session: EpisodeSession, req: IncomingMessage, res: ServerResponse): void {
+  const stamp = req.headers[RECEIVED_AT_HEADER];
+  const done = session.clock.arrived(typeof stamp === 'string' && /^\d+$/.test(stamp) ? Number(stamp) : undefined);
+  res.once('close', done);
+  const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse;
+  res.end = ((...args: unknown[]) => {
+    const r = end(...args);
+    done();
+    return r;
+  }) as ServerResponse['end'];
 }
 
 interface CallCtx {
