@@ -3,7 +3,8 @@
  * answers equal the in-process engine's for the same ChatML prompt, plain and streamed, with the `openai`
  * client; `previous_response_id` chains; `text.format` json_schema is constrained (the AI SDK's
  * `Output.object`); `@openai/agents` plays a forced three-call tool episode against it, as a trained
- * policy is deployed behind the same agent; bad input is refused naming the field.
+ * policy is deployed behind the same agent; bad input is refused naming the field; `GET /v1/responses/{id}`
+ * returns a stored response to the `openai` client's `responses.retrieve`, and a 404 for one not stored.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
@@ -110,6 +111,42 @@ describe('empo2 serve: /v1/responses', () => {
     const unknown = await post({ input: 'x', colour: 'red' });
     expect(unknown).toMatchObject({ status: 400, error: { param: 'colour' } });
     expect(unknown.error.message).toContain('empo2 serve refuses');
+  });
+
+  it("GET /v1/responses/{id}: the openai client retrieves a stored response as answered; others are a 404 in OpenAI's shape", async () => {
+    const created = await client().responses.create({ model: 'tiny', input: 'You are in the hall.', max_output_tokens: 6 });
+    const retrieved = await client().responses.retrieve(created.id);
+    expect(retrieved).toEqual(created);
+    expect(retrieved.output_text).toBe(created.output_text);
+
+    const unstored = await client().responses.create({ model: 'tiny', input: 'Go north.', max_output_tokens: 4, store: false });
+    const missing = await client()
+      .responses.retrieve(unstored.id)
+      .then(
+        () => null,
+        (e: unknown) => e,
+      );
+    expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((missing as InstanceType<typeof OpenAI.NotFoundError>).status).toBe(404);
+
+    const get = async (path: string, method = 'GET') => {
+      const res = await fetch(`${f.server.url}/v1/responses/${path}`, { method });
+      return { status: res.status, body: (await res.json()) as any };
+    };
+    const unknown = await get('resp_nope');
+    expect(unknown.status).toBe(404);
+    expect(unknown.body).toEqual({
+      error: {
+        message: expect.stringMatching(/^Response with id 'resp_nope' not found\. \(empo2 serve keeps the last 1024 stored responses/),
+        type: 'invalid_request_error',
+        param: 'response_id',
+        code: null,
+      },
+    });
+    expect((await get(`${created.id}?include%5B%5D=reasoning.encrypted_content&stream=false`)).body.id).toBe(created.id);
+    expect(await get(`${created.id}?stream=true`)).toMatchObject({ status: 400, body: { error: { param: 'stream' } } });
+    expect(await get(`${created.id}?colour=red`)).toMatchObject({ status: 400, body: { error: { param: 'colour' } } });
+    expect((await get(created.id, 'POST')).status).toBe(405);
   });
 
   it('@openai/agents plays a forced three-call tool episode against it', async () => {

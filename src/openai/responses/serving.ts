@@ -44,6 +44,8 @@ export interface ResponseObject {
   incomplete_details: { reason: 'max_output_tokens' } | null;
   model: string;
   output: OutputItem[];
+  /** The request's, with `empo2_policy_version`. */
+  metadata: Record<string, string>;
   usage: {
     input_tokens: number;
     input_tokens_details: { cached_tokens: number };
@@ -164,7 +166,61 @@ function stored(call: ResponsesCall, response: ResponseObject, result: TurnResul
       : { type: 'function_call', id: item.id, call_id: item.call_id, name: item.name, arguments: item.arguments },
   );
   const answer: TurnMessage = { role: 'assistant', content: result.content, toolCalls: result.toolCalls };
-  return { id: response.id, conversation: [...call.conversation, answer], items };
+  return { id: response.id, response, conversation: [...call.conversation, answer], items };
+}
+
+/** The query parameters `GET /v1/responses/{id}` takes (the `openai` client writes `include` as `include[]`). */
+const RETRIEVE_QUERY = new Set(['include', 'include[]', 'stream', 'starting_after', 'include_obfuscation']);
+
+/**
+ * `GET /v1/responses/{id}` (OpenAI's "retrieve a response"): the Response object a `POST /v1/responses`
+ * of the same store answered (an episode's own, in the gateway), as JSON. A response not in the store (never
+ * made, made with `store: false`, another episode's, or pushed out by newer ones) is a 404 in OpenAI's shape
+ * (vLLM's words). `stream=true` (replaying a response's events) is refused; `include_obfuscation` and
+ * `starting_after`, which only shape a stream, are ignored; `include` is read as on creation.
+ */
+export function retrieveResponse(o: { store: ResponseStore; id: string; query: URLSearchParams; server: string }): ResponseObject {
+  for (const key of o.query.keys())
+    if (!RETRIEVE_QUERY.has(key))
+      throw new RequestError(
+        400,
+        `unknown query parameter "${key}" (${o.server} takes include, stream, starting_after and include_obfuscation)`,
+        key,
+      );
+  const stream = o.query.get('stream');
+  if (stream !== null && stream !== 'false')
+    throw new RequestError(
+      400,
+      `streaming a stored response again is not supported by ${o.server}: retrieve it without "stream"`,
+      'stream',
+    );
+  let id = o.id;
+  try {
+    id = decodeURIComponent(o.id);
+  } catch {
+    // not percent-encoded text: looked up as it is (and not found)
+  }
+  const stored = o.store.response(id);
+  if (!stored)
+    throw new RequestError(
+      404,
+      `Response with id '${id}' not found. (${o.server} keeps the last ${o.store.capacity} stored responses of ${o.store.scope}, for it alone)`,
+      'response_id',
+      'invalid_request_error',
+    );
+  return stored.response;
+}
+
+/** Answers `GET /v1/responses/{id}` on `res` (`id` as the path has it; errors are thrown, for the server to answer). */
+export function answerRetrieve(o: { store: ResponseStore; id: string; query: URLSearchParams; server: string; res: ServerResponse }): void {
+  const response = retrieveResponse(o);
+  const text = JSON.stringify(response);
+  o.res.writeHead(200, {
+    'Content-Type': 'application/json',
+    'Content-Length': Buffer.byteLength(text),
+    [POLICY_VERSION_HEADER]: String(response.metadata.empo2_policy_version),
+  });
+  o.res.end(text);
 }
 
 /**
