@@ -1,7 +1,8 @@
 /**
  * The gateway's Responses API with the real `openai` client, in episodes of one lockstep batch:
  * `responses.retrieve(id)` returns the episode's own response as it was answered, and a 404 in OpenAI's
- * shape for an id it does not have (unknown, or another episode's while that episode plays).
+ * shape for an id it does not have (unknown, or another episode's while that episode plays);
+ * `include: ["message.output_text.logprobs"]` gives the log-probs the episode's step recorded.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
@@ -42,6 +43,13 @@ async function playBatch(agents: ((input: AgentInput) => Promise<number>)[]): Pr
   }
 }
 
+/** The log-probs of a response's text (OpenAI always writes the field: `[]` unless asked for). */
+function logprobsOf(r: OpenAI.Responses.Response): OpenAI.Responses.ResponseOutputText.Logprob[] {
+  const part = (r.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0] as OpenAI.Responses.ResponseOutputText;
+  if (!part.logprobs) throw new Error(`no logprobs field in ${JSON.stringify(part)}`);
+  return part.logprobs;
+}
+
 /** What a call that should fail threw. */
 const failure = (p: Promise<unknown>) =>
   p.then(
@@ -49,8 +57,8 @@ const failure = (p: Promise<unknown>) =>
     (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
   );
 
-describe('the gateway: GET responses/{id}', () => {
-  it("retrieves the episode's own response as answered; an unknown id, or another episode's, is a 404", async () => {
+describe("the gateway's Responses API with the openai client", () => {
+  it("GET responses/{id} retrieves the episode's own response as answered; an unknown id, or another episode's, is a 404", async () => {
     let otherId!: (id: string) => void;
     const otherCreated = new Promise<string>((r) => (otherId = r));
     let checked!: () => void;
@@ -81,6 +89,7 @@ describe('the gateway: GET responses/{id}', () => {
       ['success', 1],
     ]);
     expect(seen.retrieved).toEqual(seen.created);
+    expect(logprobsOf(seen.created as OpenAI.Responses.Response)).toEqual([]);
     for (const name of ['unknown', 'others']) {
       expect(seen[name], name).toBeInstanceOf(OpenAI.NotFoundError);
       expect((seen[name] as InstanceType<typeof OpenAI.APIError>).status, name).toBe(404);
@@ -98,5 +107,34 @@ describe('the gateway: GET responses/{id}', () => {
         },
       },
     });
+  }, 60_000);
+
+  it('include message.output_text.logprobs: the log-probs the episode recorded for its step, plain and streamed', async () => {
+    const include: OpenAI.Responses.ResponseIncludable[] = ['message.output_text.logprobs'];
+    const got: {
+      plain?: OpenAI.Responses.Response;
+      streamed?: OpenAI.Responses.Response;
+      deltas: OpenAI.Responses.ResponseTextDeltaEvent[];
+    } = {
+      deltas: [],
+    };
+    const [episode] = await playBatch([
+      async (input) => {
+        const client = clientOf(input);
+        got.plain = await client.responses.create({ model: input.model, input: 'You are in the hall.', include });
+        const stream = client.responses.stream({ model: input.model, input: 'You are in the kitchen.', include });
+        stream.on('response.output_text.delta', (e) => got.deltas.push(e));
+        got.streamed = await stream.finalResponse();
+        return 1;
+      },
+    ]);
+    expect(episode.steps).toHaveLength(2);
+    const [first, second] = episode.steps;
+    // No tools: every sampled token is the text's, its log-prob the one recorded for the update.
+    expect(logprobsOf(got.plain!).map((l) => l.logprob)).toEqual(first.logprobs);
+    expect(logprobsOf(got.streamed!).map((l) => l.logprob)).toEqual(second.logprobs);
+    expect(got.deltas.flatMap((d) => d.logprobs.map((l) => l.logprob))).toEqual(second.logprobs);
+    expect(got.deltas.map((d) => d.delta).join('')).toBe(got.streamed!.output_text);
+    for (const l of logprobsOf(got.plain!)) expect(l.top_logprobs).toEqual([]);
   }, 60_000);
 });
