@@ -42,9 +42,9 @@ const result = await trainAgent({
   tasks,
   evalTasks,
   taskName: (t) => t.family,
-  // An episode waits for its whole lockstep batch at every step: the 60 held-out episodes of an evaluation on two
-  // shared cores took over the default 300 s each, and every one failed.
-  timeoutSeconds: 3600,
+  // timeoutSeconds: the default, 300 s of each agent's own time. An episode waits for its whole lockstep batch at
+  // every step (the 60 held-out episodes of an evaluation on two shared cores took over 300 s each), but that wait
+  // is not counted: the timeout measures the agent's own time (docs/AGENTS.md, Faults).
   // The tiny default model's tokenizer learnt from the environment's text, as `empo2 train` learns it (without
   // it, from the tasks' JSON: an observation then took 4× the tokens and a step's prompt 1.4×).
   corpus: await environmentCorpus(settings),

@@ -29,7 +29,11 @@ export interface TrainAgentOptions<Task> extends TrainOptions {
    * and its own memory (`memory.slot: task`); undefined or null: the family `agent` (default: all tasks are).
    */
   taskName?: (task: Task) => string | null | undefined;
-  /** Seconds an episode may take before it fails (default 300). */
+  /**
+   * Seconds of the agent's own time an episode may take before it fails (default 300). Time its calls spend
+   * inside the gateway (waiting for their lockstep batch, being sampled) is not counted, so a big batch on a
+   * slow model needs no longer timeout.
+   */
   timeoutSeconds?: number;
   /** Calls an episode may make (default: env.max_steps, else 50). */
   maxCalls?: number;

@@ -138,7 +138,7 @@ describe('faults through the gateway', () => {
       expect(failed).toHaveLength(50);
       const reasons = [
         'the agent threw: the agent broke',
-        'no reward within the timeout of 15 s',
+        "no reward within 15 s of the agent's own time",
         'never reported a reward',
         'made no call to the gateway',
         'went over its budget of 6 calls',

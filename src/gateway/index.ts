@@ -23,7 +23,11 @@ export interface AgentPlayOptions<Task> {
   agent: AgentRunner<Task>;
   /** The task an agent plays for a job of the run. */
   taskOf: (job: RolloutJob) => Task;
-  /** Seconds an episode may take (default 300). */
+  /**
+   * Seconds of the agent's own time an episode may take before it fails (default 300): the clock stands still
+   * while one of its calls is inside the gateway (queued, batched, sampled, its answer written), so waiting
+   * for the model and the other episodes of the batch does not count (./agent-clock.ts).
+   */
   timeoutSeconds?: number;
   /** Calls an episode may make when the config sets no env.max_steps (default 50). */
   maxCalls?: number;

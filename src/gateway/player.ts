@@ -5,7 +5,8 @@
  * back as the same records the built-in rollout makes, so the update, the memory and the logs are the
  * built-in ones.
  *
- * Faults end the episode, never the run: an agent that throws, runs past `timeoutMs`, makes no call,
+ * Faults end the episode, never the run: an agent that throws, runs past `timeoutMs` of its own time
+ * (the time its calls wait inside the gateway, for the batch and the model, is not counted: ./agent-clock.ts), makes no call,
  * reports no reward or goes over a budget gives a failed episode with its reason (the trainer logs it
  * and leaves it out of the update). Its waiting calls are answered with an error, its signal is
  * aborted (a process agent is killed: ./agent-process.ts), and the player returns only once none of
@@ -73,6 +74,7 @@ export interface AgentPlayerOptions<Task = unknown> {
   taskOf: (job: RolloutJob) => Task;
   /** Calls and response tokens an episode may use (calls default to the rollout's step limit), and its calls at once. */
   budget: { maxCalls: number; maxTokens: number; maxConcurrentCalls: number };
+  /** The agent's own time an episode may take, its calls' time inside the gateway not counted (./agent-clock.ts). */
   timeoutMs: number;
   /** How long a lockstep batch waits for the episodes that have not called yet (./batch.ts). */
   batchWaitMs: number;
@@ -259,9 +261,9 @@ class EpisodeFailure extends Error {}
 
 async function playEpisode<Task>(o: AgentPlayerOptions<Task>, session: EpisodeSession, seed: number): Promise<Episode> {
   const control = new AbortController();
-  let timer: NodeJS.Timeout | undefined;
+  let cancelTimeout = () => {};
   const timedOut = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new EpisodeFailure(`no reward within the timeout of ${o.timeoutMs / 1000} s`)), o.timeoutMs);
+    cancelTimeout = session.clock.deadline(o.timeoutMs, () => reject(new EpisodeFailure(timeoutReason(o.timeoutMs))));
   });
   const endedByGateway = new Promise<never>((_, reject) =>
     session.onEnd(() => reject(new EpisodeFailure(session.failure ?? 'the episode ended'))),
@@ -281,7 +283,7 @@ async function playEpisode<Task>(o: AgentPlayerOptions<Task>, session: EpisodeSe
   } catch (e) {
     failure = e instanceof EpisodeFailure ? e.message : `the agent threw: ${e instanceof Error ? e.message : String(e)}`;
   } finally {
-    clearTimeout(timer);
+    cancelTimeout();
     control.abort(new Error(failure ?? 'the episode is over'));
     timedOut.catch(() => {});
     endedByGateway.catch(() => {});
@@ -292,6 +294,11 @@ async function playEpisode<Task>(o: AgentPlayerOptions<Task>, session: EpisodeSe
     judged: o.judged ?? false,
     malformedToolCallReward: o.malformedToolCallReward ?? null,
   });
+}
+
+/** Why an episode whose agent's own time ran out failed (./agent-clock.ts: what the timeout measures). */
+export function timeoutReason(timeoutMs: number): string {
+  return `no reward within ${timeoutMs / 1000} s of the agent's own time (time its calls waited in the gateway for the model not counted)`;
 }
 
 /**

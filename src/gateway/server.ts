@@ -5,7 +5,8 @@
  * agent-lightning's proxy gives each rollout attempt its own `/rollout/{id}/attempt/{id}/v1` prefix.
  *
  * Routes under a base URL: GET models, POST chat/completions, completions and responses (OpenAI's
- * Responses API, ../openai/responses/; streaming or not), and POST empo2/reward (the agent's reward, for agents that cannot return it: ./agent-process.ts).
+ * Responses API, ../openai/responses/; streaming or not), GET responses/{id} (a response of the episode's
+ * own, as answered), and POST empo2/reward (the agent's reward, for agents that cannot return it: ./agent-process.ts).
  * Every completion call is one step of its episode: the messages rendered with the model's chat
  * template, the tips of a memory rollout put in the last user message (./prompt.ts), the call sampled
  * with the other episodes' in lockstep (./batch.ts), and the sampled token ids and log-probs recorded
@@ -22,12 +23,13 @@ import type { ShownTip } from '../run/records.ts';
 import { outcomeProblem } from './outcome.ts';
 import { policyFingerprint, POLICY_VERSION_HEADER, serveChatCompletion, usage } from '../openai/chat_completion/serving.ts';
 import { usesTools } from '../openai/render.ts';
-import { answerResponses } from '../openai/responses/serving.ts';
+import { answerResponses, answerRetrieve } from '../openai/responses/serving.ts';
 import { toolParser, type ToolParser } from '../openai/tool-parsers/index.ts';
 import type { ToolCall, TurnBackend, TurnMessage, TurnRequest, TurnResult } from '../openai/types.ts';
 import { encodeCall, historyAfter, lastObservation, recordedAction, spliceSampled, turnText, type PromptRendering } from './prompt.ts';
 import { GatewayCompletionSchema, readJson, RequestError, RewardReportSchema, errorBody, parseRequest } from './protocol.ts';
 import type { CallSlot, EpisodeSession } from './session.ts';
+import { RECEIVED_AT_HEADER } from './agent-clock.ts';
 import type { CallRequest } from './batch.ts';
 import { sendStream, type StreamedAnswer } from './stream.ts';
 import { checkBytesFit, checkContext, type PromptLimit } from '../serve/limits.ts';
@@ -194,6 +196,17 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
     if (req.method !== 'GET') throw new RequestError(405, `${path} takes GET, not ${req.method}`, null);
     return sendJson(res, 200, { object: 'list', data: [{ id: ctx.modelName, object: 'model', created: ctx.created, owned_by: 'empo2' }] });
   }
+  const retrieve = /^\/v1\/responses\/([^/]+)$/.exec(path);
+  if (retrieve) {
+    if (req.method !== 'GET') throw new RequestError(405, `${path} takes GET, not ${req.method}`, null);
+    return answerRetrieve({
+      store: session.responses,
+      id: retrieve[1],
+      query: new URL(req.url ?? '/', 'http://gateway').searchParams,
+      server: GATEWAY_NAME,
+      res,
+    });
+  }
   if (path === '/v1/empo2/reward') {
     const report = parseRequest(RewardReportSchema, await post());
     if ((report.reward === undefined) === (report.score === undefined))
@@ -208,6 +221,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   session.openRequests++;
   res.once('close', () => session.openRequests--);
   if (path === '/v1/chat/completions' || path === '/v1/completions' || path === '/v1/responses') {
+    inGateway(session, req, res);
     const body = await post();
     // Its step's place, taken as its request is read: calls at once are steps in order of arrival (./session.ts).
     const slot = session.reserve();
@@ -221,9 +235,26 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   }
   throw new RequestError(
     404,
-    `no route ${req.method} ${path} (routes: GET models, POST chat/completions, completions, responses, empo2/reward)`,
+    `no route ${req.method} ${path} (routes: GET models, POST chat/completions, completions, responses, GET responses/{id}, POST empo2/reward)`,
     null,
   );
+}
+
+/**
+ * The call is inside the gateway, its agent's clock standing still (./agent-clock.ts), from when the HTTP
+ * front received it until its whole answer is written (`res.end`: not read, which is the agent's business)
+ * or the client hung up.
+ */
+function inGateway(session: EpisodeSession, req: IncomingMessage, res: ServerResponse): void {
+  const stamp = req.headers[RECEIVED_AT_HEADER];
+  const done = session.clock.arrived(typeof stamp === 'string' && /^\d+$/.test(stamp) ? Number(stamp) : undefined);
+  res.once('close', done);
+  const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse;
+  res.end = ((...args: unknown[]) => {
+    const r = end(...args);
+    done();
+    return r;
+  }) as ServerResponse['end'];
 }
 
 interface CallCtx {

@@ -10,6 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { ResponseStore } from '../openai/responses/store.ts';
+import { AgentClock } from './agent-clock.ts';
 import type { RolloutJob, ShownTip, StepRecord } from '../run/records.ts';
 import type { LockstepBatch } from './batch.ts';
 import type { PromptHistory, SampledTurn } from './prompt.ts';
@@ -62,6 +63,8 @@ export class EpisodeSession {
   report: RewardReport | null = null;
   /** Requests of this episode the gateway has not answered yet. */
   openRequests = 0;
+  /** The agent's own time, which its timeout measures: stands still while one of its calls is inside the gateway. */
+  readonly clock = new AgentClock();
   /** What its calls are answered with once it has ended: 410, or 503 where the run is stopping. */
   private endStatus = 410;
   private readonly endedListeners: (() => void)[] = [];

@@ -3,7 +3,10 @@
  * answers equal the in-process engine's for the same ChatML prompt, plain and streamed, with the `openai`
  * client; `previous_response_id` chains; `text.format` json_schema is constrained (the AI SDK's
  * `Output.object`); `@openai/agents` plays a forced three-call tool episode against it, as a trained
- * policy is deployed behind the same agent; bad input is refused naming the field.
+ * policy is deployed behind the same agent; bad input is refused naming the field; `GET /v1/responses/{id}`
+ * returns a stored response to the `openai` client's `responses.retrieve`, and a 404 for one not stored;
+ * `include: ["message.output_text.logprobs"]` gives the log-probs Chat Completions gives, plain, streamed
+ * (per delta) and on retrieval.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
@@ -110,6 +113,104 @@ describe('empo2 serve: /v1/responses', () => {
     const unknown = await post({ input: 'x', colour: 'red' });
     expect(unknown).toMatchObject({ status: 400, error: { param: 'colour' } });
     expect(unknown.error.message).toContain('empo2 serve refuses');
+  });
+
+  it("GET /v1/responses/{id}: the openai client retrieves a stored response as answered; others are a 404 in OpenAI's shape", async () => {
+    const created = await client().responses.create({ model: 'tiny', input: 'You are in the hall.', max_output_tokens: 6 });
+    const retrieved = await client().responses.retrieve(created.id);
+    expect(retrieved).toEqual(created);
+    expect(retrieved.output_text).toBe(created.output_text);
+
+    const unstored = await client().responses.create({ model: 'tiny', input: 'Go north.', max_output_tokens: 4, store: false });
+    const missing = await client()
+      .responses.retrieve(unstored.id)
+      .then(
+        () => null,
+        (e: unknown) => e,
+      );
+    expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((missing as InstanceType<typeof OpenAI.NotFoundError>).status).toBe(404);
+
+    const get = async (path: string, method = 'GET') => {
+      const res = await fetch(`${f.server.url}/v1/responses/${path}`, { method });
+      return { status: res.status, body: (await res.json()) as any };
+    };
+    const unknown = await get('resp_nope');
+    expect(unknown.status).toBe(404);
+    expect(unknown.body).toEqual({
+      error: {
+        message: expect.stringMatching(/^Response with id 'resp_nope' not found\. \(empo2 serve keeps the last 1024 stored responses/),
+        type: 'invalid_request_error',
+        param: 'response_id',
+        code: null,
+      },
+    });
+    expect((await get(`${created.id}?include%5B%5D=reasoning.encrypted_content&stream=false`)).body.id).toBe(created.id);
+    expect(await get(`${created.id}?stream=true`)).toMatchObject({ status: 400, body: { error: { param: 'stream' } } });
+    expect(await get(`${created.id}?colour=red`)).toMatchObject({ status: 400, body: { error: { param: 'colour' } } });
+    expect((await get(created.id, 'POST')).status).toBe(405);
+  });
+
+  it("include message.output_text.logprobs: the text tokens' log-probs, as Chat Completions gives them, plain, streamed and retrieved", async () => {
+    const include: OpenAI.Responses.ResponseIncludable[] = ['message.output_text.logprobs'];
+    const ask = { model: 'tiny', input: 'You are in the hall.', temperature: 0, max_output_tokens: 8 };
+    const chat = await client().chat.completions.create({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'You are in the hall.' }],
+      temperature: 0,
+      max_tokens: 8,
+      logprobs: true,
+    });
+    const expected = chat.choices[0].logprobs!.content!;
+    expect(expected.length).toBe(chat.usage!.completion_tokens);
+
+    const plain = await client().responses.create({ ...ask, include });
+    const text = plain.output[0] as OpenAI.Responses.ResponseOutputMessage;
+    const part = text.content[0] as OpenAI.Responses.ResponseOutputText;
+    expect(part.text).toBe(chat.choices[0].message.content);
+    expect(part.logprobs).toEqual(expected);
+
+    const stream = client().responses.stream({ ...ask, include });
+    const deltas: OpenAI.Responses.ResponseTextDeltaEvent[] = [];
+    let done: OpenAI.Responses.ResponseTextDoneEvent | null = null;
+    stream.on('response.output_text.delta', (e) => deltas.push(e));
+    stream.on('response.output_text.done', (e) => (done = e));
+    const streamed = await stream.finalResponse();
+    const noBytes = expected.map(({ token, logprob, top_logprobs }) => ({ token, logprob, top_logprobs }));
+    expect(deltas.map((d) => d.delta).join('')).toBe(part.text);
+    expect(deltas.flatMap((d) => d.logprobs)).toEqual(noBytes);
+    expect(done!.logprobs).toEqual(noBytes);
+    expect(
+      ((streamed.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0] as OpenAI.Responses.ResponseOutputText).logprobs,
+    ).toEqual(expected);
+
+    // Asked for at retrieval, of a response made without them; and not there unless asked.
+    const without = await client().responses.create(ask);
+    const logprobsOf = (r: OpenAI.Responses.Response) =>
+      ((r.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0] as OpenAI.Responses.ResponseOutputText).logprobs;
+    expect(logprobsOf(without)).toEqual([]);
+    expect(logprobsOf(await client().responses.retrieve(without.id, { include }))).toEqual(expected);
+    expect(logprobsOf(await client().responses.retrieve(plain.id))).toEqual([]);
+
+    // OpenAI's other include values change nothing here; a value that is not OpenAI's is refused by name.
+    const other = await client().responses.create({ ...ask, include: ['reasoning.encrypted_content'] });
+    expect(other.output_text).toBe(part.text);
+    expect(logprobsOf(other)).toEqual([]);
+    const post = async (body: unknown) => {
+      const res = await fetch(`${f.server.url}/v1/responses`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return { status: res.status, body: (await res.json()) as any };
+    };
+    expect(await post({ input: 'x', include: ['message.output_text.logprobs', 'colour'] })).toMatchObject({
+      status: 400,
+      body: { error: { param: 'include[1]' } },
+    });
+    expect(await post({ input: 'x', include, top_logprobs: 2 })).toMatchObject({ status: 400, body: { error: { param: 'top_logprobs' } } });
+    const bad = await fetch(`${f.server.url}/v1/responses/${plain.id}?include[]=colour`);
+    expect([bad.status, ((await bad.json()) as any).error.param]).toEqual([400, 'include[0]']);
   });
 
   it('@openai/agents plays a forced three-call tool episode against it', async () => {

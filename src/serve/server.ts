@@ -2,9 +2,10 @@
  * `empo2 serve`: an OpenAI-compatible HTTP API over a PolicyEngine (node:http, no framework: three
  * JSON routes do not need one).
  *
- * Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions and POST /v1/responses (both
- * through the OpenAI protocol layer the training gateway answers through too, ../openai/chat_completion/
- * and ../openai/responses/, sampled by ./turn.ts: tools, structured outputs, the policy version) (and, with
+ * Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions, POST /v1/responses and GET
+ * /v1/responses/{id} (the last three through the OpenAI protocol layer the training gateway answers through
+ * too, ../openai/chat_completion/ and ../openai/responses/, sampled by ./turn.ts: tools, structured outputs,
+ * the policy version) (and, with
  * weight updates allowed, /v1/empo2/load_weights and vLLM's runtime LoRA routes, ./lora.ts). Beyond OpenAI's
  * fields, every choice carries `token_ids` (the sampled ids, the end-of-turn token included when
  * the model emitted it) and, with `return_token_ids: true`, `prompt_token_ids`, as vLLM names
@@ -28,7 +29,7 @@ import { checkAccess, checkJsonContentType, type AccessRules } from './access.ts
 import { allowedHostNames } from '../util/host-check.ts';
 import { EngineQueue, QueueFullError, type ServedEngine } from './queue.ts';
 import { AdapterRegistry, PlainText, isUnder, type AdapterReader } from './lora.ts';
-import { answerResponses } from '../openai/responses/serving.ts';
+import { answerResponses, answerRetrieve } from '../openai/responses/serving.ts';
 import { serveChatCompletion } from '../openai/chat_completion/serving.ts';
 import { ResponseStore } from '../openai/responses/store.ts';
 import type { TurnBackend } from '../openai/types.ts';
@@ -320,11 +321,25 @@ async function handle(ctx: Ctx, created: number, req: IncomingMessage, res: Serv
     routes['/v1/load_lora_adapter'] = { method: 'POST', run: async () => adapters.load(await body()) };
     routes['/v1/unload_lora_adapter'] = { method: 'POST', run: async () => adapters.unload(await body()) };
   }
+  const retrieve = /^\/v1\/responses\/([^/]+)$/.exec(path);
+  if (retrieve)
+    routes[path] = {
+      method: 'GET',
+      // Written by the protocol layer itself.
+      run: async () =>
+        answerRetrieve({
+          store: ctx.responses,
+          id: retrieve[1],
+          query: new URL(req.url ?? '/', 'http://serve').searchParams,
+          server: ctx.turns.serverName,
+          res,
+        }),
+    };
   const route = routes[path];
   if (!route)
     throw new RequestError(
       404,
-      `no route ${req.method} ${path} (routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions, POST /v1/responses${
+      `no route ${req.method} ${path} (routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions, POST /v1/responses, GET /v1/responses/{id}${
         /_lora_adapter$/.test(path) ? '; runtime LoRA adapters need --allow-weight-updates' : ''
       })`,
       null,

@@ -42,12 +42,15 @@ function answerHealth(req, res) {
 const upstreamAgent = new Agent({ keepAlive: true });
 
 function forward(req, res) {
+  // When this thread received the request: a request that arrives while the server's thread is busy waits
+  // here, and the gateway counts that wait as the model's, not the agent's (src/gateway/agent-clock.ts).
+  const headers = { ...endToEnd(req.headers), 'x-empo2-received-at': String(Date.now()) };
   const up = request({
     host: o.upstream.host,
     port: o.upstream.port,
     method: req.method,
     path: req.url,
-    headers: endToEnd(req.headers),
+    headers,
     agent: upstreamAgent,
   });
   let answered = false;

@@ -6,7 +6,9 @@
  * answers `GET /health` at once from the state the main thread last posted, and forwards every other
  * request to the real server, which listens on loopback only; a request that arrives during a block
  * waits for its answer. A client that hangs up closes its forwarded request, so the server still sees
- * the `close` it cancels work on. The gateway and `empo2 serve` run behind one.
+ * the `close` it cancels work on. Every forwarded request carries `x-empo2-received-at`, when the front
+ * received it (ms since the epoch; one a client sent is replaced): the gateway does not count a call's wait
+ * here against its agent's time (../gateway/agent-clock.ts). The gateway and `empo2 serve` run behind one.
  */
 import type { AddressInfo } from 'node:net';
 import { Worker } from 'node:worker_threads';

@@ -26,7 +26,10 @@ export function register(program: Command): void {
       '--task-name <field>',
       "--agent: the field of a task (a JSON object) that names it: tasks of the same name get one row in the evaluation tables (default: one row, 'agent')",
     )
-    .option('--agent-timeout <seconds>', '--agent: seconds an episode may run before its process group is killed (default 300)')
+    .option(
+      '--agent-timeout <seconds>',
+      '--agent: seconds of its own time an episode may run before its process group is killed; time its calls wait for the model is not counted (default 300)',
+    )
     .option('--agent-max-calls <n>', '--agent: calls an episode may make when env.max_steps is not set (default 50)')
     .option(
       '--agent-max-concurrent-calls <n>',

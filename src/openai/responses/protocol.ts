@@ -10,9 +10,14 @@
  * its assistant text so when `store` is on). `instructions` is the system message; it is not carried
  * over by `previous_response_id`, as OpenAI's API does not carry it.
  *
+ * `include: ["message.output_text.logprobs"]` gives each text token's log-prob as it was sampled
+ * (`top_logprobs` stays empty: top alternatives are not computed); OpenAI's other `include` values are
+ * accepted and change nothing (they name what built-in tools, images and reasoning add), and a value that
+ * is not one of OpenAI's is refused naming it (`include[1]`).
+ *
  * Accepted and ignored, because they do not change what is sampled: `store` (responses are kept for
  * `previous_response_id` whatever it says; false only keeps one out of the store), `metadata` (echoed),
- * `user`, `safety_identifier`, `service_tier`, `include`, `reasoning`, `truncation`, `prompt_cache_key`,
+ * `user`, `safety_identifier`, `service_tier`, `reasoning`, `truncation`, `prompt_cache_key`,
  * `prompt_cache_retention`, `prompt_cache_options`, `context_management`, `max_tool_calls` (it caps
  * built-in tool calls, and there are none here), `text.verbosity`, `stream_options`, and `temperature`
  * / `top_p` (the server samples at its own settings: during training the update scores every action at
@@ -100,6 +105,22 @@ const format = z.discriminatedUnion(
   { error: 'must be {type: "text"}, {type: "json_object"} or {type: "json_schema", name, schema}' },
 );
 
+/**
+ * OpenAI's `include` values. `message.output_text.logprobs` adds each text token's log-prob; the others name
+ * what built-in tools, input images or reasoning add, none of which an answer here has, so they change nothing.
+ */
+export const INCLUDABLE = [
+  'message.output_text.logprobs',
+  'file_search_call.results',
+  'web_search_call.results',
+  'web_search_call.action.sources',
+  'message.input_image.image_url',
+  'computer_call_output.output.image_url',
+  'code_interpreter_call.outputs',
+  'reasoning.encrypted_content',
+] as const;
+export const includable = z.enum(INCLUDABLE, { error: `must be one of OpenAI's include values: ${INCLUDABLE.join(', ')}` });
+
 export const ResponsesRequestSchema = z.strictObject({
   model: z.string().optional(),
   input: z.union([z.string(), z.array(z.unknown()).max(100_000)], { error: 'must be a string or an array of input items' }).optional(),
@@ -123,7 +144,7 @@ export const ResponsesRequestSchema = z.strictObject({
   user: nullish(z.string()),
   safety_identifier: nullish(z.string()),
   service_tier: nullish(z.string()),
-  include: nullish(z.array(z.string())),
+  include: nullish(z.array(includable)),
   reasoning: ignored,
   truncation: nullish(z.enum(['auto', 'disabled'])),
   prompt_cache_key: nullish(z.string()),
@@ -147,6 +168,8 @@ export interface ResponsesCall {
   conversation: TurnMessage[];
   /** False: the answer is not kept for `previous_response_id` (the request's `store: false`). */
   store: boolean;
+  /** `include` has `message.output_text.logprobs`: each text token's log-prob, as sampled. */
+  logprobs: boolean;
   request: ResponsesRequest;
 }
 
@@ -197,6 +220,7 @@ export function readResponsesRequest(body: unknown, o: { store: ResponseStore; s
     stream: r.stream ?? false,
     conversation,
     store: r.store ?? true,
+    logprobs: r.include?.includes('message.output_text.logprobs') ?? false,
     request: r,
   };
 }

@@ -16,7 +16,11 @@ import { z } from 'zod';
 import { loadConfig } from '../../config/load.ts';
 import { environmentCorpus } from '../../envs/index.ts';
 import { createEngine, initBackend } from '../../policy/index.ts';
-import type { PolicyEngine } from '../../policy/types.ts';
+import type { PolicyEngine, TextTokenizer } from '../../policy/types.ts';
+import type { TurnResult } from '../types.ts';
+import { readResponsesRequest } from './protocol.ts';
+import { responseEvents, responseObject, withLogprobs } from './serving.ts';
+import { ResponseStore } from './store.ts';
 import { TINY_MODEL } from '../../../test/support/tiny.ts';
 import { startTurnServer, tinyTurnBackend, type TinyTurnBackend } from '../../../test/support/turn-backend.ts';
 
@@ -271,6 +275,81 @@ describe('bad input: a 400 naming the field', () => {
     // store: false keeps it out of the store
     const id = JSON.parse(r.text).id;
     expect((await bad('j', { previous_response_id: id, input: 'y' })).param).toBe('previous_response_id');
+  });
+});
+
+describe('log-probs of the text (include message.output_text.logprobs)', () => {
+  // One character a token; id 0 is the end of the turn, which decodes to nothing.
+  const chars: TextTokenizer = {
+    encode: (t) => [...t].map((c) => c.codePointAt(0)!),
+    decode: (ids) => String.fromCodePoint(...ids.filter((id) => id !== 0)),
+    vocabSize: 0x110000,
+    tokenToId: (t) => t.codePointAt(0),
+  };
+  const answer = (sampled: string, end: boolean, content: string | null, calls: number): TurnResult => {
+    const tokens = [...chars.encode(sampled), ...(end ? [0] : [])];
+    return {
+      content,
+      toolCalls: Array.from({ length: calls }, (_, k) => ({ id: `call_${k}`, name: 'move', arguments: '{"to":"hall"}' })),
+      finishReason: calls > 0 ? 'tool_calls' : 'stop',
+      generation: { tokens, logprobs: tokens.map((_, k) => -(k + 1) / 10), text: sampled, finish: 'stop' },
+      promptIds: [1, 2],
+      policyVersion: 0,
+    };
+  };
+  const made = (result: TurnResult, include: string[]) => {
+    const call = readResponsesRequest({ input: 'x', include }, { store: new ResponseStore({ scope: 'test' }), server: 'the test' });
+    const full = responseObject({ id: 'resp_1', call, result, model: 'm', createdAt: 0, tokenizer: chars });
+    const response = withLogprobs(full, call.logprobs);
+    return { response, events: responseEvents(response, { tokenizer: chars, result }) as any[] };
+  };
+
+  it("are the text tokens only: with a tool call, not the call's; without, the end of the turn too (with the last delta)", () => {
+    const withCall = made(answer('Go.\n<tool_call>{"name": "move"}</tool_call>', true, 'Go.', 1), ['message.output_text.logprobs']);
+    const part = (withCall.response.output[0] as any).content[0];
+    expect(part.logprobs.map((l: any) => [l.token, l.logprob])).toEqual([
+      ['G', -0.1],
+      ['o', -0.2],
+      ['.', -0.3],
+    ]);
+    expect(part.logprobs[0]).toEqual({ token: 'G', bytes: [71], logprob: -0.1, top_logprobs: [] });
+    const deltas = withCall.events.filter((e) => e.type === 'response.output_text.delta');
+    expect(deltas.map((e) => [e.delta, e.logprobs.map((l: any) => l.logprob)])).toEqual([
+      ['G', [-0.1]],
+      ['o', [-0.2]],
+      ['.', [-0.3]],
+    ]);
+
+    const plain = made(answer('Hi', true, 'Hi', 0), ['message.output_text.logprobs']);
+    const events = plain.events.filter((e) => e.type.startsWith('response.output_text.'));
+    expect(events.map((e) => [e.type, e.delta ?? e.text, e.logprobs.map((l: any) => [l.token, l.logprob])])).toEqual([
+      ['response.output_text.delta', 'H', [['H', -0.1]]],
+      [
+        'response.output_text.delta',
+        'i',
+        [
+          ['i', -0.2],
+          ['', -0.3],
+        ],
+      ],
+      [
+        'response.output_text.done',
+        'Hi',
+        [
+          ['H', -0.1],
+          ['i', -0.2],
+          ['', -0.3],
+        ],
+      ],
+    ]);
+    const added = plain.events.find((e) => e.type === 'response.content_part.added');
+    expect(added.part.logprobs).toEqual([]);
+  });
+
+  it('are left out (empty) unless asked for', () => {
+    const { response, events } = made(answer('Hi', true, 'Hi', 0), ['reasoning.encrypted_content']);
+    expect((response.output[0] as any).content[0].logprobs).toEqual([]);
+    for (const e of events.filter((e) => e.type.startsWith('response.output_text.'))) expect(e.logprobs).toEqual([]);
   });
 });
 

@@ -18,11 +18,19 @@ import { randomBytes } from 'node:crypto';
 import type { TextTokenizer } from '../../policy/types.ts';
 import { errorBody, RequestError } from '../errors.ts';
 import type { TurnBackend, TurnMessage, TurnResult } from '../types.ts';
-import { POLICY_VERSION_HEADER } from '../chat_completion/serving.ts';
-import { readResponsesRequest, type ResponsesCall } from './protocol.ts';
+import { contentPieces, POLICY_VERSION_HEADER, tokenLogprobs } from '../chat_completion/serving.ts';
+import { includable, readResponsesRequest, type ResponsesCall } from './protocol.ts';
 import type { ResponseStore, StoredItem } from './store.ts';
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(16).toString('hex')}`;
+
+/** A text token's log-prob, as `ResponseOutputText.logprobs` has it (no top alternatives are computed). */
+export interface TextLogprob {
+  token: string;
+  bytes: number[];
+  logprob: number;
+  top_logprobs: [];
+}
 
 type OutputItem =
   | {
@@ -30,7 +38,7 @@ type OutputItem =
       id: string;
       status: 'completed' | 'incomplete';
       role: 'assistant';
-      content: { type: 'output_text'; text: string; annotations: []; logprobs: [] }[];
+      content: { type: 'output_text'; text: string; annotations: []; logprobs: TextLogprob[] }[];
     }
   | { type: 'function_call'; id: string; call_id: string; name: string; arguments: string; status: 'completed' };
 
@@ -44,6 +52,8 @@ export interface ResponseObject {
   incomplete_details: { reason: 'max_output_tokens' } | null;
   model: string;
   output: OutputItem[];
+  /** The request's, with `empo2_policy_version`. */
+  metadata: Record<string, string>;
   usage: {
     input_tokens: number;
     input_tokens_details: { cached_tokens: number };
@@ -54,13 +64,17 @@ export interface ResponseObject {
   [echoed: string]: unknown;
 }
 
-/** `result` as the Response object of `call`. */
+/**
+ * `result` as the Response object of `call`, its text's log-probs in (each token of the text as sampled:
+ * Chat Completions' `logprobs.content` entries); `withLogprobs` leaves them out where `include` does not ask.
+ */
 export function responseObject(o: {
   id: string;
   call: ResponsesCall;
   result: TurnResult;
   model: string;
   createdAt: number;
+  tokenizer: TextTokenizer;
 }): ResponseObject {
   const { call, result } = o;
   const r = call.request;
@@ -72,7 +86,7 @@ export function responseObject(o: {
       id: newId('msg'),
       status: cut ? 'incomplete' : 'completed',
       role: 'assistant',
-      content: [{ type: 'output_text', text: result.content, annotations: [], logprobs: [] }],
+      content: [{ type: 'output_text', text: result.content, annotations: [], logprobs: textLogprobs(o.tokenizer, result) }],
     });
   for (const c of result.toolCalls)
     output.push({ type: 'function_call', id: newId('fc'), call_id: c.id, name: c.name, arguments: c.arguments, status: 'completed' });
@@ -110,22 +124,64 @@ export function responseObject(o: {
   };
 }
 
-/** The text each token adds to `content`, empty pieces left out; together they are `content` exactly. */
-export function textDeltas(tok: TextTokenizer, ids: readonly number[], content: string): string[] {
+/**
+ * The tokens of the answer's text: all of them when it made no tool call (the end-of-turn token too, as
+ * Chat Completions counts it); with calls, those up to the last one that adds to the text (the rest are the
+ * calls'). Their log-probs, as sampled, are the text's `logprobs`.
+ */
+function textTokenCount(tok: TextTokenizer, result: TurnResult): number {
+  const g = result.generation;
+  let n = g.tokens.length;
+  if (result.toolCalls.length > 0) {
+    const pieces = contentPieces(tok, g.tokens, result.content ?? '');
+    while (n > 0 && pieces[n - 1] === '') n--;
+  }
+  return n;
+}
+
+function textLogprobs(tok: TextTokenizer, result: TurnResult): TextLogprob[] {
+  const g = result.generation;
+  const n = textTokenCount(tok, result);
+  return tokenLogprobs(tok, { ...g, tokens: g.tokens.slice(0, n), logprobs: g.logprobs.slice(0, n) }) as TextLogprob[];
+}
+
+/** `response` with its text's log-probs (`include: ["message.output_text.logprobs"]`) or without (`[]`, as OpenAI answers). */
+export function withLogprobs(response: ResponseObject, logprobs: boolean): ResponseObject {
+  if (logprobs) return response;
+  const output = response.output.map((item) =>
+    item.type === 'message' ? { ...item, content: item.content.map((part) => ({ ...part, logprobs: [] as TextLogprob[] })) } : item,
+  );
+  return { ...response, output };
+}
+
+/**
+ * The text each token adds to `content`, as deltas: `from`-`to` are the tokens of each (a token that adds
+ * nothing, a byte of a character or the end of the turn, goes with the next delta, or the last); empty
+ * pieces are left out, and together they are `content` exactly.
+ */
+export function textDeltas(tok: TextTokenizer, ids: readonly number[], content: string): { delta: string; from: number; to: number }[] {
   const stream = (tok as { streamDecoder?: () => { push(id: number): string } }).streamDecoder?.();
   let text = '';
   let sent = 0;
-  const out: string[] = [];
-  for (const id of ids) {
+  let from = 0;
+  const out: { delta: string; from: number; to: number }[] = [];
+  ids.forEach((id, k) => {
     text += stream ? stream.push(id) : tok.decode([id]);
     const upTo = Math.min(text.length, content.length);
-    if (upTo > sent) out.push(content.slice(sent, upTo));
+    if (upTo > sent) {
+      out.push({ delta: content.slice(sent, upTo), from, to: k + 1 });
+      from = k + 1;
+    }
     sent = Math.max(sent, upTo);
-  }
+  });
   // The content is not the decoded text's prefix (a parser trimmed it): what is left goes last.
-  if (sent < content.length) out.push(content.slice(sent));
+  if (sent < content.length) out.push({ delta: content.slice(sent), from, to: ids.length });
+  else if (out.length > 0) out[out.length - 1].to = ids.length;
   return out;
 }
+
+/** A log-prob as the stream's text events carry it (`ResponseTextDeltaEvent.Logprob`: no bytes). */
+const eventLogprob = (l: TextLogprob) => ({ token: l.token, logprob: l.logprob, top_logprobs: [] });
 
 /** The server-sent events of `response`, in the order OpenAI sends them, numbered from 0. */
 export function responseEvents(response: ResponseObject, o: { tokenizer: TextTokenizer; result: TurnResult }): Record<string, unknown>[] {
@@ -140,10 +196,23 @@ export function responseEvents(response: ResponseObject, o: { tokenizer: TextTok
       emit('response.output_item.added', { output_index, item: { ...item, status: 'in_progress', content: [] } });
       const part = item.content[0];
       const content_index = 0;
-      emit('response.content_part.added', { item_id, output_index, content_index, part: { ...part, text: '' } });
-      for (const delta of textDeltas(o.tokenizer, o.result.generation.tokens, part.text))
-        emit('response.output_text.delta', { item_id, output_index, content_index, delta, logprobs: [] });
-      emit('response.output_text.done', { item_id, output_index, content_index, text: part.text, logprobs: [] });
+      emit('response.content_part.added', { item_id, output_index, content_index, part: { ...part, text: '', logprobs: [] } });
+      const ids = o.result.generation.tokens.slice(0, textTokenCount(o.tokenizer, o.result));
+      for (const { delta, from, to } of textDeltas(o.tokenizer, ids, part.text))
+        emit('response.output_text.delta', {
+          item_id,
+          output_index,
+          content_index,
+          delta,
+          logprobs: part.logprobs.slice(from, to).map(eventLogprob),
+        });
+      emit('response.output_text.done', {
+        item_id,
+        output_index,
+        content_index,
+        text: part.text,
+        logprobs: part.logprobs.map(eventLogprob),
+      });
       emit('response.content_part.done', { item_id, output_index, content_index, part });
     } else {
       emit('response.output_item.added', { output_index, item: { ...item, status: 'in_progress', arguments: '' } });
@@ -164,7 +233,67 @@ function stored(call: ResponsesCall, response: ResponseObject, result: TurnResul
       : { type: 'function_call', id: item.id, call_id: item.call_id, name: item.name, arguments: item.arguments },
   );
   const answer: TurnMessage = { role: 'assistant', content: result.content, toolCalls: result.toolCalls };
-  return { id: response.id, conversation: [...call.conversation, answer], items };
+  return { id: response.id, response, conversation: [...call.conversation, answer], items };
+}
+
+/** The query parameters `GET /v1/responses/{id}` takes (the `openai` client writes `include` as `include[]`). */
+const RETRIEVE_QUERY = new Set(['include', 'include[]', 'stream', 'starting_after', 'include_obfuscation']);
+
+/**
+ * `GET /v1/responses/{id}` (OpenAI's "retrieve a response"): the Response object a `POST /v1/responses`
+ * of the same store answered (an episode's own, in the gateway), as JSON. A response not in the store (never
+ * made, made with `store: false`, another episode's, or pushed out by newer ones) is a 404 in OpenAI's shape
+ * (vLLM's words). `stream=true` (replaying a response's events) is refused; `include_obfuscation` and
+ * `starting_after`, which only shape a stream, are ignored; `include` is read as on creation (its log-probs
+ * are there whether or not the call that made it asked for them).
+ */
+export function retrieveResponse(o: { store: ResponseStore; id: string; query: URLSearchParams; server: string }): ResponseObject {
+  for (const key of o.query.keys())
+    if (!RETRIEVE_QUERY.has(key))
+      throw new RequestError(
+        400,
+        `unknown query parameter "${key}" (${o.server} takes include, stream, starting_after and include_obfuscation)`,
+        key,
+      );
+  const include = [...o.query.getAll('include'), ...o.query.getAll('include[]')];
+  include.forEach((value, i) => {
+    const ok = includable.safeParse(value);
+    if (!ok.success) throw new RequestError(400, `"include[${i}]": ${ok.error.issues[0].message}`, `include[${i}]`);
+  });
+  const stream = o.query.get('stream');
+  if (stream !== null && stream !== 'false')
+    throw new RequestError(
+      400,
+      `streaming a stored response again is not supported by ${o.server}: retrieve it without "stream"`,
+      'stream',
+    );
+  let id = o.id;
+  try {
+    id = decodeURIComponent(o.id);
+  } catch {
+    // not percent-encoded text: looked up as it is (and not found)
+  }
+  const stored = o.store.response(id);
+  if (!stored)
+    throw new RequestError(
+      404,
+      `Response with id '${id}' not found. (${o.server} keeps the last ${o.store.capacity} stored responses of ${o.store.scope}, for it alone)`,
+      'response_id',
+      'invalid_request_error',
+    );
+  return withLogprobs(stored.response, include.includes('message.output_text.logprobs'));
+}
+
+/** Answers `GET /v1/responses/{id}` on `res` (`id` as the path has it; errors are thrown, for the server to answer). */
+export function answerRetrieve(o: { store: ResponseStore; id: string; query: URLSearchParams; server: string; res: ServerResponse }): void {
+  const response = retrieveResponse(o);
+  const text = JSON.stringify(response);
+  o.res.writeHead(200, {
+    'Content-Type': 'application/json',
+    'Content-Length': Buffer.byteLength(text),
+    [POLICY_VERSION_HEADER]: String(response.metadata.empo2_policy_version),
+  });
+  o.res.end(text);
 }
 
 /**
@@ -191,14 +320,17 @@ export async function answerResponses(o: {
       'model_not_found',
     );
   const result = await backend.turn(call.turn, { signal: o.signal });
-  const response = responseObject({
+  const full = responseObject({
     id: newId('resp'),
     call,
     result,
     model: call.model ?? backend.modelName,
     createdAt: Math.floor(Date.now() / 1000),
+    tokenizer: backend.tokenizer(),
   });
-  if (call.store) o.store.put(stored(call, response, result));
+  // Kept with its log-probs, so that a retrieval may ask for them whether or not this call did.
+  if (call.store) o.store.put(stored(call, full, result));
+  const response = withLogprobs(full, call.logprobs);
   const version = String(result.policyVersion);
   if (!call.stream) {
     const text = JSON.stringify(response);

@@ -1,10 +1,12 @@
 /**
- * An episode's earlier responses, for `previous_response_id` and `item_reference`: the conversation each
+ * An episode's earlier responses, for `previous_response_id`, `item_reference` and retrieval
+ * (`GET /v1/responses/{id}`): the Response object, the conversation each
  * one ended (its input, without `instructions`, and its output) and its output items by id. Kept per
  * episode so that an id from another episode is refused, not answered with another agent's history;
  * bounded (the oldest response and its items go first), as vLLM's in-memory response store is not.
  */
 import type { TurnMessage } from '../types.ts';
+import type { ResponseObject } from './serving.ts';
 
 /** An output item a client may name by `item_reference`, in its input item form. */
 export type StoredItem =
@@ -13,6 +15,8 @@ export type StoredItem =
 
 export interface StoredResponse {
   id: string;
+  /** The Response object as it was answered: what `GET /v1/responses/{id}` returns. */
+  response: ResponseObject;
   /** The conversation after this response: what a call with `previous_response_id` continues. */
   conversation: TurnMessage[];
   items: StoredItem[];
