@@ -24,7 +24,9 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Comparison } from '../../src/compare/aggregate.ts';
-import { reportCompare } from '../../src/compare/runner.ts';
+import { configDifferences, reportCompare } from '../../src/compare/runner.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { inertInBoth } from '../../src/config/schema.ts';
 import type { PairedDifference } from '../../src/compare/stats.ts';
 
 export const SEEDS = [0, 1, 2];
@@ -244,6 +246,30 @@ function tipsSection(runsDir: string): string[] {
   return lines;
 }
 
+/**
+ * Where each stand-in run's config.yaml differs from the own-tips run's of its seed (the protocol: the writer
+ * only; run.sh also sets what is saved and recorded, RESUMABLE_OPTIONS, which changes nothing trained).
+ */
+function configSection(runsDir: string, ownDir: string): string[] {
+  const lines = ['## Config against EMPO² (own tips), seed by seed', ''];
+  for (const seed of SEEDS) {
+    const mine = join(runsDir, `seed${seed}`, 'config.yaml');
+    const theirs = join(ownDir, `seed${seed}`, 'config.yaml');
+    if (!existsSync(mine) || !existsSync(theirs)) {
+      lines.push(`- seed ${seed}: no config.yaml to compare yet`);
+      continue;
+    }
+    const quiet = () => {};
+    const a = loadConfig(theirs, [], quiet);
+    const b = loadConfig(mine, [], quiet);
+    const diff = configDifferences(b, a, '', inertInBoth(a, b));
+    lines.push(
+      `- seed ${seed}: ${diff.length === 0 ? 'no difference' : diff.map((d) => d.replace(' there, ', ' (own tips), ').replace(/ now$/, ' (stand-in)')).join('; ')}`,
+    );
+  }
+  return lines;
+}
+
 function statusSection(runsDir: string): { lines: string[]; missing: string[] } {
   const missing: string[] = [];
   const lines = [
@@ -291,6 +317,8 @@ export async function report(o: { runs: string; grpo: string; own: string; out: 
     ...tipsSection(o.runs),
     '',
     ...status.lines,
+    '',
+    ...configSection(o.runs, o.own),
     '',
     "compare's full reports: [compare-grpo.md](compare-grpo.md), [compare-own-tips.md](compare-own-tips.md).",
     '',
