@@ -91,7 +91,7 @@ describe('judgeRequest for servers without json_schema', () => {
     const fitting = JSON.stringify({
       scores: entries.map((e, i) => ({
         trajectory_id: e.properties.trajectory_id.const,
-        explanation: 'x'.repeat(300),
+        explanation: 'x'.repeat(GRAMMAR_EXPLANATION_CHARS),
         score: GRAMMAR_SCORES[i * 7],
       })),
     });

@@ -88,7 +88,7 @@ export function answerSchema(n: number): Record<string, unknown> {
 /** Scores a grammar can enforce where it cannot bound a number: 0, 0.05, ..., 1. */
 export const GRAMMAR_SCORES = Array.from({ length: 21 }, (_, i) => Number((i / 20).toFixed(2)));
 /** Longest explanation the grammar form allows (one or two sentences), so that a small model cannot ramble until max_tokens. */
-export const GRAMMAR_EXPLANATION_CHARS = 300;
+export const GRAMMAR_EXPLANATION_CHARS = 150;
 
 /**
  * The answer's schema for servers that turn a schema into a grammar (llama.cpp): the same JSON, with each
