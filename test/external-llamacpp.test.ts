@@ -6,6 +6,7 @@
  *
  *   - the tip writer (`memory.reflector: openai`): a 2-iteration EMPO² run of the tiny default whose tips
  *     SmolLM2 writes, cut to the policy's tokens, counted in metrics.jsonl; a resumed run asks nothing;
+ *     `empo2 adapt` from its checkpoint asks the same writer;
  *   - the judge (`judge()` in trainAgent, `env.reward: judge` in train): the server refuses
  *     `response_format: json_schema` (a 500 naming the field), so the judge asks with json_object and a
  *     schema, which the server turns into a grammar; the scores become the rewards. A judge cut short by
@@ -29,6 +30,7 @@ import { CACHE_FILE } from '../src/external/cache.ts';
 import { GRAMMAR_SCORES } from '../src/external/judge.ts';
 import { judge, trainAgent, withMemory, type AgentInput } from '../src/index.ts';
 import { oneLineTip } from '../src/memory/external-reflector.ts';
+import { adapt } from '../src/adapt/tips.ts';
 import { createEngine } from '../src/policy/create-engine.ts';
 import { MEMORY_FILE, checkpointsDir, latestCheckpoint } from '../src/run/checkpoint.ts';
 import { train } from '../src/trainer/trainer.ts';
@@ -180,6 +182,25 @@ describe.skipIf(!gate.available)(`every external-model role against llama-cpp-py
     await train(config(), { resume: true, log: () => {} });
     expect(recorder.bodies).toHaveLength(8);
     expect(trainLines(dir)[1].external.reflector).toMatchObject({ calls: 4, cached: 4, requests: 0 });
+
+    // empo2 adapt with the run's checkpoint and config: the same writer, one tip per trial.
+    const resumed = latestCheckpoint(dir)!;
+    const { engine: policy } = await createEngine({ ...config(), model: { ...config().model, path: resumed } }, 'fresh');
+    const trials = await adapt(policy, config(), {
+      task: 'fetch',
+      trials: 2,
+      variations: 1,
+      split: 'test',
+      memoryFrom: resumed,
+      outDir: join(root, 'adapt'),
+      log: () => {},
+    });
+    policy.dispose();
+    for (const t of trials) {
+      expect(t.external?.reflector).toMatchObject({ calls: 1, failed: 0 });
+      expect(t.tips_skipped).toBe(0);
+    }
+    expect(recorder.bodies.length).toBe(8 + trials.reduce((n, t) => n + t.external!.reflector.requests, 0));
   }, 600_000);
 
   it("the judge: judge() scores trainAgent's groups through the server, which takes the schema as json_object", async () => {
