@@ -271,6 +271,68 @@ describe('external model client', () => {
     expect(log.join('\n')).toMatch(/1 unreadable line skipped/);
   });
 
+  it('falls back to weaker forms of a field the server refuses, without retrying, remembers the form, and finds any form in the cache', async () => {
+    // As llama-cpp-python 0.3.36 answers response_format json_schema (a 500 naming the field), and a strict validator json_object (422).
+    fault.handler = (_req, res, body) => {
+      const type = body.response_format?.type;
+      if (type === 'json_schema') {
+        res.writeHead(500, { 'Content-Type': 'application/json' });
+        res.end(
+          JSON.stringify({
+            error: { message: "1 validation error: ('body', 'response_format', 'type') Input should be 'text' or 'json_object'" },
+          }),
+        );
+      } else if (type === 'json_object') {
+        res.writeHead(422, { 'Content-Type': 'application/json' });
+        res.end(JSON.stringify({ detail: [{ loc: ['body', 'response_format'], msg: 'Extra inputs are not permitted' }] }));
+      } else answer(res, `plain ${body.messages[0].content}`);
+    };
+    const log: string[] = [];
+    const c = client({ max_retries: 3 }, {}, log);
+    const formats = (text: string) =>
+      c.chat({
+        messages: [{ role: 'user', content: text }],
+        extra: { response_format: { type: 'json_schema' } },
+        fallbacks: {
+          id: 'fmt',
+          label: 'json_schema',
+          forms: [
+            { label: 'json_object', extra: { response_format: { type: 'json_object' } } },
+            { label: 'none', extra: {} },
+          ],
+        },
+      });
+    expect(await formats('a')).toMatchObject({ ok: true, text: 'plain a', cached: false });
+    // One request per form: a refusal is neither retried nor a failure.
+    expect(fault.bodies.map((b) => b.response_format?.type ?? null)).toEqual(['json_schema', 'json_object', null]);
+    expect(log).toHaveLength(2);
+    expect(log[0]).toMatch(/refused json_schema \(.*answered 500: 1 validation error.*\); asking with json_object from now on/);
+    expect(log[1]).toMatch(
+      /refused json_object \(.*answered 422: body.response_format: Extra inputs are not permitted\); asking with none/,
+    );
+    // The next call starts at the form that was taken.
+    expect(await formats('b')).toMatchObject({ ok: true, text: 'plain b' });
+    expect(fault.bodies.slice(3).map((b) => b.response_format?.type ?? null)).toEqual([null]);
+    expect(c.takeUsage()).toMatchObject({ calls: 2, failed: 0, requests: 4, retries: 0 });
+    // A new client (a resumed run) finds the answer under the taken form, asking nothing.
+    const later = new ExternalModel(c.settings, { role: 'reflector', defaultCacheDir: dir });
+    clients.push(later);
+    const before = fault.requests;
+    expect(
+      await later.chat({
+        messages: [{ role: 'user', content: 'a' }],
+        extra: { response_format: { type: 'json_schema' } },
+        fallbacks: { id: 'fmt', label: 'json_schema', forms: [{ label: 'none', extra: {} }] },
+      }),
+    ).toMatchObject({ ok: true, text: 'plain a', cached: true });
+    expect(fault.requests).toBe(before);
+    // Without fallbacks, the same 500 is an error like any other: retried, then failed.
+    const plain = new ExternalModel({ ...c.settings, max_retries: 1, max_retry_wait_s: 0.1 }, { role: 'reflector', defaultCacheDir: null });
+    clients.push(plain);
+    const out = await plain.chat({ messages: [{ role: 'user', content: 'c' }], extra: { response_format: { type: 'json_schema' } } });
+    expect(!out.ok && out.error).toMatch(/answered 500: .*\(after 1 retries\)/);
+  });
+
   it('reads Retry-After in seconds, as a date, and as retry-after-ms', () => {
     const now = Date.parse('2026-01-01T00:00:00Z');
     expect(retryAfterMs(new Headers({ 'retry-after': '2' }), now)).toBe(2000);

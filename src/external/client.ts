@@ -5,6 +5,10 @@
  * for more than max_retry_wait_s), at most `concurrency` calls in flight, answers kept on disk by
  * request, and the tokens and time spent counted per role.
  *
+ * A request may name weaker forms of its extra fields to fall back to (`ChatRequest.fallbacks`: the judge's
+ * `response_format` json_schema, then json_object with a schema, then none): a server that refuses a field
+ * as unsupported gets the next form, and the client starts there for the rest of its calls.
+ *
  * A call never throws for what the server does: it resolves to `{ ok: false, error }`, and the caller
  * skips what needed the answer and counts it. Only bad settings (a key variable that is not set)
  * throw, when the client is made, before a run starts.
@@ -31,6 +35,22 @@ export interface ChatRequest {
   seed?: number;
   /** More body fields (a `response_format` with a JSON schema, ...); part of the cache key. */
   extra?: Record<string, unknown>;
+  /** Weaker forms of `extra`, in order, for servers that refuse it (see `FallbackExtras`). */
+  fallbacks?: FallbackExtras;
+}
+
+/**
+ * What to send instead of a request's `extra` when the server refuses it as unsupported: an error status
+ * (not 401, 403, 408 or 429) whose message names one of the fields in `extra`, such as the 422 of a strict
+ * validator or llama-cpp-python's 500 for `response_format: {type: json_schema}`. The next form is sent at
+ * once (the refusal is no failure, and no retry); the client remembers, per `id`, the form it came to and
+ * starts there for its later calls. The cache is looked up under every form, so a resumed run asks nothing.
+ */
+export interface FallbackExtras {
+  id: string;
+  /** What `extra` is, for the log line that says a form was refused. */
+  label: string;
+  forms: { label: string; extra: Record<string, unknown> }[];
 }
 
 export type ChatOutcome =
@@ -59,7 +79,7 @@ class ClosedError extends Error {}
 type Attempt =
   | { kind: 'answer'; answer: CachedAnswer }
   | { kind: 'retry'; error: string; retryAfterMs: number | null }
-  | { kind: 'fail'; error: string };
+  | { kind: 'fail'; error: string; unsupported?: boolean };
 
 export class ExternalModel {
   private readonly url: string;
@@ -70,6 +90,8 @@ export class ExternalModel {
   private readonly closer = new AbortController();
   private readonly logged = new Set<string>();
   private readonly log: (line: string) => void;
+  /** Per FallbackExtras id: the first form the server has not refused. */
+  private readonly formFrom = new Map<string, number>();
 
   constructor(
     readonly settings: ExternalModelSettings,
@@ -90,18 +112,37 @@ export class ExternalModel {
 
   /** One chat completion; resolves (never rejects) once answered, failed after its retries, or closed. */
   async chat(req: ChatRequest): Promise<ChatOutcome> {
-    const body = this.body(req);
-    const key = requestKey(body);
+    const forms = [{ label: req.fallbacks?.label ?? 'as asked', extra: req.extra ?? {} }, ...(req.fallbacks?.forms ?? [])];
+    const bodies = forms.map((f) => this.body({ ...req, extra: f.extra }));
     this.meter.add({ calls: 1 });
-    const hit = this.cache?.get(key);
-    if (hit) {
+    for (const body of bodies) {
+      const hit = this.cache?.get(requestKey(body));
+      if (!hit) continue;
       this.meter.add({ cached: 1 });
       return { ok: true, text: hit.text, finishReason: hit.finish_reason, cached: true, promptTokens: 0, completionTokens: 0 };
     }
-    const outcome = await this.limit(() => this.send(body)).catch((e: unknown) => ({
-      kind: 'fail' as const,
-      error: this.closer.signal.aborted ? `${this.o.role} model: closed before it answered` : String(e),
-    }));
+    const id = req.fallbacks?.id;
+    let form = id === undefined ? 0 : Math.min(this.formFrom.get(id) ?? 0, forms.length - 1);
+    let outcome: Attempt;
+    for (;;) {
+      const body = bodies[form];
+      outcome = await this.limit(() => this.send(body, form < forms.length - 1 ? Object.keys(forms[form].extra) : [])).catch(
+        (e: unknown) => ({
+          kind: 'fail' as const,
+          error: this.closer.signal.aborted ? `${this.o.role} model: closed before it answered` : String(e),
+        }),
+      );
+      if (outcome.kind !== 'fail' || !outcome.unsupported || id === undefined) break;
+      // Refused as unsupported: the next form, for this call and the later ones (another call may have moved on already).
+      const next = Math.max(form + 1, this.formFrom.get(id) ?? 0);
+      if ((this.formFrom.get(id) ?? 0) < next) {
+        this.formFrom.set(id, next);
+        this.log(
+          `${this.o.role} model ${this.settings.model}: the server refused ${forms[form].label} (${outcome.error}); asking with ${forms[next].label} from now on`,
+        );
+      }
+      form = next;
+    }
     if (outcome.kind !== 'answer') {
       this.meter.add({ failed: 1 });
       this.note(outcome.error);
@@ -109,7 +150,7 @@ export class ExternalModel {
     }
     const a = outcome.answer;
     this.meter.add({ prompt_tokens: a.prompt_tokens, completion_tokens: a.completion_tokens });
-    this.cache?.put(key, this.settings.model, a);
+    this.cache?.put(requestKey(bodies[form]), this.settings.model, a);
     return {
       ok: true,
       text: a.text,
@@ -143,7 +184,8 @@ export class ExternalModel {
   }
 
   /** The attempts of one call: the first, then up to max_retries more, each after its wait. */
-  private async send(body: Record<string, unknown>): Promise<Attempt> {
+  /** `fallbackFields`: the body's fields whose refusal as unsupported ends the call at once (a weaker form follows). */
+  private async send(body: Record<string, unknown>, fallbackFields: readonly string[] = []): Promise<Attempt> {
     this.meter.start();
     try {
       let last: Attempt = { kind: 'fail', error: 'no attempt made' };
@@ -151,7 +193,7 @@ export class ExternalModel {
         if (this.closer.signal.aborted) return { kind: 'fail', error: `${this.o.role} model: closed before it answered` };
         if (attempt > 0) this.meter.add({ retries: 1 });
         this.meter.add({ requests: 1 });
-        last = await this.attempt(body);
+        last = await this.attempt(body, fallbackFields);
         if (last.kind !== 'retry') return last;
         if (attempt === this.settings.max_retries) break;
         const capMs = this.settings.max_retry_wait_s * 1000;
@@ -168,7 +210,7 @@ export class ExternalModel {
     }
   }
 
-  private async attempt(body: Record<string, unknown>): Promise<Attempt> {
+  private async attempt(body: Record<string, unknown>, fallbackFields: readonly string[]): Promise<Attempt> {
     const timeoutMs = this.settings.timeout_s * 1000;
     const ctrl = new AbortController();
     const onClose = () => ctrl.abort(new ClosedError());
@@ -177,7 +219,7 @@ export class ExternalModel {
     try {
       const res = await fetch(this.url, { method: 'POST', headers: this.headers, body: JSON.stringify(body), signal: ctrl.signal });
       const text = await res.text();
-      if (!res.ok) return this.refused(res, text);
+      if (!res.ok) return this.refused(res, text, fallbackFields);
       return parseAnswer(text, this.url);
     } catch (e) {
       if (ctrl.signal.reason instanceof ClosedError) return { kind: 'fail', error: `${this.o.role} model: closed before it answered` };
@@ -191,10 +233,12 @@ export class ExternalModel {
     }
   }
 
-  private refused(res: Response, text: string): Attempt {
+  private refused(res: Response, text: string, fallbackFields: readonly string[]): Attempt {
     const error = `${this.url} answered ${res.status}${quoteError(text)}`;
     if (res.status === 401 || res.status === 403)
       return { kind: 'fail', error: `${error} (check the key in ${this.settings.api_key_env ?? 'api_key_env: none is sent'})` };
+    if (res.status !== 408 && res.status !== 429 && fallbackFields.some((f) => text.includes(f)))
+      return { kind: 'fail', error, unsupported: true };
     if (!RETRY_STATUS(res.status)) return { kind: 'fail', error };
     return { kind: 'retry', error, retryAfterMs: retryAfterMs(res.headers) };
   }
@@ -251,14 +295,23 @@ export function retryAfterMs(headers: Headers, now = Date.now()): number | null 
 function quoteError(text: string): string {
   let message = text;
   try {
-    const j = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown };
-    const m = typeof j.error === 'string' ? j.error : (j.error?.message ?? j.message);
+    const j = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown; detail?: unknown };
+    const m = typeof j.error === 'string' ? j.error : (j.error?.message ?? j.message ?? validationDetail(j.detail));
     if (typeof m === 'string') message = m;
   } catch {
     // not JSON: quote the body as it is
   }
   message = message.replace(/\s+/g, ' ').trim();
   return message ? `: ${message.length > QUOTED ? message.slice(0, QUOTED) + '...' : message}` : '';
+}
+
+/** FastAPI's 422 body, `{"detail": [{"loc": [...], "msg": ...}]}` (or a string), as one line. */
+function validationDetail(detail: unknown): string | undefined {
+  if (typeof detail === 'string') return detail;
+  if (!Array.isArray(detail)) return undefined;
+  return detail
+    .map((d: { loc?: unknown; msg?: unknown }) => `${Array.isArray(d?.loc) ? d.loc.join('.') + ': ' : ''}${String(d?.msg ?? '')}`)
+    .join('; ');
 }
 
 /** A 200's body as an answer: JSON with choices[0].message.content; anything else fails (not retried: the server answered). */

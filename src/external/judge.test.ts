@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import type { ChatOutcome, ChatRequest } from './client.ts';
-import { judgeGroup, judgeRequest, parseJudgement, type JudgedGroup } from './judge.ts';
+import {
+  GRAMMAR_EXPLANATION_CHARS,
+  GRAMMAR_SCORES,
+  grammarSchema,
+  judgeGroup,
+  judgeRequest,
+  parseJudgement,
+  type JudgedGroup,
+} from './judge.ts';
 
 const group: JudgedGroup = {
   task: 'Turn on the lamp.',
@@ -60,6 +68,34 @@ describe('judgeRequest', () => {
     expect(text).toMatch(/characters cut/);
     expect(text.length).toBeLessThan(600);
     expect(judgeRequest(group, settings, 0).seed).not.toBe(judgeRequest(group, settings, 1).seed);
+  });
+});
+
+describe('judgeRequest for servers without json_schema', () => {
+  it('falls back to json_object with a grammar-friendly schema (ids in order, listed scores, a bounded explanation), then to none', () => {
+    const req = judgeRequest(group, settings);
+    expect(req.fallbacks!.forms.map((f) => f.label)).toEqual(['response_format json_object with a schema', 'no response_format']);
+    expect(req.fallbacks!.forms[1].extra).toEqual({});
+    const format = req.fallbacks!.forms[0].extra.response_format as { type: string; schema: typeof grammar };
+    const grammar = grammarSchema(2) as { properties: { scores: { prefixItems: any[]; items: boolean } } };
+    expect(format).toEqual({ type: 'json_object', schema: grammar });
+    const entries = grammar.properties.scores.prefixItems;
+    expect(entries.map((e) => e.properties.trajectory_id)).toEqual([{ const: '1' }, { const: '2' }]);
+    expect(grammar.properties.scores.items).toBe(false);
+    expect(entries[0].properties.explanation).toEqual({ type: 'string', minLength: 1, maxLength: GRAMMAR_EXPLANATION_CHARS });
+    expect(GRAMMAR_SCORES).toHaveLength(21);
+    expect(GRAMMAR_SCORES[0]).toBe(0);
+    expect(GRAMMAR_SCORES[1]).toBe(0.05);
+    expect(GRAMMAR_SCORES[20]).toBe(1);
+    // Whatever fits the grammar is an answer the strict reader takes.
+    const fitting = JSON.stringify({
+      scores: entries.map((e, i) => ({
+        trajectory_id: e.properties.trajectory_id.const,
+        explanation: 'x'.repeat(GRAMMAR_EXPLANATION_CHARS),
+        score: GRAMMAR_SCORES[i * 7],
+      })),
+    });
+    expect(parseJudgement(fitting, 2)).toMatchObject({ ok: true, verdicts: [{ score: 0 }, { score: 0.35 }] });
   });
 });
 

@@ -13,6 +13,12 @@
  * The answer is asked for as JSON under a JSON schema (`response_format: json_schema`) and read strictly:
  * the whole text must be that JSON object, with exactly one entry per trajectory, checked with zod.
  * Anything else is an error message the caller retries, then skips.
+ *
+ * Servers that do not take `response_format: json_schema` get weaker forms (the client's fallbacks): first
+ * `{type: json_object, schema}`, the form llama-cpp-python's server constrains its output with (its
+ * grammar, built from the schema, cannot bound a number, so this schema lists the scores a judge may give,
+ * 0 to 1 in steps of 0.05, fixes the trajectories' order and bounds the explanation's length), then no
+ * response_format at all (the instructions still ask for the JSON). The answer is read as strictly.
  */
 import { z } from 'zod';
 import type { ChatOutcome, ChatRequest } from './client.ts';
@@ -79,6 +85,35 @@ export function answerSchema(n: number): Record<string, unknown> {
   };
 }
 
+/** Scores a grammar can enforce where it cannot bound a number: 0, 0.05, ..., 1. */
+export const GRAMMAR_SCORES = Array.from({ length: 21 }, (_, i) => Number((i / 20).toFixed(2)));
+/** Longest explanation the grammar form allows (one or two sentences), so that a small model cannot ramble until max_tokens. */
+export const GRAMMAR_EXPLANATION_CHARS = 150;
+
+/**
+ * The answer's schema for servers that turn a schema into a grammar (llama.cpp): the same JSON, with each
+ * trajectory's entry in its place (ids 1..n in order, once each), the score one of GRAMMAR_SCORES, and the
+ * explanation at most GRAMMAR_EXPLANATION_CHARS characters.
+ */
+export function grammarSchema(n: number): Record<string, unknown> {
+  const entry = (id: string) => ({
+    type: 'object',
+    properties: {
+      trajectory_id: { const: id },
+      explanation: { type: 'string', minLength: 1, maxLength: GRAMMAR_EXPLANATION_CHARS },
+      score: { enum: GRAMMAR_SCORES },
+    },
+    required: ['trajectory_id', 'explanation', 'score'],
+    additionalProperties: false,
+  });
+  return {
+    type: 'object',
+    properties: { scores: { type: 'array', prefixItems: ids(n).map(entry), items: false, minItems: n, maxItems: n } },
+    required: ['scores'],
+    additionalProperties: false,
+  };
+}
+
 const ids = (n: number) => Array.from({ length: n }, (_, i) => String(i + 1));
 
 /** The request that asks for a group's scores; `attempt` > 0 asks again after an unusable answer (a new seed, so no cached answer). */
@@ -96,6 +131,17 @@ export function judgeRequest(group: JudgedGroup, s: JudgeRequestSettings, attemp
     maxTokens: s.maxTokens,
     seed: attempt,
     extra: { response_format: { type: 'json_schema', json_schema: { name: 'trajectory_scores', strict: true, schema: answerSchema(n) } } },
+    fallbacks: {
+      id: 'judge response_format',
+      label: 'response_format json_schema',
+      forms: [
+        {
+          label: 'response_format json_object with a schema',
+          extra: { response_format: { type: 'json_object', schema: grammarSchema(n) } },
+        },
+        { label: 'no response_format', extra: {} },
+      ],
+    },
   };
 }
 
