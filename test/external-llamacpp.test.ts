@@ -28,7 +28,7 @@ import { loadConfig } from '../src/config/load.ts';
 import type { Config } from '../src/config/schema.ts';
 import { CACHE_FILE } from '../src/external/cache.ts';
 import { GRAMMAR_SCORES } from '../src/external/judge.ts';
-import { judge, trainAgent, withMemory, type AgentInput } from '../src/index.ts';
+import { judge, trainAgent, withMemory } from '../src/index.ts';
 import { oneLineTip } from '../src/memory/external-reflector.ts';
 import { adapt } from '../src/adapt/tips.ts';
 import { createEngine } from '../src/policy/create-engine.ts';
@@ -37,6 +37,7 @@ import { train } from '../src/trainer/trainer.ts';
 import { TIPS_HEADER } from '../src/trainer/prompt.ts';
 import { llamaCppGate, startLlamaCppServer, type LlamaCppServer } from './support/llamacpp-server.ts';
 import { TINY_MODEL, TINY_RUN } from './support/tiny.ts';
+import { callingAgent } from './support/calling-agent.ts';
 
 const gate = llamaCppGate();
 /**
@@ -205,19 +206,7 @@ describe.skipIf(!gate.available)(`every external-model role against llama-cpp-py
 
   it("the judge: judge() scores trainAgent's groups through the server, which takes the schema as json_object", async () => {
     recorder.reset();
-    let played = 0;
-    const agent = async ({ baseURL, apiKey, model, task, signal }: AgentInput<string>) => {
-      const n = 1 + (played++ % 2);
-      for (let i = 0; i < n; i++) {
-        const res = await fetch(`${baseURL}/chat/completions`, {
-          method: 'POST',
-          headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${apiKey}` },
-          body: JSON.stringify({ model, messages: [{ role: 'user', content: `${task} (${i})` }], max_tokens: 4 }),
-          signal,
-        });
-        if (res.status !== 200) throw new Error(`gateway answered ${res.status}`);
-      }
-    };
+    const agent = callingAgent(2);
     const logged: string[] = [];
     const result = await trainAgent<string>({
       agent,

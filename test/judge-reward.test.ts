@@ -14,9 +14,10 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/load.ts';
 import type { Config } from '../src/config/schema.ts';
-import { judge as judgeReward, trainAgent, type AgentInput } from '../src/index.ts';
+import { judge as judgeReward, trainAgent } from '../src/index.ts';
 import { train } from '../src/trainer/trainer.ts';
 import { TINY_MODEL, TINY_RUN } from './support/tiny.ts';
+import { callingAgent } from './support/calling-agent.ts';
 
 type Line = Record<string, any> & { type: string };
 
@@ -222,20 +223,8 @@ describe('env.reward: judge', () => {
   it("is trainAgent's reward: an agent that reports none is trained on the judge's scores", async () => {
     judge.chats = 0;
     judge.content = () => null;
-    let played = 0;
     // 1 to 3 calls an episode, so that the judge's scores differ within a group.
-    const calls = async ({ baseURL, apiKey, model, task, signal }: AgentInput<string>) => {
-      const n = 1 + (played++ % 3);
-      for (let i = 0; i < n; i++) {
-        const res = await fetch(`${baseURL}/chat/completions`, {
-          method: 'POST',
-          headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${apiKey}` },
-          body: JSON.stringify({ model, messages: [{ role: 'user', content: `${task} (${i})` }], max_tokens: 4 }),
-          signal,
-        });
-        if (res.status !== 200) throw new Error(`gateway answered ${res.status}`);
-      }
-    };
+    const calls = callingAgent(3);
     const logged: string[] = [];
     const result = await trainAgent<string>({
       agent: calls,
