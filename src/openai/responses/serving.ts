@@ -20,49 +20,9 @@ import { errorBody, RequestError } from '../errors.ts';
 import type { TurnBackend, TurnMessage, TurnResult } from '../types.ts';
 import { contentPieces, POLICY_VERSION_HEADER, tokenLogprobs } from '../chat_completion/serving.ts';
 import { includable, readResponsesRequest, type ResponsesCall } from './protocol.ts';
-import type { ResponseStore, StoredItem } from './store.ts';
+import type { OutputItem, ResponseObject, ResponseStore, StoredItem, TextLogprob } from './store.ts';
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(16).toString('hex')}`;
-
-/** A text token's log-prob, as `ResponseOutputText.logprobs` has it (no top alternatives are computed). */
-export interface TextLogprob {
-  token: string;
-  bytes: number[];
-  logprob: number;
-  top_logprobs: [];
-}
-
-type OutputItem =
-  | {
-      type: 'message';
-      id: string;
-      status: 'completed' | 'incomplete';
-      role: 'assistant';
-      content: { type: 'output_text'; text: string; annotations: []; logprobs: TextLogprob[] }[];
-    }
-  | { type: 'function_call'; id: string; call_id: string; name: string; arguments: string; status: 'completed' };
-
-/** OpenAI's Response object (the fields its clients read, and the request's settings echoed). */
-export interface ResponseObject {
-  id: string;
-  object: 'response';
-  created_at: number;
-  status: 'completed' | 'incomplete';
-  error: null;
-  incomplete_details: { reason: 'max_output_tokens' } | null;
-  model: string;
-  output: OutputItem[];
-  /** The request's, with `empo2_policy_version`. */
-  metadata: Record<string, string>;
-  usage: {
-    input_tokens: number;
-    input_tokens_details: { cached_tokens: number };
-    output_tokens: number;
-    output_tokens_details: { reasoning_tokens: number };
-    total_tokens: number;
-  };
-  [echoed: string]: unknown;
-}
 
 /**
  * `result` as the Response object of `call`, its text's log-probs in (each token of the text as sampled:

@@ -6,7 +6,6 @@
  * bounded (the oldest response and its items go first), as vLLM's in-memory response store is not.
  */
 import type { TurnMessage } from '../types.ts';
-import type { ResponseObject } from './serving.ts';
 
 /** An output item a client may name by `item_reference`, in its input item form. */
 export type StoredItem =
@@ -52,4 +51,44 @@ export class ResponseStore {
   item(id: string): StoredItem | undefined {
     return this.items.get(id);
   }
+}
+
+/** A text token's log-prob, as `ResponseOutputText.logprobs` has it (no top alternatives are computed). */
+export interface TextLogprob {
+  token: string;
+  bytes: number[];
+  logprob: number;
+  top_logprobs: [];
+}
+
+export type OutputItem =
+  | {
+      type: 'message';
+      id: string;
+      status: 'completed' | 'incomplete';
+      role: 'assistant';
+      content: { type: 'output_text'; text: string; annotations: []; logprobs: TextLogprob[] }[];
+    }
+  | { type: 'function_call'; id: string; call_id: string; name: string; arguments: string; status: 'completed' };
+
+/** OpenAI's Response object (the fields its clients read, and the request's settings echoed). */
+export interface ResponseObject {
+  id: string;
+  object: 'response';
+  created_at: number;
+  status: 'completed' | 'incomplete';
+  error: null;
+  incomplete_details: { reason: 'max_output_tokens' } | null;
+  model: string;
+  output: OutputItem[];
+  /** The request's, with `empo2_policy_version`. */
+  metadata: Record<string, string>;
+  usage: {
+    input_tokens: number;
+    input_tokens_details: { cached_tokens: number };
+    output_tokens: number;
+    output_tokens_details: { reasoning_tokens: number };
+    total_tokens: number;
+  };
+  [echoed: string]: unknown;
 }
