@@ -23,10 +23,16 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+// The study reads its runs exactly as `empo2 compare --report-only` does (its report, config comparison and
+// statistics, not part of the library's API), so deep on purpose: compare's result type.
 import type { Comparison } from '../../src/compare/aggregate.ts';
+// Deep on purpose: compare's report and config differences (above).
 import { configDifferences, reportCompare } from '../../src/compare/runner.ts';
+// Deep on purpose: the config loader compare uses (a file path and sets, quiet), not the library's loadConfig.
 import { loadConfig } from '../../src/config/load.ts';
+// Deep on purpose: the settings compare leaves out of a config difference.
 import { inertInBoth } from '../../src/config/schema.ts';
+// Deep on purpose: the paired-difference type of compare's statistics.
 import type { PairedDifference } from '../../src/compare/stats.ts';
 
 export const SEEDS = [0, 1, 2];
