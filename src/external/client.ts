@@ -183,8 +183,10 @@ export class ExternalModel {
     };
   }
 
-  /** The attempts of one call: the first, then up to max_retries more, each after its wait. */
-  /** `fallbackFields`: the body's fields whose refusal as unsupported ends the call at once (a weaker form follows). */
+  /**
+   * The attempts of one call: the first, then up to max_retries more, each after its wait. `fallbackFields`:
+   * the body's fields whose refusal as unsupported ends the call at once (a weaker form follows).
+   */
   private async send(body: Record<string, unknown>, fallbackFields: readonly string[] = []): Promise<Attempt> {
     this.meter.start();
     try {
